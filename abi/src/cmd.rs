@@ -1,0 +1,200 @@
+//! The command queue and its commands.
+//!
+//! Each function has one command queue: a virtio 1.x split virtqueue (descriptor table,
+//! available ring, used ring) in guest memory, set up through the `CMDQ_*` registers of
+//! [`crate::regs`]. A command is one descriptor chain: first the device-readable
+//! descriptors holding a [`CmdHeader`] followed by the command's request structure, then
+//! the device-writable descriptors that receive a [`RespHeader`] followed by the command's
+//! response structure. Headers and structures may be split across descriptors at any byte.
+//!
+//! The device writes the response, then the used element with the number of bytes it
+//! wrote, and then signals the queue's MSI-X vector unless the driver set
+//! `VIRTQ_AVAIL_F_NO_INTERRUPT` in the available ring. A chain whose writable part cannot
+//! hold a [`RespHeader`] completes with a used length of 0: the driver must treat that as
+//! [`Status::Malformed`].
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Largest command queue, in entries.
+pub const CMDQ_MAX_SIZE: u16 = 256;
+/// Required alignment of the descriptor table, available ring and used ring.
+pub const CMDQ_DESC_ALIGN: u64 = 16;
+/// Required alignment of the available ring.
+pub const CMDQ_AVAIL_ALIGN: u64 = 2;
+/// Required alignment of the used ring.
+pub const CMDQ_USED_ALIGN: u64 = 4;
+/// Largest request or response the device accepts, in bytes.
+pub const CMD_MAX_LEN: u32 = 64 * 1024;
+
+/// Command opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Opcode {
+    /// Does nothing and succeeds: a round trip through the queue.
+    Nop = 0x0000,
+    /// Identity, capabilities and resource limits: [`QueryDeviceResp`].
+    QueryDevice = 0x0001,
+}
+
+impl Opcode {
+    /// The opcode with this number, if there is one.
+    pub fn from_u16(value: u16) -> Option<Self> {
+        match value {
+            0x0000 => Some(Self::Nop),
+            0x0001 => Some(Self::QueryDevice),
+            _ => None,
+        }
+    }
+}
+
+/// Completion status of a command, in [`RespHeader::status`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    /// The command succeeded.
+    Ok = 0,
+    /// The opcode is not one the device knows.
+    BadOpcode = 1,
+    /// A field of the request has a value the command does not accept.
+    BadParam = 2,
+    /// The descriptor chain is malformed: a request shorter than its header or structure,
+    /// no room for the response, a writable descriptor before a readable one, or a chain
+    /// too long.
+    Malformed = 3,
+    /// The device could not read or write a buffer: the address is not DMA-mapped.
+    DmaError = 4,
+    /// The function has no resources left for this command.
+    NoResources = 5,
+    /// The function is not allowed to issue this command.
+    NotPermitted = 6,
+    /// An internal device error; the device log says more.
+    Internal = 7,
+}
+
+impl Status {
+    /// The status with this number, if there is one.
+    pub fn from_u16(value: u16) -> Option<Self> {
+        Some(match value {
+            0 => Self::Ok,
+            1 => Self::BadOpcode,
+            2 => Self::BadParam,
+            3 => Self::Malformed,
+            4 => Self::DmaError,
+            5 => Self::NoResources,
+            6 => Self::NotPermitted,
+            7 => Self::Internal,
+            _ => return None,
+        })
+    }
+}
+
+/// The first bytes of every command.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct CmdHeader {
+    /// An [`Opcode`].
+    pub opcode: u16,
+    /// Must be 0.
+    pub reserved: u16,
+    /// Echoed in the response, for the driver's own matching.
+    pub token: u32,
+}
+
+/// The first bytes of every response.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct RespHeader {
+    /// A [`Status`].
+    pub status: u16,
+    /// The opcode of the command.
+    pub opcode: u16,
+    /// The command's token.
+    pub token: u32,
+    /// A status-specific detail, for example the offending byte offset of a malformed
+    /// request, or 0.
+    pub syndrome: u32,
+    /// Must be ignored.
+    pub reserved: u32,
+}
+
+/// Function kind, in [`QueryDeviceResp::function_kind`].
+pub const FUNCTION_KIND_PF: u8 = 0;
+/// See [`FUNCTION_KIND_PF`].
+pub const FUNCTION_KIND_VF: u8 = 1;
+
+/// Response of [`Opcode::QueryDevice`]: who the function is, what it can do and how much
+/// of it. The request has no body.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct QueryDeviceResp {
+    /// PCI vendor ID.
+    pub vendor_id: u16,
+    /// PCI device ID.
+    pub device_id: u16,
+    /// [`crate::ABI_MAJOR`] of the device.
+    pub abi_major: u16,
+    /// [`crate::ABI_MINOR`] of the device.
+    pub abi_minor: u16,
+    /// Version of the device implementation (rnicd): major, minor, patch in bytes 2, 1, 0.
+    pub fw_version: u32,
+    /// [`FUNCTION_KIND_PF`] or [`FUNCTION_KIND_VF`].
+    pub function_kind: u8,
+    /// Index of the VF (0 on the PF).
+    pub vf_index: u8,
+    /// On the PF, the number of VFs the device has (TotalVFs); 0 on a VF.
+    pub total_vfs: u16,
+    /// Capability bits, as in [`crate::regs::CAPS_LO`].
+    pub caps: u64,
+    /// The function's Ethernet MAC address.
+    pub mac: [u8; 6],
+    /// Must be ignored.
+    pub reserved0: u16,
+    /// The function's default GID (an IPv4-mapped IPv6 address for RoCEv2).
+    pub gid: [u8; 16],
+    /// Resource limits of the function.
+    pub limits: Limits,
+}
+
+/// Resource limits of a function, as `ibv_query_device` reports them.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Limits {
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding RDMA READs and atomics a QP may have as responder.
+    pub max_qp_rd_atom: u32,
+    /// Outstanding RDMA READs and atomics a QP may have as requester.
+    pub max_qp_init_rd_atom: u32,
+    /// Bytes of inline data per work request.
+    pub max_inline_data: u32,
+    /// Largest memory region, in bytes.
+    pub max_mr_size: u64,
+    /// Pages all memory regions of the function may cover together.
+    pub max_mr_pages: u32,
+    /// Doorbell pages of the function.
+    pub doorbell_pages: u32,
+    /// MSI-X vectors of the function.
+    pub msix_vectors: u32,
+    /// Largest command queue.
+    pub cmdq_max_size: u32,
+}

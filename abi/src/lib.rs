@@ -1,0 +1,34 @@
+//! The rnic hardware interface: everything the device and a driver must agree on.
+//!
+//! This crate is the single source of truth for the programmer's model that
+//! `docs/hardware-interface.md` describes: PCI identity and config-space layout ([`pci`]),
+//! the BAR0 register file ([`regs`]), the doorbell BAR ([`doorbell`]) and the command queue
+//! with its commands ([`cmd`]). The device (`rnicd`) and the guest driver both depend on
+//! it, so they cannot disagree about an offset or a layout.
+//!
+//! All multi-byte fields are little-endian, as on PCIe. The structures here use native
+//! integers, so the crate only builds for little-endian targets.
+
+#![no_std]
+#![deny(missing_docs)]
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("rnic-abi lays structures out in native order and requires a little-endian target");
+
+pub mod cmd;
+pub mod doorbell;
+pub mod pci;
+pub mod regs;
+
+/// Major version of this interface. A driver refuses a device whose major differs.
+pub const ABI_MAJOR: u16 = 1;
+/// Minor version: grows with backwards-compatible additions (new commands, new registers).
+pub const ABI_MINOR: u16 = 0;
+
+/// The ABI version as the [`regs::ABI_VERSION`] register reports it: major in bits 31:16.
+pub const fn abi_version() -> u32 {
+    (ABI_MAJOR as u32) << 16 | ABI_MINOR as u32
+}
+
+/// Size of a page as the device counts them (doorbell pages, DMA pages).
+pub const PAGE_SIZE: u64 = 4096;

@@ -1,0 +1,102 @@
+//! The register file in BAR0 ([`crate::pci::REG_BAR`]).
+//!
+//! Registers are 32 bits wide and must be accessed with aligned 32-bit reads and writes;
+//! 64-bit registers are two 32-bit halves, low half first. Every access to BAR0 traps to
+//! the device (a vfio-user message), so the data path never touches it except for
+//! [`DOORBELL_KICK`], and that only when the device asked for it.
+
+/// Identification magic, reads [`MAGIC`].
+pub const MAGIC_REG: u64 = 0x000;
+/// Interface version, reads [`crate::abi_version`].
+pub const ABI_VERSION: u64 = 0x004;
+/// Which function this is: bit 0 set on a VF; bits 15:8 the VF index.
+pub const FUNCTION_INFO: u64 = 0x008;
+/// Device capability bits ([`CAP_CMDQ`] and friends), low half.
+pub const CAPS_LO: u64 = 0x010;
+/// Device capability bits, high half.
+pub const CAPS_HI: u64 = 0x014;
+/// Device status bits ([`STATUS_READY`] and friends). Read-only.
+pub const DEVICE_STATUS: u64 = 0x018;
+/// Device control bits ([`CONTROL_RESET`]).
+pub const DEVICE_CONTROL: u64 = 0x01C;
+/// Command queue: guest physical address of the descriptor table, low and high half.
+pub const CMDQ_DESC_LO: u64 = 0x020;
+/// See [`CMDQ_DESC_LO`].
+pub const CMDQ_DESC_HI: u64 = 0x024;
+/// Command queue: address of the available (driver) ring.
+pub const CMDQ_AVAIL_LO: u64 = 0x028;
+/// See [`CMDQ_AVAIL_LO`].
+pub const CMDQ_AVAIL_HI: u64 = 0x02C;
+/// Command queue: address of the used (device) ring.
+pub const CMDQ_USED_LO: u64 = 0x030;
+/// See [`CMDQ_USED_LO`].
+pub const CMDQ_USED_HI: u64 = 0x034;
+/// Command queue size in entries: a power of two, at most [`CMDQ_MAX_SIZE`].
+pub const CMDQ_SIZE: u64 = 0x038;
+/// MSI-X vector the device signals when it completes commands, or [`NO_VECTOR`].
+pub const CMDQ_MSIX_VECTOR: u64 = 0x03C;
+/// Command queue control: write [`CMDQ_ENABLE`] to start it, 0 to stop it.
+pub const CMDQ_CONTROL: u64 = 0x040;
+/// Largest command queue the device supports (read-only).
+pub const CMDQ_MAX_SIZE: u64 = 0x044;
+/// The trapped notification register: write the number of a doorbell page after ringing a
+/// doorbell in it, but only when that page's `NOTIFY_REQUEST` word is non-zero.
+pub const DOORBELL_KICK: u64 = 0x048;
+/// Number of doorbell pages in the doorbell BAR (read-only).
+pub const DOORBELL_PAGES: u64 = 0x04C;
+/// Number of MSI-X vectors (read-only).
+pub const MSIX_VECTORS: u64 = 0x050;
+/// Why the last [`CMDQ_CONTROL`] enable or other setup step failed ([`ERR_NONE`] and friends).
+pub const ERROR_CODE: u64 = 0x054;
+/// One past the last register; reads beyond it up to the MSI-X table return 0.
+pub const REGS_END: u64 = 0x058;
+
+/// Value of [`MAGIC_REG`]: "RNIC" in ASCII, little-endian.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"RNIC");
+
+/// [`FUNCTION_INFO`]: set on a virtual function.
+pub const FUNCTION_IS_VF: u32 = 1 << 0;
+/// [`FUNCTION_INFO`]: shift of the VF index.
+pub const FUNCTION_VF_INDEX_SHIFT: u32 = 8;
+
+/// Capability: a command queue ([`crate::cmd`]).
+pub const CAP_CMDQ: u64 = 1 << 0;
+/// Capability: doorbell BAR with notification suppression ([`crate::doorbell`]).
+pub const CAP_DOORBELL_NOTIFY: u64 = 1 << 1;
+/// Capability: MSI-X interrupts for command completion.
+pub const CAP_MSIX: u64 = 1 << 2;
+/// Capability: function-level reset, by [`CONTROL_RESET`] and by PCIe FLR.
+pub const CAP_FUNCTION_RESET: u64 = 1 << 3;
+
+/// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
+pub const STATUS_READY: u32 = 1 << 0;
+/// [`DEVICE_STATUS`]: the command queue runs.
+pub const STATUS_CMDQ_RUNNING: u32 = 1 << 1;
+/// [`DEVICE_STATUS`]: the function hit an error it cannot recover from without a reset;
+/// [`ERROR_CODE`] says which.
+pub const STATUS_FATAL: u32 = 1 << 2;
+/// [`DEVICE_STATUS`]: the function is disabled by its PF and does nothing else.
+pub const STATUS_DISABLED: u32 = 1 << 3;
+
+/// [`DEVICE_CONTROL`]: write 1 to reset the function to its power-on state. Self-clearing.
+pub const CONTROL_RESET: u32 = 1 << 0;
+
+/// [`CMDQ_CONTROL`]: run the command queue.
+pub const CMDQ_ENABLE: u32 = 1 << 0;
+
+/// The value of a vector register that asks for no interrupt.
+pub const NO_VECTOR: u32 = 0xFFFF;
+
+/// [`ERROR_CODE`]: no error.
+pub const ERR_NONE: u32 = 0;
+/// [`ERROR_CODE`]: the command queue size is zero, not a power of two, or too large.
+pub const ERR_CMDQ_SIZE: u32 = 1;
+/// [`ERROR_CODE`]: a command queue ring is misaligned or not in DMA-mapped memory.
+pub const ERR_CMDQ_ADDRESS: u32 = 2;
+/// [`ERROR_CODE`]: the command queue vector is beyond the MSI-X table.
+pub const ERR_CMDQ_VECTOR: u32 = 3;
+/// [`ERROR_CODE`]: the command queue was enabled while bus mastering is off.
+pub const ERR_BUS_MASTER: u32 = 4;
+/// [`ERROR_CODE`]: the device could not reach the command queue's memory while running
+/// it (the memory was unmapped); the queue stopped.
+pub const ERR_CMDQ_DMA: u32 = 5;

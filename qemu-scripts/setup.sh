@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Provides everything a VM run needs, idempotently:
+#   - a QEMU with the vfio-user-pci client (the system one if it has it, else Debian
+#     trixie-backports' QEMU inside a debootstrapped trixie root),
+#   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs.
+# Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
+# Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=qemu-scripts/env.sh
+source "$here/env.sh"
+
+log() { echo "[setup] $*" >&2; }
+
+need_root() {
+    if [ "$(id -u)" != 0 ]; then
+        log "must run as root (debootstrap, chroot and apt-get need it); re-run with sudo"
+        exit 1
+    fi
+}
+
+host_mirror() {
+    # The Debian mirror the host's own apt already uses, so no host name lives in the repo.
+    local uri=""
+    if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
+        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
+            /etc/apt/sources.list.d/*.sources)
+    fi
+    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+        uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
+            /etc/apt/sources.list)
+    fi
+    echo "$uri"
+}
+
+apt_install_host() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing host packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+system_qemu_has_vfio_user() {
+    command -v qemu-system-x86_64 >/dev/null 2>&1 &&
+        qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"'
+}
+
+ensure_trixie_root() {
+    if [ -x "$TRIXIE_ROOT/usr/bin/apt-get" ] && [ -f "$TRIXIE_ROOT/.rnic-debootstrap-done" ]; then
+        return 0
+    fi
+    need_root
+    apt_install_host debootstrap
+    local mirror
+    mirror=$(host_mirror)
+    log "debootstrapping a trixie root into $TRIXIE_ROOT (mirror: ${mirror:-debootstrap default}); about a minute"
+    rm -rf "$TRIXIE_ROOT"
+    mkdir -p "$TRIXIE_ROOT"
+    debootstrap --variant=minbase trixie "$TRIXIE_ROOT" ${mirror:+"$mirror"} >"$RNIC_CACHE/debootstrap.log" 2>&1 || {
+        log "debootstrap failed; see $RNIC_CACHE/debootstrap.log"
+        exit 1
+    }
+    local m=${mirror:-http://deb.debian.org/debian}
+    echo "deb $m trixie-backports main" >"$TRIXIE_ROOT/etc/apt/sources.list.d/bpo.list"
+    chroot "$TRIXIE_ROOT" apt-get update -qq
+    touch "$TRIXIE_ROOT/.rnic-debootstrap-done"
+}
+
+chroot_apt_install() {
+    # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
+    chroot "$TRIXIE_ROOT" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@" 2>&1 >/dev/null | grep -v posix_openpt >&2 || true
+}
+
+ensure_qemu() {
+    if system_qemu_has_vfio_user; then
+        log "system QEMU has vfio-user-pci: using it"
+        return 0
+    fi
+    if [ -x "$TRIXIE_ROOT/usr/bin/qemu-system-x86_64" ]; then
+        return 0
+    fi
+    ensure_trixie_root
+    log "installing trixie-backports qemu-system-x86 into the trixie root"
+    chroot_apt_install -t trixie-backports qemu-system-x86
+    chroot "$TRIXIE_ROOT" qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"' || {
+        log "the installed QEMU has no vfio-user-pci device; QEMU 10.1 or later is needed"
+        exit 1
+    }
+}
+
+# Downloads a package (resolving a metapackage to the package it depends on) and unpacks it.
+fetch_deb() {
+    local pkg=$1 dest=$2
+    local dir="$TRIXIE_ROOT/var/tmp/rnic-debs"
+    mkdir -p "$dir" "$dest"
+    rm -f "$dir"/*.deb
+    chroot "$TRIXIE_ROOT" sh -c "cd /var/tmp/rnic-debs && apt-get download -qq -o APT::Sandbox::User=root $pkg" >/dev/null
+    dpkg-deb -x "$dir"/*.deb "$dest"
+}
+
+ensure_guest_kit() {
+    if [ -f "$GUEST_KIT/vmlinuz" ] && [ -x "$GUEST_KIT/busybox" ]; then
+        return 0
+    fi
+    ensure_trixie_root
+    mkdir -p "$GUEST_KIT"
+    # linux-image-amd64 is a metapackage: take the versioned image it depends on.
+    local image
+    image=$(chroot "$TRIXIE_ROOT" apt-cache depends linux-image-amd64 |
+        awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+    [ -n "$image" ] || { log "cannot resolve linux-image-amd64 in the trixie root"; exit 1; }
+    log "fetching guest kernel $image and busybox-static"
+    rm -rf "$GUEST_KIT/kernel-pkg" "$GUEST_KIT/busybox-pkg"
+    fetch_deb "$image" "$GUEST_KIT/kernel-pkg"
+    fetch_deb busybox-static "$GUEST_KIT/busybox-pkg"
+    cp "$GUEST_KIT"/kernel-pkg/boot/vmlinuz-* "$GUEST_KIT/vmlinuz.tmp"
+    basename "$GUEST_KIT"/kernel-pkg/usr/lib/modules/* >"$GUEST_KIT/kernel-version"
+    cp "$GUEST_KIT/busybox-pkg/usr/bin/busybox" "$GUEST_KIT/busybox"
+    mv "$GUEST_KIT/vmlinuz.tmp" "$GUEST_KIT/vmlinuz"
+}
+
+main() {
+    mkdir -p "$RNIC_CACHE"
+    ensure_qemu
+    ensure_guest_kit
+    log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"
+}
+
+main "$@"
