@@ -97,6 +97,9 @@ pub const ERR_CMDQ_ADDRESS: u32 = 2;
 pub const ERR_CMDQ_VECTOR: u32 = 3;
 /// [`ERROR_CODE`]: the command queue was enabled while bus mastering is off.
 pub const ERR_BUS_MASTER: u32 = 4;
-/// [`ERROR_CODE`]: the device could not reach the command queue's memory while running
-/// it (the memory was unmapped); the queue stopped.
+/// [`ERROR_CODE`]: the device could not reach the command queue's rings while running it
+/// (the memory was unmapped); the queue stopped.
 pub const ERR_CMDQ_DMA: u32 = 5;
+/// [`ERROR_CODE`]: the available ring named a descriptor beyond the queue, or its index ran
+/// more than a queue's worth ahead of the device; the queue stopped.
+pub const ERR_CMDQ_BROKEN: u32 = 6;

@@ -1,1 +1,71 @@
-fn main() {}
+//! rnicd: serves an emulated RDMA NIC (a PF and its VFs) over vfio-user sockets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use rnic_device::device::{Device, DeviceConfig};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// The rnic device process: a software RDMA NIC that QEMU (`-device vfio-user-pci`) or a
+/// host-side vfio-user client attaches to.
+///
+/// The physical function is served on DIR/pf.sock and virtual function i on DIR/vf<i>.sock.
+/// Each socket takes one client at a time; when it leaves, the next may attach. SIGINT or
+/// SIGTERM removes the sockets and exits. Logging follows RUST_LOG (default: info).
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Directory for the vfio-user sockets (created if missing).
+    #[arg(long, value_name = "DIR")]
+    socket_dir: PathBuf,
+
+    /// Number of SR-IOV virtual functions (the PF's TotalVFs), each with its own socket.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=255))]
+    vfs: u16,
+
+    /// Microseconds the device keeps polling doorbells after its last work before it
+    /// sleeps and asks drivers to kick it. Longer trades idle CPU for lower latency.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    poll_us: u64,
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    let config = DeviceConfig {
+        socket_dir: args.socket_dir,
+        vfs: args.vfs,
+        poll_window: Duration::from_micros(args.poll_us),
+    };
+    // Catch the signals before the sockets exist, so none is left behind.
+    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rnicd: cannot install signal handlers: {e}");
+            std::process::exit(1);
+        }
+    };
+    let device = match Device::start(&config) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rnicd: {e}");
+            std::process::exit(1);
+        }
+    };
+    log::info!(
+        "serving the PF and {} VFs: {}",
+        config.vfs,
+        device
+            .sockets()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(signal) = signals.forever().next() {
+        log::info!("signal {signal}: removing the sockets and exiting");
+    }
+    device.shutdown();
+}

@@ -1,0 +1,99 @@
+//! What each command does. The queue mechanics live in [`crate::cmdq`]; this is the
+//! device's behaviour behind the opcodes.
+
+use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
+use zerocopy::IntoBytes;
+
+use crate::cmdq::Response;
+use crate::function::Identity;
+
+/// Executes one command for the function described by `identity`.
+pub fn execute(identity: &Identity, header: &CmdHeader, body: &[u8]) -> Response {
+    if header.reserved != 0 {
+        // Reserved fields must be zero so that they can be given a meaning later.
+        return Response::error(Status::BadParam, 2);
+    }
+    match Opcode::from_u16(header.opcode) {
+        None => Response::error(Status::BadOpcode, u32::from(header.opcode)),
+        Some(Opcode::Nop) => Response::ok(Vec::new()),
+        Some(Opcode::QueryDevice) => {
+            if !body.is_empty() {
+                return Response::error(Status::BadParam, 0);
+            }
+            Response::ok(query_device(identity).as_bytes().to_vec())
+        }
+    }
+}
+
+fn query_device(identity: &Identity) -> QueryDeviceResp {
+    QueryDeviceResp {
+        vendor_id: rnic_abi::pci::VENDOR_ID,
+        device_id: identity.device_id(),
+        abi_major: rnic_abi::ABI_MAJOR,
+        abi_minor: rnic_abi::ABI_MINOR,
+        fw_version: fw_version(),
+        function_kind: identity.kind_code(),
+        vf_index: identity.vf_index() as u8,
+        total_vfs: identity.total_vfs(),
+        caps: identity.caps,
+        mac: identity.mac,
+        reserved0: 0,
+        gid: identity.gid,
+        limits: identity.limits,
+    }
+}
+
+/// rnicd's version packed as `rnic_abi::cmd::QueryDeviceResp::fw_version` wants it.
+pub fn fw_version() -> u32 {
+    let part = |s: &str| s.parse::<u32>().unwrap_or(0) & 0xff;
+    part(env!("CARGO_PKG_VERSION_MAJOR")) << 16
+        | part(env!("CARGO_PKG_VERSION_MINOR")) << 8
+        | part(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::function::FunctionId;
+    use zerocopy::FromBytes;
+
+    fn header(opcode: u16) -> CmdHeader {
+        CmdHeader {
+            opcode,
+            reserved: 0,
+            token: 7,
+        }
+    }
+
+    #[test]
+    fn query_device_reports_identity() {
+        let id = Identity::new(FunctionId::Vf(3), 4);
+        let r = execute(&id, &header(Opcode::QueryDevice as u16), &[]);
+        assert_eq!(r.status, Status::Ok);
+        let q = QueryDeviceResp::read_from_bytes(&r.body).unwrap();
+        assert_eq!(q.vendor_id, rnic_abi::pci::VENDOR_ID);
+        assert_eq!(q.device_id, rnic_abi::pci::VF_DEVICE_ID);
+        assert_eq!(q.function_kind, rnic_abi::cmd::FUNCTION_KIND_VF);
+        assert_eq!(q.vf_index, 3);
+        assert_eq!(q.total_vfs, 0);
+        assert_eq!(q.mac, id.mac);
+        assert!(q.limits.max_qp > 0);
+    }
+
+    #[test]
+    fn unknown_opcodes_and_reserved_bits_are_refused() {
+        let id = Identity::new(FunctionId::Pf, 2);
+        assert_eq!(execute(&id, &header(0x7777), &[]).status, Status::BadOpcode);
+        let mut h = header(Opcode::Nop as u16);
+        h.reserved = 1;
+        assert_eq!(execute(&id, &h, &[]).status, Status::BadParam);
+        assert_eq!(
+            execute(&id, &header(Opcode::QueryDevice as u16), &[1]).status,
+            Status::BadParam
+        );
+        assert_eq!(
+            execute(&id, &header(Opcode::Nop as u16), &[]).status,
+            Status::Ok
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! The doorbell BAR: memory shared between the device and the VMM, which maps it into the
+//! guest, so that ringing a doorbell costs the driver one store and no message.
+//!
+//! See `rnic_abi::doorbell` for the protocol: the device polls doorbells while it has
+//! work, and asks for a kick through `NOTIFY_REQUEST` before it sleeps.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rnic_abi::doorbell::NOTIFY_REQUEST;
+use rnic_abi::PAGE_SIZE;
+
+/// The memfd behind a function's doorbell BAR, and the device's own mapping of it.
+#[derive(Debug)]
+pub struct DoorbellBar {
+    file: File,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics.
+unsafe impl Send for DoorbellBar {}
+// SAFETY: see above.
+unsafe impl Sync for DoorbellBar {}
+
+impl DoorbellBar {
+    /// Creates a zeroed BAR of `pages` doorbell pages.
+    pub fn new(pages: u32) -> io::Result<Self> {
+        let len = pages as usize * PAGE_SIZE as usize;
+        // SAFETY: memfd_create with a valid C string; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"rnic-doorbells".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor that we now own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len as u64)?;
+        // SAFETY: mapping a file we own with a length it has; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr as *mut u8).ok_or_else(io::Error::last_os_error)?;
+        Ok(Self { file, ptr, len })
+    }
+
+    /// The descriptor the VMM maps (handed out with the region's sparse-mmap area).
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the BAR has no pages.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn word(&self, offset: u64) -> Option<&AtomicU32> {
+        if !offset.is_multiple_of(4) || offset.checked_add(4)? > self.len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds and aligned; the mapping lives as long as self, and AtomicU32
+        // has the layout of u32.
+        Some(unsafe { &*(self.ptr.as_ptr().add(offset as usize) as *const AtomicU32) })
+    }
+
+    /// Reads the 32-bit word at byte `offset`, or `None` outside the BAR or misaligned.
+    pub fn read32(&self, offset: u64) -> Option<u32> {
+        self.word(offset).map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// Writes the 32-bit word at byte `offset`; false outside the BAR or misaligned.
+    pub fn write32(&self, offset: u64, value: u32) -> bool {
+        self.word(offset)
+            .map(|w| w.store(value, Ordering::Release))
+            .is_some()
+    }
+
+    /// Reads bytes for a trapped region read (a client that did not mmap the BAR).
+    pub fn read_bytes(&self, offset: u64, data: &mut [u8]) -> bool {
+        match offset.checked_add(data.len() as u64) {
+            Some(end) if end <= self.len as u64 => {
+                // SAFETY: in bounds, checked above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.ptr.as_ptr().add(offset as usize),
+                        data.as_mut_ptr(),
+                        data.len(),
+                    )
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes bytes for a trapped region write.
+    pub fn write_bytes(&self, offset: u64, data: &[u8]) -> bool {
+        match offset.checked_add(data.len() as u64) {
+            Some(end) if end <= self.len as u64 => {
+                // SAFETY: in bounds, checked above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        self.ptr.as_ptr().add(offset as usize),
+                        data.len(),
+                    )
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sets or clears `NOTIFY_REQUEST` in `page`.
+    pub fn request_notify(&self, page: u32, on: bool) {
+        self.write32(u64::from(page) * PAGE_SIZE + NOTIFY_REQUEST, u32::from(on));
+    }
+
+    /// Zeroes the whole BAR (function reset).
+    pub fn clear(&self) {
+        // SAFETY: the whole mapping is ours to write.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+    }
+}
+
+impl Drop for DoorbellBar {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what new() mapped.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn writes_through_the_fd_are_seen_by_the_device() {
+        let bar = DoorbellBar::new(2).unwrap();
+        // SAFETY: dup of a valid fd, owned by the new File.
+        let f = unsafe { File::from_raw_fd(libc::dup(bar.fd())) };
+        f.write_at(&7u32.to_le_bytes(), PAGE_SIZE + 0x40).unwrap();
+        assert_eq!(bar.read32(PAGE_SIZE + 0x40), Some(7));
+        bar.request_notify(1, true);
+        let mut b = [0u8; 4];
+        f.read_at(&mut b, PAGE_SIZE).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 1);
+    }
+
+    #[test]
+    fn accesses_outside_or_misaligned_are_refused() {
+        let bar = DoorbellBar::new(1).unwrap();
+        assert_eq!(bar.read32(PAGE_SIZE), None);
+        assert_eq!(bar.read32(2), None);
+        assert!(!bar.write32(u64::MAX - 1, 1));
+        assert!(!bar.read_bytes(PAGE_SIZE - 2, &mut [0u8; 4]));
+        assert!(!bar.write_bytes(u64::MAX, &[0u8; 4]));
+    }
+
+    #[test]
+    fn clear_zeroes_everything() {
+        let bar = DoorbellBar::new(1).unwrap();
+        bar.write32(0x40, 9);
+        bar.clear();
+        assert_eq!(bar.read32(0x40), Some(0));
+    }
+}

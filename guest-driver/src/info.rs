@@ -1,0 +1,139 @@
+//! What `rnic-info` reports about a function, as text and as JSON.
+
+use std::fmt::Write;
+use std::net::Ipv6Addr;
+
+use rnic_abi::cmd::{QueryDeviceResp, FUNCTION_KIND_PF};
+use rnic_abi::regs;
+use serde::Serialize;
+
+use crate::device::{Device, PciIdentity};
+use crate::error::Result;
+
+/// Everything rnic-info knows about one function.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Where the function was found.
+    pub location: String,
+    /// Config-space identity.
+    pub pci: PciIdentity,
+    /// "PF" or "VF".
+    pub function: String,
+    /// VF index (VFs only).
+    pub vf_index: Option<u8>,
+    /// TotalVFs (PF only).
+    pub total_vfs: Option<u16>,
+    /// ABI version of the device.
+    pub abi: String,
+    /// Version of the device implementation.
+    pub firmware: String,
+    /// MAC address.
+    pub mac: String,
+    /// Default GID.
+    pub gid: String,
+    /// Capability names.
+    pub capabilities: Vec<&'static str>,
+    /// Resource limits, by ibverbs name.
+    pub limits: Vec<(&'static str, u64)>,
+    /// Whether the driver gets interrupts on this transport.
+    pub interrupts: bool,
+}
+
+const CAP_NAMES: &[(u64, &str)] = &[
+    (regs::CAP_CMDQ, "cmdq"),
+    (regs::CAP_DOORBELL_NOTIFY, "doorbell-notify"),
+    (regs::CAP_MSIX, "msix"),
+    (regs::CAP_FUNCTION_RESET, "function-reset"),
+];
+
+impl Report {
+    /// Queries `device` (through its command queue) for its report.
+    pub fn gather(location: &str, device: &Device) -> Result<Self> {
+        let q: QueryDeviceResp = device.query_device()?;
+        let pf = q.function_kind == FUNCTION_KIND_PF;
+        let l = q.limits;
+        Ok(Self {
+            location: location.to_string(),
+            pci: device.pci(),
+            function: if pf { "PF".into() } else { "VF".into() },
+            vf_index: (!pf).then_some(q.vf_index),
+            total_vfs: pf.then_some(q.total_vfs),
+            abi: format!("{}.{}", q.abi_major, q.abi_minor),
+            firmware: format!(
+                "{}.{}.{}",
+                q.fw_version >> 16 & 0xff,
+                q.fw_version >> 8 & 0xff,
+                q.fw_version & 0xff
+            ),
+            mac: q
+                .mac
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+            gid: Ipv6Addr::from(q.gid).to_string(),
+            capabilities: CAP_NAMES
+                .iter()
+                .filter(|(bit, _)| q.caps & bit != 0)
+                .map(|&(_, n)| n)
+                .collect(),
+            limits: vec![
+                ("max_qp", l.max_qp.into()),
+                ("max_qp_wr", l.max_qp_wr.into()),
+                ("max_sge", l.max_sge.into()),
+                ("max_cq", l.max_cq.into()),
+                ("max_cqe", l.max_cqe.into()),
+                ("max_mr", l.max_mr.into()),
+                ("max_pd", l.max_pd.into()),
+                ("max_qp_rd_atom", l.max_qp_rd_atom.into()),
+                ("max_qp_init_rd_atom", l.max_qp_init_rd_atom.into()),
+                ("max_inline_data", l.max_inline_data.into()),
+                ("max_mr_size", l.max_mr_size),
+                ("max_mr_pages", l.max_mr_pages.into()),
+                ("doorbell_pages", l.doorbell_pages.into()),
+                ("msix_vectors", l.msix_vectors.into()),
+                ("cmdq_max_size", l.cmdq_max_size.into()),
+            ],
+            interrupts: device.interrupts(),
+        })
+    }
+
+    /// The human-readable form.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let p = &self.pci;
+        let _ = writeln!(s, "{}", self.location);
+        let _ = writeln!(
+            s,
+            "  pci:          vendor {:04x} device {:04x} rev {:02x} class {:06x} subsystem {:04x}:{:04x}",
+            p.vendor_id, p.device_id, p.revision, p.class_code, p.subsystem_vendor_id, p.subsystem_id
+        );
+        let func = match (self.vf_index, self.total_vfs) {
+            (Some(i), _) => format!("VF {i}"),
+            (None, Some(n)) => format!("PF with {n} VFs"),
+            _ => self.function.clone(),
+        };
+        let _ = writeln!(s, "  function:     {func}");
+        let _ = writeln!(
+            s,
+            "  abi:          {} (driver {}.{})",
+            self.abi,
+            rnic_abi::ABI_MAJOR,
+            rnic_abi::ABI_MINOR
+        );
+        let _ = writeln!(s, "  firmware:     {}", self.firmware);
+        let _ = writeln!(s, "  mac:          {}", self.mac);
+        let _ = writeln!(s, "  gid:          {}", self.gid);
+        let _ = writeln!(s, "  capabilities: {}", self.capabilities.join(" "));
+        let _ = writeln!(
+            s,
+            "  interrupts:   {}",
+            if self.interrupts { "msi-x" } else { "polled" }
+        );
+        let _ = writeln!(s, "  limits:");
+        for (name, value) in &self.limits {
+            let _ = writeln!(s, "    {name:<20} {value}");
+        }
+        s
+    }
+}

@@ -1,0 +1,304 @@
+//! How the driver reaches the device: the one layer that differs between a VM and the host.
+//!
+//! Everything above [`Transport`] (the command queue, the verbs) is the same code whether
+//! the device is a PCI function seen through sysfs inside a VM ([`sysfs::SysfsTransport`])
+//! or a vfio-user socket on the host, where the driver itself plays the VMM
+//! ([`vfio_user::VfioUserTransport`]).
+
+pub mod sysfs;
+pub mod vfio_user;
+
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+use rnic_abi::PAGE_SIZE;
+
+use crate::error::{Error, Result};
+
+/// Access to one rnic PCI function.
+pub trait Transport: Send + Sync {
+    /// Where the function is, for messages: `vfio-user:PATH` or `pci:BDF`.
+    fn describe(&self) -> String;
+    /// Reads config space.
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()>;
+    /// Writes config space.
+    fn config_write(&self, offset: u16, data: &[u8]) -> Result<()>;
+    /// Reads a 32-bit register of BAR0.
+    fn reg_read32(&self, offset: u64) -> Result<u32>;
+    /// Writes a 32-bit register of BAR0.
+    fn reg_write32(&self, offset: u64, value: u32) -> Result<()>;
+    /// The doorbell BAR, mapped into this process.
+    fn doorbells(&self) -> &MappedBar;
+    /// Allocates `size` bytes (rounded up to whole pages) of memory the device can reach,
+    /// zeroed.
+    fn alloc_dma(&self, size: usize) -> Result<DmaBuffer>;
+    /// Sets up `count` MSI-X vectors so that [`Transport::wait_interrupt`] works. Returns
+    /// `false` when this transport cannot deliver interrupts to the driver (then poll).
+    fn enable_interrupts(&self, count: u16) -> Result<bool>;
+    /// Waits until MSI-X `vector` fires or `timeout` passes; `Ok(false)` on timeout.
+    fn wait_interrupt(&self, vector: u16, timeout: Duration) -> Result<bool>;
+    /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, or the sysfs
+    /// `reset` file).
+    fn function_reset(&self) -> Result<()>;
+}
+
+/// A BAR mapped into the driver's address space. Accesses are volatile and bounds-checked.
+#[derive(Debug)]
+pub struct MappedBar {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; accesses go through volatile reads and
+// writes of naturally aligned words, which are atomic on the platforms we build for.
+unsafe impl Send for MappedBar {}
+// SAFETY: see above.
+unsafe impl Sync for MappedBar {}
+
+impl MappedBar {
+    /// Wraps a mapping of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped for the life of the value.
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize) -> Self {
+        Self { ptr, len }
+    }
+
+    /// Size of the mapping.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn word(&self, offset: u64) -> *mut u32 {
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= self.len as u64,
+            "BAR access at {offset:#x} outside the {:#x}-byte mapping",
+            self.len
+        );
+        // SAFETY: in bounds, checked above.
+        unsafe { self.ptr.as_ptr().add(offset as usize) as *mut u32 }
+    }
+
+    /// Reads the 32-bit word at `offset`.
+    pub fn read32(&self, offset: u64) -> u32 {
+        // SAFETY: in-bounds aligned pointer into a live mapping.
+        unsafe { self.word(offset).read_volatile() }
+    }
+
+    /// Writes the 32-bit word at `offset`.
+    pub fn write32(&self, offset: u64, value: u32) {
+        // SAFETY: in-bounds aligned pointer into a live mapping.
+        unsafe { self.word(offset).write_volatile(value) }
+    }
+}
+
+/// Gives memory back when a [`DmaBuffer`] is dropped.
+pub trait DmaRelease: Send + Sync {
+    /// Releases the buffer's memory.
+    fn release(&self, ptr: NonNull<u8>, len: usize, device_pages: &[u64]);
+}
+
+/// Memory that both the driver and the device reach: the driver through a pointer, the
+/// device through the device address of each page. The device may change it at any time,
+/// so all access goes through copies and atomics, never references.
+pub struct DmaBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    pages: Vec<u64>,
+    release: Option<std::sync::Arc<dyn DmaRelease>>,
+}
+
+// SAFETY: the buffer owns its memory; concurrent access is through volatile copies.
+unsafe impl Send for DmaBuffer {}
+// SAFETY: see above.
+unsafe impl Sync for DmaBuffer {}
+
+impl std::fmt::Debug for DmaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaBuffer")
+            .field("len", &self.len)
+            .field("first_page", &self.pages.first().map(|p| format!("{p:#x}")))
+            .field("contiguous", &self.contiguous().is_some())
+            .finish()
+    }
+}
+
+impl DmaBuffer {
+    /// Wraps `len` bytes at `ptr` whose page `i` the device reaches at `pages[i]`.
+    ///
+    /// # Safety
+    /// The memory must stay valid until `release` gets it back (or forever without one),
+    /// and `pages` must cover `len` bytes.
+    pub unsafe fn new(
+        ptr: NonNull<u8>,
+        len: usize,
+        pages: Vec<u64>,
+        release: Option<std::sync::Arc<dyn DmaRelease>>,
+    ) -> Self {
+        debug_assert!(pages.len() as u64 * PAGE_SIZE >= len as u64);
+        Self {
+            ptr,
+            len,
+            pages,
+            release,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address of each page.
+    pub fn pages(&self) -> &[u64] {
+        &self.pages
+    }
+
+    /// The device address of byte `offset`.
+    pub fn device_addr(&self, offset: usize) -> u64 {
+        assert!(
+            offset <= self.len,
+            "offset {offset} beyond a {}-byte DMA buffer",
+            self.len
+        );
+        let page = offset / PAGE_SIZE as usize;
+        if page == self.pages.len() {
+            // One past the end: the end address of the last page.
+            return self.pages[page - 1] + PAGE_SIZE;
+        }
+        self.pages[page] + (offset % PAGE_SIZE as usize) as u64
+    }
+
+    /// The device address of the first byte if the device sees the buffer as one range.
+    pub fn contiguous(&self) -> Option<u64> {
+        let first = *self.pages.first()?;
+        self.pages
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| p == first + i as u64 * PAGE_SIZE)
+            .then_some(first)
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "access of {len} bytes at {offset} beyond a {}-byte DMA buffer",
+            self.len
+        );
+    }
+
+    /// Copies `data` into the buffer at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.check(offset, data.len());
+        // SAFETY: in bounds; the device may race, which is why this is a raw copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        };
+    }
+
+    /// Copies bytes at `offset` out of the buffer.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        self.check(offset, out.len());
+        // SAFETY: in bounds; the device may race, which is why this is a raw copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+    }
+
+    /// Fills the buffer with zeroes.
+    pub fn zero(&self) {
+        // SAFETY: the whole buffer is ours.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+    }
+
+    /// Reads a little-endian u16 at a 2-byte aligned `offset` with acquire ordering.
+    pub fn load_u16(&self, offset: usize) -> u16 {
+        self.check(offset, 2);
+        assert!(offset.is_multiple_of(2));
+        // SAFETY: in bounds and aligned; AtomicU16 has the layout of u16.
+        let v = unsafe {
+            (*(self.ptr.as_ptr().add(offset) as *const std::sync::atomic::AtomicU16))
+                .load(Ordering::Acquire)
+        };
+        u16::from_le(v)
+    }
+
+    /// Writes a little-endian u16 at a 2-byte aligned `offset` with release ordering, so
+    /// everything written before it is visible to the device first.
+    pub fn store_u16(&self, offset: usize, value: u16) {
+        self.check(offset, 2);
+        assert!(offset.is_multiple_of(2));
+        fence(Ordering::Release);
+        // SAFETY: in bounds and aligned; AtomicU16 has the layout of u16.
+        unsafe {
+            (*(self.ptr.as_ptr().add(offset) as *const std::sync::atomic::AtomicU16))
+                .store(value.to_le(), Ordering::Release)
+        };
+    }
+
+    /// Reads a little-endian u32 at a 4-byte aligned `offset` with acquire ordering.
+    pub fn load_u32(&self, offset: usize) -> u32 {
+        self.check(offset, 4);
+        assert!(offset.is_multiple_of(4));
+        // SAFETY: in bounds and aligned; AtomicU32 has the layout of u32.
+        let v = unsafe {
+            (*(self.ptr.as_ptr().add(offset) as *const std::sync::atomic::AtomicU32))
+                .load(Ordering::Acquire)
+        };
+        u32::from_le(v)
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release.release(self.ptr, self.len, &self.pages);
+        }
+    }
+}
+
+/// Rounds `size` up to whole pages (at least one).
+pub(crate) fn page_round(size: usize) -> usize {
+    let page = PAGE_SIZE as usize;
+    size.max(1).div_ceil(page) * page
+}
+
+/// Polls `done` until it returns `Some` or `timeout` passes, backing off from spinning to
+/// short sleeps so a waiting driver does not burn a core.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    what: &'static str,
+    mut done: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if let Some(v) = done()? {
+            return Ok(v);
+        }
+        if start.elapsed() > timeout {
+            return Err(Error::Timeout(timeout, what));
+        }
+        spins += 1;
+        if spins < 1000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}

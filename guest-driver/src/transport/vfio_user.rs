@@ -1,0 +1,387 @@
+//! The transport on the host: the driver speaks vfio-user to rnicd itself and so plays
+//! the VMM's part too. Guest RAM is a memfd that it DMA-maps with its descriptor; BAR0 and
+//! config space are region reads and writes over the socket; the doorbell BAR is mmapped
+//! from the descriptor the device hands out; MSI-X vectors are eventfds.
+//!
+//! What a guest would see through QEMU, this sees through the same messages, which is
+//! what makes it the real path for tests and benchmarks.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rnic_abi::pci::{cfg, CONFIG_SPACE_SIZE, DOORBELL_BAR, REG_BAR};
+use rnic_abi::PAGE_SIZE;
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+use vfio_user::Client;
+use vmm_sys_util::eventfd::EventFd;
+
+use super::{page_round, DmaBuffer, DmaRelease, MappedBar, Transport};
+use crate::error::{Error, Result};
+
+/// Where the memfd "guest RAM" appears in the device's DMA address space. Any page-aligned
+/// value works; a high one makes a stray zero address fail loudly.
+pub const DEFAULT_IOVA_BASE: u64 = 0x1_0000_0000;
+/// Default size of the guest RAM memfd.
+pub const DEFAULT_MEMORY: usize = 64 << 20;
+
+/// Options of a [`VfioUserTransport`].
+#[derive(Debug, Clone)]
+pub struct VfioUserOptions {
+    /// Bytes of DMA memory to share with the device.
+    pub memory: usize,
+    /// Device address of the first byte of that memory.
+    pub iova_base: u64,
+}
+
+impl Default for VfioUserOptions {
+    fn default() -> Self {
+        Self {
+            memory: DEFAULT_MEMORY,
+            iova_base: DEFAULT_IOVA_BASE,
+        }
+    }
+}
+
+/// An rnic function reached over a vfio-user socket.
+pub struct VfioUserTransport {
+    path: PathBuf,
+    client: Mutex<Client>,
+    doorbells: MappedBar,
+    _doorbell_mapping: Mapping,
+    memory: Arc<GuestRam>,
+    vectors: Mutex<Vec<EventFd>>,
+}
+
+impl std::fmt::Debug for VfioUserTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VfioUserTransport")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An mmap that is unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a plain memory mapping, only accessed through MappedBar or DmaBuffer.
+unsafe impl Send for Mapping {}
+// SAFETY: see above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(fd: i32, len: usize, offset: u64, what: &str) -> Result<Self> {
+        // SAFETY: mapping a descriptor we hold with a length the owner advertised; the
+        // result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::last_os(format!("mmap {what}")));
+        }
+        let ptr =
+            NonNull::new(ptr as *mut u8).ok_or_else(|| Error::last_os(format!("mmap {what}")))?;
+        Ok(Self { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what new() mapped.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+/// The memfd that stands for guest RAM, with a first-fit page allocator over it.
+struct GuestRam {
+    _file: File,
+    mapping: Mapping,
+    iova_base: u64,
+    /// One flag per page: in use.
+    used: Mutex<Vec<bool>>,
+}
+
+impl GuestRam {
+    fn alloc(self: &Arc<Self>, size: usize) -> Result<DmaBuffer> {
+        let len = page_round(size);
+        let pages = len / PAGE_SIZE as usize;
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let start = first_fit(&used, pages).ok_or_else(|| {
+            Error::NoDmaMemory(format!(
+                "no {len} contiguous free bytes in the {} MiB shared with the device; give the transport more memory",
+                self.mapping.len >> 20
+            ))
+        })?;
+        used[start..start + pages]
+            .iter_mut()
+            .for_each(|u| *u = true);
+        drop(used);
+        let offset = start * PAGE_SIZE as usize;
+        // SAFETY: in bounds of the mapping, checked by first_fit.
+        let ptr = unsafe { NonNull::new_unchecked(self.mapping.ptr.as_ptr().add(offset)) };
+        let device_pages = (0..pages)
+            .map(|i| self.iova_base + (offset + i * PAGE_SIZE as usize) as u64)
+            .collect();
+        let release: Arc<dyn DmaRelease> = self.clone();
+        // SAFETY: the pages are ours until release() gives them back.
+        let buf = unsafe { DmaBuffer::new(ptr, len, device_pages, Some(release)) };
+        buf.zero();
+        Ok(buf)
+    }
+}
+
+impl DmaRelease for GuestRam {
+    fn release(&self, _ptr: NonNull<u8>, _len: usize, device_pages: &[u64]) {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        for &p in device_pages {
+            if let Some(u) = used.get_mut(((p - self.iova_base) / PAGE_SIZE) as usize) {
+                *u = false;
+            }
+        }
+    }
+}
+
+/// Index of the first run of `n` free pages.
+fn first_fit(used: &[bool], n: usize) -> Option<usize> {
+    let mut run = 0;
+    for (i, &u) in used.iter().enumerate() {
+        run = if u { 0 } else { run + 1 };
+        if run == n {
+            return Some(i + 1 - n);
+        }
+    }
+    None
+}
+
+fn vfio(what: impl Into<String>) -> impl FnOnce(vfio_user::Error) -> Error {
+    let what = what.into();
+    move |e| Error::VfioUser(what, e)
+}
+
+impl VfioUserTransport {
+    /// Connects to the function served at `path` with default options.
+    pub fn connect(path: &Path) -> Result<Self> {
+        Self::connect_with(path, &VfioUserOptions::default())
+    }
+
+    /// Connects to the function served at `path`: negotiates, shares guest memory, and
+    /// maps the doorbell BAR.
+    pub fn connect_with(path: &Path, options: &VfioUserOptions) -> Result<Self> {
+        if !path.exists() {
+            return Err(Error::NotFound(format!(
+                "{} does not exist; is rnicd running with this --socket-dir?",
+                path.display()
+            )));
+        }
+        let mut client =
+            Client::new(path).map_err(vfio(format!("connect to {}", path.display())))?;
+
+        let memory = page_round(options.memory);
+        // SAFETY: memfd_create with a valid C string; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"rnic-guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os("memfd_create for guest memory"));
+        }
+        // SAFETY: fd is fresh and now owned by the File.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(memory as u64)
+            .map_err(|e| Error::Io("size the guest memory memfd".into(), e))?;
+        let mapping = Mapping::new(file.as_raw_fd(), memory, 0, "guest memory")?;
+        client
+            .dma_map(0, options.iova_base, memory as u64, file.as_raw_fd())
+            .map_err(vfio("DMA_MAP guest memory"))?;
+        let guest_ram = Arc::new(GuestRam {
+            _file: file,
+            mapping,
+            iova_base: options.iova_base,
+            used: Mutex::new(vec![false; memory / PAGE_SIZE as usize]),
+        });
+
+        let region = client
+            .region(u32::from(DOORBELL_BAR))
+            .ok_or_else(|| Error::Device("the device has no doorbell BAR region".into()))?;
+        let file_offset = region.file_offset.as_ref().ok_or_else(|| {
+            Error::Device("the doorbell BAR came without a file descriptor to map".into())
+        })?;
+        let len = usize::try_from(region.size)
+            .map_err(|_| Error::Device("doorbell BAR too large".into()))?;
+        let doorbell_mapping = Mapping::new(
+            file_offset.file().as_raw_fd(),
+            len,
+            file_offset.start(),
+            "doorbell BAR",
+        )?;
+        // SAFETY: the mapping lives in the same struct, dropped after the MappedBar.
+        let doorbells = unsafe { MappedBar::new(doorbell_mapping.ptr, len) };
+
+        Ok(Self {
+            path: path.to_path_buf(),
+            client: Mutex::new(client),
+            doorbells,
+            _doorbell_mapping: doorbell_mapping,
+            memory: guest_ram,
+            vectors: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn client(&self) -> MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends a DMA_UNMAP for the guest memory (for tests of what the device does then).
+    pub fn unmap_guest_memory(&self) -> Result<()> {
+        let len = self.memory.mapping.len as u64;
+        self.client()
+            .dma_unmap(self.memory.iova_base, len)
+            .map_err(vfio("DMA_UNMAP guest memory"))
+    }
+
+    /// Closes the connection, as a VMM that goes away does.
+    pub fn disconnect(&self) -> Result<()> {
+        self.client().shutdown().map_err(vfio("shutdown"))
+    }
+}
+
+impl Transport for VfioUserTransport {
+    fn describe(&self) -> String {
+        format!("vfio-user:{}", self.path.display())
+    }
+
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
+        check_config(offset, buf.len())?;
+        self.client()
+            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), buf)
+            .map_err(vfio("config read"))
+    }
+
+    fn config_write(&self, offset: u16, data: &[u8]) -> Result<()> {
+        check_config(offset, data.len())?;
+        self.client()
+            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), data)
+            .map_err(vfio("config write"))
+    }
+
+    fn reg_read32(&self, offset: u64) -> Result<u32> {
+        let mut b = [0u8; 4];
+        self.client()
+            .region_read(u32::from(REG_BAR), offset, &mut b)
+            .map_err(vfio("register read"))?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn reg_write32(&self, offset: u64, value: u32) -> Result<()> {
+        self.client()
+            .region_write(u32::from(REG_BAR), offset, &value.to_le_bytes())
+            .map_err(vfio("register write"))
+    }
+
+    fn doorbells(&self) -> &MappedBar {
+        &self.doorbells
+    }
+
+    fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
+        self.memory.alloc(size)
+    }
+
+    fn enable_interrupts(&self, count: u16) -> Result<bool> {
+        let fds = (0..count)
+            .map(|_| {
+                EventFd::new(libc::EFD_NONBLOCK)
+                    .map_err(|e| Error::Io("create an interrupt eventfd".into(), e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        self.client()
+            .set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                u32::from(count),
+                &raw,
+            )
+            .map_err(vfio("SET_IRQS"))?;
+        *self.vectors.lock().unwrap_or_else(|e| e.into_inner()) = fds;
+        // As the VMM, also do what the guest's MSI-X setup does: enable MSI-X.
+        let at = cfg::MSIX_CAP as u16 + cfg::MSIX_MSG_CTRL as u16;
+        let mut ctrl = [0u8; 2];
+        self.config_read(at, &mut ctrl)?;
+        let ctrl = (u16::from_le_bytes(ctrl) | cfg::MSIX_ENABLE) & !cfg::MSIX_FUNCTION_MASK;
+        self.config_write(at, &ctrl.to_le_bytes())?;
+        Ok(true)
+    }
+
+    fn wait_interrupt(&self, vector: u16, timeout: Duration) -> Result<bool> {
+        let fd = {
+            let vectors = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
+            let v = vectors
+                .get(usize::from(vector))
+                .ok_or(Error::Unsupported("interrupt vector not enabled"))?;
+            v.try_clone()
+                .map_err(|e| Error::Io("dup an interrupt eventfd".into(), e))?
+        };
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(Error::last_os("poll an interrupt eventfd"));
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        // Non-blocking read to clear the count; EAGAIN means someone else consumed it.
+        let _ = fd.read();
+        Ok(true)
+    }
+
+    fn function_reset(&self) -> Result<()> {
+        self.client().reset().map_err(vfio("DEVICE_RESET"))
+    }
+}
+
+fn check_config(offset: u16, len: usize) -> Result<()> {
+    if usize::from(offset) + len > CONFIG_SPACE_SIZE {
+        return Err(Error::Io(
+            format!("config access of {len} bytes at {offset:#x}"),
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "beyond the 4 KiB config space",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_fit;
+
+    #[test]
+    fn first_fit_finds_the_first_hole_big_enough() {
+        let used = [true, false, true, false, false, true, false, false, false];
+        assert_eq!(first_fit(&used, 1), Some(1));
+        assert_eq!(first_fit(&used, 2), Some(3));
+        assert_eq!(first_fit(&used, 3), Some(6));
+        assert_eq!(first_fit(&used, 4), None);
+    }
+}
