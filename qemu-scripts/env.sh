@@ -1,7 +1,9 @@
+# shellcheck shell=bash
 # Sourced by the qemu-scripts: where the VM kit lives and how to call QEMU.
 # RNIC_CACHE survives across clones on one machine so set-up runs once per machine.
 RNIC_CACHE=${RNIC_CACHE:-/var/cache/rnic}
 TRIXIE_ROOT=$RNIC_CACHE/trixie-root
+# shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_KIT=$RNIC_CACHE/guest-kit
 
 # Runs the QEMU that has vfio-user-pci: the system one if it has it, else the one inside the
@@ -10,10 +12,43 @@ qemu_in_root() {
     ! { command -v qemu-system-x86_64 >/dev/null 2>&1 &&
         qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"'; }
 }
-qemu_cmd() {
+
+# Prints the argv prefix that runs QEMU, one word a line (read it with mapfile). Inside the
+# trixie root, QEMU runs in a private mount namespace where /dev and /proc are bind-mounted
+# into the root: the mounts vanish with QEMU, so nothing is left mounted on the host (an
+# `rm -rf` of the cache can never reach the host's /dev) and concurrent runs do not interfere.
+# The pid of the process started from this prefix is QEMU's own pid (every step execs).
+qemu_argv() {
     if qemu_in_root; then
-        chroot "$TRIXIE_ROOT" qemu-system-x86_64 "$@"
+        # shellcheck disable=SC2016 # expanded by the inner sh
+        printf '%s\n' unshare --mount --propagation private -- sh -c \
+            'mount --rbind /dev "$0/dev" && mount --bind /proc "$0/proc" && exec chroot "$0" qemu-system-x86_64 "$@"' \
+            "$TRIXIE_ROOT"
     else
-        qemu-system-x86_64 "$@"
+        printf '%s\n' qemu-system-x86_64
     fi
+}
+qemu_cmd() {
+    local argv
+    mapfile -t argv < <(qemu_argv)
+    "${argv[@]}" "$@"
+}
+
+# Prints PATH (absolute, on the host) as QEMU sees it: inside the trixie root that strips the
+# $TRIXIE_ROOT prefix, and fails for a path outside the root.
+qemu_path() {
+    local p
+    p=$(realpath -m -- "$1")
+    if qemu_in_root; then
+        local root
+        root=$(realpath -m -- "$TRIXIE_ROOT")
+        case $p in
+        "$root"/*) p=${p#"$root"} ;;
+        *)
+            echo "qemu_path: $p is outside $TRIXIE_ROOT, where QEMU runs; put it under $TRIXIE_ROOT" >&2
+            return 1
+            ;;
+        esac
+    fi
+    echo "$p"
 }

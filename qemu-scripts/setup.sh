@@ -59,7 +59,8 @@ ensure_trixie_root() {
     local mirror
     mirror=$(host_mirror)
     log "debootstrapping a trixie root into $TRIXIE_ROOT (mirror: ${mirror:-debootstrap default}); about a minute"
-    rm -rf "$TRIXIE_ROOT"
+    # --one-file-system: never descend into a /dev or /proc someone bind-mounted into it.
+    rm -rf --one-file-system "$TRIXIE_ROOT"
     mkdir -p "$TRIXIE_ROOT"
     debootstrap --variant=minbase trixie "$TRIXIE_ROOT" ${mirror:+"$mirror"} >"$RNIC_CACHE/debootstrap.log" 2>&1 || {
         log "debootstrap failed; see $RNIC_CACHE/debootstrap.log"

@@ -84,6 +84,9 @@ impl From<DmaMapError> for io::Error {
 pub struct DmaSpace {
     readable: GuestMemoryAtomic<GuestMemoryMmap>,
     writable: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// Ranges whose DMA_MAP was refused for lack of a descriptor. QEMU maps its ROMs and
+    /// other devices' BARs that way and later unmaps them; those unmaps succeed quietly.
+    refused: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
 impl Default for DmaSpace {
@@ -100,6 +103,7 @@ impl DmaSpace {
         Self {
             readable: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
             writable: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+            refused: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -113,6 +117,7 @@ impl DmaSpace {
         writable: bool,
     ) -> Result<(), DmaMapError> {
         let Some(file) = file else {
+            self.refused_ranges().push((iova, size));
             return Err(DmaMapError::NoFd { iova, size });
         };
         let bad_range = || DmaMapError::BadRange { iova, size };
@@ -173,8 +178,19 @@ impl DmaSpace {
         Ok(())
     }
 
+    fn refused_ranges(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Unmaps the region that starts at `iova` and is `size` bytes long.
     pub fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaMapError> {
+        {
+            let mut refused = self.refused_ranges();
+            if let Some(i) = refused.iter().position(|&r| r == (iova, size)) {
+                refused.swap_remove(i);
+                return Ok(());
+            }
+        }
         let readable = self.readable.lock().unwrap_or_else(|e| e.into_inner());
         let writable = self.writable.lock().unwrap_or_else(|e| e.into_inner());
         let not_mapped = || DmaMapError::NotMapped { iova, size };
@@ -191,6 +207,7 @@ impl DmaSpace {
 
     /// Forgets every mapping (the client went away or asked UNMAP_ALL).
     pub fn unmap_all(&self) {
+        self.refused_ranges().clear();
         self.readable
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -256,6 +273,9 @@ mod tests {
         let err = space.map(0, 0x1000, 0, None, true).unwrap_err();
         assert!(err.to_string().contains("memory-backend-memfd"), "{err}");
         assert_eq!(space.region_count(), 0);
+        // Unmapping the refused range is not an error; unmapping it twice is.
+        space.unmap(0, 0x1000).unwrap();
+        assert!(space.unmap(0, 0x1000).is_err());
     }
 
     #[test]

@@ -92,12 +92,17 @@ pub fn irqs() -> Vec<IrqInfo> {
 /// The vfio-user backend of one function for one client connection.
 pub struct Backend {
     function: Arc<Function>,
+    /// Whether this client was already told that fd-less memory is refused.
+    warned_fdless: bool,
 }
 
 impl Backend {
     /// A backend serving `function`.
     pub fn new(function: Arc<Function>) -> Self {
-        Self { function }
+        Self {
+            function,
+            warned_fdless: false,
+        }
     }
 }
 
@@ -130,7 +135,14 @@ impl ServerBackend for Backend {
             )
             .inspect(|()| log::debug!("{id}: DMA_MAP {address:#x}+{size:#x} ({flags:?})"))
             .map_err(|e| {
-                log::error!("{id}: {e}");
+                // QEMU maps its ROMs and other devices' BARs without descriptors even when
+                // guest RAM is shared: say it once, loudly, then only in debug logs.
+                if matches!(e, crate::dma::DmaMapError::NoFd { .. }) && self.warned_fdless {
+                    log::debug!("{id}: {e}");
+                } else {
+                    log::warn!("{id}: {e} (further refusals of descriptor-less ranges are logged at debug level)");
+                }
+                self.warned_fdless |= matches!(e, crate::dma::DmaMapError::NoFd { .. });
                 e.into()
             })
     }

@@ -46,6 +46,18 @@ pub struct CommandQueue {
     last_used: u16,
     interrupts: bool,
     next_token: u32,
+    stats: QueueStats,
+}
+
+/// Counters of how the queue talked to the device.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Commands completed.
+    pub commands: u64,
+    /// Doorbells that needed a kick (a trapped register write) because the device slept.
+    pub kicks: u64,
+    /// Completion interrupts received.
+    pub interrupts: u64,
 }
 
 /// The raw outcome of a command that the device answered.
@@ -95,6 +107,7 @@ impl CommandQueue {
             last_used: 0,
             interrupts,
             next_token: 1,
+            stats: QueueStats::default(),
         })
     }
 
@@ -120,13 +133,13 @@ impl CommandQueue {
         let resp_len = size_of::<RespHeader>() + response_len;
         let resp = t.alloc_dma(resp_len)?;
 
-        let mut segments = segments(&req, size_of::<CmdHeader>() + request.len(), 0);
-        segments.extend(segments_of(&resp, resp_len, DESC_F_WRITE));
-        if segments.len() > usize::from(QUEUE_SIZE) {
+        let mut chain = segments(&req, size_of::<CmdHeader>() + request.len(), 0);
+        chain.extend(segments(&resp, resp_len, DESC_F_WRITE));
+        if chain.len() > usize::from(QUEUE_SIZE) {
             return Err(Error::Device("command too fragmented for the queue".into()));
         }
-        for (i, (addr, len, flags)) in segments.iter().enumerate() {
-            let last = i + 1 == segments.len();
+        for (i, (addr, len, flags)) in chain.iter().enumerate() {
+            let last = i + 1 == chain.len();
             let flags = flags | if last { 0 } else { DESC_F_NEXT };
             let mut d = [0u8; DESC_SIZE];
             d[0..8].copy_from_slice(&addr.to_le_bytes());
@@ -140,20 +153,23 @@ impl CommandQueue {
         self.next_avail = self.next_avail.wrapping_add(1);
         // Descriptors and ring entry first, then the index that publishes them.
         self.rings.store_u16(LAYOUT.avail + 2, self.next_avail);
-        ring_doorbell(t, CMDQ_DOORBELL, u32::from(self.next_avail))?;
+        if ring_doorbell(t, CMDQ_DOORBELL, u32::from(self.next_avail))? {
+            self.stats.kicks += 1;
+        }
 
         let used_idx = LAYOUT.used + 2;
         let expected = self.last_used.wrapping_add(1);
+        let (rings, interrupts, stats) = (&self.rings, self.interrupts, &mut self.stats);
         let mut wait = || -> Result<Option<()>> {
-            if self.rings.load_u16(used_idx) == expected {
-                return Ok(Some(()));
+            // With interrupts, the device signals after it wrote the used ring: wait for
+            // the signal first, so that none is left behind for the next command.
+            if interrupts && t.wait_interrupt(CMDQ_VECTOR, Duration::from_millis(10))? {
+                stats.interrupts += 1;
             }
-            if self.interrupts {
-                t.wait_interrupt(CMDQ_VECTOR, Duration::from_millis(10))?;
-            }
-            Ok(None)
+            Ok((rings.load_u16(used_idx) == expected).then_some(()))
         };
         poll_until(COMMAND_TIMEOUT, "a command completion", &mut wait)?;
+        self.stats.commands += 1;
         let elem = LAYOUT.used + 4 + 8 * usize::from(self.last_used % QUEUE_SIZE);
         self.last_used = expected;
         let written = self.rings.load_u32(elem + 4) as usize;
@@ -177,10 +193,16 @@ impl CommandQueue {
             body: body.to_vec(),
         })
     }
+
+    /// How the queue has talked to the device so far.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
 }
 
-/// Writes `value` to the doorbell at `offset` of page 0 and kicks the device if it asked.
-pub fn ring_doorbell(t: &dyn Transport, offset: u64, value: u32) -> Result<()> {
+/// Writes `value` to the doorbell at `offset` of page 0 and kicks the device if it asked;
+/// returns whether it kicked.
+pub fn ring_doorbell(t: &dyn Transport, offset: u64, value: u32) -> Result<bool> {
     let db = t.doorbells();
     db.write32(offset, value);
     // The doorbell store must be visible before we read the device's request; the device
@@ -188,16 +210,13 @@ pub fn ring_doorbell(t: &dyn Transport, offset: u64, value: u32) -> Result<()> {
     fence(Ordering::SeqCst);
     if db.read32(NOTIFY_REQUEST) != 0 {
         t.reg_write32(regs::DOORBELL_KICK, 0)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// (device address, length, flags) runs of a buffer's first `len` bytes, merging pages the
 /// device sees as contiguous.
-fn segments_of(buf: &DmaBuffer, len: usize, flags: u16) -> Vec<(u64, u32, u16)> {
-    segments(buf, len, flags)
-}
-
 fn segments(buf: &DmaBuffer, len: usize, flags: u16) -> Vec<(u64, u32, u16)> {
     let page = rnic_abi::PAGE_SIZE as usize;
     let mut out: Vec<(u64, u32, u16)> = Vec::new();

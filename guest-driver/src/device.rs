@@ -117,6 +117,11 @@ impl Device {
         self.cmdq.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How the command queue has talked to the device so far.
+    pub fn cmdq_stats(&self) -> crate::cmdq::QueueStats {
+        self.cmdq().stats()
+    }
+
     /// Sends a raw command and returns whatever the device answered, status included.
     pub fn raw_command(
         &self,

@@ -1,1 +1,236 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
+//! raw vfio-user messages for what the crate's client cannot send.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The workspace's target directory holding the binaries under test.
+pub fn bin_dir() -> PathBuf {
+    // Test executables live in target/<profile>/deps; the binaries one level up.
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// Path of a workspace binary, with a clear message when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace binaries first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A running rnicd with its own socket directory; stopped (SIGTERM) on drop.
+pub struct Rnicd {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Rnicd {
+    /// Starts rnicd with `vfs` VFs and extra arguments, and waits for its sockets.
+    pub fn start(vfs: u16, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("rnicd-test-")
+            .tempdir()
+            .expect("tempdir");
+        let log = dir.path().join("rnicd.log");
+        let sockets = dir.path().join("sock");
+        let child = Command::new(bin("rnicd"))
+            .arg("--socket-dir")
+            .arg(&sockets)
+            .arg("--vfs")
+            .arg(vfs.to_string())
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("RNICD_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn rnicd");
+        let me = Self {
+            child: Some(child),
+            dir,
+            log,
+        };
+        let last_name = if vfs > 0 {
+            format!("vf{}", vfs - 1)
+        } else {
+            "pf".to_string()
+        };
+        let last = me.socket(&last_name);
+        wait_for(Duration::from_secs(10), "rnicd's sockets", || last.exists());
+        me
+    }
+
+    /// The socket of function `name` ("pf", "vf0", ...).
+    pub fn socket(&self, name: &str) -> PathBuf {
+        self.dir.path().join("sock").join(format!("{name}.sock"))
+    }
+
+    /// The socket directory.
+    pub fn socket_dir(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+
+    /// What rnicd logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// rnicd's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Sends `signal` and waits for the exit status.
+    pub fn stop_with(&mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("rnicd did not exit within 10 s of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// CPU time (user + system) rnicd has used, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("stat");
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
+    }
+}
+
+impl Drop for Rnicd {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop_with(libc::SIGTERM);
+        }
+        if std::thread::panicking() {
+            eprintln!("--- rnicd log ---\n{}", self.log());
+        }
+    }
+}
+
+/// Waits until `cond` holds, or panics naming `what`.
+pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// vfio-user message header flag: this is a reply.
+pub const FLAG_REPLY: u32 = 1;
+/// vfio-user message header flag: the reply reports an error.
+pub const FLAG_ERROR: u32 = 1 << 5;
+/// vfio-user command numbers used by the raw tests.
+pub const CMD_VERSION: u16 = 1;
+/// DMA_MAP.
+pub const CMD_DMA_MAP: u16 = 2;
+/// DEVICE_GET_INFO.
+pub const CMD_DEVICE_GET_INFO: u16 = 4;
+
+/// A raw vfio-user connection for sending what a well-behaved client would not.
+pub struct RawClient {
+    /// The socket.
+    pub stream: UnixStream,
+    next_id: u16,
+}
+
+/// A decoded reply header and its payload.
+#[derive(Debug)]
+pub struct Reply {
+    /// Command the reply answers.
+    pub command: u16,
+    /// Header flags.
+    pub flags: u32,
+    /// Error number for error replies.
+    pub error: u32,
+    /// Bytes after the header.
+    pub payload: Vec<u8>,
+}
+
+impl RawClient {
+    /// Connects without negotiating.
+    pub fn connect(path: &Path) -> Self {
+        let stream = UnixStream::connect(path).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        Self { stream, next_id: 0 }
+    }
+
+    /// Encodes a message header.
+    pub fn header(&mut self, command: u16, payload_len: usize) -> Vec<u8> {
+        let mut h = Vec::with_capacity(16);
+        h.extend_from_slice(&self.next_id.to_le_bytes());
+        h.extend_from_slice(&command.to_le_bytes());
+        h.extend_from_slice(&((16 + payload_len) as u32).to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        self.next_id = self.next_id.wrapping_add(1);
+        h
+    }
+
+    /// Sends a command with `payload`.
+    pub fn send(&mut self, command: u16, payload: &[u8]) {
+        let mut msg = self.header(command, payload.len());
+        msg.extend_from_slice(payload);
+        self.stream.write_all(&msg).expect("send");
+    }
+
+    /// Reads one reply.
+    pub fn recv(&mut self) -> Reply {
+        let mut h = [0u8; 16];
+        self.stream.read_exact(&mut h).expect("reply header");
+        let size = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+        let mut payload = vec![0u8; size.saturating_sub(16)];
+        self.stream.read_exact(&mut payload).expect("reply payload");
+        Reply {
+            command: u16::from_le_bytes([h[2], h[3]]),
+            flags: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
+            error: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
+            payload,
+        }
+    }
+
+    /// Negotiates protocol version 0.1 as QEMU does.
+    pub fn negotiate(&mut self) -> Reply {
+        let mut p = Vec::new();
+        p.extend_from_slice(&0u16.to_le_bytes());
+        p.extend_from_slice(&1u16.to_le_bytes());
+        p.extend_from_slice(b"{\"capabilities\":{}}\0");
+        self.send(CMD_VERSION, &p);
+        self.recv()
+    }
+}

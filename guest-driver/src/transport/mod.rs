@@ -41,6 +41,8 @@ pub trait Transport: Send + Sync {
     /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, or the sysfs
     /// `reset` file).
     fn function_reset(&self) -> Result<()>;
+    /// The concrete transport, for what only one of them can do (tests, tools).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// A BAR mapped into the driver's address space. Accesses are volatile and bounds-checked.

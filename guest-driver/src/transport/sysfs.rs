@@ -149,6 +149,10 @@ impl Transport for SysfsTransport {
         ))
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn function_reset(&self) -> Result<()> {
         let path = self.dev.join("reset");
         if !path.exists() {

@@ -354,6 +354,10 @@ impl Transport for VfioUserTransport {
         Ok(true)
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn function_reset(&self) -> Result<()> {
         self.client().reset().map_err(vfio("DEVICE_RESET"))
     }

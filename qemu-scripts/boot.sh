@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Boots a TCG guest with rnic functions attached over vfio-user and runs a command in it.
+# See usage() below and qemu-scripts/README.md.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+# shellcheck source=qemu-scripts/env.sh
+source "$here/env.sh"
+
+log() { echo "[boot] $*" >&2; }
+# Failures of the VM machinery (not of the guest command) exit with 125; a timeout with 124.
+die() {
+    log "error: $*"
+    exit 125
+}
+
+usage() {
+    cat <<'EOF'
+Usage: boot.sh [--socket-dir DIR] [--pf] [--vf N]... [--mem MB] [--timeout S] [--] CMD...
+
+Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
+attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
+(its words joined by spaces, run by the guest's sh, like ssh), and exits with its status.
+With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x quits QEMU).
+
+  --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
+                    serves DIR yet, one is started for this run and stopped at its end.
+                    Default: a fresh directory inside this run's directory. When QEMU runs
+                    inside the trixie root, DIR must be under $RNIC_CACHE/trixie-root.
+  --pf              attach the physical function (DIR/pf.sock)
+  --vf N            attach virtual function N (DIR/vfN.sock); repeatable
+  --mem MB          guest memory in MiB (default 512)
+  --timeout S       kill QEMU after S seconds (default 300; 0 = never)
+
+Environment:
+  RNIC_BOOT_EXTRA_QEMU_ARGS  extra QEMU arguments, split on whitespace
+  RNIC_BOOT_APPEND           extra kernel command-line words (key=value reach /init's env)
+  RNIC_RNICD                 the rnicd binary to start (default: the newer of
+                             target/debug/rnicd and target/release/rnicd; built if neither)
+  RUST_LOG                   passed to a started rnicd (default: info)
+
+Exit status: the guest command's; 124 if the timeout killed QEMU; 125 if QEMU or rnicd failed
+or the guest never reported a status. The console log and rnicd's log are kept in the run
+directory, printed at the end (newest run: <run base>/latest).
+EOF
+}
+
+socket_dir=""
+want_pf=0
+vfs=()
+mem=512
+timeout_s=300
+cmd=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --socket-dir) [ $# -ge 2 ] || die "--socket-dir needs a directory"; socket_dir=$2; shift 2 ;;
+    --socket-dir=*) socket_dir=${1#*=}; shift ;;
+    --pf) want_pf=1; shift ;;
+    --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
+    --vf=*) vfs+=("${1#*=}"); shift ;;
+    --mem) [ $# -ge 2 ] || die "--mem needs a size in MiB"; mem=$2; shift 2 ;;
+    --mem=*) mem=${1#*=}; shift ;;
+    --timeout) [ $# -ge 2 ] || die "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
+    --timeout=*) timeout_s=${1#*=}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; cmd=("$@"); break ;;
+    -*) usage >&2; die "unknown option $1 (put guest commands after --)" ;;
+    *) cmd=("$@"); break ;;
+    esac
+done
+[[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem $mem: give a whole number of MiB, e.g. --mem 1024"
+[[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout $timeout_s: give whole seconds (0 for none)"
+for v in ${vfs[@]+"${vfs[@]}"}; do
+    [[ $v =~ ^(0|[1-9][0-9]*)$ ]] || die "--vf $v: give a VF index, e.g. --vf 0"
+done
+if [ ${#vfs[@]} -gt 0 ] && [ "$(printf '%s\n' "${vfs[@]}" | sort | uniq -d)" ]; then
+    die "a VF is listed twice: --vf ${vfs[*]}"
+fi
+interactive=0
+if [ ${#cmd[@]} -eq 0 ]; then
+    [ -t 0 ] || die "no guest command given: boot.sh [options] -- CMD... (or run it from a terminal for a shell)"
+    interactive=1
+fi
+[ "$(id -u)" = 0 ] || die "must run as root (chroot and mounts); re-run with sudo"
+
+# --- set-up (both idempotent) --------------------------------------------------------------
+bash "$here/setup.sh"
+base_initrd=$(bash "$here/build-initramfs.sh")
+busybox=$GUEST_KIT/busybox
+
+if qemu_in_root; then
+    run_base=$TRIXIE_ROOT/run/rnic-vm
+else
+    run_base=$RNIC_CACHE/run/rnic-vm
+fi
+mkdir -p "$run_base"
+run_dir=$run_base/$(date +%Y%m%d-%H%M%S)-$$
+mkdir "$run_dir"
+ln -sfn "$(basename "$run_dir")" "$run_base/latest"
+log "run dir $run_dir"
+# Keep the newest 50 run directories (they hold only logs once a run is over).
+find "$run_base" -mindepth 1 -maxdepth 1 -type d -name '2*' | LC_ALL=C sort | head -n -50 |
+    xargs -r rm -rf --one-file-system --
+console_log=$run_dir/console.log
+
+# --- clean-up --------------------------------------------------------------------------------
+qemu_pid=""
+rnicd_pid=""
+# shellcheck disable=SC2317 # called from the trap
+stop_pid() { # pid what: TERM, up to 5 s, then KILL
+    local pid=$1 what=$2 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 50); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    log "$what (pid $pid) ignored SIGTERM for 5 s: killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+# shellcheck disable=SC2317 # called from the trap
+cleanup() {
+    set +e
+    if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
+        # qemu_pid is `timeout`, which passes SIGTERM on to QEMU; find QEMU itself in case
+        # it has to be killed.
+        local child
+        child=$(pgrep -P "$qemu_pid" | head -n1)
+        log "stopping QEMU"
+        stop_pid "$qemu_pid" QEMU
+        [ -n "$child" ] && stop_pid "$child" QEMU
+    fi
+    if [ -n "$rnicd_pid" ]; then
+        stop_pid "$rnicd_pid" rnicd
+        wait "$rnicd_pid" 2>/dev/null
+    fi
+    rm -f "$run_dir/vmlinuz" "$run_dir/initrd.gz"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- rnicd ---------------------------------------------------------------------------------
+listening() { # Is a unix socket bound at this path accepting connections? (no helper tools)
+    awk -v p="$1" '$4 == "00010000" && $8 == p { found = 1 } END { exit !found }' /proc/net/unix
+}
+socks=()
+names=()
+if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
+    if [ -z "$socket_dir" ]; then
+        socket_dir=$run_dir
+    fi
+    socket_dir=$(realpath -m -- "$socket_dir")
+    qemu_path "$socket_dir" >/dev/null || die "--socket-dir $socket_dir is not reachable by QEMU, which runs inside $TRIXIE_ROOT: use a directory under $TRIXIE_ROOT, or omit --socket-dir"
+    [[ $socket_dir != *[\"\\]* ]] || die "--socket-dir must not contain quotes or backslashes"
+    mkdir -p "$socket_dir"
+    if [ $want_pf = 1 ]; then
+        socks+=("$socket_dir/pf.sock")
+        names+=(pf)
+    fi
+    for v in ${vfs[@]+"${vfs[@]}"}; do
+        socks+=("$socket_dir/vf$v.sock")
+        names+=("vf$v")
+    done
+    for s in "${socks[@]}"; do
+        [ ${#s} -lt 108 ] || die "socket path $s is longer than a unix socket allows (107 bytes); use a shorter --socket-dir"
+    done
+
+    if listening "$socket_dir/pf.sock"; then
+        log "using the rnicd already serving $socket_dir"
+        for s in "${socks[@]}"; do
+            listening "$s" || die "the rnicd serving $socket_dir has no $(basename "$s") (started with too few --vfs?); stop it, or use another --socket-dir"
+        done
+    else
+        rnicd=${RNIC_RNICD:-}
+        if [ -z "$rnicd" ]; then
+            for c in "$repo/target/debug/rnicd" "$repo/target/release/rnicd"; do
+                if [ -x "$c" ] && { [ -z "$rnicd" ] || [ "$c" -nt "$rnicd" ]; }; then
+                    rnicd=$c
+                fi
+            done
+        fi
+        if [ -z "$rnicd" ]; then
+            log "no rnicd binary yet: cargo build -p rnic-device --bin rnicd"
+            (cd "$repo" && cargo build -p rnic-device --bin rnicd) ||
+                die "building rnicd failed (see above); fix the build or point RNIC_RNICD at a binary"
+            rnicd=$repo/target/debug/rnicd
+        fi
+        [ -x "$rnicd" ] || die "rnicd binary $rnicd is not executable; build it: cargo build -p rnic-device --bin rnicd"
+        nvfs=0
+        for v in ${vfs[@]+"${vfs[@]}"}; do
+            [ "$v" -lt "$nvfs" ] || nvfs=$((v + 1))
+        done
+        # Sockets left behind by an rnicd that died would make its bind fail.
+        for s in "$socket_dir"/pf.sock "$socket_dir"/vf*.sock; do
+            if [ -S "$s" ] && ! listening "$s"; then rm -f "$s"; fi
+        done
+        log "starting $rnicd --socket-dir $socket_dir --vfs $nvfs (log: $run_dir/rnicd.log)"
+        RUST_LOG=${RUST_LOG:-info} "$rnicd" --socket-dir "$socket_dir" --vfs "$nvfs" \
+            </dev/null >"$run_dir/rnicd.log" 2>&1 &
+        rnicd_pid=$!
+        for i in $(seq 200); do
+            ready=1
+            for s in "${socks[@]}"; do listening "$s" || ready=0; done
+            [ $ready = 0 ] || break
+            if ! kill -0 "$rnicd_pid" 2>/dev/null; then
+                rc=0
+                wait "$rnicd_pid" || rc=$?
+                rnicd_pid=""
+                tail -n 20 "$run_dir/rnicd.log" | sed 's/^/[boot] rnicd: /' >&2
+                die "rnicd exited with status $rc before serving ${socks[*]} (log: $run_dir/rnicd.log)"
+            fi
+            [ "$i" -lt 200 ] || die "rnicd did not serve ${socks[*]} within 20 s (log: $run_dir/rnicd.log)"
+            sleep 0.1
+        done
+    fi
+fi
+
+# --- guest images --------------------------------------------------------------------------
+# QEMU may run inside the trixie root: everything it opens lives in the run directory.
+ln -f "$GUEST_KIT/vmlinuz" "$run_dir/vmlinuz" 2>/dev/null || cp "$GUEST_KIT/vmlinuz" "$run_dir/vmlinuz"
+if [ $interactive = 1 ]; then
+    cp "$base_initrd" "$run_dir/initrd.gz"
+else
+    # A second cpio with /rnic-run.sh, appended: the kernel unpacks concatenated archives.
+    mkdir "$run_dir/guest-files"
+    printf '%s\n' "${cmd[*]}" >"$run_dir/guest-files/rnic-run.sh"
+    cp "$run_dir/guest-files/rnic-run.sh" "$run_dir/rnic-run.sh"
+    { cat "$base_initrd"
+      (cd "$run_dir/guest-files" && echo rnic-run.sh | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n
+    } >"$run_dir/initrd.gz"
+    rm -rf "$run_dir/guest-files"
+fi
+
+# --- QEMU ----------------------------------------------------------------------------------
+# shellcheck disable=SC2054 # the commas are QEMU's
+qemu_args=(
+    -machine q35,accel=tcg -m "$mem"
+    -object "memory-backend-memfd,id=mem,size=${mem}M,share=on" -numa node,memdev=mem
+    -display none -vga none -no-reboot -nic none
+    -chardev "stdio,id=con,mux=on,logfile=$(qemu_path "$console_log")"
+    -serial chardev:con -monitor chardev:con
+    -kernel "$(qemu_path "$run_dir/vmlinuz")" -initrd "$(qemu_path "$run_dir/initrd.gz")"
+    -append "console=ttyS0 quiet panic=-1${RNIC_BOOT_APPEND:+ $RNIC_BOOT_APPEND}"
+)
+for i in "${!socks[@]}"; do
+    qemu_args+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"${names[$i]}\",\"socket\":{\"path\":\"$(qemu_path "${socks[$i]}")\",\"type\":\"unix\"}}")
+done
+read -ra extra <<<"${RNIC_BOOT_EXTRA_QEMU_ARGS:-}"
+qemu_args+=(${extra[@]+"${extra[@]}"})
+mapfile -t qemu_prefix < <(qemu_argv)
+
+log "booting (TCG; functions: ${names[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
+start=$SECONDS
+if [ $interactive = 1 ]; then
+    # --foreground keeps QEMU in our process group so it may use the terminal; <&0 keeps
+    # the terminal as its stdin (a background job would get /dev/null).
+    timeout --foreground -k 10 "$timeout_s" "${qemu_prefix[@]}" "${qemu_args[@]}" \
+        <&0 2> >(tee "$run_dir/qemu.stderr" >&2) &
+else
+    timeout -k 10 "$timeout_s" "${qemu_prefix[@]}" "${qemu_args[@]}" \
+        </dev/null 2> >(tee "$run_dir/qemu.stderr" >&2) &
+fi
+qemu_pid=$!
+qemu_rc=0
+wait "$qemu_pid" || qemu_rc=$?
+qemu_pid=""
+elapsed=$((SECONDS - start))
+
+status=$(tr -d '\r' <"$console_log" 2>/dev/null | sed -n 's/^RNIC-GUEST-EXIT=\([0-9][0-9]*\)$/\1/p' | tail -n1)
+if [ -n "$status" ]; then
+    if [ $qemu_rc != 0 ]; then
+        log "warning: QEMU exited with status $qemu_rc after the guest finished"
+    fi
+    log "guest exited with status $status after ${elapsed} s (console log: $console_log)"
+    exit "$status"
+fi
+if [ $qemu_rc = 124 ] || [ $qemu_rc = 137 ]; then
+    log "error: timed out: the guest did not finish within ${timeout_s} s, QEMU was killed (--timeout S to wait longer; console log: $console_log)"
+    exit 124
+fi
+if [ $qemu_rc != 0 ]; then
+    die "QEMU exited with status $qemu_rc after ${elapsed} s before the guest reported a status (QEMU's messages: $run_dir/qemu.stderr; console log: $console_log)"
+fi
+die "QEMU exited after ${elapsed} s but the guest never printed RNIC-GUEST-EXIT= (kernel panic or broken /init? console log: $console_log)"

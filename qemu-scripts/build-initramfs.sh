@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the guest initramfs: $GUEST_KIT/initramfs.gz (default /var/cache/rnic/guest-kit).
+#   - busybox (static, from setup.sh) with a /bin symlink for each applet,
+#   - every bin of the rnic-driver package, built static, in /usr/bin,
+#   - an /init that mounts proc, sysfs and devtmpfs, runs /rnic-run.sh under sh if present
+#     (stdin from /dev/null; else an interactive shell), prints `RNIC-GUEST-EXIT=<status>`
+#     on the console, syncs and powers off.
+# boot.sh appends a second cpio holding /rnic-run.sh, so this image is shared by all runs.
+# Idempotent: it rebuilds the tools (a no-op for cargo when nothing changed) and the cpio
+# every time (about a second), so the image always holds the current binaries.
+# Usage: build-initramfs.sh        (prints the image path on stdout)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+# shellcheck source=qemu-scripts/env.sh
+source "$here/env.sh"
+
+log() { echo "[build-initramfs] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+target=x86_64-unknown-linux-gnu
+busybox="$GUEST_KIT/busybox"
+out="$GUEST_KIT/initramfs.gz"
+
+[ -x "$busybox" ] || die "$busybox is missing; run qemu-scripts/setup.sh first"
+command -v cargo >/dev/null || die "cargo is not on PATH; install Rust (rustup) first"
+
+# Build the guest tools static. The JSON lines on stdout name each built executable
+# (also when it was already fresh), which gives the bin list without hard-coding it.
+log "building the rnic-driver bins (static, release, $target)"
+artifacts=$(cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release \
+    --target "$target" -p rnic-driver --bins --message-format=json-render-diagnostics) ||
+    die "cargo build of rnic-driver failed (see above); if the target is missing: rustup target add $target"
+mapfile -t bins < <(printf '%s\n' "$artifacts" |
+    grep '"reason":"compiler-artifact"' | grep '"kind":\["bin"\]' |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | sort -u)
+[ ${#bins[@]} -gt 0 ] || die "cargo built no executable for rnic-driver (does it declare any [[bin]]?)"
+
+stage=$(mktemp -d "$GUEST_KIT/.initramfs-stage.XXXXXX")
+tmp_out=$(mktemp "$GUEST_KIT/.initramfs.gz.XXXXXX")
+trap 'rm -rf "$stage" "$tmp_out"' EXIT
+
+mkdir -p "$stage"/{bin,usr/bin,dev,proc,sys,tmp,run,root,etc,var}
+ln -s bin "$stage/sbin"
+ln -s ../bin "$stage/usr/sbin"
+cp "$busybox" "$stage/bin/busybox"
+for applet in $("$busybox" --list); do
+    [ "$applet" = busybox ] || ln -s busybox "$stage/bin/$applet"
+done
+for b in "${bins[@]}"; do
+    [ -x "$b" ] || die "cargo reported $b but it is not an executable file"
+    cp "$b" "$stage/usr/bin/"
+done
+# The kernel opens /dev/console for init before /init runs; the kernel's built-in initramfs
+# normally provides it, this is a fallback (creating it needs root; /init copes without it).
+if [ "$(id -u)" = 0 ]; then
+    mknod -m 600 "$stage/dev/console" c 5 1
+fi
+echo 'root:x:0:0:root:/root:/bin/sh' >"$stage/etc/passwd"
+echo 'root:x:0:' >"$stage/etc/group"
+
+cat >"$stage/init" <<'INIT'
+#!/bin/sh
+# rnic guest init: see qemu-scripts/build-initramfs.sh.
+export PATH=/usr/bin:/bin HOME=/root TERM=${TERM:-linux}
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+[ -e /proc/self/fd/0 ] || exec </dev/console >/dev/console 2>&1
+hostname rnic-guest
+ip link set lo up 2>/dev/null
+cd /root
+if [ -f /rnic-run.sh ]; then
+    sh /rnic-run.sh </dev/null
+    status=$?
+else
+    echo "rnic guest: no /rnic-run.sh, starting a shell; exit it to power off"
+    setsid cttyhack sh -l
+    status=$?
+fi
+echo "RNIC-GUEST-EXIT=$status"
+sync
+poweroff -f
+INIT
+chmod 755 "$stage/init"
+
+(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+    gzip -n -6 >"$tmp_out"
+# Replaced atomically: a VM booting the previous image keeps its own copy (boot.sh links it).
+chmod 644 "$tmp_out"
+mv -f "$tmp_out" "$out"
+log "wrote $out ($(du -h "$out" | cut -f1); tools in /usr/bin: $(basename -a "${bins[@]}" | xargs))"
+echo "$out"

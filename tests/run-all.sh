@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test of the project on a fresh machine: installs what the VM tests need
+# (idempotently), checks formatting and lints, runs the unit and integration tests, then
+# the VM tests that boot QEMU guests with the NIC attached.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+step() { echo "=== [run-all] $*" >&2; }
+
+step "set-up: QEMU with vfio-user-pci, guest kernel, busybox (skipped where present)"
+bash qemu-scripts/setup.sh
+
+step "formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "build the binaries the integration tests start"
+cargo build --workspace --bins
+
+step "unit and integration tests (a real rnicd over real vfio-user sockets)"
+cargo test --workspace
+
+step "VM tests (QEMU guests with rnic functions attached)"
+cargo test -p rnic-tests --test vm -- --ignored
+
+step "all tests passed"
