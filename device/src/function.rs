@@ -203,6 +203,17 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// Checks that an access of `len` bytes at `offset` lies inside BAR0. The vfio-user layer
+/// passes the client's offsets through unchecked.
+fn bar0_range(offset: u64, len: usize) -> io::Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= pci::REG_BAR_SIZE => Ok(()),
+        _ => Err(invalid(format!(
+            "BAR0 access of {len} bytes at {offset:#x} is outside it"
+        ))),
+    }
+}
+
 impl Function {
     /// A function in its power-on state.
     pub fn new(identity: Identity) -> io::Result<Self> {
@@ -261,6 +272,7 @@ impl Function {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.lock().config.read(offset, data),
             r if r == u32::from(REG_BAR) => {
+                bar0_range(offset, data.len())?;
                 self.bar0_read(offset, data);
                 Ok(())
             }
@@ -283,6 +295,7 @@ impl Function {
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
             r if r == u32::from(REG_BAR) => {
+                bar0_range(offset, data.len())?;
                 self.bar0_write(offset, data);
                 Ok(())
             }
@@ -548,11 +561,15 @@ impl Function {
             crate::commands::execute(identity, h, body)
         }) {
             Ok(done) => {
-                let vector = st.regs.cmdq_vector;
-                if done.interrupt && vector != NO_VECTOR {
+                // The register takes any value; one that is no vector must not be
+                // truncated into one.
+                let vector = u16::try_from(st.regs.cmdq_vector)
+                    .ok()
+                    .filter(|&v| u32::from(v) != NO_VECTOR);
+                if let (true, Some(vector)) = (done.interrupt, vector) {
                     let (enabled, masked) =
                         (st.config.msix_enabled(), st.config.msix_function_masked());
-                    st.msix.signal(vector as u16, enabled, masked);
+                    st.msix.signal(vector, enabled, masked);
                 }
                 done.completed > 0
             }
@@ -564,6 +581,975 @@ impl Function {
                     identity.id
                 );
                 true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The function driven exactly as the vfio-user layer drives it: region reads and
+    //! writes, DMA_MAP of a memfd, SET_IRQS with eventfds, and the engine's `poll()`.
+
+    use super::*;
+    use std::fs::File;
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+
+    use proptest::prelude::*;
+    use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, RespHeader, Status};
+    use rnic_abi::pci::cfg;
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    use zerocopy::{FromBytes, IntoBytes};
+
+    const BAR0: u32 = REG_BAR as u32;
+    const DB: u32 = DOORBELL_BAR as u32;
+    const CONFIG: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
+
+    /// Where the guest's RAM sits in the function's DMA space, and its layout.
+    const IOVA: u64 = 0x4_0000;
+    const MEM_SIZE: u64 = 0x1_0000;
+    const DESC: u64 = IOVA;
+    const AVAIL: u64 = IOVA + 0x1000;
+    const USED: u64 = IOVA + 0x2000;
+    const REQ: u64 = IOVA + 0x3000;
+    const RESP: u64 = IOVA + 0x8000;
+    const QSIZE: u16 = 16;
+    const RESP_LEN: usize = std::mem::size_of::<RespHeader>();
+    const QUERY_LEN: usize = RESP_LEN + std::mem::size_of::<QueryDeviceResp>();
+    const PBA: u64 = pci::MSIX_PBA_OFFSET;
+
+    fn vf() -> Function {
+        Function::new(Identity::new(FunctionId::Vf(1), 4)).unwrap()
+    }
+
+    fn pf() -> Function {
+        Function::new(Identity::new(FunctionId::Pf, 4)).unwrap()
+    }
+
+    fn memfd(size: u64) -> File {
+        // SAFETY: memfd_create with a valid C string; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"function-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor that we own.
+        let f = unsafe { File::from_raw_fd(fd) };
+        f.set_len(size).unwrap();
+        f
+    }
+
+    fn eventfd() -> File {
+        // SAFETY: plain eventfd creation; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor that we own.
+        unsafe { File::from_raw_fd(fd) }
+    }
+
+    /// Reads (and so resets) an eventfd's counter; 0 if it was never written.
+    fn take(efd: &mut File) -> u64 {
+        let mut b = [0u8; 8];
+        match efd.read(&mut b) {
+            Ok(8) => u64::from_ne_bytes(b),
+            _ => 0,
+        }
+    }
+
+    fn rd(f: &Function, region: u32, offset: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        f.region_read(region, offset, &mut v)
+            .unwrap_or_else(|e| panic!("read of region {region} at {offset:#x}: {e}"));
+        v
+    }
+
+    fn rd32(f: &Function, offset: u64) -> u32 {
+        u32::from_le_bytes(rd(f, BAR0, offset, 4).try_into().unwrap())
+    }
+
+    fn rd64(f: &Function, offset: u64) -> u64 {
+        u64::from_le_bytes(rd(f, BAR0, offset, 8).try_into().unwrap())
+    }
+
+    fn wr(f: &Function, offset: u64, bytes: &[u8]) {
+        f.region_write(BAR0, offset, bytes).unwrap();
+    }
+
+    fn wr32(f: &Function, offset: u64, value: u32) {
+        wr(f, offset, &value.to_le_bytes());
+    }
+
+    fn wr64(f: &Function, offset: u64, value: u64) {
+        wr(f, offset, &value.to_le_bytes());
+    }
+
+    fn cfg16(f: &Function, offset: usize) -> u16 {
+        u16::from_le_bytes(rd(f, CONFIG, offset as u64, 2).try_into().unwrap())
+    }
+
+    fn set_cfg16(f: &Function, offset: usize, value: u16) {
+        f.region_write(CONFIG, offset as u64, &value.to_le_bytes())
+            .unwrap();
+    }
+
+    fn set_bus_master(f: &Function, on: bool) {
+        let cmd = if on {
+            cfg::COMMAND_MEMORY | cfg::COMMAND_BUS_MASTER
+        } else {
+            cfg::COMMAND_MEMORY
+        };
+        set_cfg16(f, cfg::COMMAND, cmd);
+    }
+
+    fn set_msix(f: &Function, ctrl: u16) {
+        set_cfg16(f, cfg::MSIX_CAP + cfg::MSIX_MSG_CTRL, ctrl);
+    }
+
+    fn status(f: &Function) -> u32 {
+        rd32(f, DEVICE_STATUS)
+    }
+
+    /// Programs the ring registers the way a driver does: one 64-bit register as an
+    /// 8-byte write, the others as two halves, high half first for one of them.
+    fn program_rings(f: &Function, vector: u32) {
+        wr64(f, CMDQ_DESC_LO, DESC);
+        wr32(f, CMDQ_AVAIL_HI, (AVAIL >> 32) as u32);
+        wr32(f, CMDQ_AVAIL_LO, AVAIL as u32);
+        wr32(f, CMDQ_USED_LO, USED as u32);
+        wr32(f, CMDQ_USED_HI, (USED >> 32) as u32);
+        wr32(f, CMDQ_SIZE, u32::from(QSIZE));
+        wr32(f, CMDQ_MSIX_VECTOR, vector);
+    }
+
+    /// Enables the command queue and returns ERROR_CODE.
+    fn enable(f: &Function) -> u32 {
+        wr32(f, CMDQ_CONTROL, CMDQ_ENABLE);
+        rd32(f, ERROR_CODE)
+    }
+
+    /// The guest's RAM, DMA-mapped into a function as QEMU maps it, and a driver's view of
+    /// the command queue in it.
+    struct Guest {
+        ram: File,
+        avail_idx: u16,
+    }
+
+    impl Guest {
+        fn map(f: &Function) -> Self {
+            let ram = memfd(MEM_SIZE);
+            f.dma()
+                .map(IOVA, MEM_SIZE, 0, Some(ram.try_clone().unwrap()), true)
+                .unwrap();
+            Self { ram, avail_idx: 0 }
+        }
+
+        fn write(&self, addr: u64, bytes: &[u8]) {
+            self.ram.write_all_at(bytes, addr - IOVA).unwrap();
+        }
+
+        fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+            let mut v = vec![0; len];
+            self.ram.read_exact_at(&mut v, addr - IOVA).unwrap();
+            v
+        }
+
+        fn u16_at(&self, addr: u64) -> u16 {
+            u16::from_le_bytes(self.read(addr, 2).try_into().unwrap())
+        }
+
+        fn u32_at(&self, addr: u64) -> u32 {
+            u32::from_le_bytes(self.read(addr, 4).try_into().unwrap())
+        }
+
+        /// What a driver does before it (re-)enables the queue: clear the rings.
+        fn reset_rings(&mut self) {
+            self.write(DESC, &[0; 0x3000]);
+            self.avail_idx = 0;
+        }
+
+        /// Writes a chain (request, then `room` bytes for the response) and publishes it
+        /// in the available ring, without ringing the doorbell. Returns where the response
+        /// goes.
+        fn submit(&mut self, request: &[u8], room: u32) -> u64 {
+            let slot = self.avail_idx % (QSIZE / 2);
+            let (d0, d1) = (2 * slot, 2 * slot + 1);
+            let req = REQ + 0x400 * u64::from(slot);
+            let resp = RESP + 0x400 * u64::from(slot);
+            self.write(req, request);
+            self.write(resp, &vec![0xEE; room as usize]);
+            self.desc(d0, req, request.len() as u32, 1, d1);
+            self.desc(d1, resp, room, 2, 0);
+            let entry = AVAIL + 4 + 2 * u64::from(self.avail_idx % QSIZE);
+            self.write(entry, &d0.to_le_bytes());
+            self.avail_idx = self.avail_idx.wrapping_add(1);
+            self.write(AVAIL + 2, &self.avail_idx.to_le_bytes());
+            resp
+        }
+
+        fn desc(&self, index: u16, addr: u64, len: u32, flags: u16, next: u16) {
+            let mut raw = [0u8; 16];
+            raw[0..8].copy_from_slice(&addr.to_le_bytes());
+            raw[8..12].copy_from_slice(&len.to_le_bytes());
+            raw[12..14].copy_from_slice(&flags.to_le_bytes());
+            raw[14..16].copy_from_slice(&next.to_le_bytes());
+            self.write(DESC + 16 * u64::from(index), &raw);
+        }
+
+        /// Rings the command queue doorbell through the shared BAR, as the guest's store to
+        /// its mmapped BAR does.
+        fn ring(&self, f: &Function) {
+            assert!(f
+                .doorbells()
+                .write32(CMDQ_DOORBELL, u32::from(self.avail_idx)));
+        }
+
+        fn set_avail_flags(&self, flags: u16) {
+            self.write(AVAIL, &flags.to_le_bytes());
+        }
+
+        fn used_idx(&self) -> u16 {
+            self.u16_at(USED + 2)
+        }
+
+        /// Bytes written for the command in used element `i`.
+        fn used_len(&self, i: u16) -> u32 {
+            self.u32_at(USED + 4 + 8 * u64::from(i % QSIZE) + 4)
+        }
+
+        fn resp(&self, addr: u64) -> RespHeader {
+            RespHeader::read_from_bytes(&self.read(addr, RESP_LEN)).unwrap()
+        }
+    }
+
+    fn command(opcode: Opcode, token: u32) -> Vec<u8> {
+        CmdHeader {
+            opcode: opcode as u16,
+            reserved: 0,
+            token,
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    /// A VF with guest RAM mapped and its command queue running on `vector`.
+    fn running(vector: u32) -> (Function, Guest) {
+        let f = vf();
+        let mut guest = Guest::map(&f);
+        guest.reset_rings();
+        program_rings(&f, vector);
+        set_bus_master(&f, true);
+        assert_eq!(enable(&f), ERR_NONE);
+        assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        // Consume the wake-up that enabling the queue asks for.
+        assert!(!f.poll());
+        (f, guest)
+    }
+
+    /// Submits a NOP, rings the doorbell and polls; returns where the response went.
+    fn nop_round_trip(f: &Function, guest: &mut Guest, token: u32) -> u64 {
+        let resp = guest.submit(&command(Opcode::Nop, token), 32);
+        guest.ring(f);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), guest.avail_idx);
+        assert_eq!(guest.resp(resp).status, Status::Ok as u16);
+        assert_eq!(guest.resp(resp).token, token);
+        resp
+    }
+
+    /// An MSI-X eventfd for vector 0, as QEMU installs it with SET_IRQS; returns our end.
+    fn install_vector0(f: &Function) -> File {
+        let efd = eventfd();
+        f.set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            0,
+            1,
+            vec![efd.try_clone().unwrap()],
+        )
+        .unwrap();
+        efd
+    }
+
+    #[test]
+    fn identity_registers() {
+        let f = vf();
+        assert_eq!(rd32(&f, MAGIC_REG), MAGIC);
+        assert_eq!(rd(&f, BAR0, MAGIC_REG, 4), b"RNIC");
+        assert_eq!(rd32(&f, ABI_VERSION), rnic_abi::abi_version());
+        assert_eq!(rd32(&f, ABI_VERSION) >> 16, u32::from(rnic_abi::ABI_MAJOR));
+        assert_eq!(
+            rd32(&f, FUNCTION_INFO),
+            FUNCTION_IS_VF | 1 << FUNCTION_VF_INDEX_SHIFT
+        );
+        let caps = CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET;
+        assert_eq!(rd32(&f, CAPS_LO), caps as u32);
+        assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
+        assert_eq!(rd64(&f, CAPS_LO), caps);
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(rd32(&f, DEVICE_CONTROL), 0);
+        assert_eq!(
+            rd32(&f, rnic_abi::regs::CMDQ_MAX_SIZE),
+            u32::from(rnic_abi::cmd::CMDQ_MAX_SIZE)
+        );
+        assert_eq!(rd32(&f, DOORBELL_PAGES), doorbell::PAGES);
+        assert_eq!(rd32(&f, MSIX_VECTORS), u32::from(pci::MSIX_VECTORS));
+        assert_eq!(rd32(&f, CMDQ_MSIX_VECTOR), NO_VECTOR);
+        assert_eq!(rd32(&f, ERROR_CODE), ERR_NONE);
+        for reg in [
+            CMDQ_DESC_LO,
+            CMDQ_DESC_HI,
+            CMDQ_AVAIL_LO,
+            CMDQ_AVAIL_HI,
+            CMDQ_USED_LO,
+            CMDQ_USED_HI,
+            CMDQ_SIZE,
+            CMDQ_CONTROL,
+            DOORBELL_KICK,
+        ] {
+            assert_eq!(rd32(&f, reg), 0, "register {reg:#x}");
+        }
+        // Past the registers, up to the MSI-X table, everything reads 0.
+        for offset in (REGS_END..pci::MSIX_TABLE_OFFSET).step_by(4) {
+            assert_eq!(rd32(&f, offset), 0, "offset {offset:#x}");
+        }
+
+        assert_eq!(rd32(&pf(), FUNCTION_INFO), 0);
+        assert_eq!(rd32(&pf(), MAGIC_REG), MAGIC);
+        let vf7 = Function::new(Identity::new(FunctionId::Vf(7), 8)).unwrap();
+        assert_eq!(rd32(&vf7, FUNCTION_INFO), FUNCTION_IS_VF | 7 << 8);
+    }
+
+    #[test]
+    fn reads_of_any_width_and_alignment_assemble_from_registers() {
+        let f = vf();
+        wr64(&f, CMDQ_DESC_LO, 0x0123_4567_89ab_cdf0);
+        wr64(&f, CMDQ_AVAIL_LO, 0xfedc_ba98_7654_3210);
+        wr32(&f, CMDQ_SIZE, 0x80);
+        let words: Vec<u8> = (0..REGS_END + 16)
+            .step_by(4)
+            .flat_map(|off| rd32(&f, off).to_le_bytes())
+            .collect();
+        for offset in 0..REGS_END + 8 {
+            for len in 1..=8 {
+                let got = rd(&f, BAR0, offset, len);
+                let at = offset as usize;
+                assert_eq!(got, words[at..at + len], "{len} bytes at {offset:#x}");
+            }
+        }
+        assert_eq!(rd(&f, BAR0, 1, 3), b"NIC");
+        assert_eq!(rd64(&f, CMDQ_DESC_LO), 0x0123_4567_89ab_cdf0);
+        assert_eq!(
+            u16::from_le_bytes(rd(&f, BAR0, CMDQ_DESC_LO + 3, 2).try_into().unwrap()),
+            0x6789,
+            "the top byte of DESC_LO and the bottom byte of DESC_HI"
+        );
+        // An empty read is fine too.
+        assert!(rd(&f, BAR0, 0, 0).is_empty());
+    }
+
+    #[test]
+    fn sixty_four_bit_registers_take_halves_or_one_write() {
+        let f = vf();
+        // Low half, then high half.
+        wr32(&f, CMDQ_DESC_LO, 0x89ab_cdf0);
+        wr32(&f, CMDQ_DESC_HI, 0x0123_4567);
+        assert_eq!(rd64(&f, CMDQ_DESC_LO), 0x0123_4567_89ab_cdf0);
+        // High half, then low half.
+        wr32(&f, CMDQ_USED_HI, 0x0000_0001);
+        wr32(&f, CMDQ_USED_LO, 0x2000_0004);
+        assert_eq!(rd64(&f, CMDQ_USED_LO), 0x1_2000_0004);
+        // One 8-byte write.
+        wr64(&f, CMDQ_AVAIL_LO, 0xdead_beef_cafe_f00e);
+        assert_eq!(rd32(&f, CMDQ_AVAIL_LO), 0xcafe_f00e);
+        assert_eq!(rd32(&f, CMDQ_AVAIL_HI), 0xdead_beef);
+        // Rewriting one half keeps the other.
+        wr32(&f, CMDQ_AVAIL_LO, 0x10);
+        assert_eq!(rd64(&f, CMDQ_AVAIL_LO), 0xdead_beef_0000_0010);
+        wr32(&f, CMDQ_AVAIL_HI, 0);
+        assert_eq!(rd64(&f, CMDQ_AVAIL_LO), 0x10);
+        // An 8-byte write at a 4-byte boundary covers two registers, whatever they are.
+        wr64(&f, CMDQ_SIZE, u64::from(NO_VECTOR) << 32 | 64);
+        assert_eq!(rd32(&f, CMDQ_SIZE), 64);
+        assert_eq!(rd32(&f, CMDQ_MSIX_VECTOR), NO_VECTOR);
+    }
+
+    #[test]
+    fn sub_word_and_misaligned_register_writes_are_ignored() {
+        let f = vf();
+        wr32(&f, CMDQ_SIZE, 16);
+        wr(&f, CMDQ_SIZE, &[0xff]);
+        wr(&f, CMDQ_SIZE, &[0xff, 0xff]);
+        wr(&f, CMDQ_SIZE, &[0xff, 0xff, 0xff]);
+        wr(&f, CMDQ_SIZE + 1, &[0xff; 4]);
+        wr(&f, CMDQ_SIZE + 2, &[0xff; 8]);
+        wr(&f, CMDQ_SIZE, &[0xff; 16]);
+        wr(&f, CMDQ_SIZE, &[]);
+        assert_eq!(rd32(&f, CMDQ_SIZE), 16);
+        assert_eq!(rd32(&f, CMDQ_MSIX_VECTOR), NO_VECTOR);
+
+        // Read-only registers ignore writes of any kind.
+        for reg in [
+            MAGIC_REG,
+            ABI_VERSION,
+            FUNCTION_INFO,
+            CAPS_LO,
+            DEVICE_STATUS,
+            rnic_abi::regs::CMDQ_MAX_SIZE,
+            DOORBELL_PAGES,
+            MSIX_VECTORS,
+            ERROR_CODE,
+        ] {
+            let before = rd32(&f, reg);
+            wr32(&f, reg, !before);
+            assert_eq!(rd32(&f, reg), before, "register {reg:#x}");
+        }
+
+        // A narrow write of CMDQ_ENABLE or CONTROL_RESET does nothing either.
+        let _guest = Guest::map(&f);
+        program_rings(&f, NO_VECTOR);
+        set_bus_master(&f, true);
+        wr(&f, CMDQ_CONTROL, &[CMDQ_ENABLE as u8]);
+        wr(&f, CMDQ_CONTROL, &(CMDQ_ENABLE as u16).to_le_bytes());
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(enable(&f), ERR_NONE);
+        wr(&f, DEVICE_CONTROL, &[CONTROL_RESET as u8]);
+        assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+    }
+
+    #[test]
+    fn cmdq_enable_needs_bus_master() {
+        let f = vf();
+        let _guest = Guest::map(&f);
+        program_rings(&f, NO_VECTOR);
+        assert_eq!(enable(&f), ERR_BUS_MASTER);
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(rd32(&f, CMDQ_CONTROL), 0);
+        // Memory space alone is not enough.
+        set_bus_master(&f, false);
+        assert_eq!(enable(&f), ERR_BUS_MASTER);
+        set_bus_master(&f, true);
+        assert_eq!(enable(&f), ERR_NONE);
+        assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        assert_eq!(rd32(&f, CMDQ_CONTROL), CMDQ_ENABLE);
+    }
+
+    #[test]
+    fn cmdq_enable_checks_the_vector() {
+        let f = vf();
+        let _guest = Guest::map(&f);
+        program_rings(&f, NO_VECTOR);
+        set_bus_master(&f, true);
+        for vector in [
+            u32::from(pci::MSIX_VECTORS),
+            u32::from(pci::MSIX_VECTORS) + 1,
+            NO_VECTOR - 1,
+            NO_VECTOR + 1,
+            u32::MAX,
+        ] {
+            wr32(&f, CMDQ_MSIX_VECTOR, vector);
+            assert_eq!(enable(&f), ERR_CMDQ_VECTOR, "vector {vector:#x}");
+            assert_eq!(status(&f), STATUS_READY);
+        }
+        for vector in [0, u32::from(pci::MSIX_VECTORS) - 1, NO_VECTOR] {
+            wr32(&f, CMDQ_MSIX_VECTOR, vector);
+            assert_eq!(enable(&f), ERR_NONE, "vector {vector:#x}");
+            assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        }
+    }
+
+    #[test]
+    fn cmdq_enable_needs_mapped_writable_rings_and_a_good_size() {
+        let f = vf();
+        program_rings(&f, NO_VECTOR);
+        set_bus_master(&f, true);
+        // Nothing mapped at all.
+        assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
+        assert_eq!(status(&f), STATUS_READY);
+        // Mapped, but only for the device to read.
+        f.dma()
+            .map(IOVA, MEM_SIZE, 0, Some(memfd(MEM_SIZE)), false)
+            .unwrap();
+        assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
+        f.dma().unmap(IOVA, MEM_SIZE).unwrap();
+        let _guest = Guest::map(&f);
+        // Rings beyond the mapping, and misaligned.
+        wr64(&f, CMDQ_USED_LO, IOVA + MEM_SIZE - 8);
+        assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
+        wr64(&f, CMDQ_USED_LO, USED + 2);
+        assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
+        wr64(&f, CMDQ_USED_LO, USED);
+        for size in [0, 3, 512] {
+            wr32(&f, CMDQ_SIZE, size);
+            assert_eq!(enable(&f), ERR_CMDQ_SIZE, "size {size}");
+        }
+        assert_eq!(status(&f), STATUS_READY);
+        wr32(&f, CMDQ_SIZE, u32::from(QSIZE));
+        // Success clears the error code.
+        assert_eq!(enable(&f), ERR_NONE);
+        assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        // Writing 0 stops the queue.
+        wr32(&f, CMDQ_CONTROL, 0);
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(rd32(&f, CMDQ_CONTROL), 0);
+    }
+
+    #[test]
+    fn query_device_through_the_function() {
+        let (f, mut guest) = running(NO_VECTOR);
+        let resp = guest.submit(&command(Opcode::QueryDevice, 0x5151), QUERY_LEN as u32);
+        guest.ring(&f);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 1);
+        assert_eq!(guest.used_len(0), QUERY_LEN as u32);
+        assert_eq!(
+            guest.resp(resp),
+            RespHeader {
+                status: Status::Ok as u16,
+                opcode: Opcode::QueryDevice as u16,
+                token: 0x5151,
+                syndrome: 0,
+                reserved: 0,
+            }
+        );
+        let q = QueryDeviceResp::read_from_bytes(
+            &guest.read(resp + RESP_LEN as u64, QUERY_LEN - RESP_LEN),
+        )
+        .unwrap();
+        let id = f.identity();
+        assert_eq!(q.vendor_id, pci::VENDOR_ID);
+        assert_eq!(q.device_id, pci::VF_DEVICE_ID);
+        assert_eq!(
+            (q.abi_major, q.abi_minor),
+            (rnic_abi::ABI_MAJOR, rnic_abi::ABI_MINOR)
+        );
+        assert_eq!(q.fw_version, crate::commands::fw_version());
+        assert_eq!(q.function_kind, rnic_abi::cmd::FUNCTION_KIND_VF);
+        assert_eq!(q.vf_index, 1);
+        assert_eq!(q.total_vfs, 0);
+        assert_eq!(q.caps, id.caps);
+        assert_eq!(q.mac, [0x02, 0x52, 0x4e, 0x49, 0x43, 2]);
+        assert_eq!(q.gid, id.gid);
+        assert_eq!(q.limits, id.limits);
+        assert_eq!(q.limits.doorbell_pages, doorbell::PAGES);
+        // Nothing more to do.
+        assert!(!f.poll());
+        assert_eq!(guest.used_idx(), 1);
+    }
+
+    #[test]
+    fn poll_without_a_doorbell_change_does_nothing() {
+        assert!(!vf().poll(), "a fresh function has nothing to do");
+        let (f, mut guest) = running(NO_VECTOR);
+        assert!(!f.poll());
+        // Published in memory, but the doorbell was not rung.
+        let resp = guest.submit(&command(Opcode::Nop, 1), 32);
+        assert!(!f.poll());
+        assert!(!f.poll());
+        assert_eq!(guest.used_idx(), 0);
+        assert_eq!(guest.read(resp, 4), [0xEE; 4]);
+        guest.ring(&f);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 1);
+        assert_eq!(guest.resp(resp).status, Status::Ok as u16);
+        // Ringing again with the same value is no news.
+        guest.ring(&f);
+        assert!(!f.poll());
+        // Two commands, one doorbell.
+        guest.submit(&command(Opcode::Nop, 2), 32);
+        guest.submit(&command(Opcode::Nop, 3), 32);
+        guest.ring(&f);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 3);
+        assert!(!f.poll());
+    }
+
+    #[test]
+    fn trapped_doorbell_writes_and_kicks_wake_the_device() {
+        let (f, mut guest) = running(NO_VECTOR);
+        // A client that did not mmap the doorbell BAR writes it through messages.
+        guest.submit(&command(Opcode::Nop, 1), 32);
+        f.region_write(DB, CMDQ_DOORBELL, &u32::from(guest.avail_idx).to_le_bytes())
+            .unwrap();
+        assert_eq!(
+            f.doorbells().read32(CMDQ_DOORBELL),
+            Some(u32::from(guest.avail_idx))
+        );
+        assert_eq!(rd(&f, DB, CMDQ_DOORBELL, 4), 1u32.to_le_bytes());
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 1);
+        // A kick makes the device look even when the doorbell did not change.
+        guest.submit(&command(Opcode::Nop, 2), 32);
+        assert!(!f.poll());
+        wr32(&f, DOORBELL_KICK, 0);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 2);
+        // Even a kick naming a page the BAR does not have.
+        guest.submit(&command(Opcode::Nop, 3), 32);
+        wr32(&f, DOORBELL_KICK, 1000);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 3);
+    }
+
+    #[test]
+    fn no_dma_while_bus_master_is_off() {
+        let (f, mut guest) = running(NO_VECTOR);
+        set_bus_master(&f, false);
+        guest.submit(&command(Opcode::Nop, 1), 32);
+        guest.ring(&f);
+        assert!(!f.poll());
+        assert_eq!(guest.used_idx(), 0);
+        assert_eq!(status(&f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        // Turning bus mastering back on wakes the device for the work that waited.
+        set_bus_master(&f, true);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 1);
+    }
+
+    #[test]
+    fn losing_the_rings_is_fatal_until_reset() {
+        let (f, mut guest) = running(NO_VECTOR);
+        nop_round_trip(&f, &mut guest, 1);
+        f.dma().unmap(IOVA, MEM_SIZE).unwrap();
+        guest.submit(&command(Opcode::Nop, 2), 32);
+        guest.ring(&f);
+        assert!(f.poll());
+        assert_eq!(rd32(&f, ERROR_CODE), ERR_CMDQ_DMA);
+        assert_eq!(status(&f), STATUS_READY | STATUS_FATAL);
+        f.reset();
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(rd32(&f, ERROR_CODE), ERR_NONE);
+    }
+
+    /// Puts `f` in a state far from power-on: queue running, MSI-X on, doorbells rung,
+    /// config registers written, an MSI-X table entry programmed.
+    fn dirty(f: &Function, guest: &mut Guest) {
+        nop_round_trip(f, guest, 7);
+        set_msix(f, cfg::MSIX_ENABLE);
+        set_cfg16(f, cfg::PCIE_CAP + cfg::PCIE_DEVCTL, 0x0010);
+        f.region_write(CONFIG, cfg::INTERRUPT_LINE as u64, &[0x0b])
+            .unwrap();
+        wr32(f, pci::MSIX_TABLE_OFFSET, 0xfee0_0000);
+        wr32(f, pci::MSIX_TABLE_OFFSET + 12, 0);
+        for page in 0..u64::from(doorbell::PAGES) {
+            f.doorbells().write32(page * 4096 + 0x80, 0xabcd);
+        }
+        f.request_notify(true);
+        assert_eq!(status(f), STATUS_READY | STATUS_CMDQ_RUNNING);
+        assert_ne!(rd(f, CONFIG, 0, 4096), rd(&vf(), CONFIG, 0, 4096));
+    }
+
+    /// Checks that `f` is back at power-on in everything a reset restores.
+    fn assert_power_on(f: &Function) {
+        let fresh = vf();
+        assert_eq!(status(f), STATUS_READY);
+        assert_eq!(rd32(f, CMDQ_CONTROL), 0);
+        assert_eq!(rd32(f, ERROR_CODE), ERR_NONE);
+        assert_eq!(rd32(f, DEVICE_CONTROL), 0);
+        // Every register and the whole MSI-X table and PBA as on a fresh function.
+        assert_eq!(
+            rd(f, BAR0, 0, pci::REG_BAR_SIZE as usize),
+            rd(&fresh, BAR0, 0, pci::REG_BAR_SIZE as usize)
+        );
+        assert_eq!(rd32(f, CMDQ_MSIX_VECTOR), NO_VECTOR);
+        assert_eq!(rd(f, CONFIG, 0, 4096), rd(&fresh, CONFIG, 0, 4096));
+        assert!(
+            rd(f, DB, 0, doorbell::BAR_SIZE as usize)
+                .iter()
+                .all(|&b| b == 0),
+            "doorbell BAR zeroed"
+        );
+        assert!(!f.poll());
+    }
+
+    /// After a reset that keeps DMA mappings, a driver restarts the queue on the same RAM
+    /// without mapping anything again.
+    fn assert_restarts(f: &Function, guest: &mut Guest) {
+        assert_eq!(f.dma().region_count(), 1);
+        guest.reset_rings();
+        program_rings(f, NO_VECTOR);
+        set_bus_master(f, true);
+        assert_eq!(enable(f), ERR_NONE);
+        nop_round_trip(f, guest, 99);
+    }
+
+    #[test]
+    fn device_control_reset() {
+        let (f, mut guest) = running(NO_VECTOR);
+        dirty(&f, &mut guest);
+        wr32(&f, DEVICE_CONTROL, CONTROL_RESET);
+        assert_power_on(&f);
+        assert_restarts(&f, &mut guest);
+    }
+
+    #[test]
+    fn pcie_function_level_reset() {
+        let (f, mut guest) = running(NO_VECTOR);
+        dirty(&f, &mut guest);
+        let devctl = cfg::PCIE_CAP + cfg::PCIE_DEVCTL;
+        set_cfg16(&f, devctl, cfg16(&f, devctl) | cfg::PCIE_DEVCTL_FLR);
+        assert_power_on(&f);
+        assert_restarts(&f, &mut guest);
+    }
+
+    #[test]
+    fn reset_through_vfio_user() {
+        let (f, mut guest) = running(NO_VECTOR);
+        dirty(&f, &mut guest);
+        f.reset();
+        assert_power_on(&f);
+        assert_restarts(&f, &mut guest);
+    }
+
+    #[test]
+    fn disconnect_also_drops_dma_mappings_and_eventfds() {
+        let (f, mut guest) = running(0);
+        let mut efd = install_vector0(&f);
+        dirty(&f, &mut guest);
+        f.disconnect();
+        assert_power_on(&f);
+        assert_eq!(f.dma().region_count(), 0);
+        program_rings(&f, 0);
+        set_bus_master(&f, true);
+        assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
+
+        // The next client maps its memory again but installs no eventfd yet.
+        let mut guest = Guest::map(&f);
+        guest.reset_rings();
+        assert_eq!(enable(&f), ERR_NONE);
+        set_msix(&f, cfg::MSIX_ENABLE);
+        take(&mut efd);
+        nop_round_trip(&f, &mut guest, 1);
+        assert_eq!(take(&mut efd), 0, "the old client's eventfd was dropped");
+    }
+
+    #[test]
+    fn completion_writes_the_msix_eventfd() {
+        let (f, mut guest) = running(0);
+        let mut efd = install_vector0(&f);
+        set_msix(&f, cfg::MSIX_ENABLE);
+        nop_round_trip(&f, &mut guest, 1);
+        assert_eq!(take(&mut efd), 1);
+        assert_eq!(rd32(&f, PBA), 0);
+
+        // The driver can ask for no interrupt.
+        guest.set_avail_flags(1);
+        nop_round_trip(&f, &mut guest, 2);
+        assert_eq!(take(&mut efd), 0);
+        guest.set_avail_flags(0);
+
+        // Nor is there one without a vector.
+        wr32(&f, CMDQ_MSIX_VECTOR, NO_VECTOR);
+        nop_round_trip(&f, &mut guest, 3);
+        assert_eq!(take(&mut efd), 0);
+        assert_eq!(rd32(&f, PBA), 0);
+    }
+
+    #[test]
+    fn with_msix_disabled_the_vector_becomes_pending() {
+        let (f, mut guest) = running(0);
+        let mut efd = install_vector0(&f);
+        nop_round_trip(&f, &mut guest, 1);
+        assert_eq!(take(&mut efd), 0);
+        assert_eq!(rd32(&f, PBA) & 1, 1);
+        assert_eq!(rd(&f, BAR0, PBA, 1), [1]);
+        // Enabling MSI-X delivers it and clears the bit.
+        set_msix(&f, cfg::MSIX_ENABLE);
+        assert_eq!(take(&mut efd), 1);
+        assert_eq!(rd32(&f, PBA), 0);
+
+        // The function mask holds messages back the same way.
+        set_msix(&f, cfg::MSIX_ENABLE | cfg::MSIX_FUNCTION_MASK);
+        nop_round_trip(&f, &mut guest, 2);
+        assert_eq!(take(&mut efd), 0);
+        assert_eq!(rd32(&f, PBA), 1);
+        set_msix(&f, cfg::MSIX_ENABLE);
+        assert_eq!(take(&mut efd), 1);
+        assert_eq!(rd32(&f, PBA), 0);
+
+        // The PBA is read-only.
+        set_msix(&f, 0);
+        nop_round_trip(&f, &mut guest, 3);
+        wr32(&f, PBA, 0);
+        assert_eq!(rd32(&f, PBA), 1);
+    }
+
+    #[test]
+    fn a_vector_register_beyond_16_bits_is_not_truncated() {
+        let (f, mut guest) = running(0);
+        let mut efd = install_vector0(&f);
+        set_msix(&f, cfg::MSIX_ENABLE);
+        // Changed after the queue started: 0x1_0000 must not act as vector 0.
+        wr32(&f, CMDQ_MSIX_VECTOR, 0x1_0000);
+        nop_round_trip(&f, &mut guest, 1);
+        assert_eq!(take(&mut efd), 0);
+        assert_eq!(rd32(&f, PBA), 0);
+        wr32(&f, CMDQ_MSIX_VECTOR, 0);
+        nop_round_trip(&f, &mut guest, 2);
+        assert_eq!(take(&mut efd), 1);
+    }
+
+    #[test]
+    fn set_irqs_on_other_indexes() {
+        let f = vf();
+        // Tearing down INTx, MSI, ERR or REQ is fine; setting them up is not.
+        for index in [0, 1, 3, 4] {
+            f.set_irqs(
+                index,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                0,
+                vec![],
+            )
+            .unwrap();
+            assert!(f
+                .set_irqs(
+                    index,
+                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                    0,
+                    1,
+                    vec![eventfd()]
+                )
+                .is_err());
+        }
+        assert!(f
+            .set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                16,
+                1,
+                vec![eventfd()]
+            )
+            .is_err());
+    }
+
+    /// Whether a region access of `len` bytes at `offset` lies inside `region`.
+    fn in_range(region: u32, offset: u64, len: usize) -> bool {
+        let size = match region {
+            BAR0 => pci::REG_BAR_SIZE,
+            DB => doorbell::BAR_SIZE,
+            CONFIG => pci::CONFIG_SPACE_SIZE as u64,
+            _ => return false,
+        };
+        offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= size)
+    }
+
+    #[test]
+    fn bad_region_accesses_fail_cleanly() {
+        let f = vf();
+        let mut buf = [0u8; 8];
+        for region in [1, 3, 4, 5, 6, 8, 9, 10, 1000, u32::MAX] {
+            for len in [0, 1, 4] {
+                let err = f.region_read(region, 0, &mut buf[..len]).unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+                let err = f.region_write(region, 0, &buf[..len]).unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            }
+        }
+        for (region, size) in [
+            (BAR0, pci::REG_BAR_SIZE),
+            (DB, doorbell::BAR_SIZE),
+            (CONFIG, pci::CONFIG_SPACE_SIZE as u64),
+        ] {
+            for (offset, len) in [
+                (size, 1),
+                (size - 1, 2),
+                (size - 4, 8),
+                (size + 0x1000, 4),
+                (1 << 32, 4),
+                (u64::MAX, 1),
+                (u64::MAX - 3, 8),
+                (u64::MAX, 0),
+            ] {
+                assert!(!in_range(region, offset, len));
+                let err = f
+                    .region_read(region, offset, &mut buf[..len])
+                    .expect_err("read out of range");
+                assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+                let err = f
+                    .region_write(region, offset, &buf[..len])
+                    .expect_err("write out of range");
+                assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            }
+            // The last bytes, and an empty access at the very end, are fine.
+            f.region_read(region, size - 4, &mut buf[..4]).unwrap();
+            f.region_read(region, size, &mut []).unwrap();
+        }
+        assert_eq!(status(&f), STATUS_READY);
+    }
+
+    #[test]
+    fn request_notify_reaches_every_doorbell_page() {
+        let f = vf();
+        f.doorbells().write32(CMDQ_DOORBELL, 5);
+        f.request_notify(true);
+        for page in 0..u64::from(doorbell::PAGES) {
+            let at = page * rnic_abi::PAGE_SIZE + doorbell::NOTIFY_REQUEST;
+            assert_eq!(rd(&f, DB, at, 4), 1u32.to_le_bytes(), "page {page}");
+            assert_eq!(f.doorbells().read32(at), Some(1));
+        }
+        assert_eq!(
+            f.doorbells().read32(CMDQ_DOORBELL),
+            Some(5),
+            "doorbells untouched"
+        );
+        f.request_notify(false);
+        for page in 0..u64::from(doorbell::PAGES) {
+            let at = page * rnic_abi::PAGE_SIZE + doorbell::NOTIFY_REQUEST;
+            assert_eq!(rd(&f, DB, at, 4), [0; 4], "page {page}");
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    struct Access {
+        region: u32,
+        offset: u64,
+        data: Vec<u8>,
+        write: bool,
+    }
+
+    fn any_access() -> impl Strategy<Value = Access> {
+        let offset = prop_oneof![
+            4 => 0..0x100u64,
+            2 => 0..pci::REG_BAR_SIZE + 0x100,
+            2 => pci::MSIX_TABLE_OFFSET - 8..pci::MSIX_PBA_OFFSET + 0x20,
+            2 => 0..doorbell::BAR_SIZE + 0x100,
+            1 => any::<u64>(),
+            1 => u64::MAX - 0x80..=u64::MAX,
+        ];
+        (
+            0..10u32,
+            offset,
+            proptest::collection::vec(any::<u8>(), 0..64),
+            any::<bool>(),
+        )
+            .prop_map(|(region, offset, data, write)| Access {
+                region,
+                offset,
+                data,
+                write,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn random_region_accesses_never_panic(
+            accesses in proptest::collection::vec(any_access(), 1..48),
+        ) {
+            // Start from a function with a running queue, so that random writes can stop,
+            // reset or break it as well as reach idle registers.
+            let (f, _guest) = running(0);
+            for a in accesses {
+                let fits = in_range(a.region, a.offset, a.data.len());
+                if a.write {
+                    prop_assert_eq!(f.region_write(a.region, a.offset, &a.data).is_ok(), fits);
+                } else {
+                    let mut buf = a.data.clone();
+                    prop_assert_eq!(f.region_read(a.region, a.offset, &mut buf).is_ok(), fits);
+                }
+                f.poll();
+                prop_assert_eq!(rd32(&f, MAGIC_REG), MAGIC);
+                prop_assert!(status(&f) & STATUS_READY != 0);
             }
         }
     }
