@@ -17,7 +17,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Largest command queue, in entries.
 pub const CMDQ_MAX_SIZE: u16 = 256;
-/// Required alignment of the descriptor table, available ring and used ring.
+/// Required alignment of the descriptor table.
 pub const CMDQ_DESC_ALIGN: u64 = 16;
 /// Required alignment of the available ring.
 pub const CMDQ_AVAIL_ALIGN: u64 = 2;
@@ -58,10 +58,12 @@ pub enum Status {
     /// A field of the request has a value the command does not accept.
     BadParam = 2,
     /// The descriptor chain is malformed: a request shorter than its header or structure,
-    /// no room for the response, a writable descriptor before a readable one, or a chain
-    /// too long.
+    /// longer than [`CMD_MAX_LEN`], a readable descriptor after a writable one, or a
+    /// response buffer too small for the response (the syndrome then says how many bytes
+    /// it needs).
     Malformed = 3,
-    /// The device could not read or write a buffer: the address is not DMA-mapped.
+    /// The device could not read a request buffer, or a buffer a command names: the
+    /// address is not DMA-mapped. The syndrome is the byte offset that failed.
     DmaError = 4,
     /// The function has no resources left for this command.
     NoResources = 5,

@@ -16,6 +16,23 @@ pub const NOTIFY_REQUEST: u64 = 0x000;
 /// Offset, in doorbell page 0, of the command queue doorbell (u32): the driver writes the
 /// available ring's `idx` after it published commands.
 pub const CMDQ_DOORBELL: u64 = 0x040;
+/// Offset, in every doorbell page, of the rung-slot bitmap: [`SLOTS`] bits in u64 words.
+/// After writing a send-queue doorbell slot, the driver sets the slot's bit (an atomic OR);
+/// the device takes the whole word (an atomic swap with 0) and looks only at the slots
+/// whose bits were set, so finding work costs the same however many queues sit idle.
+pub const RUNG_BITMAP: u64 = 0x080;
+/// Offset of the first doorbell slot in every page. Slot `i` is the 8 bytes at
+/// `SLOTS_BASE + 8 * i`; the device assigns slots when it creates the queue they serve.
+pub const SLOTS_BASE: u64 = 0x100;
+/// Size of a doorbell slot.
+pub const SLOT_SIZE: u64 = 8;
+/// Doorbell slots per page.
+pub const SLOTS: u32 = ((crate::PAGE_SIZE - SLOTS_BASE) / SLOT_SIZE) as u32;
+
+/// Byte offset in the doorbell BAR of slot `slot` of page `page`.
+pub const fn slot_offset(page: u32, slot: u32) -> u64 {
+    page as u64 * crate::PAGE_SIZE + SLOTS_BASE + slot as u64 * SLOT_SIZE
+}
 
 /// Number of doorbell pages of every function.
 pub const PAGES: u32 = 16;

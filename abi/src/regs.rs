@@ -19,7 +19,8 @@ pub const CAPS_HI: u64 = 0x014;
 pub const DEVICE_STATUS: u64 = 0x018;
 /// Device control bits ([`CONTROL_RESET`]).
 pub const DEVICE_CONTROL: u64 = 0x01C;
-/// Command queue: guest physical address of the descriptor table, low and high half.
+/// Command queue: device address of the descriptor table (what the VMM DMA-mapped: the
+/// guest-physical address in a VM without an IOMMU), low and high half.
 pub const CMDQ_DESC_LO: u64 = 0x020;
 /// See [`CMDQ_DESC_LO`].
 pub const CMDQ_DESC_HI: u64 = 0x024;
@@ -67,18 +68,24 @@ pub const CAP_DOORBELL_NOTIFY: u64 = 1 << 1;
 pub const CAP_MSIX: u64 = 1 << 2;
 /// Capability: function-level reset, by [`CONTROL_RESET`] and by PCIe FLR.
 pub const CAP_FUNCTION_RESET: u64 = 1 << 3;
+/// Capability: RDMA verbs over reliable connected QPs ([`crate::verbs`]).
+pub const CAP_RDMA_RC: u64 = 1 << 4;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;
 /// [`DEVICE_STATUS`]: the command queue runs.
 pub const STATUS_CMDQ_RUNNING: u32 = 1 << 1;
-/// [`DEVICE_STATUS`]: the function hit an error it cannot recover from without a reset;
-/// [`ERROR_CODE`] says which.
+/// [`DEVICE_STATUS`]: the command queue hit an error it could not recover from and
+/// stopped; [`ERROR_CODE`] says which. Restarting the queue (or a reset) clears it.
 pub const STATUS_FATAL: u32 = 1 << 2;
-/// [`DEVICE_STATUS`]: the function is disabled by its PF and does nothing else.
+/// [`DEVICE_STATUS`]: the function is disabled by its PF and does nothing else. (Reserved:
+/// VF enabling through the PF arrives with PF administration.)
 pub const STATUS_DISABLED: u32 = 1 << 3;
 
-/// [`DEVICE_CONTROL`]: write 1 to reset the function to its power-on state. Self-clearing.
+/// [`DEVICE_CONTROL`]: write 1 to reset the device state of the function (registers,
+/// queues, doorbells, and every object it created) to power-on. PCI state that belongs to
+/// the OS and VMM (config space, the MSI-X table) is kept; PCIe FLR resets that too.
+/// Completes before the write returns; reads as 0.
 pub const CONTROL_RESET: u32 = 1 << 0;
 
 /// [`CMDQ_CONTROL`]: run the command queue.
@@ -91,7 +98,8 @@ pub const NO_VECTOR: u32 = 0xFFFF;
 pub const ERR_NONE: u32 = 0;
 /// [`ERROR_CODE`]: the command queue size is zero, not a power of two, or too large.
 pub const ERR_CMDQ_SIZE: u32 = 1;
-/// [`ERROR_CODE`]: a command queue ring is misaligned or not in DMA-mapped memory.
+/// [`ERROR_CODE`]: a command queue ring is misaligned, not in memory DMA-mapped writable
+/// (all three rings must be), or (the available ring) at address 0.
 pub const ERR_CMDQ_ADDRESS: u32 = 2;
 /// [`ERROR_CODE`]: the command queue vector is beyond the MSI-X table.
 pub const ERR_CMDQ_VECTOR: u32 = 3;

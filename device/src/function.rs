@@ -57,21 +57,23 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The identity of function `id` of a device with `device_vfs` VFs: MAC
-    /// 02:52:4e:49:43:NN and IPv4 10.82.0.(NN+1), where NN is 0 for the PF and n+1 for VF n.
+    /// The identity of function `id` of a device with `device_vfs` VFs (at most 255),
+    /// numbered n = 0 for the PF and i + 1 for VF i: MAC 02:52:4e:49:43:nn and IPv4 address
+    /// 10.82.0.0 + n + 1.
     pub fn new(id: FunctionId, device_vfs: u16) -> Self {
-        let n = match id {
-            FunctionId::Pf => 0u8,
-            FunctionId::Vf(i) => (i as u8).wrapping_add(1),
+        let n: u16 = match id {
+            FunctionId::Pf => 0,
+            FunctionId::Vf(i) => i + 1,
         };
         let mut gid = [0u8; 16];
         gid[10] = 0xff;
         gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 82, 0, n.wrapping_add(1)]);
+        let ipv4 = u32::from_be_bytes([10, 82, 0, 0]) + u32::from(n) + 1;
+        gid[12..].copy_from_slice(&ipv4.to_be_bytes());
         Self {
             id,
             device_vfs,
-            mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n],
+            mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n as u8],
             gid,
             caps: CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET,
             limits: Limits {
@@ -423,11 +425,8 @@ impl Function {
         let set_hi = |v: &mut u64| *v = (*v & 0xffff_ffff) | u64::from(value) << 32;
         match offset {
             DEVICE_CONTROL if value & CONTROL_RESET != 0 => {
-                log::info!(
-                    "{}: function reset through DEVICE_CONTROL",
-                    self.identity.id
-                );
-                self.reset_locked(st);
+                log::info!("{}: device reset through DEVICE_CONTROL", self.identity.id);
+                self.reset_device_state(st);
             }
             CMDQ_DESC_LO => set_lo(&mut r.rings.desc),
             CMDQ_DESC_HI => set_hi(&mut r.rings.desc),
@@ -473,6 +472,10 @@ impl Function {
         match result {
             Ok(()) => {
                 st.regs.error_code = ERR_NONE;
+                st.regs.fatal = false;
+                // A fresh queue starts at index 0: so do its doorbell and what the device
+                // saw of it, or a stale doorbell value could hide the first new one.
+                self.doorbells.write32(CMDQ_DOORBELL, 0);
                 self.cmdq_doorbell_seen.store(0, Ordering::Release);
                 log::info!(
                     "{}: command queue of {} entries running",
@@ -520,8 +523,16 @@ impl Function {
 
     fn reset_locked(&self, st: &mut State) {
         st.config.reset();
-        st.regs = Registers::power_on();
         st.msix.reset();
+        self.reset_device_state(st);
+    }
+
+    /// Resets what the device behind the PCI function holds (registers, queues, doorbells)
+    /// and keeps the PCI state that belongs to the OS and VMM: config space (bus
+    /// mastering, MSI-X enable) and the MSI-X table. This is DEVICE_CONTROL.RESET, the
+    /// driver's own reset; FLR and vfio-user DEVICE_RESET reset both.
+    fn reset_device_state(&self, st: &mut State) {
+        st.regs = Registers::power_on();
         st.cmdq.stop();
         self.doorbells.clear();
         self.cmdq_doorbell_seen.store(0, Ordering::Release);
@@ -1272,12 +1283,43 @@ mod tests {
     }
 
     #[test]
-    fn device_control_reset() {
+    fn device_control_reset_keeps_the_pci_state() {
         let (f, mut guest) = running(NO_VECTOR);
         dirty(&f, &mut guest);
+        let config = rd(&f, CONFIG, 0, 4096);
+        let msix_table = rd(&f, BAR0, pci::MSIX_TABLE_OFFSET, 16 * 16);
         wr32(&f, DEVICE_CONTROL, CONTROL_RESET);
-        assert_power_on(&f);
+        let fresh = vf();
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(
+            rd(&f, BAR0, 0, 0x1000),
+            rd(&fresh, BAR0, 0, 0x1000),
+            "registers at power-on"
+        );
+        assert_eq!(
+            rd(&f, CONFIG, 0, 4096),
+            config,
+            "config space is the OS's, not reset"
+        );
+        assert_eq!(rd(&f, BAR0, pci::MSIX_TABLE_OFFSET, 16 * 16), msix_table);
+        assert!(rd(&f, DB, 0, doorbell::BAR_SIZE as usize)
+            .iter()
+            .all(|&b| b == 0));
+        assert!(!f.poll());
         assert_restarts(&f, &mut guest);
+    }
+
+    #[test]
+    fn re_enabling_the_queue_clears_a_stale_doorbell() {
+        let (f, mut guest) = running(NO_VECTOR);
+        nop_round_trip(&f, &mut guest, 1);
+        wr32(&f, CMDQ_CONTROL, 0);
+        guest.reset_rings();
+        program_rings(&f, NO_VECTOR);
+        assert_eq!(enable(&f), ERR_NONE);
+        assert_eq!(f.doorbells().read32(CMDQ_DOORBELL), Some(0));
+        // The first command after the restart rings the same doorbell value as before.
+        nop_round_trip(&f, &mut guest, 2);
     }
 
     #[test]

@@ -204,6 +204,8 @@ impl CommandQueue {
 /// returns whether it kicked.
 pub fn ring_doorbell(t: &dyn Transport, offset: u64, value: u32) -> Result<bool> {
     let db = t.doorbells();
+    // Everything the doorbell announces (descriptors, ring index) before the doorbell.
+    fence(Ordering::Release);
     db.write32(offset, value);
     // The doorbell store must be visible before we read the device's request; the device
     // fences between setting the request and its last look at the doorbells.

@@ -238,20 +238,30 @@ fn function_reset_by_register_and_by_vfio_user_touches_only_that_function() {
     let status = t.reg_read32(regs::DEVICE_STATUS).expect("status");
     assert_eq!(status & regs::STATUS_CMDQ_RUNNING, 0, "the queue stopped");
     assert_ne!(status & regs::STATUS_READY, 0);
+    assert_eq!(t.reg_read32(regs::CMDQ_SIZE).expect("size"), 0);
     let mut line = [0u8];
     t.config_read(cfg::INTERRUPT_LINE as u16, &mut line)
         .expect("read");
-    assert_eq!(line[0], 0, "config space back to power-on");
-    assert_eq!(t.reg_read32(regs::CMDQ_SIZE).expect("size"), 0);
+    assert_eq!(
+        line[0], 0x5a,
+        "the driver's own reset leaves config space alone"
+    );
     vf1.nop().expect("the other VF is untouched");
 
-    // vfio-user DEVICE_RESET does the same.
+    // vfio-user DEVICE_RESET resets the whole function, config space included.
     let vf1_t = vf1.transport();
+    vf1_t
+        .config_write(cfg::INTERRUPT_LINE as u16, &[0x5a])
+        .expect("write");
     vf1_t.function_reset().expect("DEVICE_RESET");
     assert_eq!(
         vf1_t.reg_read32(regs::DEVICE_STATUS).expect("status") & regs::STATUS_CMDQ_RUNNING,
         0
     );
+    vf1_t
+        .config_read(cfg::INTERRUPT_LINE as u16, &mut line)
+        .expect("read");
+    assert_eq!(line[0], 0, "config space back to power-on");
 
     // PCIe FLR too.
     let pf = open(&rnicd, "pf");
