@@ -34,16 +34,54 @@ pub enum Opcode {
     Nop = 0x0000,
     /// Identity, capabilities and resource limits: [`QueryDeviceResp`].
     QueryDevice = 0x0001,
+    /// Create the function's event queue: `verbs::CreateEqReq` -> `verbs::CreateEqResp`.
+    CreateEq = 0x0100,
+    /// Destroy the event queue: `verbs::ObjectReq`.
+    DestroyEq = 0x0101,
+    /// Allocate a protection domain: no body -> `verbs::ObjectResp`.
+    AllocPd = 0x0110,
+    /// Free a protection domain (fails with [`Status::Busy`] while objects use it):
+    /// `verbs::ObjectReq`.
+    DeallocPd = 0x0111,
+    /// Register a memory region: `verbs::RegMrReq` -> `verbs::RegMrResp`.
+    RegMr = 0x0120,
+    /// Deregister a memory region: `verbs::ObjectReq` with the lkey.
+    DeregMr = 0x0121,
+    /// Create a completion queue: `verbs::CreateCqReq` -> `verbs::CreateCqResp`.
+    CreateCq = 0x0130,
+    /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
+    /// `verbs::ObjectReq`.
+    DestroyCq = 0x0131,
+    /// Create a queue pair: `verbs::CreateQpReq` -> `verbs::CreateQpResp`.
+    CreateQp = 0x0140,
+    /// Change a queue pair's state and attributes: `verbs::ModifyQpReq`.
+    ModifyQp = 0x0141,
+    /// Read a queue pair's attributes: `verbs::ObjectReq` -> `verbs::QueryQpResp`.
+    QueryQp = 0x0142,
+    /// Destroy a queue pair: `verbs::ObjectReq`.
+    DestroyQp = 0x0143,
 }
 
 impl Opcode {
     /// The opcode with this number, if there is one.
     pub fn from_u16(value: u16) -> Option<Self> {
-        match value {
-            0x0000 => Some(Self::Nop),
-            0x0001 => Some(Self::QueryDevice),
-            _ => None,
-        }
+        Some(match value {
+            0x0000 => Self::Nop,
+            0x0001 => Self::QueryDevice,
+            0x0100 => Self::CreateEq,
+            0x0101 => Self::DestroyEq,
+            0x0110 => Self::AllocPd,
+            0x0111 => Self::DeallocPd,
+            0x0120 => Self::RegMr,
+            0x0121 => Self::DeregMr,
+            0x0130 => Self::CreateCq,
+            0x0131 => Self::DestroyCq,
+            0x0140 => Self::CreateQp,
+            0x0141 => Self::ModifyQp,
+            0x0142 => Self::QueryQp,
+            0x0143 => Self::DestroyQp,
+            _ => return None,
+        })
     }
 }
 
@@ -71,6 +109,12 @@ pub enum Status {
     NotPermitted = 6,
     /// An internal device error; the device log says more.
     Internal = 7,
+    /// The object is in use by others and cannot be destroyed yet.
+    Busy = 8,
+    /// The object named does not exist (or belongs to another function).
+    NotFound = 9,
+    /// The requested state transition or attribute is not allowed now.
+    BadState = 10,
 }
 
 impl Status {
@@ -85,6 +129,9 @@ impl Status {
             5 => Self::NoResources,
             6 => Self::NotPermitted,
             7 => Self::Internal,
+            8 => Self::Busy,
+            9 => Self::NotFound,
+            10 => Self::BadState,
             _ => return None,
         })
     }

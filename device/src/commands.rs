@@ -22,6 +22,7 @@ pub fn execute(identity: &Identity, header: &CmdHeader, body: &[u8]) -> Response
             }
             Response::ok(query_device(identity).as_bytes().to_vec())
         }
+        Some(_) => Response::error(Status::BadOpcode, u32::from(header.opcode)),
     }
 }
 

@@ -258,6 +258,9 @@ pub fn status_name(s: Status) -> &'static str {
         Status::NoResources => "NO_RESOURCES",
         Status::NotPermitted => "NOT_PERMITTED",
         Status::Internal => "INTERNAL",
+        Status::Busy => "BUSY",
+        Status::NotFound => "NOT_FOUND",
+        Status::BadState => "BAD_STATE",
     }
 }
 
