@@ -531,11 +531,11 @@ pub struct CreateQpReq {
 
 /// `CREATE_QP` response. The QP starts in RESET.
 ///
-/// Send doorbell: the driver writes to the send slot (u32 at +0) how many WQEs it has
-/// posted in all, then sets the slot's bit in the page's `RUNG_BITMAP`, then follows the
-/// notification protocol. Receive doorbell: the driver writes to the receive slot (u32 at
-/// +0) how many receive WQEs it has posted in all; no bit, no kick: the device reads it
-/// when a message arrives.
+/// Both doorbells work alike: the driver writes to the slot (u32 at +0) how many WQEs it
+/// has posted to that queue in all, then sets the slot's bit in the page's `RUNG_BITMAP`,
+/// then follows the notification protocol. The device reads a receive slot when a message
+/// arrives; it looks at a rung receive slot only to flush receives posted while the QP is
+/// in the error state, so that every posted WR gets its completion.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]

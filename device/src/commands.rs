@@ -6,9 +6,17 @@ use zerocopy::IntoBytes;
 
 use crate::cmdq::Response;
 use crate::function::Identity;
+use crate::rdma::{Env, RdmaState};
 
-/// Executes one command for the function described by `identity`.
-pub fn execute(identity: &Identity, header: &CmdHeader, body: &[u8]) -> Response {
+/// Executes one command for the function described by `identity`, whose RDMA objects are
+/// `rdma`.
+pub fn execute(
+    identity: &Identity,
+    rdma: &mut RdmaState,
+    env: &Env,
+    header: &CmdHeader,
+    body: &[u8],
+) -> Response {
     if header.reserved != 0 {
         // Reserved fields must be zero so that they can be given a meaning later.
         return Response::error(Status::BadParam, 2);
@@ -22,7 +30,7 @@ pub fn execute(identity: &Identity, header: &CmdHeader, body: &[u8]) -> Response
             }
             Response::ok(query_device(identity).as_bytes().to_vec())
         }
-        Some(_) => Response::error(Status::BadOpcode, u32::from(header.opcode)),
+        Some(opcode) => rdma.execute(opcode, body, env),
     }
 }
 
@@ -64,6 +72,18 @@ mod tests {
             reserved: 0,
             token: 7,
         }
+    }
+
+    /// Runs a command on a function with no memory and no objects.
+    fn execute(id: &Identity, h: &CmdHeader, body: &[u8]) -> Response {
+        let mem = vm_memory::GuestMemoryMmap::new();
+        let doorbells = crate::doorbell::DoorbellBar::new(1).expect("doorbells");
+        let env = Env {
+            r: &mem,
+            w: &mem,
+            doorbells: &doorbells,
+        };
+        super::execute(id, &mut RdmaState::new(id.limits), &env, h, body)
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::engine::{Engine, EngineHandle};
 use crate::function::{Function, FunctionId, Identity};
+use crate::pcap::PcapWriter;
 use crate::vfio;
 
 /// How to build and serve the device.
@@ -18,6 +19,8 @@ pub struct DeviceConfig {
     pub vfs: u16,
     /// How long the engine polls after the last work before it sleeps.
     pub poll_window: Duration,
+    /// Where to write a pcap of every frame the functions exchange.
+    pub pcap: Option<PathBuf>,
 }
 
 /// Why the device could not start.
@@ -32,6 +35,9 @@ pub enum StartError {
     /// A function or the engine could not be created.
     #[error("cannot create the device: {0}")]
     Create(std::io::Error),
+    /// The capture file could not be created.
+    #[error("cannot write the capture {0}: {1}")]
+    Pcap(PathBuf, std::io::Error),
 }
 
 /// The socket path of function `id` in `dir`.
@@ -44,6 +50,28 @@ pub struct Device {
     functions: Vec<Arc<Function>>,
     sockets: Vec<PathBuf>,
     engine: EngineHandle,
+    /// Held (flock) for the life of the device: one rnicd per socket directory.
+    _lock: std::fs::File,
+    lock_path: PathBuf,
+}
+
+/// Takes the socket directory's lock, so that no two rnicd serve one directory, even when
+/// started at the same moment (a socket file exists before its listener listens, so
+/// probing sockets alone cannot tell a starting rnicd from a dead one).
+fn lock_dir(dir: &Path) -> Result<(std::fs::File, PathBuf), StartError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("rnicd.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StartError::SocketDir(dir.to_path_buf(), e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(StartError::Bind(vfio::BindError::InUse(dir.to_path_buf())));
+    }
+    Ok((file, path))
 }
 
 impl Device {
@@ -51,6 +79,7 @@ impl Device {
     pub fn start(config: &DeviceConfig) -> Result<Self, StartError> {
         std::fs::create_dir_all(&config.socket_dir)
             .map_err(|e| StartError::SocketDir(config.socket_dir.clone(), e))?;
+        let (lock, lock_path) = lock_dir(&config.socket_dir)?;
         let ids = std::iter::once(FunctionId::Pf).chain((0..config.vfs).map(FunctionId::Vf));
         let mut functions = Vec::new();
         let mut servers = Vec::new();
@@ -70,8 +99,14 @@ impl Device {
             servers.push(server);
             functions.push(function);
         }
+        let pcap = match &config.pcap {
+            Some(path) => {
+                Some(PcapWriter::create(path).map_err(|e| StartError::Pcap(path.clone(), e))?)
+            }
+            None => None,
+        };
         let engine =
-            Engine::new(functions.clone(), config.poll_window).map_err(StartError::Create)?;
+            Engine::new(functions.clone(), config.poll_window, pcap).map_err(StartError::Create)?;
         let handle = engine.handle();
         std::thread::Builder::new()
             .name("engine".into())
@@ -92,6 +127,8 @@ impl Device {
             functions,
             sockets,
             engine: handle,
+            _lock: lock,
+            lock_path,
         })
     }
 
@@ -110,6 +147,7 @@ impl Device {
     pub fn shutdown(&self) {
         self.engine.stop();
         self.sockets.iter().for_each(|p| remove_socket(p));
+        remove_socket(&self.lock_path);
     }
 }
 

@@ -92,6 +92,11 @@ impl DoorbellBar {
             .is_some()
     }
 
+    /// Atomically replaces the 32-bit word at `offset` with `value`, returning the old one.
+    pub fn swap32(&self, offset: u64, value: u32) -> Option<u32> {
+        self.word(offset).map(|w| w.swap(value, Ordering::AcqRel))
+    }
+
     /// Reads bytes for a trapped region read (a client that did not mmap the BAR).
     pub fn read_bytes(&self, offset: u64, data: &mut [u8]) -> bool {
         match offset.checked_add(data.len() as u64) {

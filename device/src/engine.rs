@@ -10,7 +10,11 @@ use std::time::{Duration, Instant};
 use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::function::Function;
+use std::collections::HashMap;
+
+use crate::function::{Function, PollOutcome, Port};
+use crate::pcap::PcapWriter;
+use crate::rdma::switch::Switch;
 
 /// Drains the wake-up eventfds; the loop itself decides what to do after a wake-up.
 struct Wakeups {
@@ -64,6 +68,8 @@ impl EngineHandle {
 /// The event loop over all functions of a device.
 pub struct Engine {
     functions: Vec<Arc<Function>>,
+    switch: Switch,
+    neighbors: HashMap<[u8; 4], [u8; 6]>,
     poll_window: Duration,
     stop: Arc<EventFd>,
     stopping: Arc<AtomicBool>,
@@ -72,9 +78,17 @@ pub struct Engine {
 impl Engine {
     /// An engine over `functions` that keeps polling for `poll_window` after the last work
     /// before it sleeps.
-    pub fn new(functions: Vec<Arc<Function>>, poll_window: Duration) -> std::io::Result<Self> {
+    pub fn new(
+        functions: Vec<Arc<Function>>,
+        poll_window: Duration,
+        pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
+    ) -> std::io::Result<Self> {
+        let switch = Switch::new(functions.iter().map(|f| f.endpoint()).collect(), pcap);
+        let neighbors = switch.neighbors();
         Ok(Self {
             functions,
+            switch,
+            neighbors,
             poll_window,
             stop: Arc::new(EventFd::new(libc::EFD_NONBLOCK)?),
             stopping: Arc::new(AtomicBool::new(false)),
@@ -88,9 +102,26 @@ impl Engine {
         }
     }
 
-    fn poll_all(&self) -> bool {
-        // Every function gets its turn: no short-circuit.
-        self.functions.iter().fold(false, |any, f| f.poll() | any)
+    /// Gives every function its turn; returns whether any worked, and the earliest timer.
+    fn poll_all(&mut self) -> PollOutcome {
+        let now = Instant::now();
+        let mut all = PollOutcome::default();
+        for (index, f) in self.functions.iter().enumerate() {
+            let mut port = Port {
+                switch: &mut self.switch,
+                index,
+                neighbors: &self.neighbors,
+            };
+            let o = f.run(&mut port, now);
+            all.progress |= o.progress;
+            all.deadline = match (all.deadline, o.deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        // Frames sent to functions that already had their turn are work for the next.
+        all.progress |= self.switch.busy();
+        all
     }
 
     fn request_notify(&self, on: bool) {
@@ -98,7 +129,7 @@ impl Engine {
     }
 
     /// Runs until stopped.
-    pub fn run(self) -> Result<(), event_manager::Error> {
+    pub fn run(mut self) -> Result<(), event_manager::Error> {
         let mut em: EventManager<Box<dyn MutEventSubscriber + Send>> = EventManager::new()?;
         em.add_subscriber(Box::new(Wakeups {
             functions: self.functions.clone(),
@@ -112,7 +143,8 @@ impl Engine {
         );
         let mut last_work = Instant::now();
         while !self.stopping.load(Ordering::Acquire) {
-            if self.poll_all() {
+            let outcome = self.poll_all();
+            if outcome.progress {
                 last_work = Instant::now();
                 continue;
             }
@@ -126,8 +158,21 @@ impl Engine {
             // doorbell write and its read of the request).
             self.request_notify(true);
             fence(Ordering::SeqCst);
-            if !self.poll_all() {
-                em.run()?;
+            let outcome = self.poll_all();
+            if !outcome.progress {
+                match outcome.deadline {
+                    // Sleep until the next transport timer, or until kicked.
+                    Some(at) => {
+                        let ms = at
+                            .saturating_duration_since(Instant::now())
+                            .as_millis()
+                            .clamp(1, i32::MAX as u128) as i32;
+                        em.run_with_timeout(ms)?;
+                    }
+                    None => {
+                        em.run()?;
+                    }
+                }
             }
             self.request_notify(false);
             last_work = Instant::now();

@@ -15,11 +15,17 @@ use rnic_abi::regs::*;
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
 use vmm_sys_util::eventfd::EventFd;
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use crate::cmdq::{CommandQueue, RingConfig};
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
 use crate::msix::Msix;
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
+use crate::rdma::switch::{Endpoint, Switch};
+use crate::rdma::wire::Wire;
+use crate::rdma::{Env, RdmaState};
 
 /// Which function of the device this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,7 +81,7 @@ impl Identity {
             device_vfs,
             mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n as u8],
             gid,
-            caps: CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET,
+            caps: CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET | CAP_RDMA_RC,
             limits: Limits {
                 max_qp: 256,
                 max_qp_wr: 4096,
@@ -185,6 +191,26 @@ struct State {
     regs: Registers,
     msix: Msix,
     cmdq: CommandQueue,
+    rdma: RdmaState,
+}
+
+/// What one look at a function found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollOutcome {
+    /// It did some work.
+    pub progress: bool,
+    /// When a transport timer of the function is due next.
+    pub deadline: Option<Instant>,
+}
+
+/// A function's port on the device's internal switch.
+pub struct Port<'a> {
+    /// The switch.
+    pub switch: &'a mut Switch,
+    /// This function's port number.
+    pub index: usize,
+    /// IPv4 to MAC for the switch's endpoints.
+    pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
 }
 
 /// One PCI function.
@@ -224,6 +250,7 @@ impl Function {
             regs: Registers::power_on(),
             msix: Msix::new(pci::MSIX_VECTORS),
             cmdq: CommandQueue::new(),
+            rdma: RdmaState::new(identity.limits),
         };
         Ok(Self {
             identity,
@@ -532,6 +559,7 @@ impl Function {
     /// mastering, MSI-X enable) and the MSI-X table. This is DEVICE_CONTROL.RESET, the
     /// driver's own reset; FLR and vfio-user DEVICE_RESET reset both.
     fn reset_device_state(&self, st: &mut State) {
+        st.rdma = RdmaState::new(self.identity.limits);
         st.regs = Registers::power_on();
         st.cmdq.stop();
         self.doorbells.clear();
@@ -553,47 +581,120 @@ impl Function {
         }
     }
 
-    /// Does whatever work the function has; returns whether there was any.
+    /// The function's address on the switch.
+    pub fn endpoint(&self) -> Endpoint {
+        let ip = [
+            self.identity.gid[12],
+            self.identity.gid[13],
+            self.identity.gid[14],
+            self.identity.gid[15],
+        ];
+        Endpoint {
+            mac: self.identity.mac,
+            ip,
+        }
+    }
+
+    /// Does whatever work the function has, alone on a switch of its own; returns whether
+    /// there was any.
     pub fn poll(&self) -> bool {
+        let mut switch = Switch::new(vec![self.endpoint()], None);
+        let neighbors = switch.neighbors();
+        self.run(
+            &mut Port {
+                switch: &mut switch,
+                index: 0,
+                neighbors: &neighbors,
+            },
+            Instant::now(),
+        )
+        .progress
+    }
+
+    /// Does whatever work the function has: commands, packets that arrived on `port`,
+    /// rung send queues, due timers.
+    pub fn run(&self, port: &mut Port, now: Instant) -> PollOutcome {
         let kicked = self.kicked.swap(false, Ordering::AcqRel);
         let doorbell = self.doorbells.read32(CMDQ_DOORBELL).unwrap_or(0);
-        if !kicked && doorbell == self.cmdq_doorbell_seen.load(Ordering::Acquire) {
-            return false;
+        let cmdq_due = kicked || doorbell != self.cmdq_doorbell_seen.load(Ordering::Acquire);
+        if cmdq_due {
+            self.cmdq_doorbell_seen.store(doorbell, Ordering::Release);
         }
-        self.cmdq_doorbell_seen.store(doorbell, Ordering::Release);
-        let mut st = self.lock();
-        if !st.cmdq.is_running() || !st.config.bus_master() {
-            return false;
+        let frames = port.switch.take(port.index);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if !st.config.bus_master() {
+            // No DMA without bus mastering: whatever arrived is lost, as on a wire.
+            st.rdma.counters.rx_dropped += frames.len() as u64;
+            return PollOutcome {
+                progress: !frames.is_empty(),
+                deadline: None,
+            };
         }
-        let rings = self.dma.writable();
+        let writable = self.dma.writable();
         let readable = self.dma.readable();
+        let env = Env {
+            r: &readable,
+            w: &writable,
+            doorbells: &self.doorbells,
+        };
         let identity = &self.identity;
-        match st.cmdq.process(&rings, &readable, |h, body| {
-            crate::commands::execute(identity, h, body)
-        }) {
-            Ok(done) => {
-                // The register takes any value; one that is no vector must not be
-                // truncated into one.
-                let vector = u16::try_from(st.regs.cmdq_vector)
-                    .ok()
-                    .filter(|&v| u32::from(v) != NO_VECTOR);
-                if let (true, Some(vector)) = (done.interrupt, vector) {
-                    let (enabled, masked) =
-                        (st.config.msix_enabled(), st.config.msix_function_masked());
-                    st.msix.signal(vector, enabled, masked);
+        let mut progress = false;
+        if cmdq_due && st.cmdq.is_running() {
+            let rdma = &mut st.rdma;
+            match st.cmdq.process(&writable, &readable, |h, body| {
+                crate::commands::execute(identity, rdma, &env, h, body)
+            }) {
+                Ok(done) => {
+                    // The register takes any value; one that is no vector must not be
+                    // truncated into one.
+                    let vector = u16::try_from(st.regs.cmdq_vector)
+                        .ok()
+                        .filter(|&v| u32::from(v) != NO_VECTOR);
+                    if let (true, Some(vector)) = (done.interrupt, vector) {
+                        st.msix.signal(
+                            vector,
+                            st.config.msix_enabled(),
+                            st.config.msix_function_masked(),
+                        );
+                    }
+                    progress |= done.completed > 0;
                 }
-                done.completed > 0
-            }
-            Err(code) => {
-                st.regs.error_code = code;
-                st.regs.fatal = true;
-                log::error!(
-                    "{}: command queue failed with error code {code}; reset the function",
-                    identity.id
-                );
-                true
+                Err(code) => {
+                    st.regs.error_code = code;
+                    st.regs.fatal = true;
+                    log::error!("{}: command queue failed with error code {code}; restart the queue or reset the function", identity.id);
+                    progress = true;
+                }
             }
         }
+        let mut wire = Wire {
+            local: self.endpoint(),
+            neighbors: port.neighbors,
+            out: Vec::new(),
+        };
+        progress |= st.rdma.poll(&env, frames, &mut wire, now);
+        for frame in wire.out {
+            port.switch.send(frame);
+        }
+        if std::mem::take(&mut st.rdma.eq_signal) {
+            if let Some(vector) = st.rdma.eq_vector() {
+                st.msix.signal(
+                    vector,
+                    st.config.msix_enabled(),
+                    st.config.msix_function_masked(),
+                );
+            }
+        }
+        PollOutcome {
+            progress,
+            deadline: st.rdma.next_deadline(),
+        }
+    }
+
+    /// Counters of the RDMA engine.
+    pub fn rdma_counters(&self) -> crate::rdma::Counters {
+        self.lock().rdma.counters
     }
 }
 
@@ -891,7 +992,7 @@ mod tests {
             rd32(&f, FUNCTION_INFO),
             FUNCTION_IS_VF | 1 << FUNCTION_VF_INDEX_SHIFT
         );
-        let caps = CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET;
+        let caps = CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET | CAP_RDMA_RC;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -16,5 +16,8 @@ pub mod doorbell;
 pub mod engine;
 pub mod function;
 pub mod msix;
+pub mod pcap;
 pub mod pci;
+pub mod rdma;
+pub mod roce;
 pub mod vfio;

@@ -29,6 +29,11 @@ struct Args {
     /// sleeps and asks drivers to kick it. Longer trades idle CPU for lower latency.
     #[arg(long, value_name = "US", default_value_t = 200)]
     poll_us: u64,
+
+    /// Write every frame the functions exchange (Ethernet/IPv4/UDP/RoCEv2) to FILE, a pcap
+    /// that Wireshark and tshark decode.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
 }
 
 fn main() {
@@ -38,6 +43,7 @@ fn main() {
         socket_dir: args.socket_dir,
         vfs: args.vfs,
         poll_window: Duration::from_micros(args.poll_us),
+        pcap: args.pcap,
     };
     // Catch the signals before the sockets exist, so none is left behind.
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {

@@ -194,7 +194,8 @@ pub enum BindError {
 }
 
 /// Binds the socket of `function` at `path`, replacing a stale socket file left by a
-/// process that died.
+/// process that died. The caller holds the directory's lock, so no other rnicd can be
+/// serving it; a socket that still answers belongs to something else, and is left alone.
 pub fn bind(path: &Path, function: &Function) -> Result<Server, BindError> {
     if path.exists() {
         if UnixStream::connect(path).is_ok() {

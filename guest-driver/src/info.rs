@@ -44,6 +44,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_DOORBELL_NOTIFY, "doorbell-notify"),
     (regs::CAP_MSIX, "msix"),
     (regs::CAP_FUNCTION_RESET, "function-reset"),
+    (regs::CAP_RDMA_RC, "rdma-rc"),
 ];
 
 impl Report {

@@ -12,6 +12,7 @@ mod dma_pagemap;
 pub mod error;
 pub mod info;
 pub mod transport;
+pub mod verbs;
 
 pub use device::Device;
 pub use error::{Error, Result};

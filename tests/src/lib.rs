@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
 //! raw vfio-user messages for what the crate's client cannot send.
 
+pub mod verbs_pair;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

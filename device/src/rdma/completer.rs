@@ -1,0 +1,339 @@
+//! The completer: matches acknowledgements and responses to the requester's ops, places
+//! READ and atomic results, retries on timeouts and NAKs, and completes send WQEs in
+//! send-queue order: exactly one completion per signaled WQE, and one per WQE of any kind
+//! that fails or is flushed.
+
+use std::time::{Duration, Instant};
+
+use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
+use vm_memory::Bytes;
+
+use super::mr::Access;
+use super::qp::{mtu, Qp};
+use super::requester::{scatter_gather, OpState};
+use super::wire::psn;
+use super::wqe::read_recv;
+use super::{Env, RdmaState};
+use crate::roce::packet::{nak, opcode as op, AethKind, Packet};
+
+/// The RNR NAK timer values of the IB spec (table 45), in microseconds, by code.
+const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
+];
+
+/// How long an RNR NAK with timer `code` asks the requester to wait.
+pub fn rnr_delay(code: u8) -> Duration {
+    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
+}
+
+/// Handles a response packet (ACK, NAK, READ response, atomic ACK) for `qp`.
+pub fn on_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, now: Instant) {
+    let p = pkt.hdrs.bth.psn;
+    let opcode = pkt.hdrs.bth.opcode;
+    let mut progress = false;
+    if let Some(aeth) = pkt.hdrs.aeth {
+        match aeth.kind() {
+            AethKind::Ack { .. } if opcode == op::RC_ACKNOWLEDGE => progress |= ack_upto(qp, p),
+            AethKind::RnrNak { timer: code } => {
+                let Some(i) = qp.req.ops.iter().position(|o| o.contains(p)) else {
+                    return;
+                };
+                ack_upto(qp, psn::add(p, 0xFF_FFFF));
+                if qp.attr.rnr_retry != 7 {
+                    if qp.req.rnr_left == 0 {
+                        qp.req.ops[i].fail(WcStatus::RnrRetryExcErr);
+                        retire(rdma, qp, env, now);
+                        return;
+                    }
+                    qp.req.rnr_left -= 1;
+                }
+                qp.req.rnr_until = Some(now + rnr_delay(code));
+                qp.req.go_back_to(p);
+                qp.req.timer = None;
+                return;
+            }
+            AethKind::Nak { code } => {
+                ack_upto(qp, psn::add(p, 0xFF_FFFF));
+                if code == nak::PSN_SEQ_ERROR {
+                    qp.req.go_back_to(p);
+                } else if let Some(i) = qp.req.ops.iter().position(|o| o.contains(p)) {
+                    let status = match code {
+                        nak::REMOTE_ACCESS_ERROR => WcStatus::RemAccessErr,
+                        nak::REMOTE_OPERATIONAL_ERROR => WcStatus::RemOpErr,
+                        _ => WcStatus::RemInvReqErr,
+                    };
+                    qp.req.ops[i].fail(status);
+                }
+                progress = true;
+            }
+            _ => {}
+        }
+    }
+    match opcode {
+        op::RC_RDMA_READ_RESPONSE_FIRST
+        | op::RC_RDMA_READ_RESPONSE_MIDDLE
+        | op::RC_RDMA_READ_RESPONSE_LAST
+        | op::RC_RDMA_READ_RESPONSE_ONLY => {
+            progress |= read_response(rdma, qp, pkt, env);
+        }
+        op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
+        _ => {}
+    }
+    if progress {
+        qp.req.retry_left = qp.attr.retry_cnt;
+        qp.req.rnr_left = qp.attr.rnr_retry;
+        qp.req.timer = None;
+        retire(rdma, qp, env, now);
+        qp.req.rearm(&qp.attr, now);
+    }
+}
+
+/// Marks every SEND and WRITE up to PSN `p` acknowledged. READs and atomics are done only
+/// by their responses.
+fn ack_upto(qp: &mut Qp, p: u32) -> bool {
+    let mut any = false;
+    for o in qp.req.ops.iter_mut() {
+        if o.state == OpState::Sent && !o.is_rd_atomic() && psn::diff(o.last_psn(), p) <= 0 {
+            o.state = OpState::Done;
+            any = true;
+        }
+    }
+    any
+}
+
+fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> bool {
+    let p = pkt.hdrs.bth.psn;
+    let Some(i) = qp.req.ops.iter().position(|o| {
+        o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p)
+    }) else {
+        return false;
+    };
+    let expected = psn::add(qp.req.ops[i].first_psn, qp.req.ops[i].read_pkts);
+    if p != expected {
+        if psn::diff(p, expected) > 0 {
+            // A response went missing: ask again from the first one not placed.
+            qp.req.go_back_to(qp.req.ops[i].first_psn);
+        }
+        return false;
+    }
+    // Every earlier SEND and WRITE is implicitly acknowledged by a READ response.
+    ack_upto(qp, psn::add(qp.req.ops[i].first_psn, 0xFF_FFFF));
+    let o = &mut qp.req.ops[i];
+    let offset = u64::from(o.read_pkts) * u64::from(mtu(&qp.attr));
+    let payload = pkt.payload;
+    let placed = scatter_gather(
+        &o.op.sges,
+        qp.pdn,
+        &rdma.mrs,
+        Access::LocalWrite,
+        offset,
+        payload.len() as u64,
+        |at, addr, n| env.w.write_slice(&payload[at..at + n], addr).is_ok(),
+    );
+    o.read_pkts += 1;
+    if let Err(status) = placed {
+        o.state = OpState::Done;
+        o.status = if status == WcStatus::LocLenErr {
+            WcStatus::LocLenErr
+        } else {
+            WcStatus::LocAccessErr
+        };
+        release_rd_atomic(qp, i);
+        return true;
+    }
+    if o.read_pkts == o.npsn {
+        o.state = OpState::Done;
+        release_rd_atomic(qp, i);
+    }
+    true
+}
+
+fn atomic_ack(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> bool {
+    let p = pkt.hdrs.bth.psn;
+    let Some(i) = qp.req.ops.iter().position(|o| {
+        o.is_rd_atomic()
+            && o.op.wqe.opcode != wr::RDMA_READ
+            && o.state == OpState::Sent
+            && o.first_psn == p
+    }) else {
+        return false;
+    };
+    let Some(ack) = pkt.hdrs.atomic_ack else {
+        return false;
+    };
+    ack_upto(qp, psn::add(p, 0xFF_FFFF));
+    let o = &mut qp.req.ops[i];
+    let bytes = ack.orig.to_le_bytes();
+    let placed = scatter_gather(
+        &o.op.sges,
+        qp.pdn,
+        &rdma.mrs,
+        Access::LocalWrite,
+        0,
+        8,
+        |at, addr, n| env.w.write_slice(&bytes[at..at + n], addr).is_ok(),
+    );
+    o.state = OpState::Done;
+    if placed.is_err() {
+        o.status = WcStatus::LocAccessErr;
+    }
+    release_rd_atomic(qp, i);
+    true
+}
+
+fn release_rd_atomic(qp: &mut Qp, i: usize) {
+    if qp.req.ops[i].holds_rd_atomic {
+        qp.req.ops[i].holds_rd_atomic = false;
+        qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+    }
+}
+
+/// The retransmission timer: resend from the oldest unanswered op, or give up.
+pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
+    let Some(deadline) = qp.req.timer else { return };
+    if now < deadline {
+        return;
+    }
+    qp.req.timer = None;
+    let Some(oldest) = qp.req.ops.iter().position(|o| o.state == OpState::Sent) else {
+        return;
+    };
+    if qp.req.retry_left == 0 {
+        qp.req.ops[oldest].fail(WcStatus::RetryExcErr);
+        retire(rdma, qp, env, now);
+        return;
+    }
+    qp.req.retry_left -= 1;
+    let first = qp.req.ops[oldest].first_psn;
+    qp.req.go_back_to(first);
+}
+
+fn send_completion(opcode: u8) -> u8 {
+    match opcode {
+        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => wc::RDMA_WRITE,
+        wr::RDMA_READ => wc::RDMA_READ,
+        wr::ATOMIC_CMP_AND_SWP => wc::COMP_SWAP,
+        wr::ATOMIC_FETCH_AND_ADD => wc::FETCH_ADD,
+        wr::LOCAL_INV => wc::LOCAL_INV,
+        wr::BIND_MW => wc::BIND_MW,
+        _ => wc::SEND,
+    }
+}
+
+/// Completes the ops at the head of the queue that are done, in order. An error moves
+/// the QP to the error state and flushes everything behind it.
+pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
+    while qp.req.ops.front().is_some_and(|o| o.state == OpState::Done) {
+        let Some(o) = qp.req.ops.pop_front() else {
+            break;
+        };
+        let failed = o.status != WcStatus::Success;
+        if failed || o.op.signaled(qp.sq_sig_all) {
+            let byte_len = match o.op.wqe.opcode {
+                wr::RDMA_READ => o.op.length().min(u64::from(u32::MAX)) as u32,
+                wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => 8,
+                _ => o.op.length().min(u64::from(u32::MAX)) as u32,
+            };
+            let cqe = Cqe {
+                wr_id: o.op.wqe.wr_id,
+                byte_len,
+                qp_num: qp.qpn,
+                opcode: send_completion(o.op.wqe.opcode),
+                status: o.status as u8,
+                ..Cqe::default()
+            };
+            if !rdma.complete(qp.send_cqn, cqe, env) {
+                enter_error(rdma, qp, env);
+                return;
+            }
+        }
+        if failed && o.status != WcStatus::WrFlushErr {
+            log::debug!(
+                "qp {:#x}: WR {:#x} failed: {:?}",
+                qp.qpn,
+                o.op.wqe.wr_id,
+                o.status
+            );
+            enter_error(rdma, qp, env);
+            return;
+        }
+    }
+}
+
+/// Moves `qp` to the error state by itself (not by a modify), tells the driver, and
+/// flushes its queues.
+pub fn enter_error(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
+    if qp.state != QpState::Err {
+        qp.state = QpState::Err;
+        qp.attr.qp_state = QpState::Err as u8;
+        rdma.post_event(env, rnic_abi::verbs::event::QP_FATAL, qp.qpn);
+    }
+    flush_queues(rdma, qp, env);
+}
+
+/// Completes everything still in `qp`'s queues with `WR_FLUSH_ERR`: ops the requester
+/// holds, send WQEs not yet taken, and every posted receive.
+pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
+    let posted = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
+    while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
+        let index = qp.sq.taken;
+        qp.sq.taken = qp.sq.taken.wrapping_add(1);
+        let op =
+            super::wqe::read_send(&qp.sq, &qp.caps, env.r, index).unwrap_or(super::wqe::SendOp {
+                wqe: Default::default(),
+                sges: Vec::new(),
+                inline: None,
+            });
+        qp.req.ops.push_back(super::requester::Op {
+            index,
+            op,
+            first_psn: 0,
+            npsn: 0,
+            next_pkt: 0,
+            state: OpState::Done,
+            status: WcStatus::WrFlushErr,
+            read_pkts: 0,
+            holds_rd_atomic: false,
+            assigned: false,
+        });
+    }
+    for o in qp.req.ops.iter_mut() {
+        if o.status == WcStatus::Success || o.state != OpState::Done {
+            o.state = OpState::Done;
+            o.status = WcStatus::WrFlushErr;
+        }
+    }
+    qp.req.rd_atomic_outstanding = 0;
+    qp.req.timer = None;
+    qp.req.resend_from = None;
+    while let Some(o) = qp.req.ops.pop_front() {
+        let cqe = Cqe {
+            wr_id: o.op.wqe.wr_id,
+            qp_num: qp.qpn,
+            opcode: send_completion(o.op.wqe.opcode),
+            status: o.status as u8,
+            ..Cqe::default()
+        };
+        rdma.complete(qp.send_cqn, cqe, env);
+    }
+    // A receive in progress, then every posted receive.
+    qp.resp.cur = None;
+    let posted = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
+    while qp.rq.taken != posted {
+        let index = qp.rq.taken;
+        qp.rq.taken = qp.rq.taken.wrapping_add(1);
+        let wr_id = read_recv(&qp.rq, &qp.caps, env.r, index)
+            .map(|r| r.wr_id)
+            .unwrap_or(0);
+        let cqe = Cqe {
+            wr_id,
+            qp_num: qp.qpn,
+            opcode: wc::RECV,
+            status: WcStatus::WrFlushErr as u8,
+            ..Cqe::default()
+        };
+        rdma.complete(qp.recv_cqn, cqe, env);
+    }
+}

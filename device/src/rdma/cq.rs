@@ -1,0 +1,304 @@
+//! Completion queues and the event queue: rings the device writes and the driver reads,
+//! with an owner phase bit, a consumer index read back from the doorbell slot so that an
+//! unconsumed entry is never overwritten, and arming for completion events.
+
+use std::sync::atomic::{fence, Ordering};
+
+use rnic_abi::verbs::{owner_phase, wc_flags, Cqe, Eqe, WcStatus};
+use vm_memory::GuestMemoryMmap;
+use zerocopy::IntoBytes;
+
+use super::pages::PagedBuffer;
+use crate::doorbell::DoorbellBar;
+
+/// Writes `entry` (whose last byte is the owner byte) at `index` of `ring`, owner last.
+fn write_entry(
+    ring: &PagedBuffer,
+    mem: &GuestMemoryMmap,
+    index: u32,
+    entries: u32,
+    entry: &mut [u8],
+    owner_at: usize,
+) -> bool {
+    let size = entry.len() as u64;
+    let at = u64::from(index % entries) * size;
+    entry[owner_at] = owner_phase(index, entries);
+    let owner = entry[owner_at];
+    // The body first, then (after a release fence) the owner byte that hands it over.
+    entry[owner_at] = owner ^ 1;
+    if !ring.write(mem, at, entry) {
+        return false;
+    }
+    fence(Ordering::Release);
+    ring.write(mem, at + owner_at as u64, &[owner])
+}
+
+/// What happened to a completion the device tried to post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Posted {
+    /// Written; `event` says whether the CQ was armed for it (a completion event is due).
+    Written {
+        /// An event is due.
+        event: bool,
+    },
+    /// The CQ is full (or already in error): nothing was written, the CQ is now in error.
+    Overrun,
+    /// The ring is no longer reachable: the CQ is now in error.
+    Unreachable,
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct CompletionQueue {
+    ring: PagedBuffer,
+    entries: u32,
+    produced: u32,
+    /// Byte offset of the doorbell slot in the doorbell BAR.
+    slot: u64,
+    /// The arm sequence number the device last acted on.
+    arm_handled: u32,
+    /// Set on overrun or DMA failure; the CQ takes no more completions.
+    pub error: bool,
+    /// QPs that use this CQ.
+    pub users: usize,
+}
+
+impl CompletionQueue {
+    /// A CQ of `entries` entries over `ring`, with its doorbell slot at `slot`.
+    pub fn new(ring: PagedBuffer, entries: u32, slot: u64) -> Self {
+        Self {
+            ring,
+            entries,
+            produced: 0,
+            slot,
+            arm_handled: 0,
+            error: false,
+            users: 0,
+        }
+    }
+
+    /// Posts `cqe`.
+    pub fn post(&mut self, mem: &GuestMemoryMmap, doorbells: &DoorbellBar, mut cqe: Cqe) -> Posted {
+        if self.error {
+            return Posted::Overrun;
+        }
+        let consumed = doorbells.read32(self.slot).unwrap_or(0);
+        if self.produced.wrapping_sub(consumed) >= self.entries {
+            self.error = true;
+            return Posted::Overrun;
+        }
+        let owner_at = std::mem::offset_of!(Cqe, owner);
+        cqe.owner = 0;
+        if !write_entry(
+            &self.ring,
+            mem,
+            self.produced,
+            self.entries,
+            cqe.as_mut_bytes(),
+            owner_at,
+        ) {
+            self.error = true;
+            return Posted::Unreachable;
+        }
+        self.produced = self.produced.wrapping_add(1);
+        let arm = doorbells.read32(self.slot + 4).unwrap_or(0);
+        let (seq, solicited_only) = (arm >> 1, arm & 1 != 0);
+        let wanted = !solicited_only
+            || cqe.wc_flags & wc_flags::SOLICITED != 0
+            || cqe.status != WcStatus::Success as u8;
+        let event = seq != self.arm_handled && wanted;
+        if event {
+            self.arm_handled = seq;
+        }
+        Posted::Written { event }
+    }
+
+    /// Completions written so far.
+    pub fn produced(&self) -> u32 {
+        self.produced
+    }
+}
+
+/// The function's event queue.
+#[derive(Debug)]
+pub struct EventQueue {
+    ring: PagedBuffer,
+    entries: u32,
+    produced: u32,
+    slot: u64,
+    /// MSI-X vector, or `NO_VECTOR`.
+    pub vector: u32,
+    /// Events dropped because the ring was full.
+    pub dropped: u64,
+}
+
+impl EventQueue {
+    /// An EQ of `entries` entries over `ring`, signalling `vector`.
+    pub fn new(ring: PagedBuffer, entries: u32, slot: u64, vector: u32) -> Self {
+        Self {
+            ring,
+            entries,
+            produced: 0,
+            slot,
+            vector,
+            dropped: 0,
+        }
+    }
+
+    /// Posts an event; returns whether it was written. A full EQ drops the event and
+    /// counts it: the driver is told by the gap in nothing but the counter, as on hardware
+    /// where an EQ overrun is itself a fatal condition.
+    pub fn post(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        doorbells: &DoorbellBar,
+        event_type: u8,
+        object: u32,
+    ) -> bool {
+        let consumed = doorbells.read32(self.slot).unwrap_or(0);
+        if self.produced.wrapping_sub(consumed) >= self.entries {
+            self.dropped += 1;
+            log::warn!("event queue full: event {event_type:#x} for object {object} dropped");
+            return false;
+        }
+        let mut eqe = Eqe {
+            object,
+            data: 0,
+            event_type,
+            reserved: [0; 6],
+            owner: 0,
+        };
+        let owner_at = std::mem::offset_of!(Eqe, owner);
+        if !write_entry(
+            &self.ring,
+            mem,
+            self.produced,
+            self.entries,
+            eqe.as_mut_bytes(),
+            owner_at,
+        ) {
+            self.dropped += 1;
+            return false;
+        }
+        self.produced = self.produced.wrapping_add(1);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_abi::verbs::PageList;
+    use vm_memory::{Bytes, GuestAddress};
+    use zerocopy::FromBytes;
+
+    fn setup(entries: u32) -> (GuestMemoryMmap, CompletionQueue, DoorbellBar) {
+        let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).unwrap();
+        m.write_slice(&0x11000u64.to_le_bytes(), GuestAddress(0x10000))
+            .unwrap();
+        let l = PageList {
+            addr: 0x10000,
+            count: 1,
+            page_shift: 12,
+        };
+        let ring = PagedBuffer::load(&l, 0, u64::from(entries) * 32, &m).unwrap();
+        (
+            m,
+            CompletionQueue::new(ring, entries, 0x100),
+            DoorbellBar::new(1).unwrap(),
+        )
+    }
+
+    fn read_cqe(m: &GuestMemoryMmap, i: u64) -> Cqe {
+        let mut b = [0u8; 32];
+        m.read_slice(&mut b, GuestAddress(0x11000 + i * 32))
+            .unwrap();
+        Cqe::read_from_bytes(&b).unwrap()
+    }
+
+    #[test]
+    fn entries_carry_the_owner_phase_and_never_overwrite_unconsumed_ones() {
+        let (m, mut cq, db) = setup(2);
+        for i in 0..2 {
+            assert_eq!(
+                cq.post(
+                    &m,
+                    &db,
+                    Cqe {
+                        wr_id: i,
+                        ..Cqe::default()
+                    }
+                ),
+                Posted::Written { event: false }
+            );
+        }
+        assert_eq!(read_cqe(&m, 0).owner, 1);
+        assert_eq!(read_cqe(&m, 1).wr_id, 1);
+        assert_eq!(
+            cq.post(
+                &m,
+                &db,
+                Cqe {
+                    wr_id: 9,
+                    ..Cqe::default()
+                }
+            ),
+            Posted::Overrun
+        );
+        assert!(cq.error);
+        assert_eq!(read_cqe(&m, 0).wr_id, 0, "not overwritten");
+    }
+
+    #[test]
+    fn consumed_entries_make_room_with_the_next_phase() {
+        let (m, mut cq, db) = setup(2);
+        cq.post(&m, &db, Cqe::default());
+        cq.post(&m, &db, Cqe::default());
+        db.write32(0x100, 1);
+        assert_eq!(
+            cq.post(
+                &m,
+                &db,
+                Cqe {
+                    wr_id: 5,
+                    ..Cqe::default()
+                }
+            ),
+            Posted::Written { event: false }
+        );
+        let e = read_cqe(&m, 0);
+        assert_eq!((e.wr_id, e.owner), (5, 0));
+    }
+
+    #[test]
+    fn arming_gives_one_event_for_the_next_completion() {
+        let (m, mut cq, db) = setup(8);
+        db.write32(0x104, 1 << 1);
+        assert_eq!(
+            cq.post(&m, &db, Cqe::default()),
+            Posted::Written { event: true }
+        );
+        assert_eq!(
+            cq.post(&m, &db, Cqe::default()),
+            Posted::Written { event: false }
+        );
+        // Solicited-only arming ignores ordinary completions.
+        db.write32(0x104, 2 << 1 | 1);
+        assert_eq!(
+            cq.post(&m, &db, Cqe::default()),
+            Posted::Written { event: false }
+        );
+        let solicited = Cqe {
+            wc_flags: wc_flags::SOLICITED,
+            ..Cqe::default()
+        };
+        assert_eq!(cq.post(&m, &db, solicited), Posted::Written { event: true });
+        // An error completion also ends a solicited-only wait.
+        db.write32(0x104, 3 << 1 | 1);
+        let error = Cqe {
+            status: WcStatus::RemAccessErr as u8,
+            ..Cqe::default()
+        };
+        assert_eq!(cq.post(&m, &db, error), Posted::Written { event: true });
+    }
+}

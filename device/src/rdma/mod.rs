@@ -1,0 +1,715 @@
+//! The RDMA engine of one function: its objects (EQ, PDs, MRs, CQs, QPs), the commands
+//! that create them, and the transport stages that move data between QPs as RoCEv2
+//! packets, in the manner of Linux rxe:
+//!
+//! - [`requester`]: turns send WQEs into request packets;
+//! - [`responder`]: executes incoming requests and answers them;
+//! - [`completer`]: matches acknowledgements and responses to requests, retries, and
+//!   completes send WQEs;
+//! - [`recv`]: validates every incoming packet and hands it to the responder or completer;
+//! - [`switch`]: carries packets between the functions of one device.
+
+pub mod completer;
+pub mod cq;
+pub mod mr;
+pub mod pages;
+pub mod qp;
+pub mod recv;
+pub mod requester;
+pub mod responder;
+pub mod switch;
+pub mod wire;
+pub mod wqe;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rnic_abi::cmd::{Limits, Opcode, Status};
+use rnic_abi::doorbell::{self, slot_offset, SLOTS};
+use rnic_abi::regs::NO_VECTOR;
+use rnic_abi::verbs::{
+    event, rq_stride, sq_stride, Cqe, CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp,
+    CreateQpReq, CreateQpResp, DoorbellSlot, ModifyQpReq, ObjectReq, ObjectResp, QpAttr, QpState,
+    QueryQpResp, RegMrReq, RegMrResp, ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_WRITE, QPT_RC,
+};
+use vm_memory::GuestMemoryMmap;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::cmdq::Response;
+use crate::doorbell::DoorbellBar;
+use cq::{CompletionQueue, EventQueue, Posted};
+use mr::{Mr, MrTable};
+use pages::{PageListError, PagedBuffer};
+use qp::{Qp, QpCaps, WorkQueue};
+
+/// The DMA views and doorbells a piece of RDMA work runs against.
+pub struct Env<'a> {
+    /// Memory the device may read.
+    pub r: &'a GuestMemoryMmap,
+    /// Memory the device may write.
+    pub w: &'a GuestMemoryMmap,
+    /// The function's doorbell BAR.
+    pub doorbells: &'a DoorbellBar,
+}
+
+/// Counters of the function's RDMA engine.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Packets received and accepted.
+    pub rx_packets: u64,
+    /// Packets received and dropped by validation.
+    pub rx_dropped: u64,
+    /// Request packets sent again (timeouts, NAKs, RNR).
+    pub retransmits: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+}
+
+/// A protection domain: only a count of what uses it.
+#[derive(Debug, Default)]
+struct Pd {
+    users: usize,
+}
+
+/// Who owns a doorbell slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotOwner {
+    Eq,
+    Cq(u32),
+    Sq(u32),
+    Rq(u32),
+}
+
+/// All RDMA objects of one function.
+#[derive(Debug)]
+pub struct RdmaState {
+    limits: Limits,
+    eq: Option<(u32, EventQueue)>,
+    pds: BTreeMap<u32, Pd>,
+    mrs: MrTable,
+    cqs: BTreeMap<u32, CompletionQueue>,
+    qps: BTreeMap<u32, Qp>,
+    slots: BTreeMap<(u32, u32), SlotOwner>,
+    next_pdn: u32,
+    next_cqn: u32,
+    next_qpn: u32,
+    /// Counters.
+    pub counters: Counters,
+    /// An event was posted: the EQ's vector is due.
+    pub eq_signal: bool,
+}
+
+/// First QP number handed out (0 and 1 are the special QPs of InfiniBand).
+const FIRST_QPN: u32 = 0x11;
+
+fn decode<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Result<T, Response> {
+    T::read_from_bytes(body).map_err(|_| Response::error(Status::BadParam, body.len() as u32))
+}
+
+fn reply<T: IntoBytes + Immutable>(value: &T) -> Response {
+    Response::ok(value.as_bytes().to_vec())
+}
+
+fn page_list_error(e: PageListError) -> Response {
+    match e {
+        PageListError::Unmapped => Response::error(Status::DmaError, 0),
+        PageListError::Invalid | PageListError::TooSmall => Response::error(Status::BadParam, 0),
+    }
+}
+
+impl RdmaState {
+    /// No objects, and `limits` to enforce.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            eq: None,
+            pds: BTreeMap::new(),
+            mrs: MrTable::new(limits.max_mr as usize),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            next_pdn: 1,
+            next_cqn: 1,
+            next_qpn: FIRST_QPN,
+            counters: Counters::default(),
+            eq_signal: false,
+        }
+    }
+
+    /// The EQ's MSI-X vector, if it has one.
+    pub fn eq_vector(&self) -> Option<u16> {
+        self.eq
+            .as_ref()
+            .and_then(|(_, eq)| u16::try_from(eq.vector).ok())
+            .filter(|&v| u32::from(v) != NO_VECTOR)
+    }
+
+    /// Executes an RDMA command.
+    pub fn execute(&mut self, opcode: Opcode, body: &[u8], env: &Env) -> Response {
+        let result = match opcode {
+            Opcode::CreateEq => self.create_eq(body, env),
+            Opcode::DestroyEq => self.destroy_eq(body),
+            Opcode::AllocPd => self.alloc_pd(body),
+            Opcode::DeallocPd => self.dealloc_pd(body),
+            Opcode::RegMr => self.reg_mr(body, env),
+            Opcode::DeregMr => self.dereg_mr(body),
+            Opcode::CreateCq => self.create_cq(body, env),
+            Opcode::DestroyCq => self.destroy_cq(body),
+            Opcode::CreateQp => self.create_qp(body, env),
+            Opcode::ModifyQp => self.modify_qp(body, env),
+            Opcode::QueryQp => self.query_qp(body),
+            Opcode::DestroyQp => self.destroy_qp(body),
+            Opcode::Nop | Opcode::QueryDevice => Err(Response::error(Status::Internal, 0)),
+        };
+        result.unwrap_or_else(|e| e)
+    }
+
+    fn alloc_slot(&mut self, page: u32, owner: SlotOwner) -> Result<(u32, u32), Response> {
+        if page >= doorbell::PAGES {
+            return Err(Response::error(Status::BadParam, page));
+        }
+        let slot = (0..SLOTS)
+            .find(|s| !self.slots.contains_key(&(page, *s)))
+            .ok_or(Response::error(Status::NoResources, page))?;
+        self.slots.insert((page, slot), owner);
+        Ok((page, slot))
+    }
+
+    fn free_slots_of(&mut self, owner: SlotOwner) {
+        self.slots.retain(|_, o| *o != owner);
+    }
+
+    fn create_eq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: CreateEqReq = decode(body)?;
+        if self.eq.is_some() {
+            return Err(Response::error(Status::BadState, 0));
+        }
+        if req.entries < 2
+            || !req.entries.is_power_of_two()
+            || req.entries > self.limits.max_cqe
+            || req.reserved != 0
+        {
+            return Err(Response::error(Status::BadParam, req.entries));
+        }
+        if req.vector != NO_VECTOR && req.vector >= self.limits.msix_vectors {
+            return Err(Response::error(Status::BadParam, req.vector));
+        }
+        let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 16, env.w)
+            .map_err(page_list_error)?;
+        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::Eq)?;
+        env.doorbells.write32(slot_offset(page, slot), 0);
+        let eqn = 1;
+        self.eq = Some((
+            eqn,
+            EventQueue::new(ring, req.entries, slot_offset(page, slot), req.vector),
+        ));
+        Ok(reply(&CreateEqResp {
+            eqn,
+            reserved: 0,
+            doorbell: DoorbellSlot { page, slot },
+        }))
+    }
+
+    fn destroy_eq(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        match &self.eq {
+            Some((eqn, _)) if *eqn == req.handle => {
+                self.eq = None;
+                self.free_slots_of(SlotOwner::Eq);
+                Ok(Response::ok(Vec::new()))
+            }
+            _ => Err(Response::error(Status::NotFound, req.handle)),
+        }
+    }
+
+    fn alloc_pd(&mut self, body: &[u8]) -> Result<Response, Response> {
+        if !body.is_empty() {
+            return Err(Response::error(Status::BadParam, 0));
+        }
+        if self.pds.len() >= self.limits.max_pd as usize {
+            return Err(Response::error(Status::NoResources, self.limits.max_pd));
+        }
+        let pdn = self.next_pdn;
+        self.next_pdn = self.next_pdn.wrapping_add(1).max(1);
+        self.pds.insert(pdn, Pd::default());
+        Ok(reply(&ObjectResp {
+            handle: pdn,
+            reserved: 0,
+        }))
+    }
+
+    fn dealloc_pd(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        let pd = self
+            .pds
+            .get(&req.handle)
+            .ok_or(Response::error(Status::NotFound, req.handle))?;
+        if pd.users > 0 || self.mrs.count_in_pd(req.handle) > 0 {
+            return Err(Response::error(Status::Busy, req.handle));
+        }
+        self.pds.remove(&req.handle);
+        Ok(Response::ok(Vec::new()))
+    }
+
+    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: RegMrReq = decode(body)?;
+        if !self.pds.contains_key(&req.pdn) {
+            return Err(Response::error(Status::NotFound, req.pdn));
+        }
+        // As ibverbs: remote write or atomic access needs local write too.
+        let needs_local_write = req.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+        if req.access & !ACCESS_ALL != 0
+            || (needs_local_write && req.access & ACCESS_LOCAL_WRITE == 0)
+        {
+            return Err(Response::error(Status::BadParam, req.access));
+        }
+        if req.length > self.limits.max_mr_size || req.iova.checked_add(req.length).is_none() {
+            return Err(Response::error(Status::BadParam, 0));
+        }
+        if req.pages.count > self.limits.max_mr_pages {
+            return Err(Response::error(Status::NoResources, req.pages.count));
+        }
+        let mem = if req.access & ACCESS_LOCAL_WRITE != 0 {
+            env.w
+        } else {
+            env.r
+        };
+        let offset = req.iova % rnic_abi::PAGE_SIZE;
+        let buffer =
+            PagedBuffer::load(&req.pages, offset, req.length, mem).map_err(page_list_error)?;
+        let mr = Mr {
+            pdn: req.pdn,
+            access: req.access,
+            iova: req.iova,
+            buffer,
+            valid: true,
+        };
+        let key = self
+            .mrs
+            .insert(mr)
+            .ok_or(Response::error(Status::NoResources, self.limits.max_mr))?;
+        Ok(reply(&RegMrResp {
+            lkey: key,
+            rkey: key,
+        }))
+    }
+
+    fn dereg_mr(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        // rnic has no memory windows, the only thing that makes a deregistration wait in
+        // the IB spec; in-flight WRs that still name the key fail with an access error.
+        self.mrs
+            .remove(req.handle)
+            .ok_or(Response::error(Status::NotFound, req.handle))?;
+        Ok(Response::ok(Vec::new()))
+    }
+
+    fn create_cq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: CreateCqReq = decode(body)?;
+        if self.cqs.len() >= self.limits.max_cq as usize {
+            return Err(Response::error(Status::NoResources, self.limits.max_cq));
+        }
+        if req.entries < 2 || !req.entries.is_power_of_two() || req.entries > self.limits.max_cqe {
+            return Err(Response::error(Status::BadParam, req.entries));
+        }
+        let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 32, env.w)
+            .map_err(page_list_error)?;
+        let cqn = self.next_cqn;
+        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::Cq(cqn))?;
+        self.next_cqn = self.next_cqn.wrapping_add(1).max(1);
+        let at = slot_offset(page, slot);
+        env.doorbells.write32(at, 0);
+        env.doorbells.write32(at + 4, 0);
+        self.cqs
+            .insert(cqn, CompletionQueue::new(ring, req.entries, at));
+        Ok(reply(&CreateCqResp {
+            cqn,
+            reserved: 0,
+            doorbell: DoorbellSlot { page, slot },
+        }))
+    }
+
+    fn destroy_cq(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        let cq = self
+            .cqs
+            .get(&req.handle)
+            .ok_or(Response::error(Status::NotFound, req.handle))?;
+        if cq.users > 0 {
+            return Err(Response::error(Status::Busy, req.handle));
+        }
+        self.cqs.remove(&req.handle);
+        self.free_slots_of(SlotOwner::Cq(req.handle));
+        Ok(Response::ok(Vec::new()))
+    }
+
+    fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: CreateQpReq = decode(body)?;
+        let bad = |what: u32| Err(Response::error(Status::BadParam, what));
+        if req.qp_type != QPT_RC || req.reserved != 0 {
+            return bad(u32::from(req.qp_type));
+        }
+        if self.qps.len() >= self.limits.max_qp as usize {
+            return Err(Response::error(Status::NoResources, self.limits.max_qp));
+        }
+        for n in [req.sq_entries, req.rq_entries] {
+            if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
+                return bad(n);
+            }
+        }
+        if req.max_send_sge > self.limits.max_sge
+            || req.max_recv_sge > self.limits.max_sge
+            || req.max_inline_data > self.limits.max_inline_data
+        {
+            return bad(req.max_send_sge.max(req.max_recv_sge));
+        }
+        if !self.pds.contains_key(&req.pdn) {
+            return Err(Response::error(Status::NotFound, req.pdn));
+        }
+        for cqn in [req.send_cqn, req.recv_cqn] {
+            if !self.cqs.contains_key(&cqn) {
+                return Err(Response::error(Status::NotFound, cqn));
+            }
+        }
+        let sq_stride = sq_stride(req.max_send_sge, req.max_inline_data);
+        let rq_stride = rq_stride(req.max_recv_sge);
+        let sq_ring = PagedBuffer::load(
+            &req.sq,
+            0,
+            u64::from(req.sq_entries) * u64::from(sq_stride),
+            env.r,
+        )
+        .map_err(page_list_error)?;
+        let rq_ring = PagedBuffer::load(
+            &req.rq,
+            0,
+            u64::from(req.rq_entries) * u64::from(rq_stride),
+            env.r,
+        )
+        .map_err(page_list_error)?;
+        let qpn = self.next_qpn;
+        let sq_slot = self.alloc_slot(req.doorbell_page, SlotOwner::Sq(qpn))?;
+        let rq_slot = match self.alloc_slot(req.doorbell_page, SlotOwner::Rq(qpn)) {
+            Ok(s) => s,
+            Err(e) => {
+                self.free_slots_of(SlotOwner::Sq(qpn));
+                return Err(e);
+            }
+        };
+        self.next_qpn = if self.next_qpn >= 0xFF_FFFF {
+            FIRST_QPN
+        } else {
+            self.next_qpn + 1
+        };
+        for (page, slot) in [sq_slot, rq_slot] {
+            env.doorbells.write32(slot_offset(page, slot), 0);
+        }
+        let work_queue = |ring, entries, stride, (page, slot)| WorkQueue {
+            ring,
+            entries,
+            stride,
+            slot: slot_offset(page, slot),
+            taken: 0,
+        };
+        let qp = Qp {
+            qpn,
+            pdn: req.pdn,
+            send_cqn: req.send_cqn,
+            recv_cqn: req.recv_cqn,
+            sq_sig_all: req.sq_sig_all != 0,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            caps: QpCaps {
+                max_send_sge: req.max_send_sge,
+                max_recv_sge: req.max_recv_sge,
+                max_inline_data: req.max_inline_data,
+            },
+            sq: work_queue(sq_ring, req.sq_entries, sq_stride, sq_slot),
+            rq: work_queue(rq_ring, req.rq_entries, rq_stride, rq_slot),
+            sq_slot,
+            req: Default::default(),
+            resp: Default::default(),
+        };
+        for cqn in [req.send_cqn, req.recv_cqn] {
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                cq.users += 1;
+            }
+        }
+        if let Some(pd) = self.pds.get_mut(&req.pdn) {
+            pd.users += 1;
+        }
+        self.qps.insert(qpn, qp);
+        Ok(reply(&CreateQpResp {
+            qpn,
+            reserved: 0,
+            sq_doorbell: DoorbellSlot {
+                page: sq_slot.0,
+                slot: sq_slot.1,
+            },
+            rq_doorbell: DoorbellSlot {
+                page: rq_slot.0,
+                slot: rq_slot.1,
+            },
+        }))
+    }
+
+    fn modify_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: ModifyQpReq = decode(body)?;
+        let qp = self
+            .qps
+            .get_mut(&req.qpn)
+            .ok_or(Response::error(Status::NotFound, req.qpn))?;
+        let target = qp::check_modify(
+            qp.state,
+            req.attr_mask,
+            &req.attr,
+            self.limits.max_qp_rd_atom,
+        )
+        .map_err(|e| match e {
+            qp::ModifyError::BadTransition => Response::error(Status::BadState, qp.state as u32),
+            qp::ModifyError::BadAttr(bit) => Response::error(Status::BadParam, bit),
+        })?;
+        qp::apply(&mut qp.attr, req.attr_mask, &req.attr);
+        let from = qp.state;
+        qp.state = target;
+        qp.attr.qp_state = target as u8;
+        match target {
+            QpState::Reset => {
+                qp.sq.taken = 0;
+                qp.rq.taken = 0;
+                qp.req = Default::default();
+                qp.resp = Default::default();
+            }
+            QpState::Rtr if from == QpState::Init => qp.resp.start(qp.attr.rq_psn),
+            QpState::Rts if from == QpState::Rtr => qp.req.start(qp.attr.sq_psn, &qp.attr),
+            QpState::Err if from != QpState::Err => {
+                let qpn = req.qpn;
+                self.flush_qp(qpn, env);
+            }
+            _ => {}
+        }
+        Ok(Response::ok(Vec::new()))
+    }
+
+    fn query_qp(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        let qp = self
+            .qps
+            .get(&req.handle)
+            .ok_or(Response::error(Status::NotFound, req.handle))?;
+        Ok(reply(&QueryQpResp {
+            attr: qp.attr,
+            sq_consumed: qp.sq.taken,
+            rq_consumed: qp.rq.taken,
+        }))
+    }
+
+    fn destroy_qp(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: ObjectReq = decode(body)?;
+        let qp = self
+            .qps
+            .remove(&req.handle)
+            .ok_or(Response::error(Status::NotFound, req.handle))?;
+        for cqn in [qp.send_cqn, qp.recv_cqn] {
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                cq.users = cq.users.saturating_sub(1);
+            }
+        }
+        if let Some(pd) = self.pds.get_mut(&qp.pdn) {
+            pd.users = pd.users.saturating_sub(1);
+        }
+        self.free_slots_of(SlotOwner::Sq(qp.qpn));
+        self.free_slots_of(SlotOwner::Rq(qp.qpn));
+        Ok(Response::ok(Vec::new()))
+    }
+
+    /// Posts an async event to the EQ.
+    pub fn post_event(&mut self, env: &Env, event_type: u8, object: u32) {
+        if let Some((_, eq)) = &mut self.eq {
+            if eq.post(env.w, env.doorbells, event_type, object) {
+                self.eq_signal = true;
+            }
+        }
+    }
+
+    /// The QP numbers whose send or receive doorbells were rung since the last look,
+    /// taking the rung bits (the device only ever clears them).
+    pub fn rung_send_queues(&self, doorbells: &DoorbellBar) -> Vec<u32> {
+        let mut pages: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|(_, o)| matches!(o, SlotOwner::Sq(_) | SlotOwner::Rq(_)))
+            .map(|((p, _), _)| *p)
+            .collect();
+        pages.dedup();
+        let mut rung = Vec::new();
+        for page in pages {
+            let base = u64::from(page) * rnic_abi::PAGE_SIZE + doorbell::RUNG_BITMAP;
+            for word in 0..SLOTS.div_ceil(32) {
+                let at = base + u64::from(word) * 4;
+                if doorbells.read32(at).unwrap_or(0) == 0 {
+                    continue;
+                }
+                let bits = doorbells.swap32(at, 0).unwrap_or(0);
+                for bit in 0..32 {
+                    if bits & (1 << bit) != 0 {
+                        if let Some(SlotOwner::Sq(qpn) | SlotOwner::Rq(qpn)) =
+                            self.slots.get(&(page, word * 32 + bit))
+                        {
+                            rung.push(*qpn);
+                        }
+                    }
+                }
+            }
+        }
+        rung
+    }
+
+    /// Flushes a QP's work: every send WQE not yet completed and every posted receive WQE
+    /// completes with `WR_FLUSH_ERR`.
+    pub fn flush_qp(&mut self, qpn: u32, env: &Env) {
+        if let Some(mut qp) = self.qps.remove(&qpn) {
+            completer::flush_queues(self, &mut qp, env);
+            self.qps.insert(qpn, qp);
+        }
+    }
+
+    /// Posts a completion to CQ `cqn`, and a completion event if the CQ was armed. Returns
+    /// false if the CQ could not take it (overrun or unreachable): the CQ is then in error
+    /// and the driver has been told with a `CQ_ERR` event.
+    pub fn complete(&mut self, cqn: u32, cqe: Cqe, env: &Env) -> bool {
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return false;
+        };
+        let was_error = cq.error;
+        match cq.post(env.w, env.doorbells, cqe) {
+            Posted::Written { event } => {
+                if event {
+                    self.post_event(env, event::EVENT_COMPLETION, cqn);
+                }
+                true
+            }
+            Posted::Overrun | Posted::Unreachable => {
+                if !was_error {
+                    log::warn!(
+                        "CQ {cqn} overran or became unreachable: it takes no more completions"
+                    );
+                    self.post_event(env, event::CQ_ERR, cqn);
+                }
+                false
+            }
+        }
+    }
+
+    /// Does the RDMA work of the function: validates and dispatches `frames`, runs the
+    /// requester of every QP whose send doorbell was rung or that has work pending, and
+    /// fires due timers. Frames to send are left in `wire.out`. Returns whether anything
+    /// happened.
+    pub fn poll(
+        &mut self,
+        env: &Env,
+        frames: impl IntoIterator<Item = Vec<u8>>,
+        wire: &mut wire::Wire,
+        now: Instant,
+    ) -> bool {
+        let mut progress = false;
+        for frame in frames {
+            progress = true;
+            self.receive(&frame, env, wire, now);
+        }
+        let mut runnable: Vec<u32> = self.rung_send_queues(env.doorbells);
+        progress |= !runnable.is_empty();
+        // QPs with queued ops (behind a fence or the READ window, or due a resend) and
+        // QPs whose timer is due also get a turn.
+        for (qpn, qp) in &self.qps {
+            let pending = qp.req.resend_from.is_some()
+                || qp
+                    .req
+                    .ops
+                    .iter()
+                    .any(|o| o.state == requester::OpState::Queued);
+            let timer_due = qp.req.timer.is_some_and(|t| now >= t);
+            let rnr_due = qp.req.rnr_until.is_some_and(|t| now >= t);
+            if pending || timer_due || rnr_due {
+                runnable.push(*qpn);
+            }
+        }
+        runnable.sort_unstable();
+        runnable.dedup();
+        for qpn in runnable {
+            let Some(mut qp) = self.qps.remove(&qpn) else {
+                continue;
+            };
+            completer::on_timer(self, &mut qp, env, now);
+            let before = wire.out.len();
+            let mut retransmits = 0;
+            let ran = requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits);
+            self.counters.retransmits += retransmits;
+            self.counters.tx_packets += (wire.out.len() - before) as u64;
+            completer::retire(self, &mut qp, env, now);
+            if qp.state == QpState::Err {
+                completer::flush_queues(self, &mut qp, env);
+            }
+            progress |= ran;
+            self.qps.insert(qpn, qp);
+        }
+        progress
+    }
+
+    fn receive(&mut self, frame: &[u8], env: &Env, wire: &mut wire::Wire, now: Instant) {
+        let pkt = match recv::parse(frame, &wire.local) {
+            Ok(p) => p,
+            Err(why) => {
+                log::trace!("frame dropped: {why:?}");
+                self.counters.rx_dropped += 1;
+                return;
+            }
+        };
+        let qpn = pkt.hdrs.bth.dest_qp;
+        let Some(mut qp) = self.qps.remove(&qpn) else {
+            self.counters.rx_dropped += 1;
+            return;
+        };
+        if let Err(why) = recv::check(&qp, &pkt) {
+            log::trace!(
+                "qp {qpn:#x}: packet {:#x} psn {} dropped: {why:?}",
+                pkt.hdrs.bth.opcode,
+                pkt.hdrs.bth.psn
+            );
+            self.counters.rx_dropped += 1;
+            self.qps.insert(qpn, qp);
+            return;
+        }
+        self.counters.rx_packets += 1;
+        let before = wire.out.len();
+        if recv::is_request(pkt.hdrs.bth.opcode) {
+            responder::on_request(self, &mut qp, &pkt, env, wire);
+        } else {
+            completer::on_response(self, &mut qp, &pkt, env, now);
+        }
+        self.counters.tx_packets += (wire.out.len() - before) as u64;
+        self.qps.insert(qpn, qp);
+    }
+
+    /// The earliest moment a timer of any QP is due, for the engine's sleep.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.qps
+            .values()
+            .flat_map(|qp| [qp.req.timer, qp.req.rnr_until])
+            .flatten()
+            .min()
+    }
+
+    /// The QP with `qpn`.
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(&qpn)
+    }
+
+    /// Whether a CQ exists (for tests and queries).
+    pub fn has_cq(&self, cqn: u32) -> bool {
+        self.cqs.contains_key(&cqn)
+    }
+}

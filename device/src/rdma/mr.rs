@@ -1,0 +1,281 @@
+//! Memory regions: registration, keys, and the checks every access makes.
+//!
+//! A key is `index << 8 | tag`: the index names a slot in the function's MR table and the
+//! tag changes each time the slot is registered again, so a key kept from an earlier
+//! registration never matches the new one. Lookups are per function, so a VF can only
+//! ever find its own regions, and a key of another PD fails like one that does not exist.
+
+use rnic_abi::verbs::{
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
+use vm_memory::GuestAddress;
+
+use super::pages::PagedBuffer;
+
+/// A registered region.
+#[derive(Debug, Clone)]
+pub struct Mr {
+    /// Protection domain.
+    pub pdn: u32,
+    /// `ACCESS_*` flags.
+    pub access: u32,
+    /// First byte's address in work requests.
+    pub iova: u64,
+    /// Where the bytes are.
+    pub buffer: PagedBuffer,
+    /// Cleared by LOCAL_INV or SEND with invalidate: the key stops working.
+    pub valid: bool,
+}
+
+/// What an access wants to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read local memory (send data, WRITE source): any valid MR allows it.
+    LocalRead,
+    /// Write local memory (receive, READ response, atomic result).
+    LocalWrite,
+    /// A remote RDMA WRITE.
+    RemoteWrite,
+    /// A remote RDMA READ.
+    RemoteRead,
+    /// A remote atomic.
+    RemoteAtomic,
+}
+
+impl Access {
+    fn required_flag(self) -> u32 {
+        match self {
+            Access::LocalRead => 0,
+            Access::LocalWrite => ACCESS_LOCAL_WRITE,
+            Access::RemoteWrite => ACCESS_REMOTE_WRITE,
+            Access::RemoteRead => ACCESS_REMOTE_READ,
+            Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// Why an access was refused. All of these look alike to a remote peer (a remote access
+/// error): a forged key is indistinguishable from a missing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyError {
+    /// No region has this key (never registered, deregistered, or another function's).
+    NoSuchKey,
+    /// The region was invalidated.
+    Invalidated,
+    /// The region belongs to another protection domain.
+    OtherPd,
+    /// The region does not allow this access.
+    NoAccess,
+    /// The range is not inside the region.
+    OutOfRange,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    tag: u8,
+    mr: Option<Mr>,
+}
+
+/// The MR table of one function.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    slots: Vec<Slot>,
+    limit: usize,
+}
+
+impl MrTable {
+    /// A table that holds at most `limit` regions.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            slots: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Registers `mr`; returns its key, or `None` when the table is full.
+    pub fn insert(&mut self, mr: Mr) -> Option<u32> {
+        let index = match self.slots.iter().position(|s| s.mr.is_none()) {
+            Some(i) => i,
+            None if self.slots.len() < self.limit && self.slots.len() < (1 << 24) => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        let slot = &mut self.slots[index];
+        // Tag 0 is never handed out, so key 0 is never valid.
+        slot.tag = slot.tag.wrapping_add(1).max(1);
+        slot.mr = Some(mr);
+        Some((index as u32) << 8 | u32::from(slot.tag))
+    }
+
+    /// The region with `key`, whatever its state.
+    pub fn get(&self, key: u32) -> Option<&Mr> {
+        let slot = self.slots.get((key >> 8) as usize)?;
+        (slot.tag == key as u8).then_some(slot.mr.as_ref()?)
+    }
+
+    fn get_mut(&mut self, key: u32) -> Option<&mut Mr> {
+        let slot = self.slots.get_mut((key >> 8) as usize)?;
+        if slot.tag != key as u8 {
+            return None;
+        }
+        slot.mr.as_mut()
+    }
+
+    /// Removes the region with `key`.
+    pub fn remove(&mut self, key: u32) -> Option<Mr> {
+        let slot = self.slots.get_mut((key >> 8) as usize)?;
+        if slot.tag != key as u8 {
+            return None;
+        }
+        slot.mr.take()
+    }
+
+    /// Invalidates `key` for `pdn`; the key stops working until the region is registered
+    /// again.
+    pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+        let mr = self.get_mut(key).ok_or(KeyError::NoSuchKey)?;
+        if mr.pdn != pdn {
+            return Err(KeyError::OtherPd);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+
+    /// Regions registered in `pdn`.
+    pub fn count_in_pd(&self, pdn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.mr.as_ref().is_some_and(|m| m.pdn == pdn))
+            .count()
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.mr.is_some()).count()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks that `key` lets a QP of `pdn` do `access` on `[addr, addr + len)`, and
+    /// returns the device-address runs of that range.
+    pub fn check(
+        &self,
+        key: u32,
+        pdn: u32,
+        access: Access,
+        addr: u64,
+        len: u64,
+    ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
+        let mr = self.get(key).ok_or(KeyError::NoSuchKey)?;
+        if !mr.valid {
+            return Err(KeyError::Invalidated);
+        }
+        if mr.pdn != pdn {
+            return Err(KeyError::OtherPd);
+        }
+        if mr.access & access.required_flag() != access.required_flag() {
+            return Err(KeyError::NoAccess);
+        }
+        let offset = addr.checked_sub(mr.iova).ok_or(KeyError::OutOfRange)?;
+        let runs = mr.buffer.runs(offset, len).ok_or(KeyError::OutOfRange)?;
+        Ok(runs.collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_abi::verbs::PageList;
+    use vm_memory::{Bytes, GuestMemoryMmap};
+
+    fn region(pdn: u32, access: u32) -> Mr {
+        let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).unwrap();
+        m.write_slice(&0x11000u64.to_le_bytes(), GuestAddress(0x10000))
+            .unwrap();
+        let l = PageList {
+            addr: 0x10000,
+            count: 1,
+            page_shift: 12,
+        };
+        Mr {
+            pdn,
+            access,
+            iova: 0x7000_0100,
+            buffer: PagedBuffer::load(&l, 0x100, 0x200, &m).unwrap(),
+            valid: true,
+        }
+    }
+
+    #[test]
+    fn keys_change_on_reregistration_and_stale_keys_fail() {
+        let mut t = MrTable::new(4);
+        let k1 = t.insert(region(1, ACCESS_LOCAL_WRITE)).unwrap();
+        t.remove(k1).unwrap();
+        let k2 = t.insert(region(1, ACCESS_LOCAL_WRITE)).unwrap();
+        assert_eq!(k1 >> 8, k2 >> 8, "same slot");
+        assert_ne!(k1 & 0xff, k2 & 0xff, "new tag");
+        assert_eq!(
+            t.check(k1, 1, Access::LocalRead, 0x7000_0100, 1)
+                .unwrap_err(),
+            KeyError::NoSuchKey
+        );
+        assert!(t.check(k2, 1, Access::LocalRead, 0x7000_0100, 1).is_ok());
+    }
+
+    #[test]
+    fn checks_pd_access_range_and_validity() {
+        let mut t = MrTable::new(4);
+        let k = t
+            .insert(region(1, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ))
+            .unwrap();
+        assert_eq!(
+            t.check(k, 2, Access::LocalRead, 0x7000_0100, 1)
+                .unwrap_err(),
+            KeyError::OtherPd
+        );
+        assert_eq!(
+            t.check(k, 1, Access::RemoteWrite, 0x7000_0100, 1)
+                .unwrap_err(),
+            KeyError::NoAccess
+        );
+        assert_eq!(
+            t.check(k, 1, Access::RemoteRead, 0x7000_00ff, 1)
+                .unwrap_err(),
+            KeyError::OutOfRange
+        );
+        assert_eq!(
+            t.check(k, 1, Access::RemoteRead, 0x7000_0200, 0x101)
+                .unwrap_err(),
+            KeyError::OutOfRange
+        );
+        let runs = t
+            .check(k, 1, Access::RemoteRead, 0x7000_0110, 0x10)
+            .unwrap();
+        assert_eq!(runs, vec![(GuestAddress(0x11110), 0x10)]);
+        assert_eq!(t.invalidate(k, 2).unwrap_err(), KeyError::OtherPd);
+        t.invalidate(k, 1).unwrap();
+        assert_eq!(
+            t.check(k, 1, Access::RemoteRead, 0x7000_0110, 1)
+                .unwrap_err(),
+            KeyError::Invalidated
+        );
+        assert_eq!(
+            t.check(0, 1, Access::LocalRead, 0, 0).unwrap_err(),
+            KeyError::NoSuchKey
+        );
+    }
+
+    #[test]
+    fn the_table_has_a_limit() {
+        let mut t = MrTable::new(2);
+        assert!(t.insert(region(1, 0)).is_some());
+        assert!(t.insert(region(1, 0)).is_some());
+        assert!(t.insert(region(1, 0)).is_none());
+        assert_eq!(t.count_in_pd(1), 2);
+    }
+}

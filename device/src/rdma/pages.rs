@@ -1,0 +1,240 @@
+//! Driver memory the device reaches through a page list: rings and memory regions.
+//!
+//! The device reads a `PageList` once, when the object is created, and from then on
+//! translates byte offsets to device addresses itself; every access still goes through the
+//! function's DMA space, so a page the client later unmaps fails the access instead of
+//! reaching anything else.
+
+use rnic_abi::verbs::{PageList, MAX_PAGE_LIST};
+use rnic_abi::PAGE_SIZE;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Why a page list was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageListError {
+    /// Page size other than 4 KiB, no pages, too many pages, or misaligned pages.
+    Invalid,
+    /// The list itself, or one of its pages, is not in DMA-mapped memory.
+    Unmapped,
+    /// The pages hold fewer bytes than the object needs.
+    TooSmall,
+}
+
+/// Bytes `[0, len)` spread over `pages`, starting `offset` bytes into the first page.
+#[derive(Debug, Clone, Default)]
+pub struct PagedBuffer {
+    pages: Vec<u64>,
+    offset: u64,
+    len: u64,
+}
+
+impl PagedBuffer {
+    /// Reads and checks `list` from `mem`: the pages must hold `offset + len` bytes and be
+    /// reachable for reading (and, with `writable`, writing) in `mem`.
+    pub fn load(
+        list: &PageList,
+        offset: u64,
+        len: u64,
+        mem: &GuestMemoryMmap,
+    ) -> Result<Self, PageListError> {
+        if list.page_shift != 12
+            || list.count == 0
+            || list.count > MAX_PAGE_LIST
+            || offset >= PAGE_SIZE
+        {
+            return Err(PageListError::Invalid);
+        }
+        let needed = offset.checked_add(len).ok_or(PageListError::TooSmall)?;
+        if u64::from(list.count) * PAGE_SIZE < needed {
+            return Err(PageListError::TooSmall);
+        }
+        let mut raw = vec![0u8; list.count as usize * 8];
+        mem.read_slice(&mut raw, GuestAddress(list.addr))
+            .map_err(|_| PageListError::Unmapped)?;
+        let pages: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        if pages.iter().any(|p| p % PAGE_SIZE != 0) {
+            return Err(PageListError::Invalid);
+        }
+        let buffer = Self { pages, offset, len };
+        // Every page must be reachable now; later unmaps fail the access that meets them.
+        for &p in &buffer.pages {
+            if mem.read_slice(&mut [0u8; 1], GuestAddress(p)).is_err()
+                || mem
+                    .read_slice(&mut [0u8; 1], GuestAddress(p + PAGE_SIZE - 1))
+                    .is_err()
+            {
+                return Err(PageListError::Unmapped);
+            }
+        }
+        Ok(buffer)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Pages the buffer covers.
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The device-address runs that bytes `[at, at + len)` occupy, or `None` if the range
+    /// is not inside the buffer.
+    pub fn runs(
+        &self,
+        at: u64,
+        len: u64,
+    ) -> Option<impl Iterator<Item = (GuestAddress, usize)> + '_> {
+        let end = at.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        let mut pos = self.offset + at;
+        let stop = self.offset + end;
+        Some(std::iter::from_fn(move || {
+            if pos >= stop {
+                return None;
+            }
+            let page = (pos / PAGE_SIZE) as usize;
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(stop - pos);
+            let addr = self.pages[page] + in_page;
+            pos += n;
+            Some((GuestAddress(addr), n as usize))
+        }))
+    }
+
+    /// Copies bytes at `at` into `out`; false if out of range or unreachable.
+    pub fn read(&self, mem: &GuestMemoryMmap, at: u64, out: &mut [u8]) -> bool {
+        let Some(runs) = self.runs(at, out.len() as u64) else {
+            return false;
+        };
+        let mut done = 0;
+        for (addr, n) in runs {
+            if mem.read_slice(&mut out[done..done + n], addr).is_err() {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
+
+    /// Copies `data` to `at`; false if out of range or unreachable (a prefix may have been
+    /// written).
+    pub fn write(&self, mem: &GuestMemoryMmap, at: u64, data: &[u8]) -> bool {
+        let Some(runs) = self.runs(at, data.len() as u64) else {
+            return false;
+        };
+        let mut done = 0;
+        for (addr, n) in runs {
+            if mem.write_slice(&data[done..done + n], addr).is_err() {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x10000)]).unwrap()
+    }
+
+    fn list(mem: &GuestMemoryMmap, at: u64, pages: &[u64]) -> PageList {
+        let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+        mem.write_slice(&bytes, GuestAddress(at)).unwrap();
+        PageList {
+            addr: at,
+            count: pages.len() as u32,
+            page_shift: 12,
+        }
+    }
+
+    #[test]
+    fn reads_and_writes_cross_pages_in_list_order() {
+        let m = mem();
+        // Pages out of address order: the list order is what counts.
+        let l = list(&m, 0x10000, &[0x13000, 0x11000]);
+        let b = PagedBuffer::load(&l, 0xff0, 0x20, &m).unwrap();
+        let data: Vec<u8> = (0..0x20).collect();
+        assert!(b.write(&m, 0, &data));
+        let mut first = [0u8; 16];
+        m.read_slice(&mut first, GuestAddress(0x13ff0)).unwrap();
+        assert_eq!(&first[..], &data[..16]);
+        let mut second = [0u8; 16];
+        m.read_slice(&mut second, GuestAddress(0x11000)).unwrap();
+        assert_eq!(&second[..], &data[16..]);
+        let mut back = vec![0u8; 0x20];
+        assert!(b.read(&m, 0, &mut back));
+        assert_eq!(back, data);
+    }
+
+    #[test]
+    fn out_of_range_accesses_fail() {
+        let m = mem();
+        let l = list(&m, 0x10000, &[0x11000]);
+        let b = PagedBuffer::load(&l, 0, 0x100, &m).unwrap();
+        assert!(!b.read(&m, 0xf8, &mut [0u8; 16]));
+        assert!(!b.write(&m, u64::MAX, &[0u8; 1]));
+        assert!(b.read(&m, 0xf0, &mut [0u8; 16]));
+    }
+
+    #[test]
+    fn bad_lists_are_refused() {
+        let m = mem();
+        let l = list(&m, 0x10000, &[0x11000]);
+        assert_eq!(
+            PagedBuffer::load(&l, 0, 0x1001, &m).unwrap_err(),
+            PageListError::TooSmall
+        );
+        assert_eq!(
+            PagedBuffer::load(
+                &PageList {
+                    page_shift: 13,
+                    ..l
+                },
+                0,
+                1,
+                &m
+            )
+            .unwrap_err(),
+            PageListError::Invalid
+        );
+        assert_eq!(
+            PagedBuffer::load(&PageList { count: 0, ..l }, 0, 0, &m).unwrap_err(),
+            PageListError::Invalid
+        );
+        let unaligned = list(&m, 0x10100, &[0x11010]);
+        assert_eq!(
+            PagedBuffer::load(&unaligned, 0, 1, &m).unwrap_err(),
+            PageListError::Invalid
+        );
+        let unmapped = list(&m, 0x10200, &[0x90000]);
+        assert_eq!(
+            PagedBuffer::load(&unmapped, 0, 1, &m).unwrap_err(),
+            PageListError::Unmapped
+        );
+        let list_unmapped = PageList {
+            addr: 0x90000,
+            count: 1,
+            page_shift: 12,
+        };
+        assert_eq!(
+            PagedBuffer::load(&list_unmapped, 0, 1, &m).unwrap_err(),
+            PageListError::Unmapped
+        );
+    }
+}

@@ -1,0 +1,503 @@
+//! The requester: takes send WQEs from the send queue and sends their request packets.
+//!
+//! Each WQE becomes an [`Op`] that stays in [`RequesterState::ops`], in send-queue order,
+//! until the completer retires it. PSNs are given when an op is first sent and kept for
+//! every resend, so that go-back-N (after a NAK, an RNR NAK or a timeout) regenerates
+//! exactly the packets that were sent before, from the driver's memory.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
+
+use super::mr::{Access, MrTable};
+use super::qp::{mtu, Qp};
+use super::wire::{psn, Wire};
+use super::wqe::{read_send, SendOp, WqeError};
+use super::Env;
+use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+
+/// Where an op is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpState {
+    /// Waiting to be sent (or resent from packet `next_pkt`).
+    Queued,
+    /// All its packets are out; waiting for acknowledgement or responses.
+    Sent,
+    /// Acknowledged or answered: ready to complete in order.
+    Done,
+}
+
+/// A send WQE the requester has taken.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// Its index in the send queue.
+    pub index: u32,
+    /// The WQE.
+    pub op: SendOp,
+    /// PSN of its first packet (valid once sent).
+    pub first_psn: u32,
+    /// PSNs it uses: packets for SEND and WRITE, response packets for READ, 1 for atomics.
+    pub npsn: u32,
+    /// Next packet to (re)send.
+    pub next_pkt: u32,
+    /// Life state.
+    pub state: OpState,
+    /// Completion status (errors are decided on the way).
+    pub status: WcStatus,
+    /// READ response packets received so far.
+    pub read_pkts: u32,
+    /// Whether the op holds a READ/atomic slot.
+    pub holds_rd_atomic: bool,
+    /// Whether it was ever sent (PSNs assigned).
+    pub assigned: bool,
+}
+
+impl Op {
+    /// PSN of its last packet.
+    pub fn last_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npsn.saturating_sub(1))
+    }
+
+    /// Whether `p` falls inside the op's PSNs.
+    pub fn contains(&self, p: u32) -> bool {
+        self.assigned && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
+    }
+
+    /// Whether it is a READ or an atomic (answered by responses, limited in number).
+    pub fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.op.wqe.opcode,
+            wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD
+        )
+    }
+
+    /// Ends the op with `status`; it completes when its turn comes.
+    pub fn fail(&mut self, status: WcStatus) {
+        self.status = status;
+        self.state = OpState::Done;
+    }
+}
+
+/// Requester and completer state of a QP.
+#[derive(Debug, Default)]
+pub struct RequesterState {
+    /// PSN of the next new packet.
+    pub next_psn: u32,
+    /// Ops taken from the send queue and not yet completed, in order.
+    pub ops: VecDeque<Op>,
+    /// READs and atomics awaiting their responses.
+    pub rd_atomic_outstanding: u32,
+    /// Transport retries left before `RETRY_EXC_ERR`.
+    pub retry_left: u8,
+    /// RNR retries left before `RNR_RETRY_EXC_ERR` (unused when `rnr_retry` is 7).
+    pub rnr_left: u8,
+    /// When the retransmission timer fires.
+    pub timer: Option<Instant>,
+    /// After an RNR NAK: do not resend before this.
+    pub rnr_until: Option<Instant>,
+    /// Go-back-N point waiting to be resent.
+    pub resend_from: Option<u32>,
+}
+
+impl RequesterState {
+    /// Starts the requester when the QP enters RTS.
+    pub fn start(&mut self, sq_psn: u32, a: &QpAttr) {
+        self.next_psn = sq_psn & 0xFF_FFFF;
+        self.retry_left = a.retry_cnt;
+        self.rnr_left = a.rnr_retry;
+    }
+
+    /// The local ACK timeout of `a`: 4.096 µs * 2^timeout, or none for 0.
+    pub fn timeout(a: &QpAttr) -> Option<Duration> {
+        (a.timeout != 0).then(|| Duration::from_nanos(4096u64 << a.timeout.min(31)))
+    }
+
+    /// (Re)arms the retransmission timer if anything waits for an answer.
+    pub fn rearm(&mut self, a: &QpAttr, now: Instant) {
+        let waiting = self.ops.iter().any(|o| o.state == OpState::Sent);
+        self.timer = if waiting {
+            Self::timeout(a).map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Schedules a resend from `p` (keeping the earliest point).
+    pub fn go_back_to(&mut self, p: u32) {
+        self.resend_from = Some(match self.resend_from {
+            Some(q) if psn::diff(q, p) < 0 => q,
+            _ => p,
+        });
+    }
+}
+
+/// Packets a SEND or WRITE of `len` bytes takes at `mtu`.
+fn packets(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(u64::from(mtu)).max(1).min(u64::from(u32::MAX)) as u32
+}
+
+/// Takes new WQEs, then sends what may be sent. Returns whether anything happened.
+pub fn run(
+    qp: &mut Qp,
+    mrs: &mut MrTable,
+    env: &Env,
+    wire: &mut Wire,
+    now: Instant,
+    retransmits: &mut u64,
+) -> bool {
+    let mut progress = fetch(qp, env);
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return progress;
+    }
+    if qp.req.rnr_until.is_some_and(|t| now < t) {
+        return progress;
+    }
+    qp.req.rnr_until = None;
+    if let Some(from) = qp.req.resend_from.take() {
+        rewind(qp, from);
+        *retransmits += 1;
+        progress = true;
+    }
+    let mtu = mtu(&qp.attr);
+    let max_rd_atomic = u32::from(qp.attr.max_rd_atomic).max(1);
+    for i in 0..qp.req.ops.len() {
+        let o = &qp.req.ops[i];
+        if o.state != OpState::Queued {
+            continue;
+        }
+        let opcode = o.op.wqe.opcode;
+        if o.op.wqe.flags & send_flags::FENCE != 0
+            && qp.req.rd_atomic_outstanding > 0
+            && !o.holds_rd_atomic
+        {
+            break;
+        }
+        if o.is_rd_atomic() && !o.holds_rd_atomic && qp.req.rd_atomic_outstanding >= max_rd_atomic {
+            break;
+        }
+        match opcode {
+            wr::LOCAL_INV => {
+                let key = o.op.wqe.imm_or_inv;
+                let status = match mrs.invalidate(key, qp.pdn) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocQpOpErr,
+                };
+                qp.req.ops[i].fail(status);
+                progress = true;
+                continue;
+            }
+            wr::BIND_MW => {
+                qp.req.ops[i].fail(WcStatus::MwBindErr);
+                progress = true;
+                continue;
+            }
+            _ => {}
+        }
+        if !qp.req.ops[i].assigned {
+            let o = &mut qp.req.ops[i];
+            o.npsn = match opcode {
+                wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => 1,
+                _ => packets(o.op.length(), mtu),
+            };
+            o.first_psn = qp.req.next_psn;
+            o.assigned = true;
+            qp.req.next_psn = psn::add(qp.req.next_psn, o.npsn);
+        }
+        if qp.req.ops[i].is_rd_atomic() && !qp.req.ops[i].holds_rd_atomic {
+            qp.req.ops[i].holds_rd_atomic = true;
+            qp.req.rd_atomic_outstanding += 1;
+        }
+        send_op(qp, i, mrs, env, wire, mtu);
+        progress = true;
+        if qp.req.ops[i].state == OpState::Done {
+            // A local error: nothing after it may go out.
+            break;
+        }
+    }
+    if progress && qp.req.timer.is_none() {
+        qp.req.rearm(&qp.attr, now);
+    }
+    progress
+}
+
+/// Takes the WQEs the driver posted since the last look.
+fn fetch(qp: &mut Qp, env: &Env) -> bool {
+    let posted = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
+    let mut any = false;
+    while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
+        let index = qp.sq.taken;
+        qp.sq.taken = qp.sq.taken.wrapping_add(1);
+        any = true;
+        let (op, status) = match read_send(&qp.sq, &qp.caps, env.r, index) {
+            Ok(op) => (op, WcStatus::Success),
+            Err(e) => {
+                log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);
+                (
+                    SendOp {
+                        wqe: Default::default(),
+                        sges: Vec::new(),
+                        inline: None,
+                    },
+                    if e == WqeError::Unreachable {
+                        WcStatus::LocProtErr
+                    } else {
+                        WcStatus::LocQpOpErr
+                    },
+                )
+            }
+        };
+        let state = if qp.state == QpState::Err {
+            // Posted to a QP in error: flushed, like everything else in it.
+            OpState::Done
+        } else if status != WcStatus::Success {
+            OpState::Done
+        } else {
+            OpState::Queued
+        };
+        let status = if qp.state == QpState::Err {
+            WcStatus::WrFlushErr
+        } else {
+            status
+        };
+        qp.req.ops.push_back(Op {
+            index,
+            op,
+            first_psn: 0,
+            npsn: 0,
+            next_pkt: 0,
+            state,
+            status,
+            read_pkts: 0,
+            holds_rd_atomic: false,
+            assigned: false,
+        });
+    }
+    any
+}
+
+/// Puts every op from PSN `from` on back in the queue, to be sent again from there.
+fn rewind(qp: &mut Qp, from: u32) {
+    for o in qp.req.ops.iter_mut() {
+        if !o.assigned || o.state == OpState::Done && o.status != WcStatus::Success {
+            continue;
+        }
+        if o.contains(from) {
+            o.state = OpState::Queued;
+            // A READ is asked for again whole; its responses are placed again.
+            o.next_pkt = if o.is_rd_atomic() {
+                0
+            } else {
+                from.wrapping_sub(o.first_psn) & 0xFF_FFFF
+            };
+            o.read_pkts = 0;
+        } else if psn::diff(o.first_psn, from) > 0 && o.state != OpState::Done {
+            o.state = OpState::Queued;
+            o.next_pkt = 0;
+            o.read_pkts = 0;
+        }
+    }
+}
+
+/// Sends op `i` from its `next_pkt`.
+fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu: u32) {
+    let o = qp.req.ops[i].clone();
+    let w = &o.op.wqe;
+    let solicited = w.flags & send_flags::SOLICITED != 0;
+    let bth = |opcode: u8, p: u32, ack_req: bool, solicited: bool| Bth {
+        opcode,
+        solicited,
+        pkey: DEFAULT_PKEY,
+        dest_qp: qp.attr.dest_qp_num,
+        ack_req,
+        psn: p,
+        ..Bth::default()
+    };
+    match w.opcode {
+        wr::RDMA_READ => {
+            // Where the data will land must be writable before we ask for it.
+            if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
+                qp.req.ops[i].fail(status);
+                return;
+            }
+            let hdrs = Headers {
+                bth: bth(op::RC_RDMA_READ_REQUEST, o.first_psn, true, false),
+                reth: Some(Reth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    dma_len: o.op.length().min(u64::from(u32::MAX)) as u32,
+                }),
+                ..Headers::default()
+            };
+            wire.send(qp, &hdrs, &[]);
+        }
+        wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
+            if o.op.length() < 8 {
+                qp.req.ops[i].fail(WcStatus::LocLenErr);
+                return;
+            }
+            if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
+                qp.req.ops[i].fail(status);
+                return;
+            }
+            let (opcode, swap_add, compare) = if w.opcode == wr::ATOMIC_CMP_AND_SWP {
+                (op::RC_COMPARE_SWAP, w.swap, w.compare_add)
+            } else {
+                (op::RC_FETCH_ADD, w.compare_add, 0)
+            };
+            let hdrs = Headers {
+                bth: bth(opcode, o.first_psn, true, false),
+                atomic: Some(AtomicEth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    swap_add,
+                    compare,
+                }),
+                ..Headers::default()
+            };
+            wire.send(qp, &hdrs, &[]);
+        }
+        _ => {
+            let total = o.op.length();
+            let mut payload = Vec::new();
+            for pkt in o.next_pkt..o.npsn {
+                let first = pkt == 0;
+                let last = pkt + 1 == o.npsn;
+                let offset = u64::from(pkt) * u64::from(mtu);
+                let len = (total - offset.min(total)).min(u64::from(mtu));
+                payload.resize(len as usize, 0);
+                if let Err(status) = gather(&o.op, qp.pdn, mrs, env, offset, &mut payload) {
+                    qp.req.ops[i].fail(status);
+                    return;
+                }
+                let opcode = request_opcode(w.opcode, first, last);
+                let mut hdrs = Headers {
+                    bth: bth(opcode, psn::add(o.first_psn, pkt), last, solicited && last),
+                    ..Headers::default()
+                };
+                let is_write = matches!(w.opcode, wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM);
+                if is_write && first {
+                    hdrs.reth = Some(Reth {
+                        va: w.remote_addr,
+                        rkey: w.rkey,
+                        dma_len: total.min(u64::from(u32::MAX)) as u32,
+                    });
+                }
+                if last && matches!(w.opcode, wr::SEND_WITH_IMM | wr::RDMA_WRITE_WITH_IMM) {
+                    hdrs.imm = Some(w.imm_or_inv.to_le_bytes());
+                }
+                if last && w.opcode == wr::SEND_WITH_INV {
+                    hdrs.ieth = Some(w.imm_or_inv);
+                }
+                wire.send(qp, &hdrs, &payload);
+            }
+        }
+    }
+    let o = &mut qp.req.ops[i];
+    o.next_pkt = o.npsn;
+    o.state = OpState::Sent;
+}
+
+/// The request opcode of packet (first, last) of a SEND or WRITE work request.
+fn request_opcode(wr_opcode: u8, first: bool, last: bool) -> u8 {
+    let send = matches!(wr_opcode, wr::SEND | wr::SEND_WITH_IMM | wr::SEND_WITH_INV);
+    match (send, first, last) {
+        (true, true, false) => op::RC_SEND_FIRST,
+        (true, false, false) => op::RC_SEND_MIDDLE,
+        (false, true, false) => op::RC_RDMA_WRITE_FIRST,
+        (false, false, false) => op::RC_RDMA_WRITE_MIDDLE,
+        (_, first, true) => match (wr_opcode, first) {
+            (wr::SEND, true) => op::RC_SEND_ONLY,
+            (wr::SEND, false) => op::RC_SEND_LAST,
+            (wr::SEND_WITH_IMM, true) => op::RC_SEND_ONLY_WITH_IMMEDIATE,
+            (wr::SEND_WITH_IMM, false) => op::RC_SEND_LAST_WITH_IMMEDIATE,
+            (wr::SEND_WITH_INV, true) => op::RC_SEND_ONLY_WITH_INVALIDATE,
+            (wr::SEND_WITH_INV, false) => op::RC_SEND_LAST_WITH_INVALIDATE,
+            (wr::RDMA_WRITE_WITH_IMM, true) => op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            (wr::RDMA_WRITE_WITH_IMM, false) => op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+            (_, true) => op::RC_RDMA_WRITE_ONLY,
+            (_, false) => op::RC_RDMA_WRITE_LAST,
+        },
+    }
+}
+
+/// Checks every SGE of `op` for `access` in `pdn`.
+fn check_local(op: &SendOp, pdn: u32, mrs: &MrTable, access: Access) -> Result<(), WcStatus> {
+    for s in &op.sges {
+        mrs.check(s.lkey, pdn, access, s.addr, u64::from(s.length))
+            .map_err(|_| WcStatus::LocProtErr)?;
+    }
+    Ok(())
+}
+
+/// Copies bytes `[offset, offset + out.len())` of the message out of its SGEs (or inline
+/// data).
+pub fn gather(
+    op: &SendOp,
+    pdn: u32,
+    mrs: &MrTable,
+    env: &Env,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), WcStatus> {
+    if let Some(data) = &op.inline {
+        let start = offset as usize;
+        out.copy_from_slice(&data[start..start + out.len()]);
+        return Ok(());
+    }
+    scatter_gather(
+        &op.sges,
+        pdn,
+        mrs,
+        Access::LocalRead,
+        offset,
+        out.len() as u64,
+        |runs_offset, addr, n| {
+            use vm_memory::Bytes;
+            env.r
+                .read_slice(&mut out[runs_offset..runs_offset + n], addr)
+                .is_ok()
+        },
+    )
+}
+
+/// Walks the SGE bytes `[offset, offset + len)` of `sges`, checking each SGE for `access`,
+/// and calls `f(position in the walk, device address, length)` for every run. Fails with
+/// `LOC_PROT_ERR` on a key or DMA failure and `LOC_LEN_ERR` if the SGEs are too short.
+pub fn scatter_gather(
+    sges: &[rnic_abi::verbs::Sge],
+    pdn: u32,
+    mrs: &MrTable,
+    access: Access,
+    offset: u64,
+    len: u64,
+    mut f: impl FnMut(usize, vm_memory::GuestAddress, usize) -> bool,
+) -> Result<(), WcStatus> {
+    let mut skip = offset;
+    let mut done = 0u64;
+    for s in sges {
+        if done == len {
+            break;
+        }
+        let sge_len = u64::from(s.length);
+        if skip >= sge_len {
+            skip -= sge_len;
+            continue;
+        }
+        let n = (sge_len - skip).min(len - done);
+        let runs = mrs
+            .check(s.lkey, pdn, access, s.addr.wrapping_add(skip), n)
+            .map_err(|_| WcStatus::LocProtErr)?;
+        for (addr, run) in runs {
+            if !f(done as usize, addr, run) {
+                return Err(WcStatus::LocProtErr);
+            }
+            done += run as u64;
+        }
+        skip = 0;
+    }
+    if done < len {
+        return Err(WcStatus::LocLenErr);
+    }
+    Ok(())
+}

@@ -1,0 +1,626 @@
+//! The responder: executes incoming requests in PSN order and answers them. SENDs land in
+//! receive WQEs, WRITEs in registered memory, READs and atomics are answered from it; a
+//! request with no receive posted gets an RNR NAK; duplicates are acknowledged again,
+//! duplicate READs answered again from memory and duplicate atomics from the saved
+//! result, never applied twice.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rnic_abi::verbs::{
+    event, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use vm_memory::{Bytes, GuestMemoryBackend};
+
+use super::mr::Access;
+use super::qp::{mtu, Qp};
+use super::requester::scatter_gather;
+use super::wire::{psn, Wire};
+use super::wqe::{read_recv, RecvOp};
+use super::{Env, RdmaState};
+use crate::roce::packet::{
+    nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
+    DEFAULT_PKEY,
+};
+
+/// A message in progress across several packets.
+#[derive(Debug, Clone)]
+pub enum Inbound {
+    /// A SEND filling receive WQE `recv`.
+    Send {
+        /// The receive WQE.
+        recv: RecvOp,
+        /// Bytes placed so far.
+        offset: u64,
+    },
+    /// A WRITE.
+    Write {
+        /// Address of the next byte.
+        va: u64,
+        /// The rkey.
+        rkey: u32,
+        /// Bytes the RETH announced.
+        len: u64,
+        /// Bytes placed so far.
+        offset: u64,
+    },
+}
+
+/// What a duplicate READ or atomic is answered from.
+#[derive(Debug, Clone, Copy)]
+enum Resource {
+    Read {
+        first_psn: u32,
+        npsn: u32,
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    Atomic {
+        psn: u32,
+        orig: u64,
+    },
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub struct ResponderState {
+    /// PSN expected next.
+    pub epsn: u32,
+    /// Messages completed (24 bits).
+    pub msn: u32,
+    /// A multi-packet message in progress.
+    pub cur: Option<Inbound>,
+    /// A PSN-sequence NAK was sent and the expected PSN has not arrived since.
+    nak_sent: bool,
+    /// Answers kept for duplicate READs and atomics, oldest first.
+    resources: VecDeque<Resource>,
+    /// The first request arrived (COMM_EST was reported).
+    established: bool,
+}
+
+impl ResponderState {
+    /// Starts the responder when the QP enters RTR.
+    pub fn start(&mut self, rq_psn: u32) {
+        self.epsn = rq_psn & 0xFF_FFFF;
+    }
+}
+
+/// A responder-side failure: the NAK code to send and, where a receive WQE was consumed,
+/// the status its completion reports.
+struct Failure {
+    nak: u8,
+    recv_status: WcStatus,
+}
+
+fn fail(nak: u8, recv_status: WcStatus) -> Failure {
+    Failure { nak, recv_status }
+}
+
+fn reply_bth(qp: &Qp, opcode: u8, p: u32) -> Bth {
+    Bth {
+        opcode,
+        pkey: DEFAULT_PKEY,
+        dest_qp: qp.attr.dest_qp_num,
+        psn: p,
+        ..Bth::default()
+    }
+}
+
+fn send_ack(qp: &Qp, wire: &mut Wire, p: u32, aeth: Aeth) {
+    let hdrs = Headers {
+        bth: reply_bth(qp, op::RC_ACKNOWLEDGE, p),
+        aeth: Some(aeth.with_msn(qp.resp.msn)),
+        ..Headers::default()
+    };
+    wire.send(qp, &hdrs, &[]);
+}
+
+/// Handles a request packet for `qp`.
+pub fn on_request(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wire: &mut Wire) {
+    let bth = pkt.hdrs.bth;
+    if qp.state == QpState::Rtr && !qp.resp.established {
+        qp.resp.established = true;
+        rdma.post_event(env, event::COMM_EST, qp.qpn);
+    }
+    let d = psn::diff(bth.psn, qp.resp.epsn);
+    if d < 0 {
+        duplicate(rdma, qp, pkt, env, wire);
+        return;
+    }
+    if d > 0 {
+        // A gap: say once where we are, and drop until the requester goes back there.
+        if !qp.resp.nak_sent {
+            qp.resp.nak_sent = true;
+            send_ack(qp, wire, qp.resp.epsn, Aeth::nak(nak::PSN_SEQ_ERROR));
+        }
+        return;
+    }
+    qp.resp.nak_sent = false;
+    match execute(rdma, qp, pkt, env, wire) {
+        Ok(Some(())) => {}
+        // RNR: nothing was consumed and the PSN stays expected.
+        Ok(None) => {}
+        Err(f) => {
+            send_ack(qp, wire, bth.psn, Aeth::nak(f.nak));
+            if let Some(Inbound::Send { recv, .. }) = qp.resp.cur.take() {
+                let cqe = Cqe {
+                    wr_id: recv.wr_id,
+                    qp_num: qp.qpn,
+                    opcode: wc::RECV,
+                    status: f.recv_status as u8,
+                    ..Cqe::default()
+                };
+                rdma.complete(qp.recv_cqn, cqe, env);
+            }
+            let event = if f.nak == nak::REMOTE_ACCESS_ERROR {
+                event::QP_ACCESS_ERR
+            } else {
+                event::QP_REQ_ERR
+            };
+            rdma.post_event(env, event, qp.qpn);
+            super::completer::enter_error(rdma, qp, env);
+        }
+    }
+}
+
+/// Executes the expected request. `Ok(None)` means RNR (nothing consumed).
+fn execute(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<Option<()>, Failure> {
+    let bth = pkt.hdrs.bth;
+    let opcode = bth.opcode;
+    let info = opcode_info(opcode).ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
+    match opcode {
+        op::RC_RDMA_READ_REQUEST => return read_request(rdma, qp, pkt, env, wire).map(Some),
+        op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
+            return atomic(rdma, qp, pkt, env, wire).map(Some)
+        }
+        _ => {}
+    }
+    let is_send = matches!(
+        opcode,
+        op::RC_SEND_FIRST
+            ..=op::RC_SEND_ONLY_WITH_IMMEDIATE
+                | op::RC_SEND_LAST_WITH_INVALIDATE
+                | op::RC_SEND_ONLY_WITH_INVALIDATE
+    );
+    let first = matches!(
+        opcode,
+        op::RC_SEND_FIRST
+            | op::RC_SEND_ONLY
+            | op::RC_SEND_ONLY_WITH_IMMEDIATE
+            | op::RC_SEND_ONLY_WITH_INVALIDATE
+            | op::RC_RDMA_WRITE_FIRST
+            | op::RC_RDMA_WRITE_ONLY
+            | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+    );
+    let last = !matches!(
+        opcode,
+        op::RC_SEND_FIRST | op::RC_SEND_MIDDLE | op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_MIDDLE
+    );
+    let mtu = u64::from(mtu(&qp.attr));
+    // The sequence of opcodes within a message must hold together.
+    match (&qp.resp.cur, first) {
+        (Some(_), true) | (None, false) => {
+            return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))
+        }
+        (Some(Inbound::Send { .. }), false) if !is_send => {
+            return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))
+        }
+        (Some(Inbound::Write { .. }), false) if is_send => {
+            return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))
+        }
+        _ => {}
+    }
+    // Every packet but the last of a message is exactly one MTU long.
+    if (!last && pkt.payload.len() as u64 != mtu) || pkt.payload.len() as u64 > mtu {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocLenErr));
+    }
+    let takes_recv = is_send || info.has_immediate();
+    if first && is_send || (last && takes_recv && !is_send && opcode != op::RC_RDMA_WRITE_LAST) {
+        // A SEND starts, or a WRITE with immediate ends: both need a receive WQE.
+        let posted = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
+        if posted == qp.rq.taken {
+            rdma.counters.rnr_naks_sent += 1;
+            send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
+            return Ok(None);
+        }
+        let recv = read_recv(&qp.rq, &qp.caps, env.r, qp.rq.taken)
+            .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+        qp.rq.taken = qp.rq.taken.wrapping_add(1);
+        if is_send {
+            qp.resp.cur = Some(Inbound::Send { recv, offset: 0 });
+        } else {
+            // WRITE with immediate: the data went (or goes) to memory; the WQE only
+            // reports it.
+            let byte_len = match &qp.resp.cur {
+                Some(Inbound::Write { len, .. }) => *len,
+                _ => pkt.hdrs.reth.map_or(0, |r| u64::from(r.dma_len)),
+            };
+            if let Some(Inbound::Write { .. }) | None = &qp.resp.cur {
+                place_write(rdma, qp, pkt, env)?;
+            }
+            qp.resp.cur = None;
+            let cqe = Cqe {
+                wr_id: recv.wr_id,
+                byte_len: byte_len as u32,
+                imm_or_inv: pkt.hdrs.imm.map_or(0, u32::from_le_bytes),
+                qp_num: qp.qpn,
+                src_qp: qp.attr.dest_qp_num,
+                opcode: wc::RECV_RDMA_WITH_IMM,
+                status: WcStatus::Success as u8,
+                wc_flags: wc_flags::WITH_IMM
+                    | if bth.solicited {
+                        wc_flags::SOLICITED
+                    } else {
+                        0
+                    },
+                ..Cqe::default()
+            };
+            rdma.complete(qp.recv_cqn, cqe, env);
+            finish_message(qp, pkt, wire);
+            return Ok(Some(()));
+        }
+    }
+    if is_send {
+        place_send(rdma, qp, pkt, env)?;
+        if last {
+            let Some(Inbound::Send { recv, offset }) = qp.resp.cur.take() else {
+                return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+            };
+            let mut flags = if bth.solicited {
+                wc_flags::SOLICITED
+            } else {
+                0
+            };
+            let mut imm_or_inv = 0;
+            if let Some(imm) = pkt.hdrs.imm {
+                flags |= wc_flags::WITH_IMM;
+                imm_or_inv = u32::from_le_bytes(imm);
+            }
+            if let Some(rkey) = pkt.hdrs.ieth {
+                if rdma.mrs.invalidate(rkey, qp.pdn).is_err() {
+                    qp.resp.cur = Some(Inbound::Send { recv, offset });
+                    return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+                }
+                flags |= wc_flags::WITH_INV;
+                imm_or_inv = rkey;
+            }
+            let cqe = Cqe {
+                wr_id: recv.wr_id,
+                byte_len: offset as u32,
+                imm_or_inv,
+                qp_num: qp.qpn,
+                src_qp: qp.attr.dest_qp_num,
+                opcode: wc::RECV,
+                status: WcStatus::Success as u8,
+                wc_flags: flags,
+                ..Cqe::default()
+            };
+            rdma.complete(qp.recv_cqn, cqe, env);
+        }
+    } else {
+        place_write(rdma, qp, pkt, env)?;
+        if last {
+            qp.resp.cur = None;
+        }
+    }
+    if last {
+        finish_message(qp, pkt, wire);
+    } else {
+        qp.resp.epsn = psn::add(qp.resp.epsn, 1);
+        if bth.ack_req {
+            send_ack(qp, wire, bth.psn, Aeth::ack(AETH_CREDIT_INVALID));
+        }
+    }
+    Ok(Some(()))
+}
+
+/// Ends a SEND or WRITE message: the MSN counts it, and its last packet is acknowledged.
+fn finish_message(qp: &mut Qp, pkt: &Packet, wire: &mut Wire) {
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    qp.resp.epsn = psn::add(pkt.hdrs.bth.psn, 1);
+    send_ack(qp, wire, pkt.hdrs.bth.psn, Aeth::ack(AETH_CREDIT_INVALID));
+}
+
+fn place_send(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Result<(), Failure> {
+    let Some(Inbound::Send { recv, offset }) = &mut qp.resp.cur else {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    };
+    let len = pkt.payload.len() as u64;
+    if *offset + len > recv.capacity() {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocLenErr));
+    }
+    let payload = pkt.payload;
+    scatter_gather(
+        &recv.sges,
+        qp.pdn,
+        &rdma.mrs,
+        Access::LocalWrite,
+        *offset,
+        len,
+        |at, addr, n| env.w.write_slice(&payload[at..at + n], addr).is_ok(),
+    )
+    .map_err(|s| {
+        if s == WcStatus::LocLenErr {
+            fail(nak::INVALID_REQUEST, WcStatus::LocLenErr)
+        } else {
+            fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocProtErr)
+        }
+    })?;
+    *offset += len;
+    Ok(())
+}
+
+fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Result<(), Failure> {
+    if let Some(reth) = pkt.hdrs.reth {
+        qp.resp.cur = Some(Inbound::Write {
+            va: reth.va,
+            rkey: reth.rkey,
+            len: u64::from(reth.dma_len),
+            offset: 0,
+        });
+    }
+    let Some(Inbound::Write {
+        va,
+        rkey,
+        len,
+        offset,
+    }) = &mut qp.resp.cur
+    else {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    };
+    let n = pkt.payload.len() as u64;
+    if *offset + n > *len {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    }
+    if qp.attr.qp_access_flags & ACCESS_REMOTE_WRITE == 0 {
+        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
+    }
+    // The whole announced range is checked on the first packet: a WRITE that would go
+    // out of bounds changes no byte.
+    let check_len = if *offset == 0 { *len } else { n };
+    let runs = rdma
+        .mrs
+        .check(
+            *rkey,
+            qp.pdn,
+            Access::RemoteWrite,
+            va.wrapping_add(*offset),
+            check_len,
+        )
+        .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    let mut done = 0usize;
+    for (addr, run) in runs {
+        if done >= pkt.payload.len() {
+            break;
+        }
+        let k = run.min(pkt.payload.len() - done);
+        env.w
+            .write_slice(&pkt.payload[done..done + k], addr)
+            .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+        done += k;
+    }
+    *offset += n;
+    Ok(())
+}
+
+fn read_request(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), Failure> {
+    let reth = pkt
+        .hdrs
+        .reth
+        .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
+    if qp.attr.qp_access_flags & ACCESS_REMOTE_READ == 0 {
+        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
+    }
+    rdma.mrs
+        .check(
+            reth.rkey,
+            qp.pdn,
+            Access::RemoteRead,
+            reth.va,
+            u64::from(reth.dma_len),
+        )
+        .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    let mtu = mtu(&qp.attr);
+    let npsn = u64::from(reth.dma_len).div_ceil(u64::from(mtu)).max(1) as u32;
+    let p = pkt.hdrs.bth.psn;
+    remember(
+        qp,
+        Resource::Read {
+            first_psn: p,
+            npsn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+        },
+    );
+    send_read_responses(
+        rdma,
+        qp,
+        env,
+        wire,
+        p,
+        npsn,
+        reth.va,
+        reth.rkey,
+        reth.dma_len,
+        0,
+    )?;
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    qp.resp.epsn = psn::add(p, npsn);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_read_responses(
+    rdma: &RdmaState,
+    qp: &Qp,
+    env: &Env,
+    wire: &mut Wire,
+    first_psn: u32,
+    npsn: u32,
+    va: u64,
+    rkey: u32,
+    len: u32,
+    from: u32,
+) -> Result<(), Failure> {
+    let mtu = mtu(&qp.attr);
+    let mut payload = Vec::new();
+    for i in from..npsn {
+        let offset = u64::from(i) * u64::from(mtu);
+        let n = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu));
+        payload.resize(n as usize, 0);
+        let runs = rdma
+            .mrs
+            .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
+            .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+        let mut done = 0;
+        for (addr, run) in runs {
+            env.r
+                .read_slice(&mut payload[done..done + run], addr)
+                .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+            done += run;
+        }
+        let opcode = match (i == 0, i + 1 == npsn) {
+            (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, true) => op::RC_RDMA_READ_RESPONSE_LAST,
+            (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
+        };
+        let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
+            .then(|| Aeth::ack(AETH_CREDIT_INVALID).with_msn(qp.resp.msn));
+        let hdrs = Headers {
+            bth: reply_bth(qp, opcode, psn::add(first_psn, i)),
+            aeth,
+            ..Headers::default()
+        };
+        wire.send(qp, &hdrs, &payload);
+    }
+    Ok(())
+}
+
+fn atomic(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), Failure> {
+    let a = pkt
+        .hdrs
+        .atomic
+        .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
+    if qp.attr.qp_access_flags & ACCESS_REMOTE_ATOMIC == 0 {
+        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
+    }
+    if a.va % 8 != 0 {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    }
+    let runs = rdma
+        .mrs
+        .check(a.rkey, qp.pdn, Access::RemoteAtomic, a.va, 8)
+        .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    let [(addr, 8)] = runs[..] else {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    };
+    let slice = env
+        .w
+        .get_slice(addr, 8)
+        .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+    let guard = slice.ptr_guard_mut();
+    let ptr = guard.as_ptr();
+    if !(ptr as usize).is_multiple_of(8) {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    }
+    // SAFETY: an 8-aligned pointer into guest memory mapped for as long as the slice
+    // lives; the guest may touch it concurrently, which is why this is an atomic.
+    let cell = unsafe { &*(ptr as *const AtomicU64) };
+    let orig = if pkt.hdrs.bth.opcode == op::RC_COMPARE_SWAP {
+        match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        }
+    } else {
+        cell.fetch_add(a.swap_add, Ordering::SeqCst)
+    };
+    let p = pkt.hdrs.bth.psn;
+    remember(qp, Resource::Atomic { psn: p, orig });
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    qp.resp.epsn = psn::add(p, 1);
+    send_atomic_ack(qp, wire, p, orig);
+    Ok(())
+}
+
+fn send_atomic_ack(qp: &Qp, wire: &mut Wire, p: u32, orig: u64) {
+    let hdrs = Headers {
+        bth: reply_bth(qp, op::RC_ATOMIC_ACKNOWLEDGE, p),
+        aeth: Some(Aeth::ack(AETH_CREDIT_INVALID).with_msn(qp.resp.msn)),
+        atomic_ack: Some(AtomicAckEth { orig }),
+        ..Headers::default()
+    };
+    wire.send(qp, &hdrs, &[]);
+}
+
+fn remember(qp: &mut Qp, r: Resource) {
+    let keep = usize::from(qp.attr.max_dest_rd_atomic).max(1);
+    while qp.resp.resources.len() >= keep {
+        qp.resp.resources.pop_front();
+    }
+    qp.resp.resources.push_back(r);
+}
+
+/// A request whose PSN was already executed: acknowledge it again, or answer a READ or
+/// atomic again from what was kept, never applying anything twice.
+fn duplicate(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wire: &mut Wire) {
+    let p = pkt.hdrs.bth.psn;
+    match pkt.hdrs.bth.opcode {
+        op::RC_RDMA_READ_REQUEST => {
+            let found = qp.resp.resources.iter().rev().find_map(|r| match *r {
+                Resource::Read {
+                    first_psn,
+                    npsn,
+                    va,
+                    rkey,
+                    len,
+                } if psn::diff(p, first_psn) >= 0
+                    && psn::diff(p, psn::add(first_psn, npsn)) < 0 =>
+                {
+                    Some((first_psn, npsn, va, rkey, len))
+                }
+                _ => None,
+            });
+            if let Some((first_psn, npsn, va, rkey, len)) = found {
+                let from = p.wrapping_sub(first_psn) & 0xFF_FFFF;
+                let _ =
+                    send_read_responses(rdma, qp, env, wire, first_psn, npsn, va, rkey, len, from);
+            }
+        }
+        op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
+            let orig = qp.resp.resources.iter().rev().find_map(|r| match *r {
+                Resource::Atomic { psn, orig } if psn == p => Some(orig),
+                _ => None,
+            });
+            if let Some(orig) = orig {
+                send_atomic_ack(qp, wire, p, orig);
+            }
+        }
+        _ => send_ack(
+            qp,
+            wire,
+            psn::add(qp.resp.epsn, 0xFF_FFFF),
+            Aeth::ack(AETH_CREDIT_INVALID),
+        ),
+    }
+}

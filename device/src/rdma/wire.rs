@@ -1,0 +1,77 @@
+//! Addressing a QP's packets: from the QP's attributes and the function's endpoint to the
+//! Ethernet, IPv4 and UDP fields of a frame.
+
+use std::collections::HashMap;
+
+use crate::roce::packet::{self, Addressing, Headers};
+
+use super::qp::Qp;
+use super::switch::Endpoint;
+
+/// What a transport stage needs to put frames on the wire.
+pub struct Wire<'a> {
+    /// This function's address.
+    pub local: Endpoint,
+    /// IPv4 to MAC, for destinations.
+    pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
+    /// Frames to send, in order.
+    pub out: Vec<Vec<u8>>,
+}
+
+impl Wire<'_> {
+    /// Builds a frame of `qp` to its peer and queues it.
+    pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
+        let dst_ip: [u8; 4] = qp.attr.dgid[12..16].try_into().unwrap_or([0; 4]);
+        let addressing = Addressing {
+            src_mac: self.local.mac,
+            // An unknown destination goes to the broadcast address and, on the internal
+            // switch, nowhere: the requester's retry timer then reports it.
+            dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
+            src_ip: self.local.ip,
+            dst_ip,
+            src_port: packet::udp_src_port(qp.attr.flow_label, qp.qpn, qp.attr.dest_qp_num),
+            ttl: if qp.attr.hop_limit == 0 {
+                64
+            } else {
+                qp.attr.hop_limit
+            },
+            tos: qp.attr.traffic_class,
+            ip_id: 0,
+        };
+        let mut frame = Vec::with_capacity(payload.len() + 96);
+        match packet::build(&addressing, hdrs, payload, &mut frame) {
+            Ok(()) => self.out.push(frame),
+            Err(e) => log::error!(
+                "qp {:#x}: cannot build opcode {:#x}: {e}",
+                qp.qpn,
+                hdrs.bth.opcode
+            ),
+        }
+    }
+}
+
+/// 24-bit PSN arithmetic.
+pub mod psn {
+    /// `a + n` modulo 2^24.
+    pub fn add(a: u32, n: u32) -> u32 {
+        a.wrapping_add(n) & 0xFF_FFFF
+    }
+
+    /// The signed distance from `b` to `a` in the 24-bit sequence space.
+    pub fn diff(a: u32, b: u32) -> i32 {
+        ((a.wrapping_sub(b) << 8) as i32) >> 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_arithmetic_wraps_at_24_bits() {
+        assert_eq!(psn::add(0xFF_FFFF, 1), 0);
+        assert_eq!(psn::diff(0, 0xFF_FFFF), 1);
+        assert_eq!(psn::diff(0xFF_FFFF, 0), -1);
+        assert_eq!(psn::diff(5, 3), 2);
+    }
+}

@@ -1,0 +1,136 @@
+//! Work-queue entries as the device reads them from the driver's rings.
+
+use rnic_abi::verbs::{send_flags, wr, RecvWqe, SendWqe, Sge};
+use vm_memory::GuestMemoryMmap;
+use zerocopy::FromBytes;
+
+use super::qp::{QpCaps, WorkQueue};
+
+/// Why a WQE could not be read; each maps to a completion status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WqeError {
+    /// The ring is not reachable any more.
+    Unreachable,
+    /// More SGEs or inline bytes than the QP allows, or an opcode the device does not know.
+    Malformed,
+}
+
+/// A send WQE, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendOp {
+    /// Fixed part.
+    pub wqe: SendWqe,
+    /// Gather list (empty with inline data).
+    pub sges: Vec<Sge>,
+    /// Inline data.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl SendOp {
+    /// Bytes the operation moves from or to local memory.
+    pub fn length(&self) -> u64 {
+        match &self.inline {
+            Some(d) => d.len() as u64,
+            None => self.sges.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
+
+    /// Whether the WR asks for a completion (or the QP signals all).
+    pub fn signaled(&self, sq_sig_all: bool) -> bool {
+        sq_sig_all || self.wqe.flags & send_flags::SIGNALED != 0
+    }
+}
+
+/// Reads send WQE number `index` of `sq`.
+pub fn read_send(
+    sq: &WorkQueue,
+    caps: &QpCaps,
+    mem: &GuestMemoryMmap,
+    index: u32,
+) -> Result<SendOp, WqeError> {
+    let at = sq.entry_offset(index);
+    let mut fixed = [0u8; 64];
+    if !sq.ring.read(mem, at, &mut fixed) {
+        return Err(WqeError::Unreachable);
+    }
+    let wqe = SendWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed)?;
+    if wqe.opcode > wr::SEND_WITH_INV {
+        return Err(WqeError::Malformed);
+    }
+    if wqe.flags & send_flags::INLINE != 0 {
+        if wqe.inline_len > caps.max_inline_data
+            || u64::from(wqe.inline_len) + 64 > u64::from(sq.stride)
+        {
+            return Err(WqeError::Malformed);
+        }
+        let mut data = vec![0u8; wqe.inline_len as usize];
+        if !sq.ring.read(mem, at + 64, &mut data) {
+            return Err(WqeError::Unreachable);
+        }
+        return Ok(SendOp {
+            wqe,
+            sges: Vec::new(),
+            inline: Some(data),
+        });
+    }
+    let n = u32::from(wqe.num_sge);
+    if n > caps.max_send_sge {
+        return Err(WqeError::Malformed);
+    }
+    let sges = read_sges(sq, mem, at + 64, n)?;
+    Ok(SendOp {
+        wqe,
+        sges,
+        inline: None,
+    })
+}
+
+/// A receive WQE, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvOp {
+    /// The WR's ID.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<Sge>,
+}
+
+impl RecvOp {
+    /// Bytes the receive buffers hold.
+    pub fn capacity(&self) -> u64 {
+        self.sges.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// Reads receive WQE number `index` of `rq`.
+pub fn read_recv(
+    rq: &WorkQueue,
+    caps: &QpCaps,
+    mem: &GuestMemoryMmap,
+    index: u32,
+) -> Result<RecvOp, WqeError> {
+    let at = rq.entry_offset(index);
+    let mut fixed = [0u8; 16];
+    if !rq.ring.read(mem, at, &mut fixed) {
+        return Err(WqeError::Unreachable);
+    }
+    let wqe = RecvWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed)?;
+    if wqe.num_sge > caps.max_recv_sge {
+        return Err(WqeError::Malformed);
+    }
+    let sges = read_sges(rq, mem, at + 16, wqe.num_sge)?;
+    Ok(RecvOp {
+        wr_id: wqe.wr_id,
+        sges,
+    })
+}
+
+fn read_sges(q: &WorkQueue, mem: &GuestMemoryMmap, at: u64, n: u32) -> Result<Vec<Sge>, WqeError> {
+    let mut raw = vec![0u8; n as usize * 16];
+    if !q.ring.read(mem, at, &mut raw) {
+        return Err(WqeError::Unreachable);
+    }
+    Ok(raw
+        .chunks_exact(16)
+        .filter_map(|c| Sge::read_from_bytes(c).ok())
+        .collect())
+}

@@ -1,0 +1,238 @@
+//! Protection domains and memory regions.
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+use rnic_abi::cmd::Opcode;
+use rnic_abi::verbs::{ObjectResp, RegMrReq, RegMrResp, Sge};
+use zerocopy::IntoBytes;
+
+use super::ring::{covered_pages, PageListBuf};
+use super::ContextInner;
+use crate::error::Result;
+use crate::transport::DmaBuffer;
+
+/// A protection domain: the MRs and QPs created from it may be used together.
+///
+/// Deallocated on drop, once the last MR and QP created from it is gone.
+#[derive(Debug)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+/// What MRs and QPs keep alive of their PD.
+pub(crate) struct PdInner {
+    pub(crate) ctx: Arc<ContextInner>,
+    pub(crate) pdn: u32,
+}
+
+impl std::fmt::Debug for PdInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd").field("pdn", &self.pdn).finish()
+    }
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // A failure only leaks a number on the device; there is no memory to protect.
+        let _ = self
+            .ctx
+            .destroy(Opcode::DeallocPd, self.pdn, "protection domain");
+    }
+}
+
+impl Pd {
+    pub(crate) fn alloc(ctx: &Arc<ContextInner>) -> Result<Pd> {
+        let resp: ObjectResp = ctx.command(Opcode::AllocPd, &[])?;
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                ctx: ctx.clone(),
+                pdn: resp.handle,
+            }),
+        })
+    }
+
+    /// The PD's number.
+    pub fn pdn(&self) -> u32 {
+        self.inner.pdn
+    }
+
+    /// Registers `len` bytes of `buf` starting at `offset` for `access` (`ACCESS_*`).
+    ///
+    /// The region's iova, the address work requests and remote peers use for its first
+    /// byte, is the device address of that byte (`buf.device_addr(offset)`): like the
+    /// virtual address ibverbs uses, it is unique to the memory and has the byte's offset
+    /// within its page, which the device requires. The MR holds `buf`, so the memory cannot
+    /// be freed while the device may reach it.
+    pub fn reg_mr(
+        &self,
+        buf: Arc<DmaBuffer>,
+        offset: usize,
+        len: usize,
+        access: u32,
+    ) -> Result<Mr> {
+        let end = offset.checked_add(len);
+        if len == 0 || end.is_none_or(|end| end > buf.len()) {
+            return Err(super::invalid(format!(
+                "reg_mr: {len} bytes at offset {offset} of a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let ctx = &self.inner.ctx;
+        let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
+        let iova = buf.device_addr(offset);
+        let req = RegMrReq {
+            pdn: self.inner.pdn,
+            access,
+            iova,
+            length: len as u64,
+            pages: pages.list(),
+        };
+        let resp: RegMrResp = ctx.command(Opcode::RegMr, req.as_bytes())?;
+        Ok(Mr {
+            pd: self.inner.clone(),
+            buf,
+            offset,
+            len,
+            iova,
+            access,
+            lkey: resp.lkey,
+            rkey: resp.rkey,
+            pages: ManuallyDrop::new(pages),
+        })
+    }
+}
+
+/// A registered memory region. Deregistered on drop.
+pub struct Mr {
+    pd: Arc<PdInner>,
+    buf: Arc<DmaBuffer>,
+    offset: usize,
+    len: usize,
+    iova: u64,
+    access: u32,
+    lkey: u32,
+    rkey: u32,
+    /// Freed only after DEREG_MR succeeded.
+    pages: ManuallyDrop<PageListBuf>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("pdn", &self.pd.pdn)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("access", &format_args!("{:#x}", self.access))
+            .finish()
+    }
+}
+
+impl Mr {
+    /// The local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The remote key, for peers' RDMA and atomics.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The address of the region's first byte in work requests and at remote peers.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The address of byte `offset` of the region.
+    pub fn addr(&self, offset: usize) -> u64 {
+        self.iova + offset as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: registration needs at least a byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `ACCESS_*` flags it was registered with.
+    pub fn access(&self) -> u32 {
+        self.access
+    }
+
+    /// The PD's number.
+    pub fn pdn(&self) -> u32 {
+        self.pd.pdn
+    }
+
+    /// The registered buffer (the region starts at [`Mr::offset`] of it).
+    pub fn buffer(&self) -> &Arc<DmaBuffer> {
+        &self.buf
+    }
+
+    /// Where the region starts in [`Mr::buffer`].
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// An SGE for `len` bytes at `offset` of the region.
+    ///
+    /// # Panics
+    /// If the range is not inside the region, or `len` does not fit an SGE's u32.
+    pub fn sge(&self, offset: usize, len: usize) -> Sge {
+        self.check(offset, len);
+        Sge {
+            addr: self.addr(offset),
+            length: u32::try_from(len).expect("an SGE holds at most 4 GiB - 1"),
+            lkey: self.lkey,
+        }
+    }
+
+    /// Copies `data` into the region at `offset`.
+    ///
+    /// # Panics
+    /// If the range is not inside the region.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.check(offset, data.len());
+        self.buf.write(self.offset + offset, data);
+    }
+
+    /// Copies bytes at `offset` of the region into `out`.
+    ///
+    /// # Panics
+    /// If the range is not inside the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        self.check(offset, out.len());
+        self.buf.read(self.offset + offset, out);
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "{len} bytes at offset {offset} are outside a {}-byte memory region",
+            self.len
+        );
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: `pages` is not used again: this is the last use of `self`.
+        let pages = unsafe { ManuallyDrop::take(&mut self.pages) };
+        if self
+            .pd
+            .ctx
+            .destroy(Opcode::DeregMr, self.lkey, "memory region")
+            .is_err()
+        {
+            // The device may still reach the region: never free its memory.
+            std::mem::forget(pages);
+            std::mem::forget(self.buf.clone());
+        }
+    }
+}

@@ -1,0 +1,1143 @@
+//! Queue pairs: creation, state changes, and posting work requests.
+//!
+//! The driver learns that the device is done with send-queue entries only from
+//! completions, and unsignaled work requests have none of their own. So each QP keeps,
+//! for every send slot, whether its WR was signaled and its `wr_id`, and polling a CQ
+//! credits the QP ([`QpTrack::credit`]): completions of one send queue arrive in order, so
+//! a completion frees its WR and every older outstanding one (those completed silently).
+
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rnic_abi::cmd::Opcode;
+use rnic_abi::verbs::{
+    attr, rq_stride, send_flags, sq_stride, wr, CreateQpReq, CreateQpResp, DoorbellSlot,
+    ModifyQpReq, ObjectReq, QpAttr, QpState, QueryQpResp, RecvWqe, SendWqe, Sge, QPT_RC,
+};
+use zerocopy::IntoBytes;
+
+use super::cq::{CqInner, Wc};
+use super::mr::{Pd, PdInner};
+use super::ring::{self, Doorbells, Ring};
+use super::{invalid, queue_full, Cq, DOORBELL_PAGE};
+use crate::error::Result;
+
+/// Path MTU codes for [`rtr_attr`], as `enum ibv_mtu`.
+pub mod mtu {
+    /// 256 bytes.
+    pub const MTU_256: u8 = 1;
+    /// 512 bytes.
+    pub const MTU_512: u8 = 2;
+    /// 1024 bytes.
+    pub const MTU_1024: u8 = 3;
+    /// 2048 bytes.
+    pub const MTU_2048: u8 = 4;
+    /// 4096 bytes.
+    pub const MTU_4096: u8 = 5;
+}
+
+/// Sizes of a QP's queues, as `struct ibv_qp_cap`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send work requests outstanding at once (rounded up to a power of two).
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once (rounded up to a power of two).
+    pub max_recv_wr: u32,
+    /// SGEs per send work request.
+    pub max_send_sge: u32,
+    /// SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send work request.
+    pub max_inline_data: u32,
+}
+
+/// What a send work request does, with the operands of each operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// SEND.
+    #[default]
+    Send,
+    /// SEND with immediate data (byte for byte onto the wire, like ibverbs' `__be32`).
+    SendWithImm(u32),
+    /// SEND that invalidates this rkey at the responder.
+    SendWithInv(u32),
+    /// RDMA WRITE.
+    RdmaWrite {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE with immediate data, which consumes a receive at the responder.
+    RdmaWriteWithImm {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// RDMA READ.
+    RdmaRead {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Atomic compare and swap of the 8 bytes at `remote_addr`; the old value lands in the
+    /// (one, 8-byte) SGE.
+    AtomicCmpSwp {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Value expected.
+        compare: u64,
+        /// Value written if it matched.
+        swap: u64,
+    },
+    /// Atomic fetch and add; the old value lands in the (one, 8-byte) SGE.
+    AtomicFetchAdd {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+    /// Invalidate this local key.
+    LocalInv(u32),
+}
+
+impl WrOpcode {
+    /// Whether the operation sends data from the requester, which may then be inline.
+    fn carries_data_out(&self) -> bool {
+        matches!(
+            self,
+            Self::Send
+                | Self::SendWithImm(_)
+                | Self::SendWithInv(_)
+                | Self::RdmaWrite { .. }
+                | Self::RdmaWriteWithImm { .. }
+        )
+    }
+}
+
+/// A send work request, as `struct ibv_send_wr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Local memory: where data comes from (or, for READs and atomics, goes to).
+    pub sges: Vec<Sge>,
+    /// Data to send from the WQE itself instead of `sges` (which must then be empty).
+    pub inline: Option<Vec<u8>>,
+    /// Report a completion (`IBV_SEND_SIGNALED`); always so with `sq_sig_all`.
+    pub signaled: bool,
+    /// Wait for earlier READs and atomics first (`IBV_SEND_FENCE`).
+    pub fence: bool,
+    /// Set the solicited-event bit (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
+}
+
+/// A receive work request, as `struct ibv_recv_wr`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where an incoming message goes.
+    pub sges: Vec<Sge>,
+}
+
+/// Encodes a send WQE: the fixed part, then the SGEs or the inline data. Checks the WR
+/// against the QP's `caps`.
+pub(crate) fn encode_send_wqe(wr: &SendWr, caps: &QpCaps) -> Result<Vec<u8>> {
+    let mut flags = 0;
+    if wr.signaled {
+        flags |= send_flags::SIGNALED;
+    }
+    if wr.fence {
+        flags |= send_flags::FENCE;
+    }
+    if wr.solicited {
+        flags |= send_flags::SOLICITED;
+    }
+    let mut w = SendWqe {
+        wr_id: wr.wr_id,
+        ..SendWqe::default()
+    };
+    match wr.opcode {
+        WrOpcode::Send => w.opcode = wr::SEND,
+        WrOpcode::SendWithImm(imm) => (w.opcode, w.imm_or_inv) = (wr::SEND_WITH_IMM, imm),
+        WrOpcode::SendWithInv(rkey) => (w.opcode, w.imm_or_inv) = (wr::SEND_WITH_INV, rkey),
+        WrOpcode::RdmaWrite { remote_addr, rkey } => {
+            (w.opcode, w.remote_addr, w.rkey) = (wr::RDMA_WRITE, remote_addr, rkey)
+        }
+        WrOpcode::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => {
+            (w.opcode, w.remote_addr, w.rkey, w.imm_or_inv) =
+                (wr::RDMA_WRITE_WITH_IMM, remote_addr, rkey, imm)
+        }
+        WrOpcode::RdmaRead { remote_addr, rkey } => {
+            (w.opcode, w.remote_addr, w.rkey) = (wr::RDMA_READ, remote_addr, rkey)
+        }
+        WrOpcode::AtomicCmpSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add, w.swap) =
+                (wr::ATOMIC_CMP_AND_SWP, remote_addr, rkey, compare, swap)
+        }
+        WrOpcode::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add) =
+                (wr::ATOMIC_FETCH_AND_ADD, remote_addr, rkey, add)
+        }
+        WrOpcode::LocalInv(key) => (w.opcode, w.imm_or_inv) = (wr::LOCAL_INV, key),
+    }
+    let mut out = Vec::with_capacity(size_of::<SendWqe>());
+    match &wr.inline {
+        Some(data) => {
+            if !wr.opcode.carries_data_out() {
+                return Err(invalid(format!(
+                    "post_send: {:?} cannot carry inline data",
+                    wr.opcode
+                )));
+            }
+            if !wr.sges.is_empty() {
+                return Err(invalid(
+                    "post_send: a work request has either inline data or SGEs, not both".into(),
+                ));
+            }
+            if data.len() > caps.max_inline_data as usize {
+                return Err(invalid(format!(
+                    "post_send: {} bytes of inline data, the QP takes {}",
+                    data.len(),
+                    caps.max_inline_data
+                )));
+            }
+            w.flags = flags | send_flags::INLINE;
+            w.inline_len = data.len() as u32;
+            out.extend_from_slice(w.as_bytes());
+            out.extend_from_slice(data);
+        }
+        None => {
+            if wr.sges.len() > caps.max_send_sge as usize {
+                return Err(invalid(format!(
+                    "post_send: {} SGEs, the QP takes {}",
+                    wr.sges.len(),
+                    caps.max_send_sge
+                )));
+            }
+            w.flags = flags;
+            // max_send_sge fits a u8: checked when the QP was created.
+            w.num_sge = wr.sges.len() as u8;
+            out.extend_from_slice(w.as_bytes());
+            out.extend(wr.sges.iter().flat_map(|s| s.as_bytes().iter().copied()));
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes a receive WQE: the fixed part, then the SGEs.
+pub(crate) fn encode_recv_wqe(wr: &RecvWr, caps: &QpCaps) -> Result<Vec<u8>> {
+    if wr.sges.len() > caps.max_recv_sge as usize {
+        return Err(invalid(format!(
+            "post_recv: {} SGEs, the QP takes {}",
+            wr.sges.len(),
+            caps.max_recv_sge
+        )));
+    }
+    let w = RecvWqe {
+        wr_id: wr.wr_id,
+        num_sge: wr.sges.len() as u32,
+        reserved: 0,
+    };
+    let mut out = Vec::with_capacity(size_of::<RecvWqe>() + 16 * wr.sges.len());
+    out.extend_from_slice(w.as_bytes());
+    out.extend(wr.sges.iter().flat_map(|s| s.as_bytes().iter().copied()));
+    Ok(out)
+}
+
+/// What the driver remembers of a posted send WR until it completes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SendSlot {
+    wr_id: u64,
+    signaled: bool,
+}
+
+/// Send-queue accounting.
+#[derive(Debug)]
+pub(crate) struct SqState {
+    /// WQEs posted in all (free-running): the send doorbell value.
+    posted: u32,
+    /// WQEs known complete in all (free-running).
+    completed: u32,
+    /// One per ring entry: the WR last posted there.
+    slots: Vec<SendSlot>,
+}
+
+impl SqState {
+    fn new(entries: u32) -> Self {
+        Self {
+            posted: 0,
+            completed: 0,
+            slots: vec![SendSlot::default(); entries as usize],
+        }
+    }
+
+    fn entries(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Entries free for new WQEs.
+    fn free(&self) -> u32 {
+        self.entries() - self.posted.wrapping_sub(self.completed)
+    }
+
+    fn push(&mut self, slot: SendSlot) {
+        let n = self.entries();
+        self.slots[(self.posted % n) as usize] = slot;
+        self.posted = self.posted.wrapping_add(1);
+    }
+
+    /// Accounts for a send completion of `wr_id`; returns whether it matched an
+    /// outstanding WR.
+    ///
+    /// A completion is for the oldest outstanding WR that could have produced it: a
+    /// successful completion only comes from a signaled WR, an error or flush completion
+    /// from any WR. The WRs before it completed silently (unsignaled successes), and none
+    /// can lie beyond the oldest outstanding signaled WR, whose own completion would have
+    /// come first. So the search stops there, and the completion frees everything up to
+    /// and including the WR it matched. If `wr_id`s repeat, a match may be an older WR
+    /// than the real one: that frees fewer slots than it could, never more, so the device
+    /// never finds a WQE overwritten before it read it.
+    fn complete(&mut self, wr_id: u64, success: bool) -> bool {
+        let n = self.entries();
+        let outstanding = self.posted.wrapping_sub(self.completed);
+        for i in 0..outstanding {
+            let s = self.slots[(self.completed.wrapping_add(i) % n) as usize];
+            if s.wr_id == wr_id && (s.signaled || !success) {
+                self.completed = self.completed.wrapping_add(i + 1);
+                return true;
+            }
+            if s.signaled {
+                break;
+            }
+        }
+        false
+    }
+
+    fn reset(&mut self) {
+        self.posted = 0;
+        self.completed = 0;
+        self.slots.fill(SendSlot::default());
+    }
+}
+
+/// Receive-queue accounting: every receive WQE completes with a completion of its own, in
+/// order, so counts suffice.
+#[derive(Debug, Default)]
+pub(crate) struct RqState {
+    posted: u32,
+    completed: u32,
+    entries: u32,
+}
+
+impl RqState {
+    fn free(&self) -> u32 {
+        self.entries - self.posted.wrapping_sub(self.completed)
+    }
+
+    fn complete(&mut self) -> bool {
+        if self.completed == self.posted {
+            // A completion left in the CQ from before a reset: nothing to free.
+            return false;
+        }
+        self.completed = self.completed.wrapping_add(1);
+        true
+    }
+}
+
+/// A QP's accounting, shared with the CQs that credit it.
+#[derive(Debug)]
+pub(crate) struct QpTrack {
+    qpn: u32,
+    send_cqn: u32,
+    recv_cqn: u32,
+    sq_sig_all: bool,
+    sq: Mutex<SqState>,
+    rq: Mutex<RqState>,
+}
+
+impl QpTrack {
+    fn sq(&self) -> MutexGuard<'_, SqState> {
+        self.sq.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn rq(&self) -> MutexGuard<'_, RqState> {
+        self.rq.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a completion read from CQ `cqn` is for the send queue. With separate CQs
+    /// the CQ says it; with one CQ for both queues, the opcode's receive bit does.
+    fn is_send(&self, cqn: u32, wc: &Wc) -> Option<bool> {
+        match (cqn == self.send_cqn, cqn == self.recv_cqn) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            (true, true) => Some(!wc.is_recv()),
+            (false, false) => None,
+        }
+    }
+
+    /// Frees the queue entries that a completion read from CQ `cqn` says are done.
+    pub(crate) fn credit(&self, cqn: u32, wc: &Wc) {
+        let matched = match self.is_send(cqn, wc) {
+            Some(true) => self.sq().complete(wc.wr_id, wc.is_success()),
+            Some(false) => self.rq().complete(),
+            None => return,
+        };
+        if !matched {
+            log::debug!(
+                "QP {:#x}: a completion (wr_id {:#x}, {}) matches no outstanding work request",
+                self.qpn,
+                wc.wr_id,
+                wc.status_str()
+            );
+        }
+    }
+}
+
+/// A reliable-connected queue pair. Destroyed on drop.
+pub struct Qp {
+    pd: Arc<PdInner>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    qpn: u32,
+    caps: QpCaps,
+    sq_slot: DoorbellSlot,
+    rq_slot: DoorbellSlot,
+    /// Both freed only after DESTROY_QP succeeded.
+    sq_ring: ManuallyDrop<Ring>,
+    rq_ring: ManuallyDrop<Ring>,
+    track: Arc<QpTrack>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("pdn", &self.pd.pdn)
+            .field("send_cqn", &self.send_cq.cqn)
+            .field("recv_cqn", &self.recv_cq.cqn)
+            .field("caps", &self.caps)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pd {
+    /// Creates an RC queue pair, in RESET, whose send completions go to `send_cq` and
+    /// receive completions to `recv_cq` (they may be the same CQ). Queue depths are
+    /// rounded up to powers of two; [`Qp::caps`] says what the QP got. With `sq_sig_all`
+    /// every send WR completes as if signaled.
+    pub fn create_qp(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+    ) -> Result<Qp> {
+        let ctx = &self.inner.ctx;
+        if !Arc::ptr_eq(&send_cq.inner.ctx, ctx) || !Arc::ptr_eq(&recv_cq.inner.ctx, ctx) {
+            return Err(invalid(
+                "create_qp: the CQs belong to another context than the PD".into(),
+            ));
+        }
+        if caps.max_send_sge > u32::from(u8::MAX) {
+            // The WQE counts its SGEs in a byte.
+            return Err(invalid(format!(
+                "create_qp: {} send SGEs; a send WQE holds at most 255",
+                caps.max_send_sge
+            )));
+        }
+        let caps = QpCaps {
+            max_send_wr: ring::ring_entries(caps.max_send_wr, 1)?,
+            max_recv_wr: ring::ring_entries(caps.max_recv_wr, 1)?,
+            ..caps
+        };
+        let t = ctx.transport();
+        let sq_ring = Ring::new(
+            t,
+            caps.max_send_wr,
+            sq_stride(caps.max_send_sge, caps.max_inline_data),
+        )?;
+        let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
+        let req = CreateQpReq {
+            pdn: self.inner.pdn,
+            send_cqn: send_cq.cqn(),
+            recv_cqn: recv_cq.cqn(),
+            sq_entries: caps.max_send_wr,
+            rq_entries: caps.max_recv_wr,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline_data: caps.max_inline_data,
+            doorbell_page: DOORBELL_PAGE,
+            qp_type: QPT_RC,
+            sq_sig_all: u8::from(sq_sig_all),
+            reserved: 0,
+            sq: sq_ring.page_list(),
+            rq: rq_ring.page_list(),
+        };
+        let resp: CreateQpResp = ctx.command(Opcode::CreateQp, req.as_bytes())?;
+        let slots = Doorbells::check_slot(t, resp.sq_doorbell)
+            .and_then(|sq| Ok((sq, Doorbells::check_slot(t, resp.rq_doorbell)?)));
+        let (sq_slot, rq_slot) = match slots {
+            Ok(s) => s,
+            Err(e) => {
+                if ctx
+                    .destroy(Opcode::DestroyQp, resp.qpn, "queue pair")
+                    .is_err()
+                {
+                    std::mem::forget(sq_ring);
+                    std::mem::forget(rq_ring);
+                }
+                return Err(e);
+            }
+        };
+        let track = Arc::new(QpTrack {
+            qpn: resp.qpn,
+            send_cqn: send_cq.cqn(),
+            recv_cqn: recv_cq.cqn(),
+            sq_sig_all,
+            sq: Mutex::new(SqState::new(caps.max_send_wr)),
+            rq: Mutex::new(RqState {
+                entries: caps.max_recv_wr,
+                ..RqState::default()
+            }),
+        });
+        ctx.qps().insert(resp.qpn, track.clone());
+        Ok(Qp {
+            pd: self.inner.clone(),
+            send_cq: send_cq.inner.clone(),
+            recv_cq: recv_cq.inner.clone(),
+            qpn: resp.qpn,
+            caps,
+            sq_slot,
+            rq_slot,
+            sq_ring: ManuallyDrop::new(sq_ring),
+            rq_ring: ManuallyDrop::new(rq_ring),
+            track,
+        })
+    }
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The QP's capacities: the requested ones with queue depths rounded up.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// Send WRs that can be posted now. Completions free slots when a CQ is polled.
+    pub fn sq_free_slots(&self) -> u32 {
+        self.track.sq().free()
+    }
+
+    /// Receive WRs that can be posted now.
+    pub fn rq_free_slots(&self) -> u32 {
+        self.track.rq().free()
+    }
+
+    /// MODIFY_QP: applies the attributes `mask` ([`attr`] bits) selects.
+    ///
+    /// A move to RESET empties the queues: the driver starts its counts (and the doorbell
+    /// slots) at 0 again, as the device does. Completions of the QP still in its CQs
+    /// should have been polled first.
+    pub fn modify(&self, attr: &QpAttr, mask: u32) -> Result<()> {
+        let req = ModifyQpReq {
+            qpn: self.qpn,
+            attr_mask: mask,
+            attr: *attr,
+        };
+        // Hold the queues so no post runs while the state changes under it.
+        let mut sq = self.track.sq();
+        let mut rq = self.track.rq();
+        self.pd
+            .ctx
+            .command_no_body(Opcode::ModifyQp, req.as_bytes())?;
+        if mask & attr::STATE != 0 && attr.qp_state == QpState::Reset as u8 {
+            sq.reset();
+            rq.posted = 0;
+            rq.completed = 0;
+            self.sq_ring.clear();
+            self.rq_ring.clear();
+            let t = self.pd.ctx.transport();
+            Doorbells::write_slot(t, self.sq_slot, 0, 0);
+            Doorbells::write_slot(t, self.rq_slot, 0, 0);
+        }
+        Ok(())
+    }
+
+    /// QUERY_QP: the current attributes and state.
+    pub fn query(&self) -> Result<QueryQpResp> {
+        let req = ObjectReq {
+            handle: self.qpn,
+            reserved: 0,
+        };
+        self.pd.ctx.command(Opcode::QueryQp, req.as_bytes())
+    }
+
+    /// The current state, from QUERY_QP.
+    pub fn state(&self) -> Result<QpState> {
+        let attr = self.query()?.attr;
+        QpState::from_u8(attr.qp_state).ok_or_else(|| {
+            crate::Error::Device(format!(
+                "QUERY_QP of QP {:#x} reports state {}",
+                self.qpn, attr.qp_state
+            ))
+        })
+    }
+
+    /// Posts one send work request and rings the send doorbell.
+    ///
+    /// Fails without posting anything if the WR does not fit the QP's caps, or with an
+    /// error [`super::is_queue_full`] recognises if the send queue is full.
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        self.post_send_list(std::slice::from_ref(wr))
+    }
+
+    /// Posts send work requests in order with one doorbell. All or nothing: if any WR is
+    /// invalid or they do not all fit, nothing is posted.
+    pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<()> {
+        let wqes = wrs
+            .iter()
+            .map(|wr| encode_send_wqe(wr, &self.caps))
+            .collect::<Result<Vec<_>>>()?;
+        let mut sq = self.track.sq();
+        if (wqes.len() as u64) > u64::from(sq.free()) {
+            return Err(queue_full(format!(
+                "post_send on QP {:#x}: {} work requests, {} free send slots of {}",
+                self.qpn,
+                wqes.len(),
+                sq.free(),
+                sq.entries()
+            )));
+        }
+        if wqes.is_empty() {
+            return Ok(());
+        }
+        for (wr, wqe) in wrs.iter().zip(&wqes) {
+            self.sq_ring
+                .buf()
+                .write(self.sq_ring.offset(sq.posted), wqe);
+            sq.push(SendSlot {
+                wr_id: wr.wr_id,
+                signaled: wr.signaled || self.track.sq_sig_all,
+            });
+        }
+        // Rung under the lock: the doorbell values must reach the device in order.
+        self.pd
+            .ctx
+            .doorbells()
+            .ring_queue(self.pd.ctx.transport(), self.sq_slot, sq.posted)?;
+        Ok(())
+    }
+
+    /// Posts one receive work request.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        self.post_recv_list(std::slice::from_ref(wr))
+    }
+
+    /// Posts receive work requests in order with one doorbell. All or nothing, as
+    /// [`Qp::post_send_list`].
+    pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<()> {
+        let wqes = wrs
+            .iter()
+            .map(|wr| encode_recv_wqe(wr, &self.caps))
+            .collect::<Result<Vec<_>>>()?;
+        let mut rq = self.track.rq();
+        if (wqes.len() as u64) > u64::from(rq.free()) {
+            return Err(queue_full(format!(
+                "post_recv on QP {:#x}: {} work requests, {} free receive slots of {}",
+                self.qpn,
+                wqes.len(),
+                rq.free(),
+                rq.entries
+            )));
+        }
+        if wqes.is_empty() {
+            return Ok(());
+        }
+        for wqe in &wqes {
+            self.rq_ring
+                .buf()
+                .write(self.rq_ring.offset(rq.posted), wqe);
+            rq.posted = rq.posted.wrapping_add(1);
+        }
+        // Rung under the lock, as the send doorbell. The device reads the receive slot
+        // when a message arrives; the bit and kick matter for a QP in the error state,
+        // whose new receives the device must flush.
+        self.pd
+            .ctx
+            .doorbells()
+            .ring_queue(self.pd.ctx.transport(), self.rq_slot, rq.posted)?;
+        Ok(())
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let ctx = &self.pd.ctx;
+        let destroyed = ctx.destroy(Opcode::DestroyQp, self.qpn, "queue pair");
+        // Completions still in the CQs have no QP to credit any more.
+        ctx.qps().remove(&self.qpn);
+        // SAFETY: the rings are not used again: this is the last use of `self`.
+        let rings = unsafe {
+            (
+                ManuallyDrop::take(&mut self.sq_ring),
+                ManuallyDrop::take(&mut self.rq_ring),
+            )
+        };
+        if destroyed.is_err() {
+            std::mem::forget(rings);
+        }
+    }
+}
+
+/// Attributes for RESET -> INIT, as ibv_rc_pingpong sets them: port 1, P_Key index 0,
+/// and the remote accesses (`ACCESS_REMOTE_*`) the QP allows.
+pub fn init_attr(access: u32) -> (QpAttr, u32) {
+    let a = QpAttr {
+        qp_state: QpState::Init as u8,
+        pkey_index: 0,
+        port_num: 1,
+        qp_access_flags: access,
+        ..QpAttr::default()
+    };
+    (
+        a,
+        attr::STATE | attr::PKEY_INDEX | attr::PORT | attr::ACCESS_FLAGS,
+    )
+}
+
+/// Attributes for INIT -> RTR: the remote QP and its GID, the first PSN expected, the path
+/// MTU ([`mtu`]), the READs and atomics accepted at once, and the RNR NAK timer code.
+/// The address vector uses source GID 0, traffic class 0 and a hop limit (TTL) of 64.
+pub fn rtr_attr(
+    dest_qpn: u32,
+    dgid: [u8; 16],
+    rq_psn: u32,
+    path_mtu: u8,
+    max_dest_rd_atomic: u8,
+    min_rnr_timer: u8,
+) -> (QpAttr, u32) {
+    let a = QpAttr {
+        qp_state: QpState::Rtr as u8,
+        path_mtu,
+        dest_qp_num: dest_qpn,
+        rq_psn,
+        max_dest_rd_atomic,
+        min_rnr_timer,
+        dgid,
+        sgid_index: 0,
+        hop_limit: 64,
+        traffic_class: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    (
+        a,
+        attr::STATE
+            | attr::AV
+            | attr::PATH_MTU
+            | attr::DEST_QPN
+            | attr::RQ_PSN
+            | attr::MAX_DEST_RD_ATOMIC
+            | attr::MIN_RNR_TIMER,
+    )
+}
+
+/// Attributes for RTR -> RTS: the first PSN sent, the ACK timeout code, the transport and
+/// RNR retry counts (7 RNR retries: forever), and the READs and atomics in flight at once.
+pub fn rts_attr(
+    sq_psn: u32,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    max_rd_atomic: u8,
+) -> (QpAttr, u32) {
+    let a = QpAttr {
+        qp_state: QpState::Rts as u8,
+        sq_psn,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        max_rd_atomic,
+        ..QpAttr::default()
+    };
+    (
+        a,
+        attr::STATE
+            | attr::TIMEOUT
+            | attr::RETRY_CNT
+            | attr::RNR_RETRY
+            | attr::SQ_PSN
+            | attr::MAX_QP_RD_ATOMIC,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_abi::verbs::WcStatus;
+    use zerocopy::FromBytes;
+
+    fn caps() -> QpCaps {
+        QpCaps {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        }
+    }
+
+    fn sge(n: u32) -> Sge {
+        Sge {
+            addr: 0x1000 * u64::from(n),
+            length: 100 + n,
+            lkey: 0x100 + n,
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> (SendWqe, &[u8]) {
+        SendWqe::read_from_prefix(bytes).unwrap()
+    }
+
+    #[test]
+    fn send_wqes_carry_sges_after_the_fixed_part() {
+        let wr = SendWr {
+            wr_id: 77,
+            opcode: WrOpcode::SendWithImm(0x0102_0304),
+            sges: vec![sge(1), sge(2)],
+            signaled: true,
+            solicited: true,
+            ..SendWr::default()
+        };
+        let bytes = encode_send_wqe(&wr, &caps()).unwrap();
+        assert_eq!(bytes.len(), 64 + 32);
+        let (w, rest) = decode(&bytes);
+        assert_eq!(w.wr_id, 77);
+        assert_eq!(w.opcode, wr::SEND_WITH_IMM);
+        assert_eq!(w.flags, send_flags::SIGNALED | send_flags::SOLICITED);
+        assert_eq!(w.num_sge, 2);
+        assert_eq!(w.imm_or_inv, 0x0102_0304);
+        assert_eq!(w.inline_len, 0);
+        assert_eq!(Sge::read_from_bytes(&rest[..16]).unwrap(), sge(1));
+        assert_eq!(Sge::read_from_bytes(&rest[16..]).unwrap(), sge(2));
+        assert!(bytes.len() <= sq_stride(2, 64) as usize);
+    }
+
+    #[test]
+    fn inline_data_follows_the_fixed_part() {
+        let wr = SendWr {
+            wr_id: 1,
+            opcode: WrOpcode::RdmaWrite {
+                remote_addr: 0xdead_0000,
+                rkey: 0x42,
+            },
+            inline: Some(b"hello".to_vec()),
+            fence: true,
+            ..SendWr::default()
+        };
+        let bytes = encode_send_wqe(&wr, &caps()).unwrap();
+        let (w, rest) = decode(&bytes);
+        assert_eq!(w.opcode, wr::RDMA_WRITE);
+        assert_eq!(w.flags, send_flags::INLINE | send_flags::FENCE);
+        assert_eq!((w.remote_addr, w.rkey), (0xdead_0000, 0x42));
+        assert_eq!(w.num_sge, 0);
+        assert_eq!(w.inline_len, 5);
+        assert_eq!(rest, b"hello");
+    }
+
+    #[test]
+    fn every_opcode_encodes_its_operands() {
+        let enc = |opcode| {
+            let wr = SendWr {
+                opcode,
+                ..SendWr::default()
+            };
+            decode(&encode_send_wqe(&wr, &caps()).unwrap()).0
+        };
+        assert_eq!(enc(WrOpcode::Send).opcode, wr::SEND);
+        let w = enc(WrOpcode::SendWithInv(0x55));
+        assert_eq!((w.opcode, w.imm_or_inv), (wr::SEND_WITH_INV, 0x55));
+        let w = enc(WrOpcode::RdmaWriteWithImm {
+            remote_addr: 8,
+            rkey: 9,
+            imm: 10,
+        });
+        assert_eq!(
+            (w.opcode, w.remote_addr, w.rkey, w.imm_or_inv),
+            (wr::RDMA_WRITE_WITH_IMM, 8, 9, 10)
+        );
+        let w = enc(WrOpcode::RdmaRead {
+            remote_addr: 16,
+            rkey: 3,
+        });
+        assert_eq!((w.opcode, w.remote_addr, w.rkey), (wr::RDMA_READ, 16, 3));
+        let w = enc(WrOpcode::AtomicCmpSwp {
+            remote_addr: 24,
+            rkey: 4,
+            compare: 5,
+            swap: 6,
+        });
+        assert_eq!(
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add, w.swap),
+            (wr::ATOMIC_CMP_AND_SWP, 24, 4, 5, 6)
+        );
+        let w = enc(WrOpcode::AtomicFetchAdd {
+            remote_addr: 32,
+            rkey: 7,
+            add: 8,
+        });
+        assert_eq!(
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add, w.swap),
+            (wr::ATOMIC_FETCH_AND_ADD, 32, 7, 8, 0)
+        );
+        let w = enc(WrOpcode::LocalInv(0x99));
+        assert_eq!((w.opcode, w.imm_or_inv, w.flags), (wr::LOCAL_INV, 0x99, 0));
+    }
+
+    #[test]
+    fn bad_work_requests_are_refused() {
+        let too_many = SendWr {
+            sges: vec![sge(1), sge(2), sge(3)],
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&too_many, &caps()).is_err());
+        let too_long = SendWr {
+            inline: Some(vec![0; 65]),
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&too_long, &caps()).is_err());
+        let both = SendWr {
+            inline: Some(vec![0; 4]),
+            sges: vec![sge(1)],
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&both, &caps()).is_err());
+        let inline_read = SendWr {
+            opcode: WrOpcode::RdmaRead {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            inline: Some(vec![0; 4]),
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&inline_read, &caps()).is_err());
+        let recv = RecvWr {
+            wr_id: 0,
+            sges: vec![sge(1), sge(2), sge(3)],
+        };
+        assert!(encode_recv_wqe(&recv, &caps()).is_err());
+    }
+
+    #[test]
+    fn recv_wqes_carry_their_sges() {
+        let wr = RecvWr {
+            wr_id: 5,
+            sges: vec![sge(7)],
+        };
+        let bytes = encode_recv_wqe(&wr, &caps()).unwrap();
+        assert_eq!(bytes.len(), 32);
+        let (w, rest) = RecvWqe::read_from_prefix(&bytes).unwrap();
+        assert_eq!((w.wr_id, w.num_sge, w.reserved), (5, 1, 0));
+        assert_eq!(Sge::read_from_bytes(rest).unwrap(), sge(7));
+        assert!(bytes.len() <= rq_stride(2) as usize);
+    }
+
+    fn post(sq: &mut SqState, wr_id: u64, signaled: bool) {
+        sq.push(SendSlot { wr_id, signaled });
+    }
+
+    #[test]
+    fn a_signaled_completion_frees_the_silent_ones_before_it() {
+        let mut sq = SqState::new(8);
+        assert_eq!(sq.free(), 8);
+        post(&mut sq, 1, false);
+        post(&mut sq, 2, false);
+        post(&mut sq, 3, true);
+        post(&mut sq, 4, false);
+        assert_eq!(sq.free(), 4);
+        assert!(sq.complete(3, true));
+        assert_eq!(sq.free(), 7);
+        // An unsignaled WR never completes successfully on its own: no match.
+        assert!(!sq.complete(4, true));
+        assert_eq!(sq.free(), 7);
+    }
+
+    #[test]
+    fn repeated_wr_ids_free_up_to_the_signaled_one() {
+        // As ibv_rc_pingpong does: the same wr_id for every WR.
+        let mut sq = SqState::new(4);
+        post(&mut sq, 9, false);
+        post(&mut sq, 9, false);
+        post(&mut sq, 9, true);
+        post(&mut sq, 9, true);
+        assert_eq!(sq.free(), 0);
+        assert!(sq.complete(9, true));
+        assert_eq!(sq.free(), 3);
+        assert!(sq.complete(9, true));
+        assert_eq!(sq.free(), 4);
+    }
+
+    #[test]
+    fn errors_and_flushes_free_one_work_request_each() {
+        let mut sq = SqState::new(8);
+        for i in 0..5 {
+            post(&mut sq, i, false);
+        }
+        // WR 1 fails (WR 0 succeeded silently), then 2, 3 and 4 are flushed.
+        assert!(sq.complete(1, false));
+        assert_eq!(sq.free(), 5);
+        for i in 2..5 {
+            assert!(sq.complete(i, false));
+        }
+        assert_eq!(sq.free(), 8);
+        assert!(!sq.complete(5, false));
+    }
+
+    #[test]
+    fn a_completion_never_reaches_past_a_signaled_work_request() {
+        let mut sq = SqState::new(8);
+        post(&mut sq, 1, true);
+        post(&mut sq, 2, true);
+        // A stray completion for WR 2 before WR 1's: WR 1's completion must come first.
+        assert!(!sq.complete(2, true));
+        assert_eq!(sq.free(), 6);
+        assert!(sq.complete(1, true));
+        assert!(sq.complete(2, true));
+        assert_eq!(sq.free(), 8);
+    }
+
+    #[test]
+    fn counts_survive_wrapping() {
+        let mut sq = SqState::new(4);
+        sq.posted = u32::MAX - 1;
+        sq.completed = u32::MAX - 1;
+        for i in 0..4 {
+            post(&mut sq, i, i == 3);
+        }
+        assert_eq!(sq.free(), 0);
+        assert_eq!(sq.posted, 2);
+        assert!(sq.complete(3, true));
+        assert_eq!(sq.free(), 4);
+
+        let mut rq = RqState {
+            posted: 1,
+            completed: u32::MAX,
+            entries: 4,
+        };
+        assert_eq!(rq.free(), 2);
+        assert!(rq.complete());
+        assert!(rq.complete());
+        assert!(!rq.complete());
+        assert_eq!(rq.free(), 4);
+    }
+
+    fn track(send_cqn: u32, recv_cqn: u32) -> QpTrack {
+        QpTrack {
+            qpn: 1,
+            send_cqn,
+            recv_cqn,
+            sq_sig_all: false,
+            sq: Mutex::new(SqState::new(4)),
+            rq: Mutex::new(RqState {
+                entries: 4,
+                ..RqState::default()
+            }),
+        }
+    }
+
+    fn wc(opcode: u8, status: u8, wr_id: u64) -> Wc {
+        Wc::from_cqe(&rnic_abi::verbs::Cqe {
+            wr_id,
+            opcode,
+            status,
+            qp_num: 1,
+            owner: 1,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn completions_credit_the_queue_they_belong_to() {
+        use rnic_abi::verbs::wc as op;
+        // One CQ for both queues: the opcode decides, even for flushes.
+        let t = track(3, 3);
+        post(&mut t.sq(), 10, true);
+        t.rq().posted = 2;
+        t.credit(3, &wc(op::RECV, WcStatus::WrFlushErr as u8, 20));
+        assert_eq!((t.sq().free(), t.rq().free()), (3, 3));
+        t.credit(3, &wc(op::SEND, 0, 10));
+        assert_eq!((t.sq().free(), t.rq().free()), (4, 3));
+        // Separate CQs: the CQ decides; others are ignored.
+        let t = track(3, 4);
+        t.rq().posted = 1;
+        t.credit(4, &wc(op::SEND, WcStatus::WrFlushErr as u8, 0));
+        assert_eq!(t.rq().free(), 4);
+        post(&mut t.sq(), 1, true);
+        t.credit(5, &wc(op::SEND, 0, 1));
+        assert_eq!(t.sq().free(), 3);
+    }
+
+    #[test]
+    fn pingpong_attributes_and_masks() {
+        let (a, m) = init_attr(rnic_abi::verbs::ACCESS_REMOTE_WRITE);
+        assert_eq!(a.qp_state, QpState::Init as u8);
+        assert_eq!((a.port_num, a.pkey_index), (1, 0));
+        assert_eq!(a.qp_access_flags, rnic_abi::verbs::ACCESS_REMOTE_WRITE);
+        assert_eq!(m, 0x1 | 0x8 | 0x10 | 0x20);
+
+        let gid = [7u8; 16];
+        let (a, m) = rtr_attr(0x123, gid, 0x456, mtu::MTU_1024, 1, 12);
+        assert_eq!(a.qp_state, QpState::Rtr as u8);
+        assert_eq!((a.dest_qp_num, a.rq_psn), (0x123, 0x456));
+        assert_eq!(
+            (a.path_mtu, a.max_dest_rd_atomic, a.min_rnr_timer),
+            (3, 1, 12)
+        );
+        assert_eq!(a.dgid, gid);
+        assert_eq!(rnic_abi::verbs::mtu_bytes(a.path_mtu), Some(1024));
+        // IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
+        // MIN_RNR_TIMER, as ibv_rc_pingpong passes.
+        assert_eq!(
+            m,
+            0x1 | 0x80 | 0x100 | 0x10_0000 | 0x1000 | 0x2_0000 | 0x8000
+        );
+
+        let (a, m) = rts_attr(0x789, 14, 7, 7, 1);
+        assert_eq!(a.qp_state, QpState::Rts as u8);
+        assert_eq!(a.sq_psn, 0x789);
+        assert_eq!(
+            (a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic),
+            (14, 7, 7, 1)
+        );
+        assert_eq!(m, 0x1 | 0x200 | 0x400 | 0x800 | 0x1_0000 | 0x2000);
+    }
+}

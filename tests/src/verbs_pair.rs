@@ -1,0 +1,139 @@
+//! Two connected RC QPs on two functions of one rnicd, driven through the host transport.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rnic_driver::transport::vfio_user::VfioUserTransport;
+use rnic_driver::transport::Transport;
+use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps, Wc};
+use rnic_driver::Device;
+
+/// Everything one side of a connection holds.
+pub struct Side {
+    /// The QP (dropped first: it uses the rest).
+    pub qp: Qp,
+    /// A registered buffer.
+    pub mr: Mr,
+    /// Send and receive completions.
+    pub cq: Cq,
+    /// The protection domain.
+    pub pd: Pd,
+    /// The device context.
+    pub ctx: Context,
+    /// The function's GID.
+    pub gid: [u8; 16],
+}
+
+/// Options of a pair.
+#[derive(Debug, Clone, Copy)]
+pub struct PairOptions {
+    /// Bytes of each side's registered buffer.
+    pub buf_len: usize,
+    /// Access flags of the buffers (and of the QPs).
+    pub access: u32,
+    /// Path MTU code.
+    pub mtu: u8,
+    /// Queue depths.
+    pub caps: QpCaps,
+    /// ACK timeout code.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7: forever).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code the responders advertise.
+    pub min_rnr_timer: u8,
+}
+
+impl Default for PairOptions {
+    fn default() -> Self {
+        Self {
+            buf_len: 1 << 20,
+            access: verbs::ACCESS_LOCAL_WRITE
+                | verbs::ACCESS_REMOTE_WRITE
+                | verbs::ACCESS_REMOTE_READ
+                | verbs::ACCESS_REMOTE_ATOMIC,
+            mtu: mtu::MTU_1024,
+            caps: QpCaps {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 16,
+                max_recv_sge: 16,
+                max_inline_data: 128,
+            },
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
+/// Opens a function and gives it everything one side needs, up to INIT.
+pub fn side(socket: &std::path::Path, o: &PairOptions) -> Side {
+    let t = VfioUserTransport::connect_with(
+        socket,
+        &rnic_driver::transport::vfio_user::VfioUserOptions {
+            memory: o.buf_len * 2 + (16 << 20),
+            ..Default::default()
+        },
+    )
+    .expect("connect");
+    let buf = Arc::new(t.alloc_dma(o.buf_len).expect("buffer"));
+    let device = Device::open(Box::new(t)).expect("open");
+    let ctx = Context::new(device).expect("context");
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx.create_cq(1024).expect("cq");
+    let mr = pd.reg_mr(buf, 0, o.buf_len, o.access).expect("mr");
+    let qp = pd.create_qp(&cq, &cq, o.caps, false).expect("qp");
+    let (a, m) = verbs::init_attr(o.access & !verbs::ACCESS_LOCAL_WRITE);
+    qp.modify(&a, m).expect("INIT");
+    let gid = ctx.attr().gid;
+    Side {
+        qp,
+        mr,
+        cq,
+        pd,
+        ctx,
+        gid,
+    }
+}
+
+/// Connects `a` and `b` (RTR, then RTS), with send PSNs `psn_a` and `psn_b`.
+pub fn connect(a: &Side, b: &Side, o: &PairOptions, psn_a: u32, psn_b: u32) {
+    for (me, peer, my_psn, peer_psn) in [(a, b, psn_a, psn_b), (b, a, psn_b, psn_a)] {
+        let (at, m) = verbs::rtr_attr(
+            peer.qp.qp_num(),
+            peer.gid,
+            peer_psn,
+            o.mtu,
+            16,
+            o.min_rnr_timer,
+        );
+        me.qp.modify(&at, m).expect("RTR");
+        let (at, m) = verbs::rts_attr(my_psn, o.timeout, o.retry_cnt, o.rnr_retry, 16);
+        me.qp.modify(&at, m).expect("RTS");
+    }
+}
+
+/// Two connected sides on functions `a` and `b` of `rnicd`.
+pub fn pair(rnicd: &crate::Rnicd, a: &str, b: &str, o: &PairOptions) -> (Side, Side) {
+    let sa = side(&rnicd.socket(a), o);
+    let sb = side(&rnicd.socket(b), o);
+    connect(&sa, &sb, o, 0x100, 0xabc000);
+    (sa, sb)
+}
+
+/// Polls `cq` until `n` completions arrived or `timeout` passed; returns what came.
+pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Vec<Wc> {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n && start.elapsed() < timeout {
+        let batch = cq.poll(n - got.len());
+        if batch.is_empty() {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        got.extend(batch);
+    }
+    got
+}
