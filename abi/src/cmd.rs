@@ -101,7 +101,8 @@ pub enum Status {
     /// it needs).
     Malformed = 3,
     /// The device could not read a request buffer, or a buffer a command names: the
-    /// address is not DMA-mapped. The syndrome is the byte offset that failed.
+    /// address is not DMA-mapped. The syndrome is the byte offset of the request that
+    /// failed, or 0 when a page list (or a page it names) was unreachable.
     DmaError = 4,
     /// The function has no resources left for this command.
     NoResources = 5,
@@ -238,7 +239,7 @@ pub struct Limits {
     pub max_inline_data: u32,
     /// Largest memory region, in bytes.
     pub max_mr_size: u64,
-    /// Pages all memory regions of the function may cover together.
+    /// Pages one memory region may cover.
     pub max_mr_pages: u32,
     /// Doorbell pages of the function.
     pub doorbell_pages: u32,

@@ -16,10 +16,13 @@ pub const NOTIFY_REQUEST: u64 = 0x000;
 /// Offset, in doorbell page 0, of the command queue doorbell (u32): the driver writes the
 /// available ring's `idx` after it published commands.
 pub const CMDQ_DOORBELL: u64 = 0x040;
-/// Offset, in every doorbell page, of the rung-slot bitmap: [`SLOTS`] bits in u64 words.
-/// After writing a send-queue doorbell slot, the driver sets the slot's bit (an atomic OR);
-/// the device takes the whole word (an atomic swap with 0) and looks only at the slots
-/// whose bits were set, so finding work costs the same however many queues sit idle.
+/// Offset, in every doorbell page, of the rung-slot bitmap: [`SLOTS`] bits, bit `i` being
+/// bit `i % 8` of byte `i / 8` (so any word width reads it the same on little-endian
+/// machines). After writing any queue's doorbell slot, the driver sets the slot's bit (an
+/// atomic OR; a plain read-modify-write is also safe, because the device only ever clears
+/// bits and re-reads the slots); the device takes the bits (an atomic swap with 0) and
+/// looks only at the slots whose bits were set, so finding work costs the same however
+/// many queues sit idle.
 pub const RUNG_BITMAP: u64 = 0x080;
 /// Offset of the first doorbell slot in every page. Slot `i` is the 8 bytes at
 /// `SLOTS_BASE + 8 * i`; the device assigns slots when it creates the queue they serve.

@@ -2,8 +2,9 @@
 //!
 //! This crate is the single source of truth for the programmer's model that
 //! `docs/hardware-interface.md` describes: PCI identity and config-space layout ([`pci`]),
-//! the BAR0 register file ([`regs`]), the doorbell BAR ([`doorbell`]) and the command queue
-//! with its commands ([`cmd`]). The device (`rnicd`) and the guest driver both depend on
+//! the BAR0 register file ([`regs`]), the doorbell BAR ([`doorbell`]), the command queue
+//! with its commands ([`cmd`]), and the RDMA objects, work queues and completions
+//! ([`verbs`]). The device (`rnicd`) and the guest driver both depend on
 //! it, so they cannot disagree about an offset or a layout.
 //!
 //! All multi-byte fields are little-endian, as on PCIe. The structures here use native

@@ -153,7 +153,7 @@ impl CommandQueue {
         &mut self,
         rings: &GuestMemoryMmap,
         readable: &GuestMemoryMmap,
-        mut handler: impl FnMut(&CmdHeader, &[u8]) -> Response,
+        mut handler: impl FnMut(&CmdHeader, &[u8], usize) -> Response,
     ) -> Result<Processed, u32> {
         let mut done = Processed::default();
         if !self.is_running() {
@@ -201,7 +201,7 @@ fn execute<M: std::ops::Deref<Target = GuestMemoryMmap>>(
     chain: virtio_queue::DescriptorChain<M>,
     rings: &GuestMemoryMmap,
     readable: &GuestMemoryMmap,
-    handler: &mut impl FnMut(&CmdHeader, &[u8]) -> Response,
+    handler: &mut impl FnMut(&CmdHeader, &[u8], usize) -> Response,
 ) -> u32 {
     let mut request = Vec::new();
     let mut writable: Vec<(GuestAddress, u32)> = Vec::new();
@@ -237,14 +237,18 @@ fn execute<M: std::ops::Deref<Target = GuestMemoryMmap>>(
     let (opcode, token) = header.map_or((0, 0), |h| (h.opcode, h.token));
     // A chain with no room for a response header completes with a used length of 0, which
     // the driver takes for Malformed: the command must not have run.
-    let no_room = writable.iter().map(|&(_, len)| u64::from(len)).sum::<u64>()
-        < std::mem::size_of::<RespHeader>() as u64;
+    let room = writable.iter().map(|&(_, len)| u64::from(len)).sum::<u64>();
+    let header_len = std::mem::size_of::<RespHeader>() as u64;
+    let no_room = room < header_len;
+    // What the handler may put after the header; a command whose response cannot fit
+    // must not run (a created object's number would be lost).
+    let body_room = usize::try_from(room.saturating_sub(header_len)).unwrap_or(usize::MAX);
     let response = match header {
         _ if dma_error.is_some() => Response::error(Status::DmaError, dma_error.unwrap_or(0)),
         _ if malformed.is_some() => Response::error(Status::Malformed, malformed.unwrap_or(0)),
         _ if no_room => Response::error(Status::Malformed, 0),
         None => Response::error(Status::Malformed, request.len() as u32),
-        Some(header) => handler(&header, body),
+        Some(header) => handler(&header, body, body_room),
     };
     write_response(&writable, rings, opcode, token, response)
 }
@@ -525,7 +529,7 @@ mod tests {
     /// body reversed.
     fn run(q: &mut CommandQueue, drv: &Driver) -> (Result<Processed, u32>, Calls) {
         let mut calls = Vec::new();
-        let result = q.process(&drv.mem, &drv.mem, |h, body| {
+        let result = q.process(&drv.mem, &drv.mem, |h, body, _| {
             calls.push((*h, body.to_vec()));
             Response::ok(body.iter().rev().copied().collect())
         });
@@ -782,7 +786,7 @@ mod tests {
         let req = drv.put(&request(0x0099, 5, &[]));
         let resp = drv.room(32);
         drv.submit(&[req, resp]);
-        let result = q.process(&drv.mem, &drv.mem, |h, _| {
+        let result = q.process(&drv.mem, &drv.mem, |h, _, _| {
             Response::error(Status::BadOpcode, u32::from(h.opcode))
         });
         assert_eq!(result.map(|p| p.completed), Ok(1));
@@ -964,7 +968,7 @@ mod tests {
         let resp = drv.room(32);
         drv.submit(&[req, resp]);
         let mut body_len = None;
-        let result = q.process(&drv.mem, &drv.mem, |h, body| {
+        let result = q.process(&drv.mem, &drv.mem, |h, body, _| {
             assert_eq!(h.token, 1);
             body_len = Some(body.len());
             Response::ok(Vec::new())
@@ -1209,7 +1213,7 @@ mod tests {
         let resp = drv.room(32);
         drv.submit(&[Buf::Read(UNMAPPED, 10), resp]);
         let mut seen = None;
-        let result = q.process(&drv.mem, &readable, |h, body| {
+        let result = q.process(&drv.mem, &readable, |h, body, _| {
             seen = Some((*h, body.to_vec()));
             Response::ok(Vec::new())
         });
@@ -1227,7 +1231,7 @@ mod tests {
         drv.submit(&[req, resp]);
         let empty = GuestMemoryMmap::new();
         assert!(!q.has_work(&empty));
-        let result = q.process(&empty, &empty, |_, _| panic!("nothing to run"));
+        let result = q.process(&empty, &empty, |_, _, _| panic!("nothing to run"));
         assert_eq!(result, Err(ERR_CMDQ_DMA));
         assert!(!q.is_running());
     }

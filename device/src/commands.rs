@@ -8,18 +8,51 @@ use crate::cmdq::Response;
 use crate::function::Identity;
 use crate::rdma::{Env, RdmaState};
 
+/// Bytes of the response body of `opcode`.
+pub fn response_len(opcode: Opcode) -> usize {
+    use rnic_abi::verbs::{
+        CreateCqResp, CreateEqResp, CreateQpResp, ObjectResp, QueryQpResp, RegMrResp,
+    };
+    match opcode {
+        Opcode::QueryDevice => size_of::<QueryDeviceResp>(),
+        Opcode::CreateEq => size_of::<CreateEqResp>(),
+        Opcode::AllocPd => size_of::<ObjectResp>(),
+        Opcode::RegMr => size_of::<RegMrResp>(),
+        Opcode::CreateCq => size_of::<CreateCqResp>(),
+        Opcode::CreateQp => size_of::<CreateQpResp>(),
+        Opcode::QueryQp => size_of::<QueryQpResp>(),
+        Opcode::Nop
+        | Opcode::DestroyEq
+        | Opcode::DeallocPd
+        | Opcode::DeregMr
+        | Opcode::DestroyCq
+        | Opcode::ModifyQp
+        | Opcode::DestroyQp => 0,
+    }
+}
+
 /// Executes one command for the function described by `identity`, whose RDMA objects are
-/// `rdma`.
+/// `rdma`, with `room` bytes for the response body.
 pub fn execute(
     identity: &Identity,
     rdma: &mut RdmaState,
     env: &Env,
     header: &CmdHeader,
     body: &[u8],
+    room: usize,
 ) -> Response {
     if header.reserved != 0 {
         // Reserved fields must be zero so that they can be given a meaning later.
         return Response::error(Status::BadParam, 2);
+    }
+    if let Some(op) = Opcode::from_u16(header.opcode) {
+        let needed = response_len(op);
+        if room < needed {
+            // Refused before it runs: an object created now could never be named. The
+            // syndrome says how many bytes the whole response needs.
+            let whole = needed + size_of::<rnic_abi::cmd::RespHeader>();
+            return Response::error(Status::Malformed, whole as u32);
+        }
     }
     match Opcode::from_u16(header.opcode) {
         None => Response::error(Status::BadOpcode, u32::from(header.opcode)),
@@ -83,7 +116,7 @@ mod tests {
             w: &mem,
             doorbells: &doorbells,
         };
-        super::execute(id, &mut RdmaState::new(id.limits), &env, h, body)
+        super::execute(id, &mut RdmaState::new(id.limits), &env, h, body, 4096)
     }
 
     #[test]

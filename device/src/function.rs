@@ -642,8 +642,8 @@ impl Function {
         let mut progress = false;
         if cmdq_due && st.cmdq.is_running() {
             let rdma = &mut st.rdma;
-            match st.cmdq.process(&writable, &readable, |h, body| {
-                crate::commands::execute(identity, rdma, &env, h, body)
+            match st.cmdq.process(&writable, &readable, |h, body, room| {
+                crate::commands::execute(identity, rdma, &env, h, body, room)
             }) {
                 Ok(done) => {
                     // The register takes any value; one that is no vector must not be

@@ -11,6 +11,7 @@ pub mod device;
 mod dma_pagemap;
 pub mod error;
 pub mod info;
+pub mod pingpong;
 pub mod transport;
 pub mod verbs;
 

@@ -43,6 +43,8 @@ pub struct PairOptions {
     pub rnr_retry: u8,
     /// RNR NAK timer code the responders advertise.
     pub min_rnr_timer: u8,
+    /// READs and atomics each requester keeps outstanding at once.
+    pub max_rd_atomic: u8,
 }
 
 impl Default for PairOptions {
@@ -65,6 +67,7 @@ impl Default for PairOptions {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 1,
+            max_rd_atomic: 16,
         }
     }
 }
@@ -101,19 +104,71 @@ pub fn side(socket: &std::path::Path, o: &PairOptions) -> Side {
 
 /// Connects `a` and `b` (RTR, then RTS), with send PSNs `psn_a` and `psn_b`.
 pub fn connect(a: &Side, b: &Side, o: &PairOptions, psn_a: u32, psn_b: u32) {
+    connect_qps((&a.qp, a.gid), (&b.qp, b.gid), o, psn_a, psn_b);
+}
+
+/// Moves `qp` (in INIT) to RTR, receiving from `peer` (its QP and GID), whose first PSN is
+/// `peer_psn`.
+pub fn to_rtr(qp: &Qp, peer: (&Qp, [u8; 16]), o: &PairOptions, peer_psn: u32) {
+    let (at, m) = verbs::rtr_attr(
+        peer.0.qp_num(),
+        peer.1,
+        peer_psn,
+        o.mtu,
+        16,
+        o.min_rnr_timer,
+    );
+    qp.modify(&at, m).expect("RTR");
+}
+
+/// Moves `qp` (in RTR) to RTS, sending from PSN `psn`.
+pub fn to_rts(qp: &Qp, o: &PairOptions, psn: u32) {
+    let (at, m) = verbs::rts_attr(psn, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
+    qp.modify(&at, m).expect("RTS");
+}
+
+/// Connects two QPs in INIT (each with its function's GID): both to RTR, then to RTS.
+pub fn connect_qps(
+    a: (&Qp, [u8; 16]),
+    b: (&Qp, [u8; 16]),
+    o: &PairOptions,
+    psn_a: u32,
+    psn_b: u32,
+) {
     for (me, peer, my_psn, peer_psn) in [(a, b, psn_a, psn_b), (b, a, psn_b, psn_a)] {
-        let (at, m) = verbs::rtr_attr(
-            peer.qp.qp_num(),
-            peer.gid,
-            peer_psn,
-            o.mtu,
-            16,
-            o.min_rnr_timer,
-        );
-        me.qp.modify(&at, m).expect("RTR");
-        let (at, m) = verbs::rts_attr(my_psn, o.timeout, o.retry_cnt, o.rnr_retry, 16);
-        me.qp.modify(&at, m).expect("RTS");
+        to_rtr(me.0, peer, o, peer_psn);
+        to_rts(me.0, o, my_psn);
     }
+}
+
+/// A QP of `side`'s PD whose completions go to `cq`, moved to INIT with `access`.
+pub fn init_qp(side: &Side, cq: &Cq, o: &PairOptions, access: u32) -> Qp {
+    let qp = side.pd.create_qp(cq, cq, o.caps, false).expect("qp");
+    let (a, m) = verbs::init_attr(access);
+    qp.modify(&a, m).expect("INIT");
+    qp
+}
+
+/// Registers `len` bytes in the middle of a fresh buffer of (at least)
+/// `guard + len + guard` bytes, in `pd`, with `access`. Every byte of the buffer is first
+/// set to `fill`, so the guard bytes around the region show whether anything reached
+/// outside it.
+pub fn guarded_mr(side: &Side, pd: &Pd, guard: usize, len: usize, access: u32, fill: u8) -> Mr {
+    let buf = side
+        .ctx
+        .device()
+        .transport()
+        .alloc_dma(guard * 2 + len)
+        .expect("buffer");
+    buf.write(0, &vec![fill; buf.len()]);
+    pd.reg_mr(Arc::new(buf), guard, len, access).expect("mr")
+}
+
+/// Every byte of `mr`'s whole buffer (region and guards).
+pub fn buffer_bytes(mr: &Mr) -> Vec<u8> {
+    let mut out = vec![0u8; mr.buffer().len()];
+    mr.buffer().read(0, &mut out);
+    out
 }
 
 /// Two connected sides on functions `a` and `b` of `rnicd`.

@@ -115,3 +115,108 @@ fn guest_command_failure_is_reported() {
         "boot.sh returns the guest command's exit status"
     );
 }
+
+/// Where VM runs keep their files, as the qemu-scripts see it (inside the trixie root when
+/// QEMU runs there, so that QEMU reaches the sockets).
+fn vm_run_base() -> PathBuf {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("source qemu-scripts/env.sh; if qemu_in_root; then echo $TRIXIE_ROOT/run/rnic-vm; else echo $RNIC_CACHE/run/rnic-vm; fi")
+        .current_dir(repo())
+        .output()
+        .expect("source qemu-scripts/env.sh");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The GID of VF `vf` of an rnicd, as rnic-pingpong writes GIDs (32 hex digits):
+/// ::ffff:10.82.0.(vf + 2).
+fn vf_gid_hex(vf: u32) -> String {
+    format!("00000000000000000000ffff0a52{:04x}", vf + 2)
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn two_guests_run_rnic_pingpong_against_each_other() {
+    // One rnicd with two VFs; each guest gets one. The guests have no network between
+    // them, so the test passes the connection parameters: a freshly opened function's
+    // first QP is 0x11, and each side is given the PSNs.
+    let dir = vm_run_base().join(format!("two-guests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
+    let mut rnicd = Command::new(rnic_tests::bin("rnicd"))
+        .args(["--socket-dir"])
+        .arg(&dir)
+        .args(["--vfs", "2"])
+        .env("RUST_LOG", "info")
+        .stderr(log)
+        .spawn()
+        .expect("start rnicd");
+    rnic_tests::wait_for(std::time::Duration::from_secs(10), "rnicd to serve", || {
+        std::fs::read_to_string(dir.join("rnicd.log"))
+            .unwrap_or_default()
+            .contains("serving the PF")
+    });
+
+    // Sizes below and above the 1024-byte path MTU; a long ACK timeout (code 20, about 4 s,
+    // 7 retries) covers the guests booting at different speeds.
+    let script = |peer: u32, initiator: bool| {
+        let mut s = String::from("set -e\n");
+        for (size, psn) in [(100, 0x100), (5000, 0x2000)] {
+            let (mine, theirs) = if initiator {
+                (psn, psn + 0x10_0000)
+            } else {
+                (psn + 0x10_0000, psn)
+            };
+            s += &format!(
+                "rnic-pingpong --peer 0x11:{}:{theirs:#x} --psn {mine:#x} {} --op send --size {size} --iters 20 --mtu 1024 --timeout 20\n",
+                vf_gid_hex(peer),
+                if initiator { "--initiator" } else { "" },
+            );
+        }
+        s
+    };
+    let guest = |vf: u32, peer: u32, initiator: bool| {
+        Command::new("bash")
+            .arg(repo().join("qemu-scripts/boot.sh"))
+            .arg("--socket-dir")
+            .arg(&dir)
+            .args(["--vf", &vf.to_string(), "--timeout", "400", "--"])
+            .arg(script(peer, initiator))
+            .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("boot a guest")
+    };
+    let a = guest(0, 1, true);
+    let b = guest(1, 0, false);
+    let (a, b) = (
+        a.wait_with_output().expect("guest A"),
+        b.wait_with_output().expect("guest B"),
+    );
+    let _ = rnicd.kill();
+    let _ = rnicd.wait();
+    for (name, out) in [("A", &a), ("B", &b)] {
+        let console = String::from_utf8_lossy(&out.stdout);
+        eprintln!(
+            "--- guest {name} ---\n{console}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "guest {name}'s rnic-pingpong failed"
+        );
+        assert!(
+            console.contains("local: qpn 0x11"),
+            "guest {name}: {console}"
+        );
+        for size in [100, 5000] {
+            assert!(
+                console.contains(&format!("20 iters of {size} bytes")),
+                "guest {name}: no result for {size} bytes"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

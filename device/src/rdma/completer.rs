@@ -55,9 +55,13 @@ pub fn on_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, n
                 return;
             }
             AethKind::Nak { code } => {
-                ack_upto(qp, psn::add(p, 0xFF_FFFF));
+                let acked = ack_upto(qp, psn::add(p, 0xFF_FFFF));
                 if code == nak::PSN_SEQ_ERROR {
                     qp.req.go_back_to(p);
+                    // Only what it acknowledged is progress. The packets behind one that
+                    // drew an RNR NAK draw this NAK too: it must not give the requester
+                    // back the RNR (or transport) retries it is counting down.
+                    progress |= acked;
                 } else if let Some(i) = qp.req.ops.iter().position(|o| o.contains(p)) {
                     let status = match code {
                         nak::REMOTE_ACCESS_ERROR => WcStatus::RemAccessErr,
@@ -65,8 +69,10 @@ pub fn on_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, n
                         _ => WcStatus::RemInvReqErr,
                     };
                     qp.req.ops[i].fail(status);
+                    progress = true;
+                } else {
+                    progress |= acked;
                 }
-                progress = true;
             }
             _ => {}
         }

@@ -484,7 +484,13 @@ impl RdmaState {
                 qp.resp = Default::default();
             }
             QpState::Rtr if from == QpState::Init => qp.resp.start(qp.attr.rq_psn),
-            QpState::Rts if from == QpState::Rtr => qp.req.start(qp.attr.sq_psn, &qp.attr),
+            QpState::Rts if from == QpState::Rtr => {
+                qp.req.start(qp.attr.sq_psn, &qp.attr);
+                // The send queue starts where the driver's producer index is now: WQEs
+                // announced before RTS are not work requests (see `requester::run`) and
+                // never run.
+                qp.sq.taken = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
+            }
             QpState::Err if from != QpState::Err => {
                 let qpn = req.qpn;
                 self.flush_qp(qpn, env);

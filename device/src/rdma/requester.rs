@@ -146,6 +146,12 @@ pub fn run(
     now: Instant,
     retransmits: &mut u64,
 ) -> bool {
+    // The send queue is read from RTS on (and flushed in ERR). WQEs announced in RESET,
+    // INIT or RTR are posted against the rules (ibverbs refuses such posts): they are
+    // not taken now, and entering RTS skips them, so they never run.
+    if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+        return false;
+    }
     let mut progress = fetch(qp, env);
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         return progress;

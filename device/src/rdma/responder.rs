@@ -154,12 +154,17 @@ pub fn on_request(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wi
                 };
                 rdma.complete(qp.recv_cqn, cqe, env);
             }
-            let event = if f.nak == nak::REMOTE_ACCESS_ERROR {
-                event::QP_ACCESS_ERR
-            } else {
-                event::QP_REQ_ERR
+            // What the requester did wrong has an event of its own; a failure of the
+            // responder's own (a receive or completion it could not write) is told by
+            // the QP_FATAL of entering the error state alone.
+            let event = match f.nak {
+                nak::REMOTE_ACCESS_ERROR => Some(event::QP_ACCESS_ERR),
+                nak::REMOTE_OPERATIONAL_ERROR => None,
+                _ => Some(event::QP_REQ_ERR),
             };
-            rdma.post_event(env, event, qp.qpn);
+            if let Some(event) = event {
+                rdma.post_event(env, event, qp.qpn);
+            }
             super::completer::enter_error(rdma, qp, env);
         }
     }
@@ -233,8 +238,8 @@ fn execute(
         }
         let recv = read_recv(&qp.rq, &qp.caps, env.r, qp.rq.taken)
             .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
-        qp.rq.taken = qp.rq.taken.wrapping_add(1);
         if is_send {
+            qp.rq.taken = qp.rq.taken.wrapping_add(1);
             qp.resp.cur = Some(Inbound::Send { recv, offset: 0 });
         } else {
             // WRITE with immediate: the data went (or goes) to memory; the WQE only
@@ -246,6 +251,10 @@ fn execute(
             if let Some(Inbound::Write { .. }) | None = &qp.resp.cur {
                 place_write(rdma, qp, pkt, env)?;
             }
+            // Taken only once the data is placed: a refused WRITE leaves the receive
+            // posted, to be flushed with the rest, instead of consuming it without a
+            // completion.
+            qp.rq.taken = qp.rq.taken.wrapping_add(1);
             qp.resp.cur = None;
             let cqe = Cqe {
                 wr_id: recv.wr_id,
@@ -263,7 +272,11 @@ fn execute(
                     },
                 ..Cqe::default()
             };
-            rdma.complete(qp.recv_cqn, cqe, env);
+            // A message whose completion cannot be written (the CQ overran) is not
+            // acknowledged: the requester gets REM_OP_ERR.
+            if !rdma.complete(qp.recv_cqn, cqe, env) {
+                return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+            }
             finish_message(qp, pkt, wire);
             return Ok(Some(()));
         }
@@ -303,7 +316,9 @@ fn execute(
                 wc_flags: flags,
                 ..Cqe::default()
             };
-            rdma.complete(qp.recv_cqn, cqe, env);
+            if !rdma.complete(qp.recv_cqn, cqe, env) {
+                return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+            }
         }
     } else {
         place_write(rdma, qp, pkt, env)?;
@@ -383,6 +398,11 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
     if qp.attr.qp_access_flags & ACCESS_REMOTE_WRITE == 0 {
         return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
     }
+    // A zero-length WRITE places nothing and, as IB C9-88 says, needs no valid address
+    // or rkey.
+    if *len == 0 {
+        return Ok(());
+    }
     // The whole announced range is checked on the first packet: a WRITE that would go
     // out of bounds changes no byte.
     let check_len = if *offset == 0 { *len } else { n };
@@ -425,15 +445,18 @@ fn read_request(
     if qp.attr.qp_access_flags & ACCESS_REMOTE_READ == 0 {
         return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
     }
-    rdma.mrs
-        .check(
-            reth.rkey,
-            qp.pdn,
-            Access::RemoteRead,
-            reth.va,
-            u64::from(reth.dma_len),
-        )
-        .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    // A zero-length READ needs no valid address or rkey (IB C9-88).
+    if reth.dma_len != 0 {
+        rdma.mrs
+            .check(
+                reth.rkey,
+                qp.pdn,
+                Access::RemoteRead,
+                reth.va,
+                u64::from(reth.dma_len),
+            )
+            .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    }
     let mtu = mtu(&qp.attr);
     let npsn = u64::from(reth.dma_len).div_ceil(u64::from(mtu)).max(1) as u32;
     let p = pkt.hdrs.bth.psn;
@@ -483,10 +506,14 @@ fn send_read_responses(
         let offset = u64::from(i) * u64::from(mtu);
         let n = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu));
         payload.resize(n as usize, 0);
-        let runs = rdma
-            .mrs
-            .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
-            .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+        let runs = if n == 0 {
+            // The single empty response of a zero-length READ (C9-88: no key check).
+            Vec::new()
+        } else {
+            rdma.mrs
+                .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
+                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?
+        };
         let mut done = 0;
         for (addr, run) in runs {
             env.r

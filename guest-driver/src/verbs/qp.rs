@@ -7,6 +7,7 @@
 //! a completion frees its WR and every older outstanding one (those completed silently).
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
@@ -431,6 +432,9 @@ pub struct Qp {
     sq_ring: ManuallyDrop<Ring>,
     rq_ring: ManuallyDrop<Ring>,
     track: Arc<QpTrack>,
+    /// The state the last successful modify set (or QUERY_QP last reported), to refuse
+    /// posts in states that take none.
+    state: AtomicU8,
 }
 
 impl std::fmt::Debug for Qp {
@@ -537,6 +541,7 @@ impl Pd {
             sq_ring: ManuallyDrop::new(sq_ring),
             rq_ring: ManuallyDrop::new(rq_ring),
             track,
+            state: AtomicU8::new(QpState::Reset as u8),
         })
     }
 }
@@ -579,6 +584,9 @@ impl Qp {
         self.pd
             .ctx
             .command_no_body(Opcode::ModifyQp, req.as_bytes())?;
+        if mask & attr::STATE != 0 {
+            self.state.store(attr.qp_state, Ordering::Release);
+        }
         if mask & attr::STATE != 0 && attr.qp_state == QpState::Reset as u8 {
             sq.reset();
             rq.posted = 0;
@@ -612,10 +620,32 @@ impl Qp {
         })
     }
 
+    /// Refuses a post (`what`) while the QP is in a state `refused` names, as ibverbs does
+    /// (`EINVAL`). The state the last modify set decides, except that a refused one is
+    /// asked again of the device, which may have moved the QP to ERR by itself since.
+    /// Called with the queue's lock held, so no modify runs meanwhile.
+    fn check_post_state(&self, what: &str, refused: fn(QpState) -> bool) -> Result<()> {
+        let cached = QpState::from_u8(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Reset);
+        if !refused(cached) {
+            return Ok(());
+        }
+        let now = self.state()?;
+        self.state.store(now as u8, Ordering::Release);
+        if refused(now) {
+            return Err(invalid(format!(
+                "{what} on QP {:#x} in state {now:?}",
+                self.qpn
+            )));
+        }
+        Ok(())
+    }
+
     /// Posts one send work request and rings the send doorbell.
     ///
-    /// Fails without posting anything if the WR does not fit the QP's caps, or with an
-    /// error [`super::is_queue_full`] recognises if the send queue is full.
+    /// Fails without posting anything if the WR does not fit the QP's caps, if the QP is
+    /// in RESET, INIT or RTR (as ibverbs: the send queue takes work from RTS on; in ERR it
+    /// takes work and flushes it), or with an error [`super::is_queue_full`] recognises if
+    /// the send queue is full.
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         self.post_send_list(std::slice::from_ref(wr))
     }
@@ -628,6 +658,9 @@ impl Qp {
             .map(|wr| encode_send_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
         let mut sq = self.track.sq();
+        self.check_post_state("post_send", |s| {
+            matches!(s, QpState::Reset | QpState::Init | QpState::Rtr)
+        })?;
         if (wqes.len() as u64) > u64::from(sq.free()) {
             return Err(queue_full(format!(
                 "post_send on QP {:#x}: {} work requests, {} free send slots of {}",
@@ -657,7 +690,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Posts one receive work request.
+    /// Posts one receive work request. Refused in RESET, as ibverbs does; from INIT on the
+    /// receive queue takes work.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         self.post_recv_list(std::slice::from_ref(wr))
     }
@@ -670,6 +704,7 @@ impl Qp {
             .map(|wr| encode_recv_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
         let mut rq = self.track.rq();
+        self.check_post_state("post_recv", |s| s == QpState::Reset)?;
         if (wqes.len() as u64) > u64::from(rq.free()) {
             return Err(queue_full(format!(
                 "post_recv on QP {:#x}: {} work requests, {} free receive slots of {}",

@@ -1,0 +1,208 @@
+//! rnic-pingpong: an RC ping-pong between two rnic functions, in the manner of rdma-core's
+//! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs. The logic lives in
+//! `rnic_driver::pingpong`, whose documentation describes the wire format.
+
+// The doc comments below are clap's help text, where `[PORT]` means an optional value.
+#![allow(rustdoc::broken_intra_doc_links)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, Parser};
+use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DEFAULT_PORT};
+
+/// Measures latency and bandwidth between two rnic functions over one RC queue pair, as
+/// ibv_rc_pingpong does, and checks every byte moved.
+///
+/// One side listens (--listen [PORT]), the other connects (--connect HOST[:PORT]); they
+/// swap QP number, GID and PSN (and for write/read the buffer's rkey and address) over
+/// TCP in ibv_rc_pingpong's format "LLLL:QQQQQQ:PPPPPP:GID" plus "RKEY:ADDR" lines.
+/// Where the two sides cannot reach each other (two VMs), name the peer by hand:
+/// --peer QPN:GID:PSN[:RKEY:ADDR] on both sides and --initiator on exactly one; the first
+/// QP of a freshly opened function is QPN 0x11 and the PSN defaults to 0 in this mode.
+/// `--peer -` reads the peer's values from standard input, after printing this side's.
+///
+/// Lines for scripts, on standard output (standard error with --json): `local: qpn 0x..
+/// gid ... psn 0x.. rkey 0x.. addr 0x..`, `listening on port N`, `peer: --peer ...`
+/// (manual mode), `remote: ...`; at the end `N iters of S bytes in T s: X Mbit/s, Y
+/// usec/iter` and a latency line, or one JSON object with --json.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about, args_override_self = true)]
+#[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "peer"])))]
+struct Args {
+    /// Wait for the other side on this TCP port (0: any free port, printed as `listening
+    /// on port N`).
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = DEFAULT_PORT_STR)]
+    listen: Option<u16>,
+
+    /// Connect to the other side's --listen at HOST[:PORT] (port 18515 by default); this
+    /// side sends first.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    connect: Option<String>,
+
+    /// Manual mode, no TCP: the peer's QPN:GID:PSN[:RKEY:ADDR] in hex, as its `local:`
+    /// line prints them; `-` reads them from standard input.
+    #[arg(long, value_name = "QPN:GID:PSN[:RKEY:ADDR]")]
+    peer: Option<String>,
+
+    /// In manual mode, this side sends first (give it on exactly one side).
+    #[arg(long, requires = "peer")]
+    initiator: bool,
+
+    /// The vfio-user socket of a function served by rnicd (host use).
+    #[arg(long, value_name = "PATH", conflicts_with = "pci")]
+    vfio_user: Option<PathBuf>,
+
+    /// The PCI address of a function in this machine, e.g. 0000:00:03.0 (in a VM); by
+    /// default the first rnic function on the PCI bus.
+    #[arg(long, value_name = "BDF")]
+    pci: Option<String>,
+
+    /// What to measure: send (SEND ping-pong), write (RDMA WRITE with immediate
+    /// ping-pong) or read (RDMA READs by the side that sends first).
+    #[arg(long, value_name = "OP", default_value = "send")]
+    op: Op,
+
+    /// Bytes per message.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    size: usize,
+
+    /// Iterations.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    iters: u64,
+
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024, value_parser = parse_mtu)]
+    mtu: u32,
+
+    /// First PSN this side sends (24 bits, decimal or 0x hex); by default random in TCP
+    /// mode, 0 in manual mode.
+    #[arg(long, value_name = "N", value_parser = parse_psn)]
+    psn: Option<u32>,
+
+    /// Local ACK timeout code: 4.096 us * 2^CODE (0: wait forever).
+    #[arg(long, value_name = "CODE", default_value_t = 14,
+          value_parser = clap::value_parser!(u8).range(0..=31))]
+    timeout: u8,
+
+    /// Transport retries before a send fails.
+    #[arg(long, value_name = "N", default_value_t = 7,
+          value_parser = clap::value_parser!(u8).range(0..=7))]
+    retry: u8,
+
+    /// Verify every byte transferred (the default).
+    #[arg(long, overrides_with = "no_check")]
+    check: bool,
+
+    /// Do not fill or verify data (as ibv_rc_pingpong without --chk).
+    #[arg(long, overrides_with = "check")]
+    no_check: bool,
+
+    /// Sleep on completion events instead of polling the completion queue.
+    #[arg(long)]
+    events: bool,
+
+    /// Give up after this many seconds in all (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    time_limit: f64,
+
+    /// Print the result as one JSON object (and the progress lines on standard error).
+    #[arg(long)]
+    json: bool,
+}
+
+const DEFAULT_PORT_STR: &str = "18515";
+
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v) if pingpong::mtu_code(v).is_some() => Ok(v),
+        _ => Err(format!("{s}: use 256, 512, 1024, 2048 or 4096")),
+    }
+}
+
+fn parse_psn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse::<u32>(),
+    }
+    .map_err(|e| format!("{s:?}: {e}"))?;
+    if v > 0xFF_FFFF {
+        return Err(format!("{s}: a PSN has 24 bits (at most 0xffffff)"));
+    }
+    Ok(v)
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    debug_assert_eq!(DEFAULT_PORT_STR, DEFAULT_PORT.to_string());
+    match run(&args) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("rnic-pingpong: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let manual = args.peer.is_some();
+    let rendezvous = match (&args.listen, &args.connect, &args.peer) {
+        (Some(port), _, _) => Rendezvous::Listen(*port),
+        (_, Some(target), _) => Rendezvous::Connect(target.clone()),
+        (_, _, Some(peer)) => Rendezvous::Manual {
+            peer: if peer == "-" {
+                None
+            } else {
+                Some(Dest::parse_peer(peer).map_err(|e| e.to_string())?)
+            },
+            initiator: args.initiator,
+        },
+        _ => unreachable!("clap requires one of --listen, --connect, --peer"),
+    };
+    let device = match (&args.vfio_user, &args.pci) {
+        (Some(path), _) => DeviceChoice::VfioUser(path.clone()),
+        (None, Some(bdf)) => DeviceChoice::Pci(bdf.clone()),
+        (None, None) => DeviceChoice::FirstPci,
+    };
+    if !(args.time_limit >= 0.0 && args.time_limit.is_finite()) {
+        return Err(format!(
+            "--time-limit {}: give a number of seconds (0: no limit)",
+            args.time_limit
+        ));
+    }
+    let cfg = Config {
+        device,
+        rendezvous,
+        op: args.op,
+        size: args.size,
+        iters: args.iters,
+        mtu: args.mtu,
+        psn: args
+            .psn
+            .unwrap_or_else(|| if manual { 0 } else { pingpong::random_psn() }),
+        timeout: args.timeout,
+        retry: args.retry,
+        // --check and --no-check override each other; checking is the default.
+        check: args.check || !args.no_check,
+        events: args.events,
+        time_limit: (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit)),
+    };
+    let json = args.json;
+    let mut info = |line: &str| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let report = pingpong::run(&cfg, &mut info).map_err(|e| e.to_string())?;
+    if json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| format!("cannot encode JSON: {e}"))?;
+        println!("{text}");
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
+}
