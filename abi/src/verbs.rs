@@ -32,6 +32,10 @@ pub const ACCESS_ALL: u32 =
 /// Queue pair type: reliable connected (`IBV_QPT_RC`).
 pub const QPT_RC: u8 = 2;
 
+/// The number of the first QP a function creates after a reset; later ones count up from
+/// it, skipping numbers in use. 0 and 1 are InfiniBand's special QPs.
+pub const FIRST_QPN: u32 = 0x11;
+
 /// QP states, numbered as `enum ibv_qp_state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
@@ -536,6 +540,11 @@ pub struct CreateQpReq {
 /// then follows the notification protocol. The device reads a receive slot when a message
 /// arrives; it looks at a rung receive slot only to flush receives posted while the QP is
 /// in the error state, so that every posted WR gets its completion.
+///
+/// The device reads the send queue from RTS on. Send WQEs announced while the QP was in
+/// RESET, INIT or RTR break the verbs rules (`ibv_post_send` refuses them): entering RTS
+/// skips them, and they never run. In SQD the device starts no new send WQE, finishes
+/// those in flight, and then posts `SQ_DRAINED`.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]

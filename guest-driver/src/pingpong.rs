@@ -91,7 +91,7 @@ use crate::Device;
 pub const DEFAULT_PORT: u16 = 18515;
 /// The QP number of the first QP created on a freshly opened function (the device starts
 /// at 0x11, after InfiniBand's special QPs).
-pub const FIRST_QPN: u32 = 0x11;
+pub const FIRST_QPN: u32 = rnic_abi::verbs::FIRST_QPN;
 /// Bytes of a control message (manual-mode handshake, the READ test's `done`).
 pub const CTRL_LEN: usize = 64;
 /// Where control messages arrive in the buffer.

@@ -2252,3 +2252,46 @@ fn the_shortest_ack_timeout_neither_fails_nor_repeats_reads_atomics_and_writes()
     assert_eq!(read_u64(&b.mr, 100_000), rounds);
     assert_eq!(read_mr(&b.mr, 400_000, 64 * 1024), data);
 }
+
+#[test]
+fn sqd_reports_sq_drained_and_holds_new_work_until_rts_again() {
+    let (_rnicd, a, b) = connected(&PairOptions::default());
+    b.qp.post_recv(&recv(1, vec![b.mr.sge(0, 64)]))
+        .expect("post_recv");
+    b.qp.post_recv(&recv(2, vec![b.mr.sge(64, 64)]))
+        .expect("post_recv");
+    let to = |state: QpState| QpAttr {
+        qp_state: state as u8,
+        ..QpAttr::default()
+    };
+
+    // A QP with nothing in flight reports the drain at once. (A WQE posted just before the
+    // modify may not have started yet, and SQD rightly holds it: so finish it first.)
+    a.mr.write(0, b"before");
+    a.qp.post_send(&signaled(10, WrOpcode::Send, vec![a.mr.sge(0, 6)]))
+        .expect("post");
+    assert_ok(&one(&a.cq));
+    assert_ok(&one(&b.cq));
+    a.qp.modify(&to(QpState::Sqd), attr::STATE)
+        .expect("RTS -> SQD");
+    wait_event(&a.ctx, AsyncEvent::SqDrained, a.qp.qp_num());
+
+    // In SQD a new send waits.
+    a.mr.write(64, b"after");
+    a.qp.post_send(&signaled(11, WrOpcode::Send, vec![a.mr.sge(64, 5)]))
+        .expect("post in SQD");
+    std::thread::sleep(QUIET);
+    assert!(a.cq.poll(1).is_empty(), "nothing runs while drained");
+    assert!(b.cq.poll(1).is_empty());
+
+    // Back to RTS: it goes.
+    a.qp.modify(&to(QpState::Rts), attr::STATE)
+        .expect("SQD -> RTS");
+    let wc = one(&a.cq);
+    assert_ok(&wc);
+    assert_eq!(wc.wr_id, 11);
+    let got = one(&b.cq);
+    assert_ok(&got);
+    assert_eq!((got.wr_id, got.byte_len), (2, 5));
+    assert_eq!(read_mr(&b.mr, 64, 5), b"after");
+}

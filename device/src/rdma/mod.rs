@@ -102,8 +102,7 @@ pub struct RdmaState {
     pub eq_signal: bool,
 }
 
-/// First QP number handed out (0 and 1 are the special QPs of InfiniBand).
-const FIRST_QPN: u32 = 0x11;
+use rnic_abi::verbs::FIRST_QPN;
 
 fn decode<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Result<T, Response> {
     T::read_from_bytes(body).map_err(|_| Response::error(Status::BadParam, body.len() as u32))
@@ -390,7 +389,12 @@ impl RdmaState {
             env.r,
         )
         .map_err(page_list_error)?;
-        let qpn = self.next_qpn;
+        // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
+        let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next(qpn);
+        }
         let sq_slot = self.alloc_slot(req.doorbell_page, SlotOwner::Sq(qpn))?;
         let rq_slot = match self.alloc_slot(req.doorbell_page, SlotOwner::Rq(qpn)) {
             Ok(s) => s,
@@ -399,11 +403,7 @@ impl RdmaState {
                 return Err(e);
             }
         };
-        self.next_qpn = if self.next_qpn >= 0xFF_FFFF {
-            FIRST_QPN
-        } else {
-            self.next_qpn + 1
-        };
+        self.next_qpn = next(qpn);
         for (page, slot) in [sq_slot, rq_slot] {
             env.doorbells.write32(slot_offset(page, slot), 0);
         }
@@ -495,6 +495,11 @@ impl RdmaState {
                 let qpn = req.qpn;
                 self.flush_qp(qpn, env);
             }
+            QpState::Sqd if from != QpState::Sqd => {
+                qp.req.drained_reported = false;
+                let qpn = req.qpn;
+                self.report_drained(qpn, env);
+            }
             _ => {}
         }
         Ok(Response::ok(Vec::new()))
@@ -583,6 +588,18 @@ impl RdmaState {
         }
     }
 
+    /// In SQD, once nothing is in flight: posts `SQ_DRAINED`, once per entry into SQD.
+    fn report_drained(&mut self, qpn: u32, env: &Env) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if qp.state != QpState::Sqd || qp.req.drained_reported || qp.req.in_flight() {
+            return;
+        }
+        qp.req.drained_reported = true;
+        self.post_event(env, event::SQ_DRAINED, qpn);
+    }
+
     /// Posts a completion to CQ `cqn`, and a completion event if the CQ was armed. Returns
     /// false if the CQ could not take it (overrun or unreachable): the CQ is then in error
     /// and the driver has been told with a `CQ_ERR` event.
@@ -661,6 +678,7 @@ impl RdmaState {
             }
             progress |= ran;
             self.qps.insert(qpn, qp);
+            self.report_drained(qpn, env);
         }
         progress
     }
@@ -698,6 +716,7 @@ impl RdmaState {
         }
         self.counters.tx_packets += (wire.out.len() - before) as u64;
         self.qps.insert(qpn, qp);
+        self.report_drained(qpn, env);
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.

@@ -98,6 +98,17 @@ pub struct RequesterState {
     pub rnr_until: Option<Instant>,
     /// Go-back-N point waiting to be resent.
     pub resend_from: Option<u32>,
+    /// In SQD: the drain was reported (SQ_DRAINED posted).
+    pub drained_reported: bool,
+}
+
+impl RequesterState {
+    /// Whether any op has started and not finished (what SQD waits for).
+    pub fn in_flight(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|o| o.assigned && o.state != OpState::Done)
+    }
 }
 
 impl RequesterState {
@@ -173,6 +184,10 @@ pub fn run(
             continue;
         }
         let opcode = o.op.wqe.opcode;
+        if qp.state == QpState::Sqd && !o.assigned {
+            // Draining: what has not started waits for the return to RTS.
+            break;
+        }
         if o.op.wqe.flags & send_flags::FENCE != 0
             && qp.req.rd_atomic_outstanding > 0
             && !o.holds_rd_atomic
