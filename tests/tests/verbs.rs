@@ -2295,3 +2295,47 @@ fn sqd_reports_sq_drained_and_holds_new_work_until_rts_again() {
     assert_eq!((got.wr_id, got.byte_len), (2, 5));
     assert_eq!(read_mr(&b.mr, 64, 5), b"after");
 }
+
+#[test]
+fn under_load_doorbells_cost_no_message_and_an_idle_device_needs_one_kick() {
+    // The device polls doorbells for a while after its last work: a stream of sends needs
+    // no kick, that is no vfio-user message, beyond the one that woke the device.
+    let rnicd = Rnicd::start(2, &["--poll-us", "2000000"]);
+    let (a, b) = pair(&rnicd, "vf0", "vf1", &PairOptions::default());
+    let n = 200;
+    for i in 0..n {
+        b.qp.post_recv(&recv(i, vec![b.mr.sge(0, 64)]))
+            .expect("post_recv");
+        a.qp.post_send(&signaled(i, WrOpcode::Send, vec![a.mr.sge(0, 64)]))
+            .expect("post_send");
+        assert_ok(&one(&a.cq));
+        assert_ok(&one(&b.cq));
+    }
+    let (rung, kicked) = a.ctx.doorbell_stats();
+    assert_eq!(rung, n);
+    assert!(
+        kicked <= 2,
+        "{kicked} of {rung} send doorbells needed a kick while the device was busy"
+    );
+
+    // A device with no poll window sleeps after each piece of work: then each doorbell
+    // after a pause wakes it with a kick.
+    drop((a, b));
+    let rnicd = Rnicd::start(2, &["--poll-us", "0"]);
+    let (a, b) = pair(&rnicd, "vf0", "vf1", &PairOptions::default());
+    for i in 0..10 {
+        b.qp.post_recv(&recv(i, vec![b.mr.sge(0, 64)]))
+            .expect("post_recv");
+        std::thread::sleep(Duration::from_millis(5));
+        a.qp.post_send(&signaled(i, WrOpcode::Send, vec![a.mr.sge(0, 64)]))
+            .expect("post_send");
+        assert_ok(&one(&a.cq));
+        assert_ok(&one(&b.cq));
+    }
+    let (rung, kicked) = a.ctx.doorbell_stats();
+    assert_eq!(
+        (rung, kicked),
+        (10, 10),
+        "a sleeping device is kicked by every doorbell"
+    );
+}

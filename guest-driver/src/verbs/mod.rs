@@ -280,6 +280,12 @@ impl Context {
         self.inner.device.query_device()
     }
 
+    /// (work-queue doorbells rung, how many needed a kick): while the device is busy it
+    /// polls the doorbells, so doorbells cost no message to it.
+    pub fn doorbell_stats(&self) -> (u64, u64) {
+        self.inner.doorbells().stats.get()
+    }
+
     /// The event queue's number.
     pub fn eqn(&self) -> u32 {
         self.inner.eqn

@@ -179,6 +179,26 @@ pub(crate) fn ring_entries(requested: u32, min: u32) -> Result<u32> {
 pub(crate) struct Doorbells {
     /// Serialises the read-modify-write of `RUNG_BITMAP` words. See [`Doorbells::ring_queue`].
     bitmap: Mutex<()>,
+    /// Doorbells rung, and how many of them needed a kick (a trapped register write).
+    pub(crate) stats: DoorbellStats,
+}
+
+/// How work-queue doorbells reached the device.
+#[derive(Debug, Default)]
+pub struct DoorbellStats {
+    rung: std::sync::atomic::AtomicU64,
+    kicked: std::sync::atomic::AtomicU64,
+}
+
+impl DoorbellStats {
+    /// (doorbells rung, kicks needed). A kick is a vfio-user message (or a trapped MMIO
+    /// write in a VM); a doorbell alone is a store to shared memory.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.rung.load(Ordering::Relaxed),
+            self.kicked.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl Doorbells {
@@ -239,8 +259,10 @@ impl Doorbells {
         // The doorbell stores must be visible before we read the device's request; the
         // device fences between setting the request and its last look at the doorbells.
         fence(Ordering::SeqCst);
+        self.stats.rung.fetch_add(1, Ordering::Relaxed);
         if db.read32(page_base + NOTIFY_REQUEST) != 0 {
             t.reg_write32(regs::DOORBELL_KICK, slot.page)?;
+            self.stats.kicked.fetch_add(1, Ordering::Relaxed);
             return Ok(true);
         }
         Ok(false)
