@@ -22,6 +22,6 @@ step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
 
 step "VM tests (QEMU guests with rnic functions attached)"
-cargo test -p rnic-tests --test vm -- --ignored
+cargo test -p rnic-tests --test vm -- --ignored --test-threads=1
 
 step "all tests passed"

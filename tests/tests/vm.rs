@@ -220,3 +220,29 @@ fn two_guests_run_rnic_pingpong_against_each_other() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest() {
+    let out = Command::new("bash")
+        .arg(repo().join("qemu-scripts/demo.sh"))
+        .args(["--timeout", "400"])
+        .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
+        .output()
+        .expect("run qemu-scripts/demo.sh");
+    let console = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{console}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "demo failed");
+    for op in ["send", "write", "read"] {
+        assert!(
+            console.contains(&format!("=== rnic-pingpong --op {op}")),
+            "{op} ran"
+        );
+    }
+    assert_eq!(
+        console.matches("200 iters of 8192 bytes").count(),
+        3,
+        "three ping-pongs finished"
+    );
+    assert!(console.contains("demo: all done"));
+}
