@@ -188,20 +188,11 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rnic_abi::verbs::PageList;
     use vm_memory::{Bytes, GuestAddress};
     use zerocopy::FromBytes;
 
     fn setup(entries: u32) -> (GuestMemoryMmap, CompletionQueue, DoorbellBar) {
-        let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).unwrap();
-        m.write_slice(&0x11000u64.to_le_bytes(), GuestAddress(0x10000))
-            .unwrap();
-        let l = PageList {
-            addr: 0x10000,
-            count: 1,
-            page_shift: 12,
-        };
-        let ring = PagedBuffer::load(&l, 0, u64::from(entries) * 32, &m).unwrap();
+        let (m, ring) = super::super::pages::one_page(0, u64::from(entries) * 32);
         (
             m,
             CompletionQueue::new(ring, entries, 0x100),

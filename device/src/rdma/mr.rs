@@ -190,23 +190,14 @@ impl MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rnic_abi::verbs::PageList;
-    use vm_memory::{Bytes, GuestMemoryMmap};
 
     fn region(pdn: u32, access: u32) -> Mr {
-        let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).unwrap();
-        m.write_slice(&0x11000u64.to_le_bytes(), GuestAddress(0x10000))
-            .unwrap();
-        let l = PageList {
-            addr: 0x10000,
-            count: 1,
-            page_shift: 12,
-        };
+        let (_, buffer) = super::super::pages::one_page(0x100, 0x200);
         Mr {
             pdn,
             access,
             iova: 0x7000_0100,
-            buffer: PagedBuffer::load(&l, 0x100, 0x200, &m).unwrap(),
+            buffer,
             valid: true,
         }
     }

@@ -145,6 +145,22 @@ impl PagedBuffer {
     }
 }
 
+/// Test memory: 16 KiB of guest memory at 0x10000 with a one-entry page list at 0x10000
+/// naming the page at 0x11000, and a buffer of `len` bytes from `offset` in that page.
+#[cfg(test)]
+pub(crate) fn one_page(offset: u64, len: u64) -> (GuestMemoryMmap, PagedBuffer) {
+    let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10000), 0x4000)]).expect("memory");
+    m.write_slice(&0x11000u64.to_le_bytes(), GuestAddress(0x10000))
+        .expect("page list");
+    let list = PageList {
+        addr: 0x10000,
+        count: 1,
+        page_shift: 12,
+    };
+    let buffer = PagedBuffer::load(&list, offset, len, &m).expect("buffer");
+    (m, buffer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
