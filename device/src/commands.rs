@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn query_device_reports_identity() {
-        let id = Identity::new(FunctionId::Vf(3), 4);
+        let id = Identity::new(FunctionId::Vf(3), 4, None);
         let r = execute(&id, &header(Opcode::QueryDevice as u16), &[]);
         assert_eq!(r.status, Status::Ok);
         let q = QueryDeviceResp::read_from_bytes(&r.body).unwrap();
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn unknown_opcodes_and_reserved_bits_are_refused() {
-        let id = Identity::new(FunctionId::Pf, 2);
+        let id = Identity::new(FunctionId::Pf, 2, None);
         assert_eq!(execute(&id, &header(0x7777), &[]).status, Status::BadOpcode);
         let mut h = header(Opcode::Nop as u16);
         h.reserved = 1;

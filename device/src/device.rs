@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use crate::engine::{Engine, EngineHandle};
 use crate::function::{Function, FunctionId, Identity};
+use crate::net::faults::FaultSpec;
+use crate::net::udp::{NetError, UdpSpec, UdpUplink};
 use crate::pcap::PcapWriter;
 use crate::vfio;
 
@@ -21,6 +23,11 @@ pub struct DeviceConfig {
     pub poll_window: Duration,
     /// Where to write a pcap of every frame the functions exchange.
     pub pcap: Option<PathBuf>,
+    /// Faults to inject into every frame the switch forwards (`--net-faults`).
+    pub net_faults: Option<FaultSpec>,
+    /// The network the functions are reachable on (`--net`): function n gets the address
+    /// `addr + n` and a UDP socket on it. `None`: only the internal switch.
+    pub net: Option<UdpSpec>,
 }
 
 /// Why the device could not start.
@@ -38,6 +45,9 @@ pub enum StartError {
     /// The capture file could not be created.
     #[error("cannot write the capture {0}: {1}")]
     Pcap(PathBuf, std::io::Error),
+    /// The network (`--net`) could not be set up.
+    #[error(transparent)]
+    Net(#[from] NetError),
 }
 
 /// The socket path of function `id` in `dir`.
@@ -50,6 +60,8 @@ pub struct Device {
     functions: Vec<Arc<Function>>,
     sockets: Vec<PathBuf>,
     engine: EngineHandle,
+    /// The engine's thread, joined at shutdown so that its last words are logged.
+    engine_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Held (flock) for the life of the device: one rnicd per socket directory.
     _lock: std::fs::File,
     lock_path: PathBuf,
@@ -80,15 +92,38 @@ impl Device {
         std::fs::create_dir_all(&config.socket_dir)
             .map_err(|e| StartError::SocketDir(config.socket_dir.clone(), e))?;
         let (lock, lock_path) = lock_dir(&config.socket_dir)?;
-        let ids = std::iter::once(FunctionId::Pf).chain((0..config.vfs).map(FunctionId::Vf));
-        let mut functions = Vec::new();
+        if let Some(spec) = &config.net {
+            if let Some(n) = (0..=config.vfs).find(|&n| spec.function_ip(n).is_none()) {
+                return Err(NetError::Range { spec: *spec, n }.into());
+            }
+        }
+        let ip_base = config.net.map(|spec| spec.addr);
+        let functions = std::iter::once(FunctionId::Pf)
+            .chain((0..config.vfs).map(FunctionId::Vf))
+            .map(|id| Function::new(Identity::new(id, config.vfs, ip_base)).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(StartError::Create)?;
+        // Bound before the vfio-user sockets, so that a network error leaves nothing behind.
+        let uplink = match &config.net {
+            Some(spec) => {
+                let endpoints: Vec<_> = functions.iter().map(|f| f.endpoint()).collect();
+                let uplink = UdpUplink::bind(&endpoints, spec.port)?;
+                log::info!(
+                    "network {spec}: functions at {} to {}, UDP port {}",
+                    std::net::Ipv4Addr::from(endpoints[0].ip),
+                    std::net::Ipv4Addr::from(endpoints[endpoints.len() - 1].ip),
+                    spec.port
+                );
+                Some(Box::new(uplink) as Box<dyn crate::rdma::switch::Uplink>)
+            }
+            None => None,
+        };
         let mut servers = Vec::new();
         let mut sockets: Vec<PathBuf> = Vec::new();
-        for id in ids {
-            let function =
-                Arc::new(Function::new(Identity::new(id, config.vfs)).map_err(StartError::Create)?);
+        for function in &functions {
+            let id = function.identity().id;
             let path = socket_path(&config.socket_dir, id);
-            let server = match vfio::bind(&path, &function) {
+            let server = match vfio::bind(&path, function) {
                 Ok(s) => s,
                 Err(e) => {
                     sockets.iter().for_each(|p| remove_socket(p));
@@ -97,7 +132,6 @@ impl Device {
             };
             sockets.push(path);
             servers.push(server);
-            functions.push(function);
         }
         let pcap = match &config.pcap {
             Some(path) => {
@@ -105,10 +139,12 @@ impl Device {
             }
             None => None,
         };
-        let engine =
-            Engine::new(functions.clone(), config.poll_window, pcap).map_err(StartError::Create)?;
+        let engine = Engine::new(functions.clone(), config.poll_window, pcap)
+            .map_err(StartError::Create)?
+            .with_faults(config.net_faults)
+            .with_uplink(uplink);
         let handle = engine.handle();
-        std::thread::Builder::new()
+        let engine_thread = std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
                 if let Err(e) = engine.run() {
@@ -127,6 +163,7 @@ impl Device {
             functions,
             sockets,
             engine: handle,
+            engine_thread: std::sync::Mutex::new(Some(engine_thread)),
             _lock: lock,
             lock_path,
         })
@@ -142,10 +179,28 @@ impl Device {
         &self.sockets
     }
 
-    /// Stops the engine and removes the sockets. Server threads blocked in the kernel end
-    /// with the process.
+    /// Stops the engine and removes the sockets, and logs each function's transport
+    /// counters. Server threads blocked in the kernel end with the process.
     pub fn shutdown(&self) {
         self.engine.stop();
+        // The engine finishes its pass, so the counters are final, and says what the
+        // switch saw (fault and network counters).
+        let thread = self.engine_thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        for f in &self.functions {
+            let c = f.rdma_counters();
+            log::info!(
+                "{}: tx {} rx {} dropped {} retransmits {} rnr_naks {}",
+                f.identity().id,
+                c.tx_packets,
+                c.rx_packets,
+                c.rx_dropped,
+                c.retransmits,
+                c.rnr_naks_sent
+            );
+        }
         self.sockets.iter().for_each(|p| remove_socket(p));
         remove_socket(&self.lock_path);
     }

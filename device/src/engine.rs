@@ -1,8 +1,9 @@
 //! The device's event loop: it finds work by polling doorbells while there is work, and
 //! sleeps in epoll (through `event-manager`) when there is none, after asking drivers to
-//! kick it (see `rnic_abi::doorbell`).
+//! kick it (see `rnic_abi::doorbell`). With a network (`--net`) it also sleeps on the
+//! functions' receive sockets, and drains them on every pass.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,17 +14,27 @@ use vmm_sys_util::eventfd::EventFd;
 use std::collections::HashMap;
 
 use crate::function::{Function, PollOutcome, Port};
+use crate::net::faults::{FaultInjector, FaultSpec};
 use crate::pcap::PcapWriter;
-use crate::rdma::switch::Switch;
+use crate::rdma::switch::{Switch, Uplink};
+
+/// Datagrams taken from each function's receive socket per pass, so that a flood on one
+/// does not starve the others or the doorbells.
+const UPLINK_BUDGET: usize = 256;
 
 /// Drains the wake-up eventfds; the loop itself decides what to do after a wake-up.
 struct Wakeups {
     functions: Vec<Arc<Function>>,
+    /// The uplink's receive sockets: watched, never read here (epoll is level-triggered,
+    /// so they stay readable until the loop drains them into the switch).
+    sockets: Vec<RawFd>,
     stop: Arc<EventFd>,
     stopping: Arc<AtomicBool>,
 }
 
 const STOP: u32 = u32::MAX;
+/// Event data of socket i: SOCKET | i.
+const SOCKET: u32 = 1 << 31;
 
 impl MutEventSubscriber for Wakeups {
     fn init(&mut self, ops: &mut EventOps) {
@@ -35,6 +46,11 @@ impl MutEventSubscriber for Wakeups {
                 );
             }
         }
+        for (i, fd) in self.sockets.iter().enumerate() {
+            if let Err(e) = ops.add(Events::with_data(fd, SOCKET | i as u32, EventSet::IN)) {
+                log::error!("cannot watch receive socket {i} (fd {fd}): {e}");
+            }
+        }
         if let Err(e) = ops.add(Events::with_data(self.stop.as_ref(), STOP, EventSet::IN)) {
             log::error!("cannot watch the stop eventfd: {e}");
         }
@@ -43,6 +59,10 @@ impl MutEventSubscriber for Wakeups {
     fn process(&mut self, events: Events, _ops: &mut EventOps) {
         if events.data() == STOP {
             self.stopping.store(true, Ordering::Release);
+            return;
+        }
+        if events.data() & SOCKET != 0 {
+            // Datagrams arrived; the loop reads them.
             return;
         }
         if let Some(f) = self.functions.get(events.data() as usize) {
@@ -95,6 +115,25 @@ impl Engine {
         })
     }
 
+    /// Makes every frame the switch forwards go through a fault injector of `spec`
+    /// (`--net-faults`); `None` or a spec that changes nothing leaves the switch perfect.
+    pub fn with_faults(mut self, spec: Option<FaultSpec>) -> Self {
+        if let Some(spec) = spec.filter(|s| !s.is_noop()) {
+            log::info!("injecting network faults: {spec}");
+            self.switch.set_faults(FaultInjector::new(spec));
+        }
+        self
+    }
+
+    /// Connects the switch to a network (`--net`): frames for other addresses go to
+    /// `uplink`, and the engine sleeps on and drains its receive sockets.
+    pub fn with_uplink(mut self, uplink: Option<Box<dyn Uplink>>) -> Self {
+        if let Some(uplink) = uplink {
+            self.switch.set_uplink(uplink);
+        }
+        self
+    }
+
     /// A handle that stops the engine.
     pub fn handle(&self) -> EngineHandle {
         EngineHandle {
@@ -105,7 +144,11 @@ impl Engine {
     /// Gives every function its turn; returns whether any worked, and the earliest timer.
     fn poll_all(&mut self) -> PollOutcome {
         let now = Instant::now();
+        // Frames the fault injector held (reordered, delayed) that are due now.
+        self.switch.release_due(now);
         let mut all = PollOutcome::default();
+        // Datagrams from the network, into the inboxes of their functions.
+        all.progress |= self.switch.poll_uplink(UPLINK_BUDGET) > 0;
         for (index, f) in self.functions.iter().enumerate() {
             let mut port = Port {
                 switch: &mut self.switch,
@@ -121,6 +164,11 @@ impl Engine {
         }
         // Frames sent to functions that already had their turn are work for the next.
         all.progress |= self.switch.busy();
+        // Held frames wake the engine when they are due, as transport timers do.
+        all.deadline = match (all.deadline, self.switch.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         all
     }
 
@@ -133,6 +181,7 @@ impl Engine {
         let mut em: EventManager<Box<dyn MutEventSubscriber + Send>> = EventManager::new()?;
         em.add_subscriber(Box::new(Wakeups {
             functions: self.functions.clone(),
+            sockets: self.switch.uplink_fds(),
             stop: self.stop.clone(),
             stopping: self.stopping.clone(),
         }));
@@ -176,6 +225,12 @@ impl Engine {
             }
             self.request_notify(false);
             last_work = Instant::now();
+        }
+        if let Some(c) = self.switch.fault_counters() {
+            log::info!("network faults: {c}");
+        }
+        if let Some(s) = self.switch.uplink_stats() {
+            log::info!("network: {s}");
         }
         log::debug!("engine stopped");
         Ok(())

@@ -62,11 +62,16 @@ pub struct Identity {
     pub limits: Limits,
 }
 
+/// The PF's IPv4 address when the device has no network (`--net`): its functions are
+/// then 10.82.0.1, 10.82.0.2, ..., reachable only through the internal switch.
+pub const DEFAULT_IP_BASE: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 82, 0, 1);
+
 impl Identity {
     /// The identity of function `id` of a device with `device_vfs` VFs (at most 255),
     /// numbered n = 0 for the PF and i + 1 for VF i: MAC 02:52:4e:49:43:nn and IPv4 address
-    /// 10.82.0.0 + n + 1.
-    pub fn new(id: FunctionId, device_vfs: u16) -> Self {
+    /// `ip_base` + n (a 32-bit sum, wrapping), whose IPv4-mapped form is the GID.
+    /// `ip_base` is the `--net` address, or [`DEFAULT_IP_BASE`] when `None`.
+    pub fn new(id: FunctionId, device_vfs: u16, ip_base: Option<std::net::Ipv4Addr>) -> Self {
         let n: u16 = match id {
             FunctionId::Pf => 0,
             FunctionId::Vf(i) => i + 1,
@@ -74,7 +79,7 @@ impl Identity {
         let mut gid = [0u8; 16];
         gid[10] = 0xff;
         gid[11] = 0xff;
-        let ipv4 = u32::from_be_bytes([10, 82, 0, 0]) + u32::from(n) + 1;
+        let ipv4 = u32::from(ip_base.unwrap_or(DEFAULT_IP_BASE)).wrapping_add(u32::from(n));
         gid[12..].copy_from_slice(&ipv4.to_be_bytes());
         Self {
             id,
@@ -733,11 +738,11 @@ mod tests {
     const PBA: u64 = pci::MSIX_PBA_OFFSET;
 
     fn vf() -> Function {
-        Function::new(Identity::new(FunctionId::Vf(1), 4)).unwrap()
+        Function::new(Identity::new(FunctionId::Vf(1), 4, None)).unwrap()
     }
 
     fn pf() -> Function {
-        Function::new(Identity::new(FunctionId::Pf, 4)).unwrap()
+        Function::new(Identity::new(FunctionId::Pf, 4, None)).unwrap()
     }
 
     fn memfd(size: u64) -> File {
@@ -1026,7 +1031,7 @@ mod tests {
 
         assert_eq!(rd32(&pf(), FUNCTION_INFO), 0);
         assert_eq!(rd32(&pf(), MAGIC_REG), MAGIC);
-        let vf7 = Function::new(Identity::new(FunctionId::Vf(7), 8)).unwrap();
+        let vf7 = Function::new(Identity::new(FunctionId::Vf(7), 8, None)).unwrap();
         assert_eq!(rd32(&vf7, FUNCTION_INFO), FUNCTION_IS_VF | 7 << 8);
     }
 
@@ -1245,6 +1250,28 @@ mod tests {
         // Nothing more to do.
         assert!(!f.poll());
         assert_eq!(guest.used_idx(), 1);
+    }
+
+    #[test]
+    fn addresses_are_the_base_plus_the_function_number() {
+        let gid = |id, base| Identity::new(id, 4, base).gid;
+        let mapped = |ip: [u8; 4]| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&ip);
+            g
+        };
+        assert_eq!(gid(FunctionId::Pf, None), mapped([10, 82, 0, 1]));
+        assert_eq!(gid(FunctionId::Vf(3), None), mapped([10, 82, 0, 5]));
+        let base = Some(std::net::Ipv4Addr::new(127, 0, 1, 255));
+        assert_eq!(gid(FunctionId::Pf, base), mapped([127, 0, 1, 255]));
+        assert_eq!(gid(FunctionId::Vf(0), base), mapped([127, 0, 2, 0]));
+        // The MAC does not depend on the address.
+        assert_eq!(
+            Identity::new(FunctionId::Vf(0), 4, base).mac,
+            Identity::new(FunctionId::Vf(0), 4, None).mac
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod doorbell;
 pub mod engine;
 pub mod function;
 pub mod msix;
+pub mod net;
 pub mod pcap;
 pub mod pci;
 pub mod rdma;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use rnic_device::device::{Device, DeviceConfig};
+use rnic_device::net::faults::FaultSpec;
+use rnic_device::net::udp::UdpSpec;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -34,6 +36,29 @@ struct Args {
     /// that Wireshark and tshark decode.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+
+    /// Inject network faults into every frame the device forwards, for testing the
+    /// transport: SPEC is a comma-separated subset of loss=P, dup=P, reorder=P,
+    /// corrupt=P (probabilities per frame, 0 to 1), delay=MS (every frame held MS
+    /// milliseconds) and seed=S (the PRNG seed; the same seed gives the same faults).
+    /// A lost frame is dropped; a duplicated one delivered twice; a reordered one held
+    /// until the next frame has passed (at most 1 ms); a corrupted one has one bit flipped
+    /// after its Ethernet header, so the receiver's checks drop it. Example:
+    /// --net-faults loss=0.02,dup=0.01,reorder=0.01,corrupt=0.001,seed=7
+    #[arg(long, value_name = "SPEC")]
+    net_faults: Option<FaultSpec>,
+
+    /// Make the functions reachable over a real network, by the functions of other rnicd
+    /// processes (other hosts, network namespaces, or loopback addresses), as RoCEv2 over
+    /// UDP. Function n (0 = PF, i+1 = VF i) gets the IPv4 address ADDR+n as its GID
+    /// (::ffff:ADDR+n) instead of 10.82.0.(n+1), and receives on UDP port PORT (default
+    /// 4791) of that address, which must be an address of this host (all of 127.0.0.0/8
+    /// is, on Linux). Nothing else is configured: a QP whose destination GID is not a
+    /// function of this rnicd sends to that address, port PORT; all rnicd processes that
+    /// talk must use the same PORT. Functions of one rnicd still talk through the internal
+    /// switch. Example, two rnicd on one host: --net udp:127.0.1.1 and --net udp:127.0.2.1
+    #[arg(long, value_name = "udp:ADDR[:PORT]")]
+    net: Option<UdpSpec>,
 }
 
 fn main() {
@@ -44,6 +69,8 @@ fn main() {
         vfs: args.vfs,
         poll_window: Duration::from_micros(args.poll_us),
         pcap: args.pcap,
+        net_faults: args.net_faults,
+        net: args.net,
     };
     // Catch the signals before the sockets exist, so none is left behind.
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {

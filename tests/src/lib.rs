@@ -2,6 +2,7 @@
 //! raw vfio-user messages for what the crate's client cannot send.
 
 pub mod verbs_pair;
+pub mod wire;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

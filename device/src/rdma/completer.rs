@@ -146,12 +146,10 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> 
         } else {
             WcStatus::LocAccessErr
         };
-        release_rd_atomic(qp, i);
         return true;
     }
     if o.read_pkts == o.npsn {
         o.state = OpState::Done;
-        release_rd_atomic(qp, i);
     }
     true
 }
@@ -185,15 +183,7 @@ fn atomic_ack(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> boo
     if placed.is_err() {
         o.status = WcStatus::LocAccessErr;
     }
-    release_rd_atomic(qp, i);
     true
-}
-
-fn release_rd_atomic(qp: &mut Qp, i: usize) {
-    if qp.req.ops[i].holds_rd_atomic {
-        qp.req.ops[i].holds_rd_atomic = false;
-        qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
-    }
 }
 
 /// The retransmission timer: resend from the oldest unanswered op, or give up.
@@ -235,6 +225,15 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
         let Some(o) = qp.req.ops.pop_front() else {
             break;
         };
+        // A READ or atomic gives its slot back only now, in send-queue order, never when
+        // its answer comes: while an earlier one waits for a lost answer, it may be asked
+        // again, and the responder answers a duplicate only from the answers it kept for
+        // its last max_dest_rd_atomic requests. Had the later ones given their slots
+        // back, more requests would have gone out, and pushed the earlier one's answer
+        // out of that window: asked again, it would never be answered (RETRY_EXC_ERR).
+        if o.holds_rd_atomic {
+            qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+        }
         let failed = o.status != WcStatus::Success;
         if failed || o.op.signaled(qp.sq_sig_all) {
             let byte_len = match o.op.wqe.opcode {

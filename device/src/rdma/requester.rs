@@ -86,7 +86,8 @@ pub struct RequesterState {
     pub next_psn: u32,
     /// Ops taken from the send queue and not yet completed, in order.
     pub ops: VecDeque<Op>,
-    /// READs and atomics awaiting their responses.
+    /// READs and atomics sent and not yet completed (their slots come back in order,
+    /// when they retire: see `completer::retire`).
     pub rd_atomic_outstanding: u32,
     /// Transport retries left before `RETRY_EXC_ERR`.
     pub retry_left: u8,
@@ -188,7 +189,11 @@ pub fn run(
             // Draining: what has not started waits for the return to RTS.
             break;
         }
+        // The fence holds an op's first transmission only. A resend (after go-back-N)
+        // already passed it, and READs and atomics behind it may hold slots now that
+        // cannot come back before it completes: waiting for them would wait forever.
         if o.op.wqe.flags & send_flags::FENCE != 0
+            && !o.assigned
             && qp.req.rd_atomic_outstanding > 0
             && !o.holds_rd_atomic
         {

@@ -3,9 +3,19 @@
 //! Functions talk to each other exactly as they would over a network: whole
 //! Ethernet/IPv4/UDP/RoCEv2 frames, addressed by MAC, with the ICRC computed and checked.
 //! The switch forwards by destination MAC and, when asked, writes every frame to a pcap.
+//! With `--net-faults` every frame sent goes through a [`FaultInjector`] first, and the
+//! pcap shows what was delivered (copies, corrupted frames, the order of arrival).
+//!
+//! With an [`Uplink`] (`--net`, see [`crate::net::udp`]), a frame whose destination is
+//! no port of the switch goes to the uplink, i.e. to a real network, and frames that
+//! arrive from it for a port are delivered to that port's inbox (and captured) by
+//! [`Switch::poll_uplink`]. Faults, if any, are injected on the sending side only.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::time::Instant;
 
+use crate::net::faults::{FaultCounters, FaultInjector};
 use crate::pcap::PcapWriter;
 
 /// A function's address on the switch.
@@ -17,6 +27,43 @@ pub struct Endpoint {
     pub ip: [u8; 4],
 }
 
+/// What an uplink did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkStats {
+    /// Frames sent to the network.
+    pub tx: u64,
+    /// Frames for the network that could not be sent (full buffers, no route, ...).
+    pub tx_dropped: u64,
+    /// Frames received from the network and delivered to a port.
+    pub rx: u64,
+    /// What arrived from the network and was dropped: too short, not RoCEv2.
+    pub rx_dropped: u64,
+}
+
+impl std::fmt::Display for UplinkStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tx {} (dropped {}) rx {} (dropped {})",
+            self.tx, self.tx_dropped, self.rx, self.rx_dropped
+        )
+    }
+}
+
+/// The switch's link to a real network, for destinations that are no port of its own.
+pub trait Uplink: Send {
+    /// Sends `frame` (a whole Ethernet/IPv4/UDP/RoCEv2 frame) towards its destination IP.
+    /// Returns whether it went out; a frame that did not is counted by the uplink.
+    fn send(&mut self, frame: &[u8]) -> bool;
+    /// Appends to `out` up to `max` frames that arrived for switch port `port`; returns
+    /// how many arrivals it read (dropped ones included), so 0 means none waited.
+    fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize;
+    /// The descriptors to sleep on, per switch port: readable when something arrived.
+    fn fds(&self) -> Vec<RawFd>;
+    /// What it did so far.
+    fn stats(&self) -> UplinkStats;
+}
+
 /// Frames in flight between functions.
 pub struct Switch {
     ports: Vec<Endpoint>,
@@ -26,6 +73,10 @@ pub struct Switch {
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     /// Frames with no port to go to.
     pub unroutable: u64,
+    /// Faults to inject into every frame sent (`--net-faults`).
+    faults: Option<FaultInjector>,
+    /// Where frames for other addresses go (`--net`).
+    uplink: Option<Box<dyn Uplink>>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -33,6 +84,7 @@ impl std::fmt::Debug for Switch {
         f.debug_struct("Switch")
             .field("ports", &self.ports)
             .field("unroutable", &self.unroutable)
+            .field("uplink", &self.uplink.as_ref().map(|u| u.stats()))
             .finish_non_exhaustive()
     }
 }
@@ -53,7 +105,48 @@ impl Switch {
             inbox,
             pcap,
             unroutable: 0,
+            faults: None,
+            uplink: None,
         }
+    }
+
+    /// Sends frames for addresses that are no port of this switch to `uplink`, and takes
+    /// frames from it in [`Switch::poll_uplink`].
+    pub fn set_uplink(&mut self, uplink: Box<dyn Uplink>) {
+        self.uplink = Some(uplink);
+    }
+
+    /// The uplink's descriptors to sleep on (none without an uplink).
+    pub fn uplink_fds(&self) -> Vec<RawFd> {
+        self.uplink.as_ref().map(|u| u.fds()).unwrap_or_default()
+    }
+
+    /// What the uplink did, if there is one.
+    pub fn uplink_stats(&self) -> Option<UplinkStats> {
+        self.uplink.as_ref().map(|u| u.stats())
+    }
+
+    /// Moves what arrived from the uplink, up to `max` per port, into the ports' inboxes
+    /// (capturing each frame); returns how many arrivals were read.
+    pub fn poll_uplink(&mut self, max: usize) -> usize {
+        let Some(uplink) = &mut self.uplink else {
+            return 0;
+        };
+        let mut read = 0;
+        let mut frames = Vec::new();
+        for port in 0..self.inbox.len() {
+            read += uplink.receive(port, max, &mut frames);
+            for frame in frames.drain(..) {
+                if let Some(pcap) = &mut self.pcap {
+                    if let Err(e) = pcap.write_frame(&frame) {
+                        log::warn!("pcap write failed, capture stopped: {e}");
+                        self.pcap = None;
+                    }
+                }
+                self.inbox[port].push_back(frame);
+            }
+        }
+        read
     }
 
     /// The address table functions use to address frames (their ARP, on this switch).
@@ -61,8 +154,47 @@ impl Switch {
         self.by_ip.clone()
     }
 
-    /// Forwards `frame` to the port its destination MAC names.
+    /// Makes every frame sent from now on go through `faults` first.
+    pub fn set_faults(&mut self, faults: FaultInjector) {
+        self.faults = Some(faults);
+    }
+
+    /// What the fault injector did, if there is one.
+    pub fn fault_counters(&self) -> Option<FaultCounters> {
+        self.faults.as_ref().map(FaultInjector::counters)
+    }
+
+    /// Forwards `frame` to the port its destination MAC names, through the fault
+    /// injector if there is one (which may drop, copy, corrupt or hold it).
     pub fn send(&mut self, frame: Vec<u8>) {
+        match &mut self.faults {
+            Some(faults) => {
+                for frame in faults.apply(frame, Instant::now()) {
+                    self.forward(frame);
+                }
+            }
+            None => self.forward(frame),
+        }
+    }
+
+    /// Delivers the frames the fault injector held (reordered or delayed) whose time has
+    /// come.
+    pub fn release_due(&mut self, now: Instant) {
+        if let Some(faults) = &mut self.faults {
+            for frame in faults.due(now) {
+                self.forward(frame);
+            }
+        }
+    }
+
+    /// When the fault injector next releases a held frame: the engine must look then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.faults.as_ref().and_then(FaultInjector::next_deadline)
+    }
+
+    /// Forwards `frame` to the port its destination MAC names or, if its destination IP
+    /// is no port's, to the uplink.
+    fn forward(&mut self, frame: Vec<u8>) {
         if let Some(pcap) = &mut self.pcap {
             if let Err(e) = pcap.write_frame(&frame) {
                 log::warn!("pcap write failed, capture stopped: {e}");
@@ -70,14 +202,24 @@ impl Switch {
             }
         }
         let dst: Option<[u8; 6]> = frame.get(..6).and_then(|d| d.try_into().ok());
-        match dst.and_then(|d| self.by_mac.get(&d)) {
-            Some(&port) => self.inbox[port].push_back(frame),
-            None => self.unroutable += 1,
+        if let Some(&port) = dst.and_then(|d| self.by_mac.get(&d)) {
+            self.inbox[port].push_back(frame);
+            return;
+        }
+        let dst_ip: Option<[u8; 4]> = frame.get(30..34).and_then(|d| d.try_into().ok());
+        match (&mut self.uplink, dst_ip) {
+            (Some(uplink), Some(ip)) if !self.by_ip.contains_key(&ip) => {
+                uplink.send(&frame);
+            }
+            _ => self.unroutable += 1,
         }
     }
 
-    /// Takes the frames waiting for `port`.
+    /// Takes the frames waiting for `port`, with held frames that fell due delivered first.
     pub fn take(&mut self, port: usize) -> VecDeque<Vec<u8>> {
+        if self.faults.as_ref().is_some_and(|f| f.held() > 0) {
+            self.release_due(Instant::now());
+        }
         self.inbox
             .get_mut(port)
             .map(std::mem::take)
@@ -87,5 +229,87 @@ impl Switch {
     /// Whether any frame waits anywhere.
     pub fn busy(&self) -> bool {
         self.inbox.iter().any(|q| !q.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// An uplink that records what it is sent and delivers what the test queued.
+    #[derive(Default)]
+    struct Fake {
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+        arriving: Vec<(usize, Vec<u8>)>,
+    }
+
+    impl Uplink for Fake {
+        fn send(&mut self, frame: &[u8]) -> bool {
+            self.sent.lock().unwrap().push(frame.to_vec());
+            true
+        }
+        fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize {
+            let mut n = 0;
+            while n < max {
+                let Some(i) = self.arriving.iter().position(|(p, _)| *p == port) else {
+                    break;
+                };
+                out.push(self.arriving.remove(i).1);
+                n += 1;
+            }
+            n
+        }
+        fn fds(&self) -> Vec<RawFd> {
+            vec![]
+        }
+        fn stats(&self) -> UplinkStats {
+            UplinkStats::default()
+        }
+    }
+
+    fn frame(dst_mac: [u8; 6], dst_ip: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&dst_mac);
+        f[30..34].copy_from_slice(&dst_ip);
+        f
+    }
+
+    #[test]
+    fn frames_for_other_addresses_go_to_the_uplink_and_arrivals_to_their_port() {
+        let ports = vec![
+            Endpoint {
+                mac: [2, 0, 0, 0, 0, 1],
+                ip: [10, 0, 0, 1],
+            },
+            Endpoint {
+                mac: [2, 0, 0, 0, 0, 2],
+                ip: [10, 0, 0, 2],
+            },
+        ];
+        let mut s = Switch::new(ports, None);
+        // Without an uplink, an unknown destination is unroutable.
+        s.send(frame([0xff; 6], [10, 9, 0, 1]));
+        assert_eq!(s.unroutable, 1);
+        let fake = Fake {
+            arriving: vec![(1, vec![1]), (0, vec![2]), (1, vec![3])],
+            ..Fake::default()
+        };
+        let sent = fake.sent.clone();
+        s.set_uplink(Box::new(fake));
+        s.send(frame([2, 0, 0, 0, 0, 2], [10, 0, 0, 2]));
+        s.send(frame([0xff; 6], [10, 9, 0, 1]));
+        // A local IP with an unknown MAC is not sent out.
+        s.send(frame([0xff; 6], [10, 0, 0, 1]));
+        assert_eq!(s.unroutable, 2);
+        assert_eq!(sent.lock().unwrap().len(), 1);
+        assert_eq!(sent.lock().unwrap()[0][30..34], [10, 9, 0, 1]);
+        assert_eq!(s.take(1).len(), 1);
+        assert_eq!(s.poll_uplink(1), 2, "one per port per pass");
+        assert_eq!(s.take(0), VecDeque::from([vec![2]]));
+        assert_eq!(s.take(1), VecDeque::from([vec![1]]));
+        assert_eq!(s.poll_uplink(8), 1);
+        assert_eq!(s.take(1), VecDeque::from([vec![3]]));
+        assert_eq!(s.poll_uplink(8), 0);
     }
 }

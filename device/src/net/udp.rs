@@ -1,0 +1,1150 @@
+//! RoCEv2 over real UDP sockets: how the functions of one rnicd reach the functions of
+//! other rnicd processes, in other network namespaces, on other hosts, or (in tests) on
+//! other loopback addresses of the same host (`rnicd --net udp:ADDR[:PORT]`).
+//!
+//! # Addressing
+//!
+//! With `--net udp:ADDR`, function n (0 for the PF, i + 1 for VF i) has the IPv4 address
+//! ADDR + n (a 32-bit sum; see [`function_ip`]) as its GID, `::ffff:ADDR+n`. That address
+//! must be one of the host's (on Linux all of 127.0.0.0/8 is local, so `udp:127.0.1.1` and
+//! `udp:127.0.2.1` give two rnicd processes disjoint addresses on one host). Peers need
+//! no configuration: a QP's destination GID is an IPv4-mapped address, and a frame the
+//! internal switch cannot deliver itself is sent to that address, port PORT (4791 by
+//! default), which is where the peer function's receive socket listens.
+//!
+//! # Sending
+//!
+//! The switch hands this uplink the whole Ethernet/IPv4/UDP/RoCEv2 frame a function
+//! built. The kernel owns the real Ethernet, IPv4 and UDP headers, so only the UDP
+//! payload (BTH to ICRC, ICRC included) goes out, as one datagram to (destination IP,
+//! PORT), from a socket bound to (source IP, the frame's UDP source port). That source
+//! port is the flow-entropy port the requester chose
+//! ([`crate::roce::packet::udp_src_port`]), so every QP's datagrams carry its own source
+//! port on the wire, as RoCEv2 requires for ECMP. These send sockets are created on first
+//! use, one per (source IP, source port), with `SO_REUSEADDR`, non-blocking, and with
+//! `IP_PMTUDISC_DO` (RoCE packets are never fragmented: DF is set, and a datagram larger
+//! than the path MTU is dropped and reported once, naming the QP's path MTU as the fix).
+//! The frame's TTL and TOS (the QP's hop limit and traffic class) are set on the socket
+//! before each send in which they change, so they are on the wire too. A full socket
+//! buffer drops the datagram, as a full NIC queue would; the transport retransmits. At
+//! most 512 send sockets stay open; past that the least recently used is closed.
+//!
+//! If the flow's port cannot be bound (another program holds it: the ports 0xC000 and up
+//! overlap the kernel's ephemeral range), the flow is sent from a kernel-chosen port of
+//! the same source IP instead, and its ICRC is recomputed for that port, so that the
+//! receiver still verifies it (see below). That is the one case in which a `--pcap`
+//! frame and the datagram on the wire differ: the capture shows what the QP built.
+//!
+//! # The ICRC when the kernel writes the IP header (a requirement)
+//!
+//! The ICRC covers the IPv4 and UDP headers (with TOS, TTL, the checksums and the
+//! FECN/BECN byte masked), but over a socket the kernel writes them, not rnicd. Both
+//! ends therefore compute and check the ICRC over the canonical header rnicd would have
+//! built itself, which [`crate::roce::packet::build`] writes: IPv4 without options, IP ID
+//! 0, DF set, protocol UDP, UDP checksum 0, with the addresses, source port and lengths
+//! that are on the wire. The sender's frame is exactly that. The receiver rebuilds
+//! exactly that frame from what `recvmsg` reports: source IP and port from the sender's
+//! address, destination IP the receive socket's own (it is bound to it, so a datagram for
+//! another address cannot arrive), TTL and TOS from `IP_RECVTTL`/`IP_RECVTOS` ancillary
+//! data, lengths from the datagram's; its Ethernet header has the function's own MAC as
+//! destination and, as source, [`peer_mac`] of the source IP (`02:00` followed by the
+//! four address bytes: the peer's real MAC is not known over UDP). The rebuilt frame
+//! goes through the function's normal receive path, validation and ICRC check included
+//! ([`crate::rdma::recv`], [`crate::roce::packet::parse`]). So frames in a `--pcap` are
+//! canonical frames whose ICRC verifies over their headers as written, and the frame a
+//! receiver rebuilds is byte for byte the one the sender built from the IP header on. Of
+//! the Ethernet header only the EtherType survives: the sender's frame has the broadcast
+//! MAC as destination (the peer's MAC is not known over UDP), the receiver's has its own
+//! MAC there and [`peer_mac`] as source. rnicd never reads the real IP ID or checksums:
+//! the receiver takes ID 0 and recomputes the checksums, and the ICRC masks the
+//! checksums, though not the IP ID, which Linux does send as 0 for a DF datagram from an
+//! unconnected socket, so the datagrams on the wire match their canonical frames for a
+//! receiver that reads the real header too (Linux rxe). The kernel does compute a UDP
+//! checksum on the wire (rxe sends none over IPv4): that only adds protection, the ICRC
+//! masks it, and the receiving kernel checks it before rnicd sees the datagram.
+//!
+//! The frames always say destination port 4791 ([`crate::roce::packet::ROCEV2_PORT`]),
+//! whatever PORT is: the RoCEv2 frame format fixes it and the receive path checks it.
+//! With the default PORT the canonical frame is exactly what is on the wire; another PORT
+//! is a private arrangement between rnicd processes (which must all use the same one),
+//! and the ICRC then covers port 4791 where the wire says PORT.
+//!
+//! # Receiving
+//!
+//! Each function has its own non-blocking receive socket bound to (its IP, PORT),
+//! without `SO_REUSEADDR`, so a second rnicd on the same addresses fails to start
+//! instead of silently sharing them. The engine sleeps on these sockets in epoll next to
+//! its doorbell eventfds, and on each pass drains them (up to a budget per function) into
+//! the switch's inbox of their function. Datagrams too short to be RoCEv2, whose BTH is
+//! not a known RoCEv2 opcode of transport version 0, or truncated, are counted and
+//! dropped.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::mem::{size_of, size_of_val, MaybeUninit};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::str::FromStr;
+
+use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
+use crate::roce::icrc::icrc;
+use crate::roce::packet::{
+    opcode_info, BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT,
+    UDP_HEADER_LEN,
+};
+
+/// The UDP port datagrams go to when `--net` names none: RoCEv2's.
+pub const DEFAULT_PORT: u16 = ROCEV2_PORT;
+
+/// Socket buffer size asked for (with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where allowed,
+/// else capped by `net.core.rmem_max`/`wmem_max`): enough for a burst of a large
+/// message's packets, which the requester sends without a window.
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
+
+/// Send sockets kept open at most; past that, the least recently used one is closed
+/// (and opened again if its flow sends again), so that many QPs do not run rnicd out of
+/// file descriptors.
+const MAX_FLOWS: usize = 512;
+
+/// The largest UDP payload over IPv4.
+const MAX_DATAGRAM: usize = 65_535 - IPV4_HEADER_LEN - UDP_HEADER_LEN;
+
+/// IPv4 "don't fragment".
+const IP_DF: u16 = 0x4000;
+/// IPv4 protocol number of UDP.
+const IPPROTO_UDP: u8 = 17;
+
+/// What `--net udp:ADDR[:PORT]` says: the first function's address and the UDP port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSpec {
+    /// The PF's IPv4 address; function n has `addr + n`.
+    pub addr: Ipv4Addr,
+    /// The UDP port every function receives on, and sends to.
+    pub port: u16,
+}
+
+impl FromStr for UdpSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let usage = "--net takes udp:ADDR[:PORT], e.g. udp:127.0.1.1 or udp:10.0.0.5:4791";
+        let Some(rest) = s.strip_prefix("udp:") else {
+            return Err(format!("'{s}' is not a network: {usage}"));
+        };
+        let (addr, port) = match rest.split_once(':') {
+            Some((a, p)) => {
+                let port = p
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|&p| p != 0)
+                    .ok_or_else(|| format!("'{p}' is not a UDP port (1..=65535): {usage}"))?;
+                (a, port)
+            }
+            None => (rest, DEFAULT_PORT),
+        };
+        let addr: Ipv4Addr = addr
+            .parse()
+            .map_err(|_| format!("'{addr}' is not an IPv4 address: {usage}"))?;
+        if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
+            return Err(format!(
+                "{addr} is not a unicast address: ADDR must be an address of this host"
+            ));
+        }
+        Ok(Self { addr, port })
+    }
+}
+
+impl fmt::Display for UdpSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "udp:{}:{}", self.addr, self.port)
+    }
+}
+
+impl UdpSpec {
+    /// The address of function `n` (0 = PF, i + 1 = VF i), if it is a unicast address.
+    pub fn function_ip(&self, n: u16) -> Option<Ipv4Addr> {
+        function_ip(self.addr, n)
+            .filter(|ip| !ip.is_broadcast() && !ip.is_multicast() && !ip.is_unspecified())
+    }
+}
+
+/// `base + n` as a 32-bit sum, or `None` past 255.255.255.255.
+pub fn function_ip(base: Ipv4Addr, n: u16) -> Option<Ipv4Addr> {
+    u32::from(base)
+        .checked_add(u32::from(n))
+        .map(Ipv4Addr::from)
+}
+
+/// The MAC a frame received over UDP says it came from: `02:00` (locally administered,
+/// unicast) followed by the source IPv4 address, since the peer's real MAC is not known.
+pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// Why the uplink could not be set up. The messages name the fix.
+#[derive(Debug)]
+pub enum NetError {
+    /// Function `n`'s address would not be a unicast IPv4 address.
+    Range {
+        /// The `--net` given.
+        spec: UdpSpec,
+        /// The function number.
+        n: u16,
+    },
+    /// A receive socket could not be bound.
+    Bind {
+        /// The address.
+        addr: SocketAddrV4,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetError::Range { spec, n } => write!(
+                f,
+                "--net {spec}: function {n} would have address {} + {n}, which is not a \
+                 unicast IPv4 address; choose a lower ADDR",
+                spec.addr
+            ),
+            NetError::Bind { addr, source } => {
+                write!(f, "cannot bind {addr}: ")?;
+                match source.kind() {
+                    io::ErrorKind::AddrInUse => write!(
+                        f,
+                        "address in use — another rnicd uses this --net address (or another \
+                         program, e.g. the kernel's rdma_rxe, holds UDP port {} on it); \
+                         choose another ADDR, or another PORT for every rnicd",
+                        addr.port()
+                    ),
+                    io::ErrorKind::AddrNotAvailable => write!(
+                        f,
+                        "address not available — {} is not an address of this host; add it \
+                         (e.g. `ip addr add {}/32 dev lo`, or on the interface that reaches \
+                         the peers) or choose another ADDR; function n uses ADDR + n",
+                        addr.ip(),
+                        addr.ip()
+                    ),
+                    io::ErrorKind::PermissionDenied => write!(
+                        f,
+                        "permission denied — ports below 1024 need CAP_NET_BIND_SERVICE; \
+                         choose another PORT"
+                    ),
+                    _ => write!(f, "{source}"),
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for NetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NetError::Bind { source, .. } => Some(source),
+            NetError::Range { .. } => None,
+        }
+    }
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: a c_int option value of the size given, on a descriptor we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a c_int option value and its length, on a descriptor we own.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks for a socket buffer of [`SOCKET_BUFFER`] bytes: forced (beyond the sysctl cap)
+/// where the process may, else as large as the cap allows. Failure is not fatal.
+fn grow_buffer(fd: RawFd, force: libc::c_int, normal: libc::c_int) {
+    if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, normal, SOCKET_BUFFER);
+    }
+}
+
+fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// What a socket is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A function's receive socket: exclusive, reports TTL and TOS.
+    Receive,
+    /// A flow's send socket: `SO_REUSEADDR`, DF on every datagram.
+    Send,
+}
+
+/// A non-blocking UDP socket bound to `addr`.
+fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
+    // SAFETY: plain socket creation; the descriptor is owned right after.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    match role {
+        Role::Receive => {
+            setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+            setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+            grow_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+        }
+        Role::Send => {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+            setsockopt_int(
+                raw,
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )?;
+            grow_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+        }
+    }
+    let sa = sockaddr(addr);
+    // SAFETY: a sockaddr_in of the size given.
+    let r = unsafe {
+        libc::bind(
+            raw,
+            (&sa as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(UdpSocket::from(fd))
+}
+
+/// One datagram as `recvmsg` reported it.
+#[derive(Debug, Clone, Copy)]
+struct Received {
+    len: usize,
+    from: SocketAddrV4,
+    ttl: Option<u8>,
+    tos: Option<u8>,
+    truncated: bool,
+}
+
+/// Receives one datagram into `buf`, with its sender and its TTL and TOS.
+fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+    let mut name = MaybeUninit::<libc::sockaddr_in>::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for the IP_TTL and IP_TOS messages (u64 for cmsghdr's alignment).
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; all-zero is a valid value (also for musl's padding).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = name.as_mut_ptr().cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` points at live buffers of the sizes it gives.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: recvmsg filled the name (zeroed before, so initialized either way).
+    let name = unsafe { name.assume_init() };
+    let from = SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
+        u16::from_be(name.sin_port),
+    );
+    let (mut ttl, mut tos) = (None, None);
+    // SAFETY: the CMSG_* macros walk the control buffer recvmsg filled, within
+    // msg_controllen; each message's data is read unaligned, at the size its type has.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP {
+                let data = libc::CMSG_DATA(c);
+                match h.cmsg_type {
+                    libc::IP_TTL => {
+                        ttl = Some(std::ptr::read_unaligned(data as *const libc::c_int) as u8)
+                    }
+                    // Linux reports the TOS as a single byte.
+                    libc::IP_TOS => tos = Some(*data),
+                    _ => {}
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Received {
+        len: n as usize,
+        from,
+        ttl,
+        tos,
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+    })
+}
+
+/// What of a frame goes on the wire through a socket: the addressing the kernel is
+/// asked for, and the UDP payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing<'a> {
+    /// Source IPv4 address.
+    pub src_ip: Ipv4Addr,
+    /// Destination IPv4 address.
+    pub dst_ip: Ipv4Addr,
+    /// UDP source port (the QP's flow entropy).
+    pub src_port: u16,
+    /// IPv4 TOS byte.
+    pub tos: u8,
+    /// IPv4 TTL.
+    pub ttl: u8,
+    /// The UDP payload: BTH to ICRC.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Outgoing<'a> {
+    /// Reads an Ethernet/IPv4 (no options)/UDP frame; `None` if it is not one or its
+    /// lengths do not fit.
+    pub fn of(frame: &'a [u8]) -> Option<Self> {
+        let ip_at = ETH_HEADER_LEN;
+        let udp_at = ip_at + IPV4_HEADER_LEN;
+        let payload_at = udp_at + UDP_HEADER_LEN;
+        if frame.len() < payload_at
+            || u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV4
+            || frame[ip_at] != 0x45
+            || frame[ip_at + 9] != IPPROTO_UDP
+        {
+            return None;
+        }
+        let ip_len = usize::from(u16::from_be_bytes([frame[ip_at + 2], frame[ip_at + 3]]));
+        let udp_len = usize::from(u16::from_be_bytes([frame[udp_at + 4], frame[udp_at + 5]]));
+        if ip_at + ip_len > frame.len()
+            || udp_len < UDP_HEADER_LEN
+            || IPV4_HEADER_LEN + udp_len > ip_len
+        {
+            return None;
+        }
+        let ip4 = |at: usize| Ipv4Addr::new(frame[at], frame[at + 1], frame[at + 2], frame[at + 3]);
+        Some(Self {
+            src_ip: ip4(ip_at + 12),
+            dst_ip: ip4(ip_at + 16),
+            src_port: u16::from_be_bytes([frame[udp_at], frame[udp_at + 1]]),
+            tos: frame[ip_at + 1],
+            ttl: frame[ip_at + 8],
+            payload: &frame[payload_at..udp_at + udp_len],
+        })
+    }
+}
+
+/// The canonical IPv4 and UDP headers of a RoCEv2 packet, as
+/// [`crate::roce::packet::build`] writes them: no options, IP ID 0, DF, header checksum,
+/// destination port 4791, UDP checksum 0.
+pub fn canonical_ip_udp(
+    src: SocketAddrV4,
+    dst_ip: Ipv4Addr,
+    tos: u8,
+    ttl: u8,
+    payload_len: usize,
+) -> [u8; IPV4_HEADER_LEN + UDP_HEADER_LEN] {
+    let udp_len = (UDP_HEADER_LEN + payload_len) as u16;
+    let ip_len = IPV4_HEADER_LEN as u16 + udp_len;
+    let mut h = [0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+    h[0] = 0x45;
+    h[1] = tos;
+    h[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    // 4..6: IP ID 0.
+    h[6..8].copy_from_slice(&IP_DF.to_be_bytes());
+    h[8] = ttl;
+    h[9] = IPPROTO_UDP;
+    h[12..16].copy_from_slice(&src.ip().octets());
+    h[16..20].copy_from_slice(&dst_ip.octets());
+    let mut sum: u32 = h[..IPV4_HEADER_LEN]
+        .chunks_exact(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h[20..22].copy_from_slice(&src.port().to_be_bytes());
+    h[22..24].copy_from_slice(&ROCEV2_PORT.to_be_bytes());
+    h[24..26].copy_from_slice(&udp_len.to_be_bytes());
+    // 26..28: UDP checksum 0.
+    h
+}
+
+/// The canonical frame of a datagram received from `src` on `dst_ip` with `tos` and
+/// `ttl`, as the receiving function `dst_mac` sees it (see the module documentation).
+pub fn rebuild_frame(
+    dst_mac: [u8; 6],
+    src: SocketAddrV4,
+    dst_ip: Ipv4Addr,
+    tos: u8,
+    ttl: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut frame =
+        Vec::with_capacity(ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN + payload.len());
+    frame.extend_from_slice(&dst_mac);
+    frame.extend_from_slice(&peer_mac(*src.ip()));
+    frame.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    frame.extend_from_slice(&canonical_ip_udp(src, dst_ip, tos, ttl, payload.len()));
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// `out`'s payload with its ICRC recomputed for source port `port` (for a flow that could
+/// not be sent from its own port).
+fn payload_for_port(out: &Outgoing, port: u16) -> Vec<u8> {
+    let covered = out.payload.len() - ICRC_LEN;
+    let mut packet = canonical_ip_udp(
+        SocketAddrV4::new(out.src_ip, port),
+        out.dst_ip,
+        out.tos,
+        out.ttl,
+        out.payload.len(),
+    )
+    .to_vec();
+    packet.extend_from_slice(&out.payload[..covered]);
+    let crc = icrc(&packet);
+    let mut payload = out.payload.to_vec();
+    payload[covered..].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+/// Whether a datagram can be a RoCEv2 packet: a BTH of transport version 0 with a known
+/// opcode, room for that opcode's headers and the ICRC. The receive path checks the rest.
+fn looks_like_roce(payload: &[u8]) -> bool {
+    if payload.len() < BTH_LEN + ICRC_LEN || payload[1] & 0x0F != 0 {
+        return false;
+    }
+    opcode_info(payload[0]).is_some_and(|i| payload.len() >= i.header_len() + ICRC_LEN)
+}
+
+/// A function's receive socket.
+struct RxPort {
+    ip: Ipv4Addr,
+    mac: [u8; 6],
+    socket: UdpSocket,
+}
+
+/// A flow's send socket.
+struct TxFlow {
+    socket: UdpSocket,
+    /// The port it is bound to: the flow's, or a kernel-chosen one if that was taken.
+    port: u16,
+    ttl: Option<u8>,
+    tos: Option<u8>,
+    /// When it last sent, in sends of the uplink (for closing the least recently used).
+    used: u64,
+}
+
+impl TxFlow {
+    /// A socket for (ip, port), or, if that port is taken, for (ip, any port).
+    fn open(ip: Ipv4Addr, port: u16) -> io::Result<Self> {
+        let socket = match bind_socket(SocketAddrV4::new(ip, port), Role::Send) {
+            Ok(s) => s,
+            Err(e) => {
+                let s = bind_socket(SocketAddrV4::new(ip, 0), Role::Send)?;
+                log::warn!(
+                    "cannot send from {ip}:{port} ({e}): that flow's datagrams go from port \
+                     {} instead, with their ICRC recomputed for it (captures show the frames \
+                     as the QP built them)",
+                    s.local_addr().map(|a| a.port()).unwrap_or(0)
+                );
+                s
+            }
+        };
+        let port = socket.local_addr()?.port();
+        Ok(Self {
+            socket,
+            port,
+            ttl: None,
+            tos: None,
+            used: 0,
+        })
+    }
+
+    /// Sets the TTL and TOS of what it sends next, if they changed.
+    fn set_ip(&mut self, ttl: u8, tos: u8) -> io::Result<()> {
+        if self.ttl != Some(ttl) {
+            self.socket.set_ttl(u32::from(ttl.max(1)))?;
+            self.ttl = Some(ttl);
+        }
+        if self.tos != Some(tos) {
+            setsockopt_int(
+                self.socket.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_TOS,
+                libc::c_int::from(tos),
+            )?;
+            self.tos = Some(tos);
+        }
+        Ok(())
+    }
+}
+
+/// The functions' link to a real network: one receive socket per function, one send
+/// socket per flow.
+pub struct UdpUplink {
+    port: u16,
+    ports: Vec<RxPort>,
+    flows: HashMap<(Ipv4Addr, u16), TxFlow>,
+    /// Sends so far: the clock of `TxFlow::used`.
+    sends: u64,
+    buf: Vec<u8>,
+    stats: UplinkStats,
+    /// Problems already reported, so that a flood of one is logged once.
+    warned: HashSet<(&'static str, i32)>,
+}
+
+impl fmt::Debug for UdpUplink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UdpUplink")
+            .field("port", &self.port)
+            .field(
+                "addresses",
+                &self.ports.iter().map(|p| p.ip).collect::<Vec<_>>(),
+            )
+            .field("flows", &self.flows.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl UdpUplink {
+    /// Binds a receive socket on (IP, `port`) for each of `endpoints` (the switch's
+    /// ports, in order).
+    pub fn bind(endpoints: &[Endpoint], port: u16) -> Result<Self, NetError> {
+        let ports = endpoints
+            .iter()
+            .map(|e| {
+                let addr = SocketAddrV4::new(Ipv4Addr::from(e.ip), port);
+                let socket = bind_socket(addr, Role::Receive)
+                    .map_err(|source| NetError::Bind { addr, source })?;
+                Ok(RxPort {
+                    ip: *addr.ip(),
+                    mac: e.mac,
+                    socket,
+                })
+            })
+            .collect::<Result<Vec<_>, NetError>>()?;
+        // Linux reports twice the size asked for (the rest is its bookkeeping).
+        if let Some(got) = ports.first().and_then(|p| {
+            getsockopt_int(p.socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).ok()
+        }) {
+            if got < SOCKET_BUFFER {
+                log::warn!(
+                    "UDP receive buffers are {got} bytes, capped by net.core.rmem_max: a \
+                     burst of packets larger than that (a message of a few hundred KiB) is \
+                     partly lost and must be retransmitted; raise the cap (sysctl -w \
+                     net.core.rmem_max={SOCKET_BUFFER}) or give rnicd CAP_NET_ADMIN"
+                );
+            }
+        }
+        Ok(Self {
+            port,
+            ports,
+            flows: HashMap::new(),
+            sends: 0,
+            buf: vec![0; MAX_DATAGRAM + 1],
+            stats: UplinkStats::default(),
+            warned: HashSet::new(),
+        })
+    }
+
+    /// Logs a problem the first time it happens.
+    fn warn_once(&mut self, what: &'static str, errno: i32, msg: impl FnOnce() -> String) {
+        if self.warned.insert((what, errno)) {
+            log::warn!("{} (reported once)", msg());
+        }
+    }
+
+    fn drop_tx(&mut self, what: &'static str, errno: i32, msg: impl FnOnce() -> String) -> bool {
+        self.stats.tx_dropped += 1;
+        self.warn_once(what, errno, msg);
+        false
+    }
+
+    fn local(&self, ip: Ipv4Addr) -> bool {
+        self.ports.iter().any(|p| p.ip == ip)
+    }
+}
+
+impl Uplink for UdpUplink {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        let Some(out) = Outgoing::of(frame) else {
+            return self.drop_tx("not udp", 0, || {
+                "a frame for the network is not IPv4/UDP: dropped".into()
+            });
+        };
+        if out.payload.len() < BTH_LEN + ICRC_LEN {
+            return self.drop_tx("short", 0, || {
+                "a frame for the network is too short for RoCEv2: dropped".into()
+            });
+        }
+        if !self.local(out.src_ip) {
+            return self.drop_tx("source", 0, || {
+                format!(
+                    "a frame from {}, which is no function's address, was dropped",
+                    out.src_ip
+                )
+            });
+        }
+        let dst = out.dst_ip;
+        if dst.is_unspecified() || dst.is_broadcast() || dst.is_multicast() {
+            return self.drop_tx("destination", 0, || {
+                format!("a frame to {dst}, which is not a unicast address, was dropped (is the QP's destination GID an IPv4-mapped unicast address?)")
+            });
+        }
+        let key = (out.src_ip, out.src_port);
+        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&key) {
+            if let Some(oldest) = self
+                .flows
+                .iter()
+                .min_by_key(|(_, f)| f.used)
+                .map(|(k, _)| *k)
+            {
+                self.flows.remove(&oldest);
+            }
+        }
+        self.sends += 1;
+        let now = self.sends;
+        let flow = match self.flows.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => match TxFlow::open(out.src_ip, out.src_port) {
+                Ok(f) => v.insert(f),
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(0);
+                    return self.drop_tx("open", errno, || {
+                        format!("cannot open a send socket on {}: {e}", out.src_ip)
+                    });
+                }
+            },
+        };
+        flow.used = now;
+        if let Err(e) = flow.set_ip(out.ttl, out.tos) {
+            let errno = e.raw_os_error().unwrap_or(0);
+            return self.drop_tx("ttl/tos", errno, || {
+                format!("cannot set TTL {} / TOS {:#x}: {e}", out.ttl, out.tos)
+            });
+        }
+        let to = SocketAddrV4::new(dst, self.port);
+        let sent = if flow.port == out.src_port {
+            flow.socket.send_to(out.payload, to)
+        } else {
+            flow.socket.send_to(&payload_for_port(&out, flow.port), to)
+        };
+        match sent {
+            Ok(_) => {
+                self.stats.tx += 1;
+                true
+            }
+            // A full socket buffer: lost, as from a full NIC queue; the transport resends.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.stats.tx_dropped += 1;
+                false
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                let len = out.payload.len();
+                self.drop_tx("mtu", libc::EMSGSIZE, || {
+                    format!(
+                        "a datagram of {len} bytes to {to} exceeds the path MTU and RoCE \
+                         packets are not fragmented: dropped; give the QP a smaller path MTU"
+                    )
+                })
+            }
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                self.drop_tx("send", errno, || format!("cannot send to {to}: {e}"))
+            }
+        }
+    }
+
+    fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize {
+        let mut read = 0;
+        while read < max {
+            let Some(p) = self.ports.get(port) else {
+                return read;
+            };
+            let r = match recv_one(&p.socket, &mut self.buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let (ip, errno) = (p.ip, e.raw_os_error().unwrap_or(0));
+                    self.warn_once("recv", errno, || format!("receive on {ip} failed: {e}"));
+                    break;
+                }
+            };
+            read += 1;
+            let payload = &self.buf[..r.len.min(self.buf.len())];
+            if r.truncated || !looks_like_roce(payload) {
+                self.stats.rx_dropped += 1;
+                log::trace!(
+                    "datagram of {} bytes from {} dropped: not RoCEv2",
+                    r.len,
+                    r.from
+                );
+                continue;
+            }
+            // Without the ancillary data (never so on Linux) the values rnicd sends.
+            let ttl = r.ttl.unwrap_or(64);
+            let tos = r.tos.unwrap_or(0);
+            out.push(rebuild_frame(p.mac, r.from, p.ip, tos, ttl, payload));
+            self.stats.rx += 1;
+        }
+        read
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        self.ports.iter().map(|p| p.socket.as_raw_fd()).collect()
+    }
+
+    fn stats(&self) -> UplinkStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roce::packet::{self, opcode as op, Addressing, Bth, Headers, Reth};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn specs_parse_and_refuse_with_the_usage() {
+        assert_eq!(
+            "udp:127.0.1.1".parse::<UdpSpec>().unwrap(),
+            UdpSpec {
+                addr: Ipv4Addr::new(127, 0, 1, 1),
+                port: 4791
+            }
+        );
+        assert_eq!(
+            "udp:10.0.0.5:5000".parse::<UdpSpec>().unwrap(),
+            UdpSpec {
+                addr: Ipv4Addr::new(10, 0, 0, 5),
+                port: 5000
+            }
+        );
+        for bad in [
+            "127.0.1.1",
+            "tcp:127.0.1.1",
+            "udp:",
+            "udp:1.2.3",
+            "udp:1.2.3.4:0",
+            "udp:1.2.3.4:70000",
+            "udp:0.0.0.0",
+            "udp:224.0.0.1",
+        ] {
+            let e = bad.parse::<UdpSpec>().unwrap_err();
+            assert!(
+                e.contains("udp:ADDR") || e.contains("unicast"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn function_addresses_are_sums_and_stop_at_the_end_of_ipv4() {
+        let s: UdpSpec = "udp:10.0.0.255".parse().unwrap();
+        assert_eq!(s.function_ip(0), Some(Ipv4Addr::new(10, 0, 0, 255)));
+        assert_eq!(s.function_ip(1), Some(Ipv4Addr::new(10, 0, 1, 0)));
+        let s: UdpSpec = "udp:255.255.255.250".parse().unwrap();
+        assert_eq!(s.function_ip(5), None, "broadcast");
+        assert_eq!(s.function_ip(6), None, "overflow");
+    }
+
+    /// A RoCEv2 frame of a two-MTU-ish WRITE first packet with odd-length payload (so it
+    /// has a pad), as a function builds it.
+    fn frame(addressing: &Addressing) -> Vec<u8> {
+        let hdrs = Headers {
+            bth: Bth::new(op::RC_RDMA_WRITE_FIRST, 0x12, 0x345),
+            reth: Some(Reth {
+                va: 0x1000,
+                rkey: 0x77,
+                dma_len: 3000,
+            }),
+            ..Headers::default()
+        };
+        let payload: Vec<u8> = (0..1021u32).map(|i| (i * 7) as u8).collect();
+        let mut f = Vec::new();
+        packet::build(addressing, &hdrs, &payload, &mut f).unwrap();
+        f
+    }
+
+    fn addressing(src_ip: [u8; 4], dst_ip: [u8; 4], dst_mac: [u8; 6]) -> Addressing {
+        Addressing {
+            src_mac: [0x02, 0x52, 0x4e, 0x49, 0x43, 1],
+            dst_mac,
+            src_ip,
+            dst_ip,
+            src_port: packet::udp_src_port(0, 0x12, 0x34),
+            ttl: 17,
+            tos: 0x68,
+            ip_id: 0,
+        }
+    }
+
+    #[test]
+    fn a_frame_rebuilt_from_its_datagram_differs_only_in_the_mac_source() {
+        let rx_mac = [0x02, 0x52, 0x4e, 0x49, 0x43, 7];
+        let f = frame(&addressing([10, 1, 0, 2], [10, 2, 0, 3], rx_mac));
+        let out = Outgoing::of(&f).unwrap();
+        assert_eq!(out.payload, &f[42..]);
+        let rebuilt = rebuild_frame(
+            rx_mac,
+            SocketAddrV4::new(out.src_ip, out.src_port),
+            out.dst_ip,
+            out.tos,
+            out.ttl,
+            out.payload,
+        );
+        assert_eq!(rebuilt.len(), f.len());
+        assert_eq!(rebuilt[..6], f[..6]);
+        assert_eq!(rebuilt[6..12], peer_mac(Ipv4Addr::new(10, 1, 0, 2)));
+        assert_eq!(rebuilt[12..], f[12..]);
+        packet::parse(&rebuilt).expect("the rebuilt frame's ICRC verifies");
+    }
+
+    #[test]
+    fn a_recomputed_icrc_covers_the_port_actually_used() {
+        let f = frame(&addressing([10, 1, 0, 2], [10, 2, 0, 3], [0; 6]));
+        let out = Outgoing::of(&f).unwrap();
+        let payload = payload_for_port(&out, 40000);
+        assert_ne!(payload, out.payload);
+        let rebuilt = rebuild_frame(
+            [0; 6],
+            SocketAddrV4::new(out.src_ip, 40000),
+            out.dst_ip,
+            out.tos,
+            out.ttl,
+            &payload,
+        );
+        packet::parse(&rebuilt).expect("ICRC over port 40000");
+        let unchanged = rebuild_frame(
+            [0; 6],
+            SocketAddrV4::new(out.src_ip, 40000),
+            out.dst_ip,
+            out.tos,
+            out.ttl,
+            out.payload,
+        );
+        assert!(matches!(
+            packet::parse(&unchanged),
+            Err(packet::ParseError::Icrc { .. })
+        ));
+    }
+
+    /// A port and loopback addresses for one test, unlikely to be used by anything else
+    /// (tests of one binary run in parallel threads; the pid separates test binaries).
+    fn test_net(test: u8) -> (u16, [u8; 4], [u8; 4]) {
+        let pid = std::process::id();
+        let port = 20_000 + (pid % 20_000) as u16;
+        let b = (pid >> 8) as u8;
+        let c = pid as u8;
+        (
+            port,
+            [127, 100 + test * 2, b, c],
+            [127, 101 + test * 2, b, c],
+        )
+    }
+
+    fn endpoint(ip: [u8; 4], n: u8) -> Endpoint {
+        Endpoint {
+            mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n],
+            ip,
+        }
+    }
+
+    /// Polls `port` of `u` until a frame arrives (or 5 s pass).
+    fn receive_one(u: &mut UdpUplink, port: usize) -> Option<Vec<u8>> {
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            u.receive(port, 16, &mut got);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        got.pop()
+    }
+
+    #[test]
+    fn frames_cross_real_sockets_unchanged_but_for_the_mac_source() {
+        let (port, a_ip, b_ip) = test_net(0);
+        let (a, b) = (endpoint(a_ip, 1), endpoint(b_ip, 2));
+        let mut ua = UdpUplink::bind(&[a], port).unwrap();
+        let mut ub = UdpUplink::bind(&[b], port).unwrap();
+        let f = frame(&addressing(a.ip, b.ip, b.mac));
+        assert!(ua.send(&f));
+        let got = receive_one(&mut ub, 0).expect("datagram arrived");
+        assert_eq!(got[..6], f[..6]);
+        assert_eq!(got[6..12], peer_mac(Ipv4Addr::from(a.ip)));
+        assert_eq!(got[12..], f[12..], "TTL, TOS, source port: all as sent");
+        packet::parse(&got).expect("ICRC verifies");
+        assert_eq!(ua.stats().tx, 1);
+        assert_eq!(ub.stats().rx, 1);
+        // A second QP's flow goes from its own port.
+        let mut second = addressing(a.ip, b.ip, b.mac);
+        second.src_port = packet::udp_src_port(0, 0x13, 0x34);
+        assert_ne!(second.src_port, addressing(a.ip, b.ip, b.mac).src_port);
+        assert!(ua.send(&frame(&second)));
+        let got = receive_one(&mut ub, 0).expect("second datagram");
+        assert_eq!(u16::from_be_bytes([got[34], got[35]]), second.src_port);
+        assert_eq!(ua.flows.len(), 2);
+    }
+
+    #[test]
+    fn send_sockets_are_capped_closing_the_least_recently_used() {
+        let (port, a_ip, b_ip) = test_net(5);
+        let (a, b) = (endpoint(a_ip, 1), endpoint(b_ip, 2));
+        let mut ua = UdpUplink::bind(&[a], port).unwrap();
+        let mut f = frame(&addressing(a.ip, b.ip, b.mac));
+        let first = Outgoing::of(&f).unwrap().src_port;
+        let mut send = |port: u16| {
+            f[34..36].copy_from_slice(&port.to_be_bytes());
+            // Nobody receives: the kernel drops the datagrams, which is fine here.
+            assert!(ua.send(&f));
+        };
+        send(first);
+        send(0xC000);
+        // The first flow sends again: 0xC000 is now the least recently used.
+        send(first);
+        for i in 1..MAX_FLOWS as u16 {
+            send(0xC000 + i);
+        }
+        assert_eq!(ua.flows.len(), MAX_FLOWS);
+        assert!(ua.flows.contains_key(&(Ipv4Addr::from(a.ip), first)));
+        assert!(!ua.flows.contains_key(&(Ipv4Addr::from(a.ip), 0xC000)));
+        assert!(ua.flows.contains_key(&(Ipv4Addr::from(a.ip), 0xC001)));
+    }
+
+    #[test]
+    fn a_taken_flow_port_falls_back_to_another_with_a_matching_icrc() {
+        let (port, a_ip, b_ip) = test_net(1);
+        let (a, b) = (endpoint(a_ip, 1), endpoint(b_ip, 2));
+        let f = frame(&addressing(a.ip, b.ip, b.mac));
+        let flow_port = Outgoing::of(&f).unwrap().src_port;
+        // Held without SO_REUSEADDR, as another program would.
+        let _squatter = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(a.ip), flow_port))
+            .expect("squat the flow port");
+        let mut ua = UdpUplink::bind(&[a], port).unwrap();
+        let mut ub = UdpUplink::bind(&[b], port).unwrap();
+        assert!(ua.send(&f));
+        let got = receive_one(&mut ub, 0).expect("datagram arrived");
+        assert_ne!(u16::from_be_bytes([got[34], got[35]]), flow_port);
+        packet::parse(&got).expect("ICRC recomputed for the port used");
+    }
+
+    #[test]
+    fn short_and_foreign_datagrams_are_counted_and_dropped() {
+        let (port, a_ip, b_ip) = test_net(2);
+        let mut ub = UdpUplink::bind(&[endpoint(b_ip, 2)], port).unwrap();
+        let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(a_ip), 0)).unwrap();
+        let to = SocketAddrV4::new(Ipv4Addr::from(b_ip), port);
+        let mut not_roce = vec![0u8; 64];
+        not_roce[0] = 0xee; // no such opcode
+        let mut bad_version = vec![0u8; 64];
+        bad_version[0] = op::RC_SEND_ONLY;
+        bad_version[1] = 1;
+        let mut short_headers = vec![0u8; 20];
+        short_headers[0] = op::RC_RDMA_WRITE_ONLY; // needs a RETH
+        for d in [
+            &[][..],
+            &[1, 2, 3][..],
+            &not_roce,
+            &bad_version,
+            &short_headers,
+        ] {
+            s.send_to(d, to).unwrap();
+        }
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while ub.stats().rx_dropped < 5 && start.elapsed() < Duration::from_secs(5) {
+            ub.receive(0, 16, &mut got);
+        }
+        assert!(got.is_empty());
+        assert_eq!(ub.stats().rx_dropped, 5);
+        assert_eq!(ub.stats().rx, 0);
+        // Nothing waits: the next receive reads nothing.
+        assert_eq!(ub.receive(0, 16, &mut got), 0);
+        // Out-of-range ports read nothing either.
+        assert_eq!(ub.receive(7, 16, &mut got), 0);
+    }
+
+    #[test]
+    fn binding_an_address_twice_names_the_fix() {
+        let (port, a_ip, _) = test_net(3);
+        let _first = UdpUplink::bind(&[endpoint(a_ip, 1)], port).unwrap();
+        let e = UdpUplink::bind(&[endpoint(a_ip, 1)], port).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("address in use"), "{msg}");
+        assert!(msg.contains("choose another ADDR"), "{msg}");
+    }
+
+    #[test]
+    fn frames_that_are_not_udp_or_not_to_a_unicast_address_are_dropped() {
+        let (port, a_ip, _) = test_net(4);
+        let a = endpoint(a_ip, 1);
+        let mut ua = UdpUplink::bind(&[a], port).unwrap();
+        assert!(!ua.send(&[0u8; 10]));
+        let f = frame(&addressing(a.ip, [255, 255, 255, 255], [0xff; 6]));
+        assert!(!ua.send(&f));
+        let f = frame(&addressing([10, 9, 9, 9], [10, 2, 0, 3], [0xff; 6]));
+        assert!(!ua.send(&f), "not from one of our addresses");
+        assert_eq!(ua.stats().tx_dropped, 3);
+    }
+}
