@@ -192,3 +192,30 @@ pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Vec<Wc> {
     }
     got
 }
+
+/// Deterministic test bytes: the same `seed` gives the same bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// `len` bytes of `mr` from `offset`.
+pub fn read_mr(mr: &Mr, offset: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    mr.read(offset, &mut out);
+    out
+}
+
+/// The little-endian u64 at `offset` of `mr`.
+pub fn read_u64(mr: &Mr, offset: usize) -> u64 {
+    let mut b = [0u8; 8];
+    mr.read(offset, &mut b);
+    u64::from_le_bytes(b)
+}

@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rnic_driver::verbs::{Mr, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
-use rnic_tests::verbs_pair::{connect, connect_qps, init_qp, poll_n, side, PairOptions, Side};
+use rnic_tests::verbs_pair::{
+    connect, connect_qps, init_qp, pattern, poll_n, read_mr, read_u64, side, PairOptions, Side,
+};
 use rnic_tests::wire::{carried_icrc, expected_icrc, ipv4_checksum, pcap_frames};
 use rnic_tests::{bin, Rnicd};
 
@@ -19,28 +21,6 @@ const BIG: usize = 1 << 20;
 /// Where READs land on the requester and atomics work on the responder.
 const READ_AT: usize = 2 << 20;
 const ATOMIC_AT: usize = 3 << 20;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
-}
-
-fn read_mr(mr: &Mr, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    mr.read(offset, &mut out);
-    out
-}
-
-fn read_u64(mr: &Mr, offset: usize) -> u64 {
-    u64::from_le_bytes(read_mr(mr, offset, 8).try_into().unwrap())
-}
 
 #[track_caller]
 fn one(side: &Side) -> Wc {

@@ -12,7 +12,8 @@ use rnic_driver::verbs::{
     ACCESS_REMOTE_WRITE,
 };
 use rnic_tests::verbs_pair::{
-    buffer_bytes, connect_qps, guarded_mr, init_qp, pair, poll_n, to_rtr, to_rts, PairOptions, Side,
+    buffer_bytes, connect_qps, guarded_mr, init_qp, pair, pattern, poll_n, read_mr, read_u64,
+    to_rtr, to_rts, PairOptions, Side,
 };
 use rnic_tests::Rnicd;
 
@@ -32,19 +33,6 @@ fn connected(o: &PairOptions) -> (Rnicd, Side, Side) {
     let rnicd = start();
     let (a, b) = pair(&rnicd, "vf0", "vf1", o);
     (rnicd, a, b)
-}
-
-/// Deterministic test bytes.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
 }
 
 fn signaled(wr_id: u64, opcode: WrOpcode, sges: Vec<Sge>) -> SendWr {
@@ -131,16 +119,6 @@ fn assert_untouched(mr: &Mr, fill: u8) {
             bytes[i]
         );
     }
-}
-
-fn read_mr(mr: &Mr, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    mr.read(offset, &mut out);
-    out
-}
-
-fn read_u64(mr: &Mr, offset: usize) -> u64 {
-    u64::from_le_bytes(read_mr(mr, offset, 8).try_into().unwrap())
 }
 
 /// After a failure on `side`: the failed WR completed with `status`, then every WR behind

@@ -382,6 +382,8 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
             offset: 0,
         });
     }
+    // Decided before the message state is borrowed, reported after the length check.
+    let allowed = qp_allows(qp, ACCESS_REMOTE_WRITE);
     let Some(Inbound::Write {
         va,
         rkey,
@@ -395,9 +397,7 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
     if *offset + n > *len {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
-    if qp.attr.qp_access_flags & ACCESS_REMOTE_WRITE == 0 {
-        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
-    }
+    allowed?;
     // A zero-length WRITE places nothing and, as IB C9-88 says, needs no valid address
     // or rkey.
     if *len == 0 {
@@ -431,6 +431,15 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
     Ok(())
 }
 
+/// Whether the QP lets remote peers do `access` (its `qp_access_flags`); if not, the
+/// request is answered with a remote access error whatever the key would have allowed.
+fn qp_allows(qp: &Qp, access: u32) -> Result<(), Failure> {
+    if qp.attr.qp_access_flags & access == 0 {
+        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
+    }
+    Ok(())
+}
+
 fn read_request(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -442,9 +451,7 @@ fn read_request(
         .hdrs
         .reth
         .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
-    if qp.attr.qp_access_flags & ACCESS_REMOTE_READ == 0 {
-        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
-    }
+    qp_allows(qp, ACCESS_REMOTE_READ)?;
     // A zero-length READ needs no valid address or rkey (IB C9-88).
     if reth.dma_len != 0 {
         rdma.mrs
@@ -550,9 +557,7 @@ fn atomic(
         .hdrs
         .atomic
         .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
-    if qp.attr.qp_access_flags & ACCESS_REMOTE_ATOMIC == 0 {
-        return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
-    }
+    qp_allows(qp, ACCESS_REMOTE_ATOMIC)?;
     if a.va % 8 != 0 {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
