@@ -2,7 +2,8 @@
 # Provides everything a VM run needs, idempotently:
 #   - a QEMU with the vfio-user-pci client (the system one if it has it, else Debian
 #     trixie-backports' QEMU inside a debootstrapped trixie root),
-#   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs.
+#   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs,
+#   - tshark on the host, which the capture test decodes rnicd's pcap with.
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
 # Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
 set -euo pipefail
@@ -126,8 +127,18 @@ ensure_guest_kit() {
     mv "$GUEST_KIT/vmlinuz.tmp" "$GUEST_KIT/vmlinuz"
 }
 
+ensure_tshark() {
+    # The capture test decodes rnicd's pcap with tshark. Its package asks whether
+    # non-root users may capture; answer no beforehand so the install never prompts.
+    command -v tshark >/dev/null 2>&1 && return 0
+    need_root
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt_install_host tshark
+}
+
 main() {
     mkdir -p "$RNIC_CACHE"
+    ensure_tshark
     ensure_qemu
     ensure_guest_kit
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"

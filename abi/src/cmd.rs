@@ -26,7 +26,9 @@ pub const CMDQ_USED_ALIGN: u64 = 4;
 /// Largest request or response the device accepts, in bytes.
 pub const CMD_MAX_LEN: u32 = 64 * 1024;
 
-/// Command opcodes.
+/// Command opcodes. Those from [`crate::admin::ADMIN_OPCODE_BASE`] on are admin commands:
+/// only the PF's admin queue runs them; elsewhere they complete with
+/// [`Status::NotPermitted`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Opcode {
@@ -60,9 +62,38 @@ pub enum Opcode {
     QueryQp = 0x0142,
     /// Destroy a queue pair: `verbs::ObjectReq`.
     DestroyQp = 0x0143,
+    /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
+    /// doorbell numbering): `migration::AdoptQpReq` -> `migration::AdoptQpResp`.
+    AdoptQp = 0x0144,
+    /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
+    /// `admin::AdminQueryResp`.
+    AdminQuery = 0x1000,
+    /// Admin: enable VFs `0..n` and disable the rest: `admin::SetNumVfsReq`.
+    SetNumVfs = 0x1001,
+    /// Admin: one member's state, quota and usage: `admin::MemberReq` ->
+    /// `admin::MemberInfo`.
+    QueryMember = 0x1002,
+    /// Admin: set a member's quota: `admin::SetQuotaReq`.
+    SetQuota = 0x1003,
+    /// Admin: set a member's MAC and/or GID: `admin::SetAddressReq`.
+    SetAddress = 0x1004,
+    /// Admin: set a member's link state: `admin::SetLinkReq`.
+    SetLink = 0x1005,
+    /// Admin: read a member's counters: `admin::MemberReq` -> `admin::MemberStats`.
+    GetStats = 0x1006,
+    /// Admin: function-level reset of a VF: `admin::MemberReq`.
+    ResetVf = 0x1007,
+    /// Admin: move a QP between members: `migration::MigrateQpReq` ->
+    /// `migration::MigrateQpResp`.
+    MigrateQp = 0x1008,
 }
 
 impl Opcode {
+    /// Whether this is an admin command (only the PF's admin queue runs it).
+    pub fn is_admin(self) -> bool {
+        crate::admin::is_admin_opcode(self as u16)
+    }
+
     /// The opcode with this number, if there is one.
     pub fn from_u16(value: u16) -> Option<Self> {
         Some(match value {
@@ -80,6 +111,16 @@ impl Opcode {
             0x0141 => Self::ModifyQp,
             0x0142 => Self::QueryQp,
             0x0143 => Self::DestroyQp,
+            0x0144 => Self::AdoptQp,
+            0x1000 => Self::AdminQuery,
+            0x1001 => Self::SetNumVfs,
+            0x1002 => Self::QueryMember,
+            0x1003 => Self::SetQuota,
+            0x1004 => Self::SetAddress,
+            0x1005 => Self::SetLink,
+            0x1006 => Self::GetStats,
+            0x1007 => Self::ResetVf,
+            0x1008 => Self::MigrateQp,
             _ => return None,
         })
     }

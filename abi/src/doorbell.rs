@@ -16,6 +16,9 @@ pub const NOTIFY_REQUEST: u64 = 0x000;
 /// Offset, in doorbell page 0, of the command queue doorbell (u32): the driver writes the
 /// available ring's `idx` after it published commands.
 pub const CMDQ_DOORBELL: u64 = 0x040;
+/// Offset, in doorbell page 0, of the admin queue doorbell (u32), used as
+/// [`CMDQ_DOORBELL`] is (kick with page 0).
+pub const ADMINQ_DOORBELL: u64 = 0x044;
 /// Offset, in every doorbell page, of the rung-slot bitmap: [`SLOTS`] bits, bit `i` being
 /// bit `i % 8` of byte `i / 8` (so any word width reads it the same on little-endian
 /// machines). After writing any queue's doorbell slot, the driver sets the slot's bit (an

@@ -16,8 +16,10 @@
 #[cfg(not(target_endian = "little"))]
 compile_error!("rnic-abi lays structures out in native order and requires a little-endian target");
 
+pub mod admin;
 pub mod cmd;
 pub mod doorbell;
+pub mod migration;
 pub mod pci;
 pub mod regs;
 pub mod verbs;
@@ -25,7 +27,7 @@ pub mod verbs;
 /// Major version of this interface. A driver refuses a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor version: grows with backwards-compatible additions (new commands, new registers).
-pub const ABI_MINOR: u16 = 1;
+pub const ABI_MINOR: u16 = 2;
 
 /// The ABI version as the [`regs::ABI_VERSION`] register reports it: major in bits 31:16.
 pub const fn abi_version() -> u32 {

@@ -49,8 +49,88 @@ pub const DOORBELL_PAGES: u64 = 0x04C;
 pub const MSIX_VECTORS: u64 = 0x050;
 /// Why the last [`CMDQ_CONTROL`] enable or other setup step failed ([`ERR_NONE`] and friends).
 pub const ERROR_CODE: u64 = 0x054;
+/// Admin queue ([`crate::admin`]): address of the descriptor table, low half. The admin
+/// queue block `ADMINQ_*` has the layout of the `CMDQ_*` block (from [`CMDQ_DESC_LO`] to
+/// [`CMDQ_CONTROL`]) moved up by [`ADMINQ_OFFSET`], and the same meaning. Every function
+/// has it; on a VF every admin command completes with `NotPermitted`.
+pub const ADMINQ_DESC_LO: u64 = 0x060;
+/// See [`ADMINQ_DESC_LO`].
+pub const ADMINQ_DESC_HI: u64 = 0x064;
+/// Admin queue: address of the available (driver) ring.
+pub const ADMINQ_AVAIL_LO: u64 = 0x068;
+/// See [`ADMINQ_AVAIL_LO`].
+pub const ADMINQ_AVAIL_HI: u64 = 0x06C;
+/// Admin queue: address of the used (device) ring.
+pub const ADMINQ_USED_LO: u64 = 0x070;
+/// See [`ADMINQ_USED_LO`].
+pub const ADMINQ_USED_HI: u64 = 0x074;
+/// Admin queue size in entries: a power of two, at most [`CMDQ_MAX_SIZE`].
+pub const ADMINQ_SIZE: u64 = 0x078;
+/// MSI-X vector the device signals when it completes admin commands, or [`NO_VECTOR`].
+pub const ADMINQ_MSIX_VECTOR: u64 = 0x07C;
+/// Admin queue control: write [`CMDQ_ENABLE`] to start it, 0 to stop it.
+pub const ADMINQ_CONTROL: u64 = 0x080;
+/// Why the last [`ADMINQ_CONTROL`] enable failed or why the running admin queue stopped
+/// (`ERR_CMDQ_*` codes, which mean the same for this queue).
+pub const ADMINQ_ERROR_CODE: u64 = 0x084;
 /// One past the last register; reads beyond it up to the MSI-X table return 0.
-pub const REGS_END: u64 = 0x058;
+pub const REGS_END: u64 = 0x088;
+
+/// Distance from each `CMDQ_*` ring register to its `ADMINQ_*` twin.
+pub const ADMINQ_OFFSET: u64 = ADMINQ_DESC_LO - CMDQ_DESC_LO;
+
+/// The ring registers of one queue (command or admin): where a driver programs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRegs {
+    /// Descriptor table address, low half (high half 4 bytes on).
+    pub desc_lo: u64,
+    /// Available ring address, low half.
+    pub avail_lo: u64,
+    /// Used ring address, low half.
+    pub used_lo: u64,
+    /// Queue size.
+    pub size: u64,
+    /// MSI-X vector.
+    pub msix_vector: u64,
+    /// Control ([`CMDQ_ENABLE`]).
+    pub control: u64,
+    /// Error code register.
+    pub error_code: u64,
+    /// [`DEVICE_STATUS`] bit that says the queue runs.
+    pub running: u32,
+    /// [`DEVICE_STATUS`] bit that says the queue stopped on an error.
+    pub fatal: u32,
+    /// Offset of its doorbell in doorbell page 0.
+    pub doorbell: u64,
+}
+
+/// The command queue's registers.
+pub const CMDQ_REGS: QueueRegs = QueueRegs {
+    desc_lo: CMDQ_DESC_LO,
+    avail_lo: CMDQ_AVAIL_LO,
+    used_lo: CMDQ_USED_LO,
+    size: CMDQ_SIZE,
+    msix_vector: CMDQ_MSIX_VECTOR,
+    control: CMDQ_CONTROL,
+    error_code: ERROR_CODE,
+    running: STATUS_CMDQ_RUNNING,
+    fatal: STATUS_FATAL,
+    doorbell: crate::doorbell::CMDQ_DOORBELL,
+};
+
+/// The admin queue's registers.
+pub const ADMINQ_REGS: QueueRegs = QueueRegs {
+    desc_lo: ADMINQ_DESC_LO,
+    avail_lo: ADMINQ_AVAIL_LO,
+    used_lo: ADMINQ_USED_LO,
+    size: ADMINQ_SIZE,
+    msix_vector: ADMINQ_MSIX_VECTOR,
+    control: ADMINQ_CONTROL,
+    error_code: ADMINQ_ERROR_CODE,
+    running: STATUS_ADMINQ_RUNNING,
+    fatal: STATUS_ADMINQ_FATAL,
+    doorbell: crate::doorbell::ADMINQ_DOORBELL,
+};
 
 /// Value of [`MAGIC_REG`]: "RNIC" in ASCII, little-endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RNIC");
@@ -70,6 +150,9 @@ pub const CAP_MSIX: u64 = 1 << 2;
 pub const CAP_FUNCTION_RESET: u64 = 1 << 3;
 /// Capability: RDMA verbs over reliable connected QPs ([`crate::verbs`]).
 pub const CAP_RDMA_RC: u64 = 1 << 4;
+/// Capability: the function administers the device through its admin queue
+/// ([`crate::admin`]); set on the PF only.
+pub const CAP_ADMIN: u64 = 1 << 5;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;
@@ -78,9 +161,17 @@ pub const STATUS_CMDQ_RUNNING: u32 = 1 << 1;
 /// [`DEVICE_STATUS`]: the command queue hit an error it could not recover from and
 /// stopped; [`ERROR_CODE`] says which. Restarting the queue (or a reset) clears it.
 pub const STATUS_FATAL: u32 = 1 << 2;
-/// [`DEVICE_STATUS`]: the function is disabled by its PF and does nothing else. (Reserved:
-/// VF enabling through the PF arrives with PF administration.)
+/// [`DEVICE_STATUS`]: the function is a VF that its PF disabled (`SET_NUM_VFS`): it does
+/// nothing else; its queues do not run and its traffic is not processed.
 pub const STATUS_DISABLED: u32 = 1 << 3;
+/// [`DEVICE_STATUS`]: the admin queue runs.
+pub const STATUS_ADMINQ_RUNNING: u32 = 1 << 4;
+/// [`DEVICE_STATUS`]: the admin queue hit an error it could not recover from and stopped;
+/// [`ADMINQ_ERROR_CODE`] says which.
+pub const STATUS_ADMINQ_FATAL: u32 = 1 << 5;
+/// [`DEVICE_STATUS`]: the function's link is down (its PF set it so): it sends and receives
+/// nothing.
+pub const STATUS_LINK_DOWN: u32 = 1 << 6;
 
 /// [`DEVICE_CONTROL`]: write 1 to reset the device state of the function (registers,
 /// queues, doorbells, and every object it created) to power-on. PCI state that belongs to

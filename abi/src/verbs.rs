@@ -288,6 +288,13 @@ pub mod event {
     pub const COMM_EST: u8 = 4;
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
     pub const SQ_DRAINED: u8 = 5;
+    /// rnic-specific: QP [`Eqe::object`] left this function (`MIGRATE_QP`, see
+    /// [`crate::migration`]); its number now means nothing here, and what moved with it
+    /// (its PD and MRs, CQs that moved) is gone too.
+    pub const QP_DEPARTED: u8 = 0x40;
+    /// rnic-specific: QP [`Eqe::object`] arrived on this function (`MIGRATE_QP`); the
+    /// driver learns its new numbering with `ADOPT_QP`.
+    pub const QP_ARRIVED: u8 = 0x41;
     /// A completion event: an armed CQ ([`Eqe::object`]) received a completion.
     pub const EVENT_COMPLETION: u8 = 0x80;
 }

@@ -8,7 +8,10 @@ use rnic_abi::cmd::{
     CmdHeader, RespHeader, Status, CMDQ_AVAIL_ALIGN, CMDQ_DESC_ALIGN, CMDQ_MAX_SIZE,
     CMDQ_USED_ALIGN, CMD_MAX_LEN,
 };
-use rnic_abi::regs::{ERR_CMDQ_ADDRESS, ERR_CMDQ_BROKEN, ERR_CMDQ_DMA, ERR_CMDQ_SIZE};
+use rnic_abi::regs::{
+    QueueRegs, CMDQ_ENABLE, ERR_BUS_MASTER, ERR_CMDQ_ADDRESS, ERR_CMDQ_BROKEN, ERR_CMDQ_DMA,
+    ERR_CMDQ_SIZE, ERR_CMDQ_VECTOR, ERR_NONE, NO_VECTOR,
+};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{FromBytes, IntoBytes};
@@ -194,6 +197,199 @@ impl CommandQueue {
         self.queue.reset();
         code
     }
+}
+
+/// One queue as its register block presents it: the ring registers the driver wrote
+/// (`CMDQ_*` or `ADMINQ_*`, named by a [`QueueRegs`]), the device queue they start, and what
+/// the device last saw of the queue's doorbell. The command queue and the admin queue are
+/// both one of these.
+#[derive(Debug)]
+pub struct QueueBlock {
+    regs: QueueRegs,
+    rings: RingConfig,
+    vector: u32,
+    error_code: u32,
+    fatal: bool,
+    queue: CommandQueue,
+    /// Last doorbell value the device acted on.
+    doorbell_seen: u32,
+}
+
+/// What the start of a queue checks against: the function's PCI and DMA state.
+pub struct StartContext<'a> {
+    /// Bus mastering is on.
+    pub bus_master: bool,
+    /// Vectors of the MSI-X table.
+    pub msix_vectors: u16,
+    /// Memory the device may write (all three rings must be in it).
+    pub writable: &'a GuestMemoryMmap,
+    /// The function's doorbells.
+    pub doorbells: &'a crate::doorbell::DoorbellBar,
+}
+
+impl QueueBlock {
+    /// A stopped queue at power-on, programmed through the registers `regs` names.
+    pub fn new(regs: QueueRegs) -> Self {
+        Self {
+            regs,
+            rings: RingConfig::default(),
+            vector: NO_VECTOR,
+            error_code: ERR_NONE,
+            fatal: false,
+            queue: CommandQueue::new(),
+            doorbell_seen: 0,
+        }
+    }
+
+    /// Back to power-on: stopped, registers cleared.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.regs);
+    }
+
+    /// Whether the queue runs.
+    pub fn is_running(&self) -> bool {
+        self.queue.is_running()
+    }
+
+    /// The `DEVICE_STATUS` bits this queue contributes.
+    pub fn status_bits(&self) -> u32 {
+        let mut s = 0;
+        if self.queue.is_running() {
+            s |= self.regs.running;
+        }
+        if self.fatal {
+            s |= self.regs.fatal;
+        }
+        s
+    }
+
+    /// The value of register `offset`, if it is one of this queue's.
+    pub fn read(&self, offset: u64) -> Option<u32> {
+        let r = &self.regs;
+        let lo = |v: u64| v as u32;
+        let hi = |v: u64| (v >> 32) as u32;
+        Some(match offset {
+            o if o == r.desc_lo => lo(self.rings.desc),
+            o if o == r.desc_lo + 4 => hi(self.rings.desc),
+            o if o == r.avail_lo => lo(self.rings.avail),
+            o if o == r.avail_lo + 4 => hi(self.rings.avail),
+            o if o == r.used_lo => lo(self.rings.used),
+            o if o == r.used_lo + 4 => hi(self.rings.used),
+            o if o == r.size => self.rings.size,
+            o if o == r.msix_vector => self.vector,
+            o if o == r.control => u32::from(self.is_running()) * CMDQ_ENABLE,
+            o if o == r.error_code => self.error_code,
+            _ => return None,
+        })
+    }
+
+    /// Applies a write to register `offset` if it is one of this queue's: `None` if it is
+    /// not, else whether the engine must look at the function (the queue started).
+    pub fn write(&mut self, offset: u64, value: u32, ctx: &StartContext) -> Option<bool> {
+        let r = self.regs;
+        let set_lo = |v: &mut u64| *v = (*v & !0xffff_ffff) | u64::from(value);
+        let set_hi = |v: &mut u64| *v = (*v & 0xffff_ffff) | u64::from(value) << 32;
+        match offset {
+            o if o == r.desc_lo => set_lo(&mut self.rings.desc),
+            o if o == r.desc_lo + 4 => set_hi(&mut self.rings.desc),
+            o if o == r.avail_lo => set_lo(&mut self.rings.avail),
+            o if o == r.avail_lo + 4 => set_hi(&mut self.rings.avail),
+            o if o == r.used_lo => set_lo(&mut self.rings.used),
+            o if o == r.used_lo + 4 => set_hi(&mut self.rings.used),
+            o if o == r.size => self.rings.size = value,
+            o if o == r.msix_vector => self.vector = value,
+            o if o == r.control => return Some(self.control(value, ctx)),
+            // The error code register is read-only.
+            o if o == r.error_code => {}
+            _ => return None,
+        }
+        Some(false)
+    }
+
+    fn control(&mut self, value: u32, ctx: &StartContext) -> bool {
+        if value & CMDQ_ENABLE == 0 {
+            self.queue.stop();
+            return false;
+        }
+        let result = if !ctx.bus_master {
+            Err(ERR_BUS_MASTER)
+        } else if self.vector != NO_VECTOR && self.vector >= u32::from(ctx.msix_vectors) {
+            Err(ERR_CMDQ_VECTOR)
+        } else {
+            self.queue.start(self.rings, ctx.writable)
+        };
+        match result {
+            Ok(()) => {
+                self.error_code = ERR_NONE;
+                self.fatal = false;
+                // A fresh queue starts at index 0: so do its doorbell and what the device
+                // saw of it, or a stale doorbell value could hide the first new one.
+                ctx.doorbells.write32(self.regs.doorbell, 0);
+                self.doorbell_seen = 0;
+                log::info!(
+                    "queue at {:#x}: {} entries running",
+                    r_base(&self.regs),
+                    self.rings.size
+                );
+                true
+            }
+            Err(code) => {
+                self.error_code = code;
+                log::warn!(
+                    "queue at {:#x} refused to start: error code {code}",
+                    r_base(&self.regs)
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the queue may have work: it was kicked, or its doorbell moved since the
+    /// last look (which this records).
+    pub fn due(&mut self, doorbells: &crate::doorbell::DoorbellBar, kicked: bool) -> bool {
+        let doorbell = doorbells.read32(self.regs.doorbell).unwrap_or(0);
+        let moved = doorbell != self.doorbell_seen;
+        self.doorbell_seen = doorbell;
+        kicked || moved
+    }
+
+    /// Runs every available command through `handler` (see [`CommandQueue::process`]).
+    /// Returns whether any command completed, and the MSI-X vector to signal if the driver
+    /// wants an interrupt for them. A ring failure stops the queue with its error code.
+    pub fn process(
+        &mut self,
+        writable: &GuestMemoryMmap,
+        readable: &GuestMemoryMmap,
+        handler: impl FnMut(&CmdHeader, &[u8], usize) -> Response,
+    ) -> (bool, Option<u16>) {
+        if !self.queue.is_running() {
+            return (false, None);
+        }
+        match self.queue.process(writable, readable, handler) {
+            Ok(done) => {
+                // The register takes any value; one that is no vector must not be
+                // truncated into one.
+                let vector = u16::try_from(self.vector)
+                    .ok()
+                    .filter(|&v| u32::from(v) != NO_VECTOR);
+                (done.completed > 0, vector.filter(|_| done.interrupt))
+            }
+            Err(code) => {
+                self.error_code = code;
+                self.fatal = true;
+                log::error!(
+                    "queue at {:#x} failed with error code {code}; restart the queue or reset the function",
+                    r_base(&self.regs)
+                );
+                (true, None)
+            }
+        }
+    }
+}
+
+/// The first register of a queue's block, to name the queue in logs.
+fn r_base(regs: &QueueRegs) -> u64 {
+    regs.desc_lo
 }
 
 /// Runs one chain and returns the number of bytes written into its writable part.

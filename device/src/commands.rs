@@ -21,7 +21,17 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateCq => size_of::<CreateCqResp>(),
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
-        Opcode::Nop
+        Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
+        Opcode::QueryMember => size_of::<rnic_abi::admin::MemberInfo>(),
+        Opcode::GetStats => size_of::<rnic_abi::admin::MemberStats>(),
+        Opcode::MigrateQp => size_of::<rnic_abi::migration::MigrateQpResp>(),
+        Opcode::AdoptQp => size_of::<rnic_abi::migration::AdoptQpResp>(),
+        Opcode::SetNumVfs
+        | Opcode::SetQuota
+        | Opcode::SetAddress
+        | Opcode::SetLink
+        | Opcode::ResetVf
+        | Opcode::Nop
         | Opcode::DestroyEq
         | Opcode::DeallocPd
         | Opcode::DeregMr
@@ -31,8 +41,29 @@ pub fn response_len(opcode: Opcode) -> usize {
     }
 }
 
-/// Executes one command for the function described by `identity`, whose RDMA objects are
-/// `rdma`, with `room` bytes for the response body.
+/// Refuses what no queue of the function may run before it runs: a header with reserved
+/// bits set, or a response that would not fit in `room` bytes.
+pub fn precheck(header: &CmdHeader, room: usize) -> Result<Option<Opcode>, Response> {
+    if header.reserved != 0 {
+        // Reserved fields must be zero so that they can be given a meaning later.
+        return Err(Response::error(Status::BadParam, 2));
+    }
+    let op = Opcode::from_u16(header.opcode);
+    if let Some(op) = op {
+        let needed = response_len(op);
+        if room < needed {
+            // Refused before it runs: an object created now could never be named. The
+            // syndrome says how many bytes the whole response needs.
+            let whole = needed + size_of::<rnic_abi::cmd::RespHeader>();
+            return Err(Response::error(Status::Malformed, whole as u32));
+        }
+    }
+    Ok(op)
+}
+
+/// Executes one command of the command queue for the function described by `identity`,
+/// whose RDMA objects are `rdma`, with `room` bytes for the response body. Admin opcodes
+/// are not permitted here, on any function: they run only on the PF's admin queue.
 pub fn execute(
     identity: &Identity,
     rdma: &mut RdmaState,
@@ -41,20 +72,15 @@ pub fn execute(
     body: &[u8],
     room: usize,
 ) -> Response {
-    if header.reserved != 0 {
-        // Reserved fields must be zero so that they can be given a meaning later.
-        return Response::error(Status::BadParam, 2);
+    // Refused whatever the rest of the command says: it is not this queue's to run.
+    if rnic_abi::admin::is_admin_opcode(header.opcode) {
+        return Response::error(Status::NotPermitted, u32::from(header.opcode));
     }
-    if let Some(op) = Opcode::from_u16(header.opcode) {
-        let needed = response_len(op);
-        if room < needed {
-            // Refused before it runs: an object created now could never be named. The
-            // syndrome says how many bytes the whole response needs.
-            let whole = needed + size_of::<rnic_abi::cmd::RespHeader>();
-            return Response::error(Status::Malformed, whole as u32);
-        }
-    }
-    match Opcode::from_u16(header.opcode) {
+    let op = match precheck(header, room) {
+        Ok(op) => op,
+        Err(r) => return r,
+    };
+    match op {
         None => Response::error(Status::BadOpcode, u32::from(header.opcode)),
         Some(Opcode::Nop) => Response::ok(Vec::new()),
         Some(Opcode::QueryDevice) => {
@@ -149,5 +175,16 @@ mod tests {
             execute(&id, &header(Opcode::Nop as u16), &[]).status,
             Status::Ok
         );
+    }
+
+    #[test]
+    fn admin_opcodes_are_not_permitted_on_a_command_queue() {
+        // Even on the PF, and even for admin numbers no command has yet.
+        let id = Identity::new(FunctionId::Pf, 2, None);
+        for op in [Opcode::AdminQuery as u16, Opcode::ResetVf as u16, 0x1FFF] {
+            let r = execute(&id, &header(op), &[]);
+            assert_eq!(r.status, Status::NotPermitted, "opcode {op:#x}");
+            assert_eq!(r.syndrome, u32::from(op));
+        }
     }
 }

@@ -10,6 +10,7 @@ use crate::function::{Function, FunctionId, Identity};
 use crate::net::faults::FaultSpec;
 use crate::net::udp::{NetError, UdpSpec, UdpUplink};
 use crate::pcap::PcapWriter;
+use crate::resources::ResourcePool;
 use crate::vfio;
 
 /// How to build and serve the device.
@@ -98,9 +99,16 @@ impl Device {
             }
         }
         let ip_base = config.net.map(|spec| spec.addr);
+        // Every function gets the default share of the device's resources (see
+        // `crate::resources`); the PF moves them around with SET_QUOTA.
+        let pool = Arc::new(ResourcePool::with_defaults(usize::from(config.vfs) + 1));
         let functions = std::iter::once(FunctionId::Pf)
             .chain((0..config.vfs).map(FunctionId::Vf))
-            .map(|id| Function::new(Identity::new(id, config.vfs, ip_base)).map(Arc::new))
+            .enumerate()
+            .map(|(member, id)| {
+                Function::with_pool(Identity::new(id, config.vfs, ip_base), pool.clone(), member)
+                    .map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(StartError::Create)?;
         // Bound before the vfio-user sockets, so that a network error leaves nothing behind.
@@ -200,6 +208,7 @@ impl Device {
                 c.retransmits,
                 c.rnr_naks_sent
             );
+            log::info!("{}: drops {}", f.identity().id, c.drops);
         }
         self.sockets.iter().for_each(|p| remove_socket(p));
         remove_socket(&self.lock_path);

@@ -228,11 +228,59 @@ impl DmaSpace {
         self.writable.memory()
     }
 
+    /// What backs device address `iova` in this space (in the writable view if
+    /// `writable`): the identity of the file the client mapped and the offset in it. Two
+    /// functions reach the same memory at an address exactly when this is equal for both
+    /// (the check `MIGRATE_QP` makes; QEMU maps one guest's RAM from one memfd into all
+    /// of its devices).
+    pub fn backing(&self, iova: u64, writable: bool) -> Option<Backing> {
+        self.backings(&[(iova, writable)]).pop().flatten()
+    }
+
+    /// [`DmaSpace::backing`] of each `(device address, writable)` of `pages`, looking up
+    /// each mapped file once (a large memory region has many pages in few mappings).
+    pub fn backings(&self, pages: &[(u64, bool)]) -> Vec<Option<Backing>> {
+        use std::os::unix::fs::MetadataExt;
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        let (r, w) = (self.readable(), self.writable());
+        let mut files: std::collections::HashMap<(bool, u64), Option<(u64, u64)>> =
+            Default::default();
+        pages
+            .iter()
+            .map(|&(iova, writable)| {
+                let mem = if writable { &w } else { &r };
+                let region = mem.find_region(GuestAddress(iova))?;
+                let start = region.start_addr().raw_value();
+                let file_offset = region.file_offset()?;
+                let (dev, ino) = (*files.entry((writable, start)).or_insert_with(|| {
+                    let meta = file_offset.file().metadata().ok()?;
+                    Some((meta.dev(), meta.ino()))
+                }))?;
+                Some(Backing {
+                    dev,
+                    ino,
+                    offset: file_offset.start().checked_add(iova - start)?,
+                })
+            })
+            .collect()
+    }
+
     /// Number of mapped regions, for logs and tests.
     pub fn region_count(&self) -> usize {
         use vm_memory::GuestMemoryBackend;
         self.readable.memory().num_regions()
     }
+}
+
+/// The memory behind a device address: which file, and where in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backing {
+    /// Device of the file (`st_dev`).
+    pub dev: u64,
+    /// Inode of the file (`st_ino`).
+    pub ino: u64,
+    /// Byte offset in the file.
+    pub offset: u64,
 }
 
 /// `mem` without the region that starts at `iova` and is `size` bytes long, if there is one.
@@ -376,6 +424,32 @@ mod tests {
         space.unmap(0x20000, 0x1000).unwrap();
         assert_eq!(space.region_count(), 0);
         assert!(space.unmap(0x20000, 0x1000).is_err());
+    }
+
+    #[test]
+    fn backing_names_the_same_memory_through_two_spaces() {
+        let f = memfd(0x4000);
+        let (a, b, c) = (DmaSpace::new(), DmaSpace::new(), DmaSpace::new());
+        a.map(0x10000, 0x4000, 0, Some(f.try_clone().unwrap()), true)
+            .unwrap();
+        // b maps the same file at the same address, read-only; c another file.
+        b.map(0x10000, 0x4000, 0, Some(f.try_clone().unwrap()), false)
+            .unwrap();
+        c.map(0x10000, 0x4000, 0, Some(memfd(0x4000)), true)
+            .unwrap();
+        let at = |s: &DmaSpace, iova, w| s.backing(iova, w);
+        assert_eq!(at(&a, 0x11000, false).unwrap().offset, 0x1000);
+        assert_eq!(at(&a, 0x11000, false), at(&b, 0x11000, false));
+        assert_eq!(at(&b, 0x11000, true), None, "b may not write it");
+        assert_ne!(at(&a, 0x11000, false), at(&c, 0x11000, false));
+        assert_ne!(at(&a, 0x11000, false), at(&a, 0x12000, false));
+        assert_eq!(at(&a, 0x20000, false), None, "unmapped");
+        let pages = [(0x11000, false), (0x13000, true), (0x20000, false)];
+        assert_eq!(
+            a.backings(&pages),
+            pages.map(|(p, w)| a.backing(p, w)).to_vec()
+        );
+        assert_eq!(b.backings(&pages)[1], None, "b may not write it");
     }
 
     #[test]

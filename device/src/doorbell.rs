@@ -97,6 +97,14 @@ impl DoorbellBar {
         self.word(offset).map(|w| w.swap(value, Ordering::AcqRel))
     }
 
+    /// Atomically sets `bits` in the 32-bit word at `offset` (a rung bit the device
+    /// sets on a driver's behalf, e.g. for a queue that moved here with work pending).
+    pub fn or32(&self, offset: u64, bits: u32) -> bool {
+        self.word(offset)
+            .map(|w| w.fetch_or(bits, Ordering::AcqRel))
+            .is_some()
+    }
+
     /// Reads bytes for a trapped region read (a client that did not mmap the BAR).
     pub fn read_bytes(&self, offset: u64, data: &mut [u8]) -> bool {
         match offset.checked_add(data.len() as u64) {

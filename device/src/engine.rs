@@ -13,6 +13,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use std::collections::HashMap;
 
+use crate::admin::AdminContext;
 use crate::function::{Function, PollOutcome, Port};
 use crate::net::faults::{FaultInjector, FaultSpec};
 use crate::pcap::PcapWriter;
@@ -141,12 +142,36 @@ impl Engine {
         }
     }
 
+    /// Runs the admin queues: the PF's through [`AdminContext`], with the whole device at
+    /// hand; a VF's answers `NotPermitted` to everything. No function's state is locked
+    /// here; the commands lock what they touch.
+    fn run_admin_queues(&mut self) -> bool {
+        let mut progress = false;
+        let Some((pf, vfs)) = self.functions.split_first() else {
+            return false;
+        };
+        let pool = pf.pool().clone();
+        let mut ctx = AdminContext {
+            functions: &self.functions,
+            switch: &mut self.switch,
+            neighbors: &mut self.neighbors,
+            pool: &pool,
+        };
+        progress |= pf.run_admin(|h, body, room| ctx.execute(h, body, room));
+        for vf in vfs {
+            progress |= vf.run_admin(|h, _, _| crate::admin::not_permitted(h));
+        }
+        progress
+    }
+
     /// Gives every function its turn; returns whether any worked, and the earliest timer.
     fn poll_all(&mut self) -> PollOutcome {
         let now = Instant::now();
         // Frames the fault injector held (reordered, delayed) that are due now.
         self.switch.release_due(now);
         let mut all = PollOutcome::default();
+        // Admin commands first: a function's own pass below consumes its kick.
+        all.progress |= self.run_admin_queues();
         // Datagrams from the network, into the inboxes of their functions.
         all.progress |= self.switch.poll_uplink(UPLINK_BUDGET) > 0;
         for (index, f) in self.functions.iter().enumerate() {

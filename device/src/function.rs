@@ -5,11 +5,12 @@
 //! behind igb: every access arrives here as a region read or write, whoever sent it.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use rnic_abi::cmd::{Limits, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
-use rnic_abi::doorbell::{self, CMDQ_DOORBELL};
+use rnic_abi::admin::MemberStats;
+use rnic_abi::cmd::{CmdHeader, Limits, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
+use rnic_abi::doorbell;
 use rnic_abi::pci::{self, DOORBELL_BAR, REG_BAR};
 use rnic_abi::regs::*;
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
@@ -18,7 +19,7 @@ use vmm_sys_util::eventfd::EventFd;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::cmdq::{CommandQueue, RingConfig};
+use crate::cmdq::{QueueBlock, Response, StartContext};
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
 use crate::msix::Msix;
@@ -26,6 +27,7 @@ use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
 use crate::rdma::switch::{Endpoint, Switch};
 use crate::rdma::wire::Wire;
 use crate::rdma::{Env, RdmaState};
+use crate::resources::{ResourcePool, DEFAULT_SHARE};
 
 /// Which function of the device this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,7 +88,12 @@ impl Identity {
             device_vfs,
             mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n as u8],
             gid,
-            caps: CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET | CAP_RDMA_RC,
+            caps: CAP_CMDQ
+                | CAP_DOORBELL_NOTIFY
+                | CAP_MSIX
+                | CAP_FUNCTION_RESET
+                | CAP_RDMA_RC
+                | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
                 max_qp_wr: 4096,
@@ -171,32 +178,34 @@ impl Identity {
     }
 }
 
-/// BAR0 registers that hold driver-written values.
-#[derive(Debug, Default)]
-struct Registers {
-    rings: RingConfig,
-    cmdq_vector: u32,
-    error_code: u32,
-    fatal: bool,
-}
-
-impl Registers {
-    fn power_on() -> Self {
-        Self {
-            cmdq_vector: NO_VECTOR,
-            ..Self::default()
-        }
-    }
+/// Traffic of the function on the switch, counted where frames cross its port.
+#[derive(Debug, Default, Clone, Copy)]
+struct Traffic {
+    tx_bytes: u64,
+    rx_bytes: u64,
+    /// Frames that arrived while the link was down, or DMA was off: lost.
+    rx_lost: u64,
+    /// Frames the function produced while its link was down: discarded.
+    tx_link_down: u64,
 }
 
 /// State behind the function's lock.
 #[derive(Debug)]
 struct State {
     config: ConfigSpace,
-    regs: Registers,
     msix: Msix,
-    cmdq: CommandQueue,
+    cmdq: QueueBlock,
     rdma: RdmaState,
+    traffic: Traffic,
+}
+
+/// The function's addresses: set at creation, changed by the PF (`SET_ADDRESS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Address {
+    /// Ethernet MAC.
+    pub mac: [u8; 6],
+    /// GID (IPv4-mapped).
+    pub gid: [u8; 16],
 }
 
 /// What one look at a function found.
@@ -218,15 +227,45 @@ pub struct Port<'a> {
     pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
 }
 
+/// A function's RDMA objects under the function's lock ([`Function::lock_rdma`]).
+pub struct RdmaLock<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for RdmaLock<'_> {
+    type Target = RdmaState;
+    fn deref(&self) -> &RdmaState {
+        &self.0.rdma
+    }
+}
+
+impl std::ops::DerefMut for RdmaLock<'_> {
+    fn deref_mut(&mut self) -> &mut RdmaState {
+        &mut self.0.rdma
+    }
+}
+
 /// One PCI function.
+///
+/// Lock order: `admin` before `state`, and the PF's `admin` before any other function's
+/// locks. Admin commands run with the PF's `admin` held and lock the functions they act
+/// on; everything else that needs both locks of a function takes `admin` first.
 #[derive(Debug)]
 pub struct Function {
     identity: Identity,
+    /// Member id (0 = PF, n = VF n-1): index in the device's functions and in `pool`.
+    member: usize,
+    pool: Arc<ResourcePool>,
     state: Mutex<State>,
+    /// The admin queue, outside `state` so that admin commands run with no function's
+    /// state lock held.
+    admin: Mutex<QueueBlock>,
+    /// MAC and GID, read on every pass (a leaf lock: nothing is locked while it is held).
+    address: RwLock<Address>,
+    /// A VF its PF disabled is off: it reports STATUS_DISABLED and does nothing else.
+    enabled: AtomicBool,
+    /// Link state the PF set: a function whose link is down sends and receives nothing.
+    link_up: AtomicBool,
     dma: DmaSpace,
     doorbells: DoorbellBar,
-    /// Last command queue doorbell value the device acted on.
-    cmdq_doorbell_seen: AtomicU32,
     /// Set by a kick, cleared by the engine when it has looked.
     kicked: AtomicBool,
     wake: EventFd,
@@ -248,21 +287,39 @@ fn bar0_range(offset: u64, len: usize) -> io::Result<()> {
 }
 
 impl Function {
-    /// A function in its power-on state.
+    /// A function in its power-on state, alone with a resource pool of its own.
     pub fn new(identity: Identity) -> io::Result<Self> {
+        Self::with_pool(identity, Arc::new(ResourcePool::new(1, DEFAULT_SHARE)), 0)
+    }
+
+    /// A function in its power-on state that is member `member` of a device whose
+    /// resources are `pool`.
+    pub fn with_pool(
+        identity: Identity,
+        pool: Arc<ResourcePool>,
+        member: usize,
+    ) -> io::Result<Self> {
         let state = State {
             config: ConfigSpace::new(identity.config_params()),
-            regs: Registers::power_on(),
             msix: Msix::new(pci::MSIX_VECTORS),
-            cmdq: CommandQueue::new(),
-            rdma: RdmaState::new(identity.limits),
+            cmdq: QueueBlock::new(CMDQ_REGS),
+            rdma: RdmaState::with_pool(identity.limits, pool.clone(), member),
+            traffic: Traffic::default(),
         };
         Ok(Self {
+            address: RwLock::new(Address {
+                mac: identity.mac,
+                gid: identity.gid,
+            }),
             identity,
+            member,
+            pool,
             state: Mutex::new(state),
+            admin: Mutex::new(QueueBlock::new(ADMINQ_REGS)),
+            enabled: AtomicBool::new(true),
+            link_up: AtomicBool::new(true),
             dma: DmaSpace::new(),
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
-            cmdq_doorbell_seen: AtomicU32::new(0),
             kicked: AtomicBool::new(false),
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
         })
@@ -292,6 +349,17 @@ impl Function {
         // A panic elsewhere must not take the device down: the state stays consistent
         // because every mutation below completes before it can panic.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The admin queue's lock; take it before [`Function::lock`] when both are needed.
+    fn lock_admin(&self) -> MutexGuard<'_, QueueBlock> {
+        self.admin.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Both locks, in order.
+    fn lock_both(&self) -> (MutexGuard<'_, QueueBlock>, MutexGuard<'_, State>) {
+        let admin = self.lock_admin();
+        (admin, self.lock())
     }
 
     fn kick(&self) {
@@ -351,16 +419,18 @@ impl Function {
     }
 
     fn config_write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut st = self.lock();
+        // An FLR resets the admin queue too; its lock comes first.
+        let (mut admin, mut st) = self.lock_both();
         let effects = st.config.write(offset, data)?;
         if effects.flr {
             log::info!(
                 "{}: function-level reset through PCIe FLR",
                 self.identity.id
             );
-            self.reset_locked(&mut st);
+            self.reset_locked(&mut st, &mut admin);
             return Ok(());
         }
+        drop(admin);
         if effects.msix_changed {
             let (enabled, masked) = (st.config.msix_enabled(), st.config.msix_function_masked());
             st.msix.deliver_pending(enabled, masked);
@@ -374,7 +444,7 @@ impl Function {
     }
 
     fn bar0_read(&self, offset: u64, data: &mut [u8]) {
-        let st = self.lock();
+        let (admin, st) = self.lock_both();
         if let Some(area) = st.msix.area(offset, data.len()) {
             st.msix.read(area, data);
             return;
@@ -382,13 +452,15 @@ impl Function {
         // Registers read the same at any width: assemble bytes from their 32-bit words.
         for (i, byte) in data.iter_mut().enumerate() {
             let at = offset.wrapping_add(i as u64);
-            *byte = (self.reg_value(&st, at & !3) >> (8 * (at & 3))) as u8;
+            *byte = (self.reg_value(&st, &admin, at & !3) >> (8 * (at & 3))) as u8;
         }
     }
 
-    fn reg_value(&self, st: &State, offset: u64) -> u32 {
+    fn reg_value(&self, st: &State, admin: &QueueBlock, offset: u64) -> u32 {
         let caps = self.identity.caps;
-        let r = &st.regs;
+        if let Some(v) = st.cmdq.read(offset).or_else(|| admin.read(offset)) {
+            return v;
+        }
         match offset {
             MAGIC_REG => MAGIC,
             ABI_VERSION => rnic_abi::abi_version(),
@@ -399,37 +471,37 @@ impl Function {
             CAPS_LO => caps as u32,
             CAPS_HI => (caps >> 32) as u32,
             DEVICE_STATUS => {
-                let mut s = STATUS_READY;
-                if st.cmdq.is_running() {
-                    s |= STATUS_CMDQ_RUNNING;
+                if !self.is_enabled() {
+                    // Not even READY: the function takes no set-up.
+                    return STATUS_DISABLED;
                 }
-                if r.fatal {
-                    s |= STATUS_FATAL;
+                let mut s = STATUS_READY | st.cmdq.status_bits() | admin.status_bits();
+                if !self.link_up() {
+                    s |= STATUS_LINK_DOWN;
                 }
                 s
             }
             DEVICE_CONTROL => 0,
-            CMDQ_DESC_LO => r.rings.desc as u32,
-            CMDQ_DESC_HI => (r.rings.desc >> 32) as u32,
-            CMDQ_AVAIL_LO => r.rings.avail as u32,
-            CMDQ_AVAIL_HI => (r.rings.avail >> 32) as u32,
-            CMDQ_USED_LO => r.rings.used as u32,
-            CMDQ_USED_HI => (r.rings.used >> 32) as u32,
-            CMDQ_SIZE => r.rings.size,
-            CMDQ_MSIX_VECTOR => r.cmdq_vector,
-            CMDQ_CONTROL => u32::from(st.cmdq.is_running()) * CMDQ_ENABLE,
             rnic_abi::regs::CMDQ_MAX_SIZE => u32::from(rnic_abi::cmd::CMDQ_MAX_SIZE),
             DOORBELL_PAGES => doorbell::PAGES,
             MSIX_VECTORS => u32::from(pci::MSIX_VECTORS),
-            ERROR_CODE => r.error_code,
             _ => 0,
         }
     }
 
     fn bar0_write(&self, offset: u64, data: &[u8]) {
-        let mut st = self.lock();
+        let (mut admin, mut st) = self.lock_both();
         if let Some(area) = st.msix.area(offset, data.len()) {
+            // The MSI-X table is the VMM's and OS's, as config space is: it works even on
+            // a disabled function.
             st.msix.write(area, data);
+            return;
+        }
+        if !self.is_enabled() {
+            log::debug!(
+                "{}: register write at {offset:#x} ignored: the function is disabled",
+                self.identity.id
+            );
             return;
         }
         // Registers take aligned 32-bit writes; a 64-bit write is two of them.
@@ -443,7 +515,7 @@ impl Function {
         }
         for (i, word) in data.chunks_exact(4).enumerate() {
             let value = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-            let kick = self.reg_write(&mut st, offset + 4 * i as u64, value);
+            let kick = self.reg_write(&mut st, &mut admin, offset + 4 * i as u64, value);
             if kick {
                 self.kick();
             }
@@ -451,24 +523,25 @@ impl Function {
     }
 
     /// Applies one register write; returns whether the engine must look at the function.
-    fn reg_write(&self, st: &mut State, offset: u64, value: u32) -> bool {
-        let r = &mut st.regs;
-        let set_lo = |v: &mut u64| *v = (*v & !0xffff_ffff) | u64::from(value);
-        let set_hi = |v: &mut u64| *v = (*v & 0xffff_ffff) | u64::from(value) << 32;
+    fn reg_write(&self, st: &mut State, admin: &mut QueueBlock, offset: u64, value: u32) -> bool {
+        let writable = self.dma.writable();
+        let ctx = StartContext {
+            bus_master: st.config.bus_master(),
+            msix_vectors: st.msix.vectors(),
+            writable: &writable,
+            doorbells: &self.doorbells,
+        };
+        if let Some(kick) = st.cmdq.write(offset, value, &ctx) {
+            return kick;
+        }
+        if let Some(kick) = admin.write(offset, value, &ctx) {
+            return kick;
+        }
         match offset {
             DEVICE_CONTROL if value & CONTROL_RESET != 0 => {
                 log::info!("{}: device reset through DEVICE_CONTROL", self.identity.id);
-                self.reset_device_state(st);
+                self.reset_device_state(st, admin);
             }
-            CMDQ_DESC_LO => set_lo(&mut r.rings.desc),
-            CMDQ_DESC_HI => set_hi(&mut r.rings.desc),
-            CMDQ_AVAIL_LO => set_lo(&mut r.rings.avail),
-            CMDQ_AVAIL_HI => set_hi(&mut r.rings.avail),
-            CMDQ_USED_LO => set_lo(&mut r.rings.used),
-            CMDQ_USED_HI => set_hi(&mut r.rings.used),
-            CMDQ_SIZE => r.rings.size = value,
-            CMDQ_MSIX_VECTOR => r.cmdq_vector = value,
-            CMDQ_CONTROL => return self.cmdq_control(st, value),
             DOORBELL_KICK => {
                 if value >= doorbell::PAGES {
                     log::warn!(
@@ -485,46 +558,6 @@ impl Function {
             ),
         }
         false
-    }
-
-    fn cmdq_control(&self, st: &mut State, value: u32) -> bool {
-        if value & CMDQ_ENABLE == 0 {
-            st.cmdq.stop();
-            return false;
-        }
-        let result = if !st.config.bus_master() {
-            Err(ERR_BUS_MASTER)
-        } else if st.regs.cmdq_vector != NO_VECTOR
-            && st.regs.cmdq_vector >= u32::from(st.msix.vectors())
-        {
-            Err(ERR_CMDQ_VECTOR)
-        } else {
-            st.cmdq.start(st.regs.rings, &self.dma.writable())
-        };
-        match result {
-            Ok(()) => {
-                st.regs.error_code = ERR_NONE;
-                st.regs.fatal = false;
-                // A fresh queue starts at index 0: so do its doorbell and what the device
-                // saw of it, or a stale doorbell value could hide the first new one.
-                self.doorbells.write32(CMDQ_DOORBELL, 0);
-                self.cmdq_doorbell_seen.store(0, Ordering::Release);
-                log::info!(
-                    "{}: command queue of {} entries running",
-                    self.identity.id,
-                    st.regs.rings.size
-                );
-                true
-            }
-            Err(code) => {
-                st.regs.error_code = code;
-                log::warn!(
-                    "{}: command queue refused to start: error code {code}",
-                    self.identity.id
-                );
-                false
-            }
-        }
     }
 
     /// A vfio-user SET_IRQS.
@@ -549,32 +582,37 @@ impl Function {
     /// Function-level reset: everything the function holds goes back to power-on, except
     /// what belongs to the VMM (its DMA mappings and interrupt eventfds).
     pub fn reset(&self) {
-        let mut st = self.lock();
-        self.reset_locked(&mut st);
+        let (mut admin, mut st) = self.lock_both();
+        self.reset_locked(&mut st, &mut admin);
     }
 
-    fn reset_locked(&self, st: &mut State) {
+    fn reset_locked(&self, st: &mut State, admin: &mut QueueBlock) {
         st.config.reset();
         st.msix.reset();
-        self.reset_device_state(st);
+        self.reset_device_state(st, admin);
     }
 
     /// Resets what the device behind the PCI function holds (registers, queues, doorbells)
     /// and keeps the PCI state that belongs to the OS and VMM: config space (bus
     /// mastering, MSI-X enable) and the MSI-X table. This is DEVICE_CONTROL.RESET, the
     /// driver's own reset; FLR and vfio-user DEVICE_RESET reset both.
-    fn reset_device_state(&self, st: &mut State) {
-        st.rdma = RdmaState::new(self.identity.limits);
-        st.regs = Registers::power_on();
-        st.cmdq.stop();
+    fn reset_device_state(&self, st: &mut State, admin: &mut QueueBlock) {
+        // Every object goes with the old state, and so do its charges. The numbers of QPs
+        // that migrated away stay reserved: the switch still steers their frames.
+        let departed = st.rdma.departed_qpns();
+        st.rdma = RdmaState::with_pool(self.identity.limits, self.pool.clone(), self.member);
+        st.rdma.reserve_departed(departed);
+        self.pool.release_all(self.member);
+        st.cmdq.reset();
+        admin.reset();
+        st.traffic = Traffic::default();
         self.doorbells.clear();
-        self.cmdq_doorbell_seen.store(0, Ordering::Release);
     }
 
     /// The client went away: reset, and drop its memory and eventfds.
     pub fn disconnect(&self) {
-        let mut st = self.lock();
-        self.reset_locked(&mut st);
+        let (mut admin, mut st) = self.lock_both();
+        self.reset_locked(&mut st, &mut admin);
         st.msix.clear_triggers();
         self.dma.unmap_all();
     }
@@ -588,15 +626,10 @@ impl Function {
 
     /// The function's address on the switch.
     pub fn endpoint(&self) -> Endpoint {
-        let ip = [
-            self.identity.gid[12],
-            self.identity.gid[13],
-            self.identity.gid[14],
-            self.identity.gid[15],
-        ];
+        let a = self.address();
         Endpoint {
-            mac: self.identity.mac,
-            ip,
+            mac: a.mac,
+            ip: [a.gid[12], a.gid[13], a.gid[14], a.gid[15]],
         }
     }
 
@@ -620,22 +653,32 @@ impl Function {
     /// rung send queues, due timers.
     pub fn run(&self, port: &mut Port, now: Instant) -> PollOutcome {
         let kicked = self.kicked.swap(false, Ordering::AcqRel);
-        let doorbell = self.doorbells.read32(CMDQ_DOORBELL).unwrap_or(0);
-        let cmdq_due = kicked || doorbell != self.cmdq_doorbell_seen.load(Ordering::Acquire);
-        if cmdq_due {
-            self.cmdq_doorbell_seen.store(doorbell, Ordering::Release);
-        }
         let frames = port.switch.take(port.index);
         let mut guard = self.lock();
         let st = &mut *guard;
-        if !st.config.bus_master() {
-            // No DMA without bus mastering: whatever arrived is lost, as on a wire.
-            st.rdma.counters.rx_dropped += frames.len() as u64;
+        if !self.is_enabled() {
+            // A disabled function processes nothing: what arrived is lost, uncounted (its
+            // counters start again when it is enabled).
             return PollOutcome {
                 progress: !frames.is_empty(),
                 deadline: None,
             };
         }
+        let cmdq_due = st.cmdq.due(&self.doorbells, kicked);
+        let link_up = self.link_up();
+        if !st.config.bus_master() || !link_up {
+            // No DMA without bus mastering, and nothing at all through a pulled cable:
+            // whatever arrived is lost, as on a wire.
+            st.traffic.rx_lost += frames.len() as u64;
+            if !st.config.bus_master() {
+                return PollOutcome {
+                    progress: !frames.is_empty(),
+                    deadline: None,
+                };
+            }
+        }
+        let frames = if link_up { frames } else { Default::default() };
+        st.traffic.rx_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
         let writable = self.dma.writable();
         let readable = self.dma.readable();
         let env = Env {
@@ -643,35 +686,21 @@ impl Function {
             w: &writable,
             doorbells: &self.doorbells,
         };
-        let identity = &self.identity;
         let mut progress = false;
         if cmdq_due && st.cmdq.is_running() {
+            let identity = self.current_identity();
             let rdma = &mut st.rdma;
-            match st.cmdq.process(&writable, &readable, |h, body, room| {
-                crate::commands::execute(identity, rdma, &env, h, body, room)
-            }) {
-                Ok(done) => {
-                    // The register takes any value; one that is no vector must not be
-                    // truncated into one.
-                    let vector = u16::try_from(st.regs.cmdq_vector)
-                        .ok()
-                        .filter(|&v| u32::from(v) != NO_VECTOR);
-                    if let (true, Some(vector)) = (done.interrupt, vector) {
-                        st.msix.signal(
-                            vector,
-                            st.config.msix_enabled(),
-                            st.config.msix_function_masked(),
-                        );
-                    }
-                    progress |= done.completed > 0;
-                }
-                Err(code) => {
-                    st.regs.error_code = code;
-                    st.regs.fatal = true;
-                    log::error!("{}: command queue failed with error code {code}; restart the queue or reset the function", identity.id);
-                    progress = true;
-                }
+            let (done, vector) = st.cmdq.process(&writable, &readable, |h, body, room| {
+                crate::commands::execute(&identity, rdma, &env, h, body, room)
+            });
+            if let Some(vector) = vector {
+                st.msix.signal(
+                    vector,
+                    st.config.msix_enabled(),
+                    st.config.msix_function_masked(),
+                );
             }
+            progress |= done;
         }
         let mut wire = Wire {
             local: self.endpoint(),
@@ -679,8 +708,14 @@ impl Function {
             out: Vec::new(),
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
-        for frame in wire.out {
-            port.switch.send(frame);
+        if link_up {
+            st.traffic.tx_bytes += wire.out.iter().map(|f| f.len() as u64).sum::<u64>();
+            for frame in wire.out {
+                port.switch.send(frame);
+            }
+        } else {
+            // The QPs sent into a pulled cable: they will time out and retry.
+            st.traffic.tx_link_down += wire.out.len() as u64;
         }
         if std::mem::take(&mut st.rdma.eq_signal) {
             if let Some(vector) = st.rdma.eq_vector() {
@@ -701,6 +736,153 @@ impl Function {
     pub fn rdma_counters(&self) -> crate::rdma::Counters {
         self.lock().rdma.counters
     }
+
+    /// The function's RDMA objects, locked, for a command that spans functions
+    /// (`MIGRATE_QP` locks the two functions it touches, in index order, so two such
+    /// commands can never deadlock).
+    pub fn lock_rdma(&self) -> RdmaLock<'_> {
+        RdmaLock(self.lock())
+    }
+
+    /// Makes the engine look at the function soon (after another function's command
+    /// changed what it holds, e.g. posted an event to its EQ).
+    pub fn wake(&self) {
+        self.kick();
+    }
+
+    /// Member id: 0 for the PF, n for VF n-1 (the index in the device's functions).
+    pub fn member(&self) -> usize {
+        self.member
+    }
+
+    /// The device's resource pool.
+    pub fn pool(&self) -> &Arc<ResourcePool> {
+        &self.pool
+    }
+
+    /// Whether the function is enabled (a VF its PF has not disabled).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// Enables or disables the function (`SET_NUM_VFS`). Either way it starts from its
+    /// power-on device state: disabling destroys everything it held, so a disabled VF
+    /// holds nothing, and an enabled one starts clean. PCI state (config space, MSI-X
+    /// table), which belongs to the VMM, is kept.
+    pub fn set_enabled(&self, on: bool) {
+        let (mut admin, mut st) = self.lock_both();
+        if self.is_enabled() == on {
+            return;
+        }
+        self.reset_device_state(&mut st, &mut admin);
+        self.enabled.store(on, Ordering::Release);
+        log::info!(
+            "{}: {}",
+            self.identity.id,
+            if on { "enabled" } else { "disabled" }
+        );
+    }
+
+    /// Whether the link is up.
+    pub fn link_up(&self) -> bool {
+        self.link_up.load(Ordering::Acquire)
+    }
+
+    /// Sets the link state. While it is down the function sends and receives nothing;
+    /// its QPs time out and retry, as after a cable pull.
+    pub fn set_link(&self, up: bool) {
+        self.link_up.store(up, Ordering::Release);
+        log::info!(
+            "{}: link {}",
+            self.identity.id,
+            if up { "up" } else { "down" }
+        );
+        self.kick();
+    }
+
+    /// The function's MAC and GID now.
+    pub fn address(&self) -> Address {
+        *self.address.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the function's MAC and GID. The caller updates the switch.
+    pub fn set_address(&self, address: Address) {
+        *self.address.write().unwrap_or_else(|e| e.into_inner()) = address;
+    }
+
+    /// The function's limits now: the fixed per-object limits, and the counts of its
+    /// quota.
+    pub fn limits(&self) -> Limits {
+        let q = self.pool.quota(self.member);
+        let l = self.identity.limits;
+        Limits {
+            max_qp: q.qps,
+            max_cq: q.cqs,
+            max_mr: q.mrs,
+            max_pd: q.pds,
+            max_mr_pages: l.max_mr_pages.min(q.mr_pages),
+            doorbell_pages: q.doorbell_pages,
+            ..l
+        }
+    }
+
+    /// The identity as QUERY_DEVICE reports it now: current addresses and limits.
+    pub fn current_identity(&self) -> Identity {
+        let a = self.address();
+        Identity {
+            mac: a.mac,
+            gid: a.gid,
+            limits: self.limits(),
+            ..self.identity.clone()
+        }
+    }
+
+    /// The function's counters since its last reset.
+    pub fn stats(&self) -> MemberStats {
+        let st = self.lock();
+        let c = st.rdma.counters;
+        let t = st.traffic;
+        MemberStats {
+            tx_packets: c.tx_packets.saturating_sub(t.tx_link_down),
+            tx_bytes: t.tx_bytes,
+            rx_packets: c.rx_packets,
+            rx_bytes: t.rx_bytes,
+            rx_errors: c.rx_dropped + t.rx_lost,
+            retransmits: c.retransmits,
+            rnr_naks_sent: c.rnr_naks_sent,
+            tx_link_down: t.tx_link_down,
+        }
+    }
+
+    /// Function-level reset ordered by the PF (`RESET_VF`): as a PCIe FLR.
+    pub fn function_reset(&self) {
+        log::info!("{}: function-level reset by the PF", self.identity.id);
+        self.reset();
+    }
+
+    /// Runs the commands waiting on the function's admin queue through `handler`, with
+    /// only the admin queue's lock held (the handler may lock any function, this one
+    /// included). Returns whether any command completed. The engine calls it on every
+    /// pass, before [`Function::run`] (which consumes the kick).
+    pub fn run_admin(&self, handler: impl FnMut(&CmdHeader, &[u8], usize) -> Response) -> bool {
+        let mut admin = self.lock_admin();
+        let kicked = self.kicked.load(Ordering::Acquire);
+        if !admin.due(&self.doorbells, kicked) || !admin.is_running() || !self.is_enabled() {
+            return false;
+        }
+        if !self.lock().config.bus_master() {
+            return false;
+        }
+        let writable = self.dma.writable();
+        let readable = self.dma.readable();
+        let (done, vector) = admin.process(&writable, &readable, handler);
+        if let Some(vector) = vector {
+            let mut st = self.lock();
+            let (enabled, masked) = (st.config.msix_enabled(), st.config.msix_function_masked());
+            st.msix.signal(vector, enabled, masked);
+        }
+        done
+    }
 }
 
 #[cfg(test)]
@@ -716,6 +898,7 @@ mod tests {
 
     use proptest::prelude::*;
     use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, RespHeader, Status};
+    use rnic_abi::doorbell::CMDQ_DOORBELL;
     use rnic_abi::pci::cfg;
     use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
     use zerocopy::{FromBytes, IntoBytes};
@@ -1250,6 +1433,74 @@ mod tests {
         // Nothing more to do.
         assert!(!f.poll());
         assert_eq!(guest.used_idx(), 1);
+    }
+
+    #[test]
+    fn the_admin_queue_runs_through_its_own_registers_and_doorbell() {
+        let f = vf();
+        let mut guest = Guest::map(&f);
+        guest.reset_rings();
+        set_bus_master(&f, true);
+        wr64(&f, ADMINQ_DESC_LO, DESC);
+        wr64(&f, ADMINQ_AVAIL_LO, AVAIL);
+        wr64(&f, ADMINQ_USED_LO, USED);
+        wr32(&f, ADMINQ_SIZE, u32::from(QSIZE));
+        assert_eq!(rd64(&f, ADMINQ_AVAIL_LO), AVAIL);
+        assert_eq!(rd32(&f, ADMINQ_MSIX_VECTOR), NO_VECTOR);
+        // The command queue's registers are untouched.
+        assert_eq!(rd64(&f, CMDQ_DESC_LO), 0);
+        wr32(&f, ADMINQ_CONTROL, CMDQ_ENABLE);
+        assert_eq!(rd32(&f, ADMINQ_ERROR_CODE), ERR_NONE);
+        assert_eq!(status(&f), STATUS_READY | STATUS_ADMINQ_RUNNING);
+        // Consume the wake-up that enabling the queue asks for.
+        assert!(!f.poll());
+        let resp = guest.submit(&command(Opcode::AdminQuery, 9), 32);
+        // The command queue's doorbell does not concern the admin queue.
+        guest.ring(&f);
+        assert!(!f.run_admin(|_, _, _| panic!("no admin command was announced")));
+        f.doorbells()
+            .write32(doorbell::ADMINQ_DOORBELL, u32::from(guest.avail_idx));
+        assert!(f.run_admin(|h, _, _| crate::admin::not_permitted(h)));
+        assert_eq!(guest.used_idx(), 1);
+        assert_eq!(guest.resp(resp).status, Status::NotPermitted as u16);
+        assert_eq!(guest.resp(resp).syndrome, Opcode::AdminQuery as u32);
+        // A reset stops it and clears its registers.
+        wr32(&f, DEVICE_CONTROL, CONTROL_RESET);
+        assert_eq!(status(&f), STATUS_READY);
+        assert_eq!(rd64(&f, ADMINQ_DESC_LO), 0);
+    }
+
+    #[test]
+    fn a_disabled_function_reports_disabled_and_takes_no_set_up() {
+        let (f, mut guest) = running(NO_VECTOR);
+        f.set_enabled(false);
+        assert_eq!(status(&f), STATUS_DISABLED);
+        assert_eq!(rd32(&f, CMDQ_CONTROL), 0);
+        wr32(&f, CMDQ_CONTROL, CMDQ_ENABLE);
+        assert_eq!(status(&f), STATUS_DISABLED);
+        guest.submit(&command(Opcode::Nop, 1), 32);
+        guest.ring(&f);
+        assert!(!f.poll());
+        assert_eq!(guest.used_idx(), 0);
+        // Enabled again: from power-on, and usable.
+        f.set_enabled(true);
+        assert_eq!(status(&f), STATUS_READY);
+        guest.reset_rings();
+        program_rings(&f, NO_VECTOR);
+        assert_eq!(enable(&f), ERR_NONE);
+        f.poll();
+        nop_round_trip(&f, &mut guest, 2);
+    }
+
+    #[test]
+    fn link_state_shows_in_the_status() {
+        let f = pf();
+        assert_ne!(f.identity().caps & CAP_ADMIN, 0);
+        assert_eq!(vf().identity().caps & CAP_ADMIN, 0);
+        f.set_link(false);
+        assert_eq!(status(&f), STATUS_READY | STATUS_LINK_DOWN);
+        f.set_link(true);
+        assert_eq!(status(&f), STATUS_READY);
     }
 
     #[test]

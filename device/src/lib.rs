@@ -8,6 +8,7 @@
 //! - [`engine`]: the event loop that finds and does work;
 //! - [`device`]: the PF and its VFs, each on its own socket.
 
+pub mod admin;
 pub mod cmdq;
 pub mod commands;
 pub mod device;
@@ -15,10 +16,12 @@ pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod function;
+pub mod migrate;
 pub mod msix;
 pub mod net;
 pub mod pcap;
 pub mod pci;
 pub mod rdma;
+pub mod resources;
 pub mod roce;
 pub mod vfio;

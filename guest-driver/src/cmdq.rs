@@ -1,12 +1,14 @@
-//! The driver side of the command queue: a virtio split ring in DMA memory, one command
-//! in flight at a time (commands are control-path work; simplicity wins here).
+//! The driver side of the command queue and of the PF's admin queue: a virtio split ring
+//! in DMA memory, one command in flight at a time (commands are control-path work;
+//! simplicity wins here). Both queues are the same but for their registers
+//! (`rnic_abi::regs::QueueRegs`).
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 use rnic_abi::cmd::{CmdHeader, RespHeader, Status};
-use rnic_abi::doorbell::{CMDQ_DOORBELL, NOTIFY_REQUEST};
-use rnic_abi::regs;
+use rnic_abi::doorbell::NOTIFY_REQUEST;
+use rnic_abi::regs::{self, QueueRegs};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{Error, Result};
@@ -41,10 +43,12 @@ const LAYOUT: Layout = {
 
 /// A running command queue.
 pub struct CommandQueue {
+    regs: QueueRegs,
+    /// MSI-X vector completions are signalled on, if any.
+    vector: Option<u16>,
     rings: DmaBuffer,
     next_avail: u16,
     last_used: u16,
-    interrupts: bool,
     next_token: u32,
     stats: QueueStats,
 }
@@ -73,39 +77,53 @@ impl CommandQueue {
     /// Sets up and starts the queue on `t`. `interrupts` says whether completions are to be
     /// signalled on [`CMDQ_VECTOR`] (otherwise the driver polls the used ring).
     pub fn start(t: &dyn Transport, interrupts: bool) -> Result<Self> {
+        Self::start_on(t, regs::CMDQ_REGS, interrupts.then_some(CMDQ_VECTOR))
+    }
+
+    /// Sets up and starts the queue whose registers are `qregs` (the command queue's or
+    /// the admin queue's), with completions signalled on `vector` or, if `None`, polled.
+    pub fn start_on(t: &dyn Transport, qregs: QueueRegs, vector: Option<u16>) -> Result<Self> {
         let rings = t.alloc_dma(rnic_abi::PAGE_SIZE as usize)?;
         let base = rings
             .contiguous()
             .ok_or_else(|| Error::Device("command queue page is not contiguous".into()))?;
-        let flags = if interrupts { 0 } else { AVAIL_F_NO_INTERRUPT };
+        let flags = if vector.is_some() {
+            0
+        } else {
+            AVAIL_F_NO_INTERRUPT
+        };
         rings.store_u16(LAYOUT.avail, flags);
         let write64 = |lo: u64, v: u64| -> Result<()> {
             t.reg_write32(lo, v as u32)?;
             t.reg_write32(lo + 4, (v >> 32) as u32)
         };
-        write64(regs::CMDQ_DESC_LO, base)?;
-        write64(regs::CMDQ_AVAIL_LO, base + LAYOUT.avail as u64)?;
-        write64(regs::CMDQ_USED_LO, base + LAYOUT.used as u64)?;
-        t.reg_write32(regs::CMDQ_SIZE, u32::from(QUEUE_SIZE))?;
-        let vector = if interrupts {
-            u32::from(CMDQ_VECTOR)
-        } else {
-            regs::NO_VECTOR
-        };
-        t.reg_write32(regs::CMDQ_MSIX_VECTOR, vector)?;
-        t.reg_write32(regs::CMDQ_CONTROL, regs::CMDQ_ENABLE)?;
-        if t.reg_read32(regs::DEVICE_STATUS)? & regs::STATUS_CMDQ_RUNNING == 0 {
-            let code = t.reg_read32(regs::ERROR_CODE)?;
+        write64(qregs.desc_lo, base)?;
+        write64(qregs.avail_lo, base + LAYOUT.avail as u64)?;
+        write64(qregs.used_lo, base + LAYOUT.used as u64)?;
+        t.reg_write32(qregs.size, u32::from(QUEUE_SIZE))?;
+        t.reg_write32(qregs.msix_vector, vector.map_or(regs::NO_VECTOR, u32::from))?;
+        t.reg_write32(qregs.control, regs::CMDQ_ENABLE)?;
+        let status = t.reg_read32(regs::DEVICE_STATUS)?;
+        if status & regs::STATUS_DISABLED != 0 {
+            return Err(Error::Device(
+                "the function is disabled by its PF (SET_NUM_VFS); enable it with rnic-admin vfs"
+                    .into(),
+            ));
+        }
+        if status & qregs.running == 0 {
+            let code = t.reg_read32(qregs.error_code)?;
             return Err(Error::Device(format!(
-                "the command queue did not start: {} (ERROR_CODE {code})",
+                "the queue at {:#x} did not start: {} (error code {code})",
+                qregs.desc_lo,
                 describe_error_code(code)
             )));
         }
         Ok(Self {
+            regs: qregs,
+            vector,
             rings,
             next_avail: 0,
             last_used: 0,
-            interrupts,
             next_token: 1,
             stats: QueueStats::default(),
         })
@@ -153,18 +171,20 @@ impl CommandQueue {
         self.next_avail = self.next_avail.wrapping_add(1);
         // Descriptors and ring entry first, then the index that publishes them.
         self.rings.store_u16(LAYOUT.avail + 2, self.next_avail);
-        if ring_doorbell(t, CMDQ_DOORBELL, u32::from(self.next_avail))? {
+        if ring_doorbell(t, self.regs.doorbell, u32::from(self.next_avail))? {
             self.stats.kicks += 1;
         }
 
         let used_idx = LAYOUT.used + 2;
         let expected = self.last_used.wrapping_add(1);
-        let (rings, interrupts, stats) = (&self.rings, self.interrupts, &mut self.stats);
+        let (rings, vector, stats) = (&self.rings, self.vector, &mut self.stats);
         let mut wait = || -> Result<Option<()>> {
             // With interrupts, the device signals after it wrote the used ring: wait for
             // the signal first, so that none is left behind for the next command.
-            if interrupts && t.wait_interrupt(CMDQ_VECTOR, Duration::from_millis(10))? {
-                stats.interrupts += 1;
+            if let Some(vector) = vector {
+                if t.wait_interrupt(vector, Duration::from_millis(10))? {
+                    stats.interrupts += 1;
+                }
             }
             Ok((rings.load_u16(used_idx) == expected).then_some(()))
         };

@@ -37,6 +37,8 @@ pub struct PciIdentity {
 pub struct Device {
     transport: Box<dyn Transport>,
     cmdq: Mutex<CommandQueue>,
+    /// The admin queue, started by the first admin command (PF administration).
+    admin: Mutex<Option<CommandQueue>>,
     pci: PciIdentity,
     interrupts: bool,
 }
@@ -93,6 +95,7 @@ impl Device {
         Ok(Self {
             transport,
             cmdq: Mutex::new(cmdq),
+            admin: Mutex::new(None),
             pci,
             interrupts,
         })
@@ -133,6 +136,37 @@ impl Device {
             .execute(self.transport(), opcode, request, response_len)
     }
 
+    /// Sends a raw command on the admin queue (starting the queue, polled, the first time)
+    /// and returns whatever the device answered, status included.
+    pub fn raw_admin_command(
+        &self,
+        opcode: u16,
+        request: &[u8],
+        response_len: usize,
+    ) -> Result<Completion> {
+        let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = match &mut *admin {
+            Some(q) => q,
+            none => none.insert(CommandQueue::start_on(
+                self.transport(),
+                regs::ADMINQ_REGS,
+                None,
+            )?),
+        };
+        queue.execute(self.transport(), opcode, request, response_len)
+    }
+
+    /// Sends an admin command and fails unless it succeeded.
+    pub fn admin_command(
+        &self,
+        opcode: Opcode,
+        request: &[u8],
+        response_len: usize,
+    ) -> Result<Vec<u8>> {
+        let c = self.raw_admin_command(opcode as u16, request, response_len)?;
+        Ok(check(opcode as u16, c)?.body)
+    }
+
     /// Sends a command and fails unless it succeeded.
     pub fn command(&self, opcode: Opcode, request: &[u8], response_len: usize) -> Result<Vec<u8>> {
         let c = self.raw_command(opcode as u16, request, response_len)?;
@@ -161,7 +195,15 @@ impl Device {
 pub fn reset(t: &dyn Transport) -> Result<()> {
     t.reg_write32(regs::DEVICE_CONTROL, regs::CONTROL_RESET)?;
     poll_until(RESET_TIMEOUT, "the function to come out of reset", || {
-        Ok((t.reg_read32(regs::DEVICE_STATUS)? & regs::STATUS_READY != 0).then_some(()))
+        let status = t.reg_read32(regs::DEVICE_STATUS)?;
+        if status & regs::STATUS_DISABLED != 0 {
+            // It will not become ready until its PF enables it: say so now.
+            return Err(Error::Device(format!(
+                "{} is disabled by its PF (SET_NUM_VFS); enable it with `rnic-admin vfs enable N`",
+                t.describe()
+            )));
+        }
+        Ok((status & regs::STATUS_READY != 0).then_some(()))
     })
 }
 

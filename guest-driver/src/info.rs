@@ -45,6 +45,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_MSIX, "msix"),
     (regs::CAP_FUNCTION_RESET, "function-reset"),
     (regs::CAP_RDMA_RC, "rdma-rc"),
+    (regs::CAP_ADMIN, "admin"),
 ];
 
 impl Report {

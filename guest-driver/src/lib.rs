@@ -6,11 +6,13 @@
 //! shared: [`device::Device`] opens and resets a function and runs its command queue
 //! ([`cmdq`]).
 
+pub mod admin;
 pub mod cmdq;
 pub mod device;
 mod dma_pagemap;
 pub mod error;
 pub mod info;
+pub mod perf;
 pub mod pingpong;
 pub mod transport;
 pub mod verbs;

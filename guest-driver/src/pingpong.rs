@@ -49,6 +49,14 @@
 //!   message `done` (with its figures, which the peer prints) to the peer, which only waits
 //!   for it.
 //!
+//! # Following a migrated QP
+//!
+//! With [`Config::follow`] the tool also opens a second function of its guest (on the
+//! host: sharing its memory). When the PF moves the QP there (`rnic-admin migrate`), the
+//! first function reports `QP_DEPARTED`: the tool adopts the QP on the second one
+//! ([`crate::verbs::Qp::adopt`]) and goes on; the same if it is moved back. The report
+//! says how many moves it followed.
+//!
 //! # Figures
 //!
 //! As `ibv_rc_pingpong` counts them: `bytes` is `2 * size * iters` for send and write
@@ -508,6 +516,11 @@ pub struct Config {
     pub events: bool,
     /// The whole run's time limit (`None`: none).
     pub time_limit: Option<Duration>,
+    /// A second function of this guest that the QP may be moved to (`MIGRATE_QP`, issued
+    /// on the PF): when the first function reports the QP's departure, the ping-pong
+    /// follows it there, and back again if it returns. On the host (vfio-user) the two
+    /// functions share this tool's memory, as two VFs of one VM do.
+    pub follow: Option<DeviceChoice>,
 }
 
 /// The path MTU code of `bytes`.
@@ -617,6 +630,9 @@ pub struct Report {
     pub local: DestJson,
     /// The peer.
     pub remote: DestJson,
+    /// How many times the QP moved to another function during the run and was followed
+    /// there ([`Config::follow`]).
+    pub migrations_followed: u32,
 }
 
 impl Report {
@@ -650,6 +666,7 @@ impl Report {
             },
             local: local.json(),
             remote: remote.json(),
+            migrations_followed: 0,
         }
     }
 
@@ -671,6 +688,12 @@ impl Report {
         }
         if self.measured_by != "self" {
             s += &format!("(figures measured by the {})\n", self.measured_by);
+        }
+        if self.migrations_followed > 0 {
+            s += &format!(
+                "followed the QP through {} migration(s)\n",
+                self.migrations_followed
+            );
         }
         s
     }
@@ -814,7 +837,12 @@ struct Session {
     mr: Mr,
     cq: Cq,
     _pd: Pd,
+    /// The context of the function the QP is on now.
     ctx: Context,
+    /// The other function of [`Config::follow`], where the QP may go.
+    spare: Option<Context>,
+    /// Migrations followed.
+    followed: u32,
     cfg: Config,
     /// Offset of the data this side sends (SEND and WRITE source).
     data_out: usize,
@@ -835,22 +863,40 @@ struct Session {
 /// Opens the function and allocates `buf_len` bytes of DMA memory for this tool's buffer
 /// first, so that on a fresh vfio-user function its address is the first page of guest
 /// memory every time.
-fn open(choice: &DeviceChoice, buf_len: usize) -> Result<(Device, Arc<DmaBuffer>)> {
+fn open(
+    choice: &DeviceChoice,
+    follow: Option<&DeviceChoice>,
+    buf_len: usize,
+) -> Result<(Device, Option<Device>, Arc<DmaBuffer>)> {
     let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
         Ok(Box::new(SysfsTransport::open(bdf).map_err(drv(
             &format!("open PCI function {bdf} (as root, with the function bound to no driver)"),
         ))?))
     };
+    let mut spare: Option<Box<dyn Transport>> = None;
     let transport: Box<dyn Transport> = match choice {
         DeviceChoice::VfioUser(path) => {
             let options = VfioUserOptions {
                 memory: DEFAULT_MEMORY.max(buf_len + (16 << 20)),
                 ..VfioUserOptions::default()
             };
-            Box::new(
-                VfioUserTransport::connect_with(path, &options)
-                    .map_err(drv(&format!("open vfio-user function {}", path.display())))?,
-            )
+            let first = VfioUserTransport::connect_with(path, &options)
+                .map_err(drv(&format!("open vfio-user function {}", path.display())))?;
+            match follow {
+                None => {}
+                Some(DeviceChoice::VfioUser(second)) => {
+                    // Two functions of one "guest": the second maps the first's memory.
+                    spare = Some(Box::new(
+                        VfioUserTransport::connect_sharing(second, &first).map_err(drv(
+                            &format!("open vfio-user function {}", second.display()),
+                        ))?,
+                    ));
+                }
+                Some(_) => {
+                    return fail("--follow-vfio-user goes with --vfio-user (both on the host)")
+                }
+            }
+            Box::new(first)
         }
         DeviceChoice::Pci(bdf) => pci(bdf)?,
         DeviceChoice::FirstPci => {
@@ -867,11 +913,25 @@ fn open(choice: &DeviceChoice, buf_len: usize) -> Result<(Device, Arc<DmaBuffer>
             pci(bdf)?
         }
     };
+    if spare.is_none() {
+        match follow {
+            Some(DeviceChoice::Pci(bdf)) if !matches!(choice, DeviceChoice::VfioUser(_)) => {
+                // In a VM every function reaches all of guest memory at its physical
+                // addresses, so the second function needs nothing shared explicitly.
+                spare = Some(pci(bdf)?);
+            }
+            Some(_) => return fail("--follow-pci goes with a PCI function (in a VM)"),
+            None => {}
+        }
+    }
     let buf = transport
         .alloc_dma(buf_len)
         .map_err(drv("allocate the DMA buffer (try a smaller --size)"))?;
     let device = Device::open(transport).map_err(drv("open the function"))?;
-    Ok((device, Arc::new(buf)))
+    let spare = spare
+        .map(|t| Device::open(t).map_err(drv("open the function to follow the QP to")))
+        .transpose()?;
+    Ok((device, spare, Arc::new(buf)))
 }
 
 fn page_round(n: usize) -> usize {
@@ -898,8 +958,11 @@ impl Session {
         }
         let data_out = DATA_IN + page_round(cfg.size);
         let buf_len = data_out + page_round(cfg.size);
-        let (device, buf) = open(&cfg.device, buf_len)?;
+        let (device, spare, buf) = open(&cfg.device, cfg.follow.as_ref(), buf_len)?;
         let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+        let spare = spare
+            .map(|d| Context::new(d).map_err(drv("open the function to follow to for RDMA verbs")))
+            .transpose()?;
         let limits = ctx.attr().limits;
         if (buf_len as u64) > limits.max_mr_size {
             return fail(format!(
@@ -946,6 +1009,8 @@ impl Session {
             cq,
             _pd: pd,
             ctx,
+            spare,
+            followed: 0,
             cfg: cfg.clone(),
             data_out,
             deadline,
@@ -1086,6 +1151,8 @@ impl Session {
                 self.pending.extend(got);
                 continue;
             }
+            // Nothing to do: a moment to see whether the QP moved.
+            self.follow_migration()?;
             let left = self.time_left();
             if left == Some(Duration::ZERO) {
                 return Err(self.timed_out(what));
@@ -1116,6 +1183,45 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// If the QP left the function it is on (`QP_DEPARTED`), follows it to the other
+    /// function of [`Config::follow`]: adopts it there and makes that the current
+    /// context. Completions keep arriving in the same CQ ring meanwhile; work posted
+    /// before the adoption is announced to the new function by it.
+    fn follow_migration(&mut self) -> Result<()> {
+        let Some(spare) = &self.spare else {
+            return Ok(());
+        };
+        let qpn = self.qp.qp_num();
+        let departed = self
+            .ctx
+            .wait_async_event(verbs::AsyncEvent::QpDeparted, qpn, Duration::ZERO)
+            .map_err(drv("look at the event queue"))?;
+        if !departed {
+            return Ok(());
+        }
+        // Posted together with the departure, so it is there already.
+        let arrived = spare
+            .wait_async_event(verbs::AsyncEvent::QpArrived, qpn, Duration::from_secs(5))
+            .map_err(drv("look at the other function's event queue"))?;
+        if !arrived {
+            return fail(format!(
+                "QP {qpn:#x} left its function but did not arrive on the one to follow it to"
+            ));
+        }
+        self.qp
+            .adopt(spare, None, None)
+            .map_err(drv("take over the QP on the other function"))?;
+        if let Some(spare) = self.spare.as_mut() {
+            std::mem::swap(&mut self.ctx, spare);
+        }
+        self.followed += 1;
+        log::info!(
+            "followed QP {qpn:#x} to {}",
+            self.ctx.device().transport().describe()
+        );
+        Ok(())
     }
 
     /// The next successful completion: an error completion is an error naming it and its
@@ -1828,7 +1934,9 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
     if !cfg.op.needs_remote_buffer() {
         local.buf = None;
     }
-    Ok(Report::new(cfg, role, elapsed, latency, &local, &remote))
+    let mut report = Report::new(cfg, role, elapsed, latency, &local, &remote);
+    report.migrations_followed = s.followed;
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -2016,6 +2124,7 @@ mod tests {
             check: true,
             events: false,
             time_limit: None,
+            follow: None,
         }
     }
 

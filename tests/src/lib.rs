@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
 //! raw vfio-user messages for what the crate's client cannot send.
 
+pub mod net;
 pub mod verbs_pair;
 pub mod wire;
 

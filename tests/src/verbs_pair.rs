@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
-use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps, Wc};
+use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps, SendWr, Sge, Wc, WrOpcode};
 use rnic_driver::Device;
 
 /// Everything one side of a connection holds.
@@ -218,4 +218,15 @@ pub fn read_u64(mr: &Mr, offset: usize) -> u64 {
     let mut b = [0u8; 8];
     mr.read(offset, &mut b);
     u64::from_le_bytes(b)
+}
+
+/// A signaled send work request.
+pub fn signaled(wr_id: u64, opcode: WrOpcode, sges: Vec<Sge>) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode,
+        sges,
+        signaled: true,
+        ..SendWr::default()
+    }
 }

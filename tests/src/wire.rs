@@ -78,3 +78,120 @@ pub fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
     assert_eq!(at, bytes.len(), "no trailing garbage");
     frames
 }
+
+/// RoCEv2's UDP destination port.
+pub const ROCEV2_PORT: u16 = 4791;
+
+/// A Base Transport Header, field by field, for crafting packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bth {
+    /// OpCode.
+    pub opcode: u8,
+    /// Byte 1 whole: SE (bit 7), MigReq (6), PadCnt (5:4), TVer (3:0).
+    pub flags: u8,
+    /// P_Key.
+    pub pkey: u16,
+    /// Destination QP (24 bits).
+    pub dest_qp: u32,
+    /// AckReq.
+    pub ack_req: bool,
+    /// PSN (24 bits).
+    pub psn: u32,
+}
+
+impl Bth {
+    /// A BTH as a well-behaved sender writes it: no flags, the default P_Key.
+    pub fn new(opcode: u8, dest_qp: u32, psn: u32) -> Self {
+        Self {
+            opcode,
+            flags: 0,
+            pkey: 0xFFFF,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    /// The 12 bytes on the wire.
+    pub fn bytes(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[0] = self.opcode;
+        b[1] = self.flags;
+        b[2..4].copy_from_slice(&self.pkey.to_be_bytes());
+        b[4..8].copy_from_slice(&(self.dest_qp & 0xFF_FFFF).to_be_bytes());
+        b[8..12].copy_from_slice(&(self.psn & 0xFF_FFFF).to_be_bytes());
+        b[8] = u8::from(self.ack_req) << 7;
+        b
+    }
+}
+
+/// An RDMA Extended Transport Header: virtual address, R_Key, DMA length.
+pub fn reth(va: u64, rkey: u32, len: u32) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&va.to_be_bytes());
+    b[8..12].copy_from_slice(&rkey.to_be_bytes());
+    b[12..].copy_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// The transport part of a packet (BTH, extension headers, payload and pad) with the pad
+/// count set to what the payload needs, as every sender writes it.
+pub fn transport(bth: Bth, ext: &[u8], payload: &[u8]) -> Vec<u8> {
+    let pad = (4 - payload.len() % 4) % 4;
+    let bth = Bth {
+        flags: (bth.flags & !0x30) | ((pad as u8) << 4),
+        ..bth
+    };
+    let mut t = bth.bytes().to_vec();
+    t.extend_from_slice(ext);
+    t.extend_from_slice(payload);
+    t.resize(t.len() + pad, 0);
+    t
+}
+
+/// The UDP payload of a RoCEv2 datagram from `src` to `dst` (IPv4 address and UDP port
+/// each): `transport` followed by its ICRC, computed with this module's own CRC over the
+/// canonical IPv4 and UDP headers a receiver rebuilds from the datagram (no options, IP ID
+/// 0, DF, destination port 4791; TOS, TTL and checksums are masked by the ICRC anyway).
+pub fn datagram(src: ([u8; 4], u16), dst: [u8; 4], transport: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + transport.len() + 4;
+    let ip_len = 20 + udp_len;
+    let mut frame = vec![0u8; 14];
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    frame.extend_from_slice(&[0x45, 0]);
+    frame.extend_from_slice(&(ip_len as u16).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    frame.extend_from_slice(&src.0);
+    frame.extend_from_slice(&dst);
+    frame.extend_from_slice(&src.1.to_be_bytes());
+    frame.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
+    frame.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    frame.extend_from_slice(&[0, 0]);
+    frame.extend_from_slice(transport);
+    frame.extend_from_slice(&[0; 4]);
+    let icrc = expected_icrc(&frame);
+    let mut payload = transport.to_vec();
+    payload.extend_from_slice(&icrc.to_le_bytes());
+    payload
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_is_zlibs() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn a_crafted_packet_pads_to_four_bytes_and_carries_its_icrc() {
+        let t = transport(Bth::new(0x0a, 0x12, 7), &reth(1, 2, 3), &[9; 3]);
+        assert_eq!(t.len(), 12 + 16 + 4);
+        assert_eq!(t[1] >> 4 & 3, 1, "one pad byte");
+        let d = datagram(([127, 0, 0, 1], 0xC001), [127, 0, 0, 2], &t);
+        assert_eq!(&d[..t.len()], &t[..]);
+        assert_eq!(d.len(), t.len() + 4);
+    }
+}

@@ -5,12 +5,15 @@
 //! implementation in `rnic_tests::wire`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rnic_driver::verbs::{Mr, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
+use rnic_driver::verbs::{Mr, RecvWr, Wc, WcOpcode, WcStatus, WrOpcode};
+use rnic_tests::net::two_rnicd;
 use rnic_tests::verbs_pair::{
-    connect, connect_qps, init_qp, pattern, poll_n, read_mr, read_u64, side, PairOptions, Side,
+    connect, connect_qps, init_qp, pattern, poll_n, read_mr, read_u64, side, signaled, PairOptions,
+    Side,
 };
 use rnic_tests::wire::{carried_icrc, expected_icrc, ipv4_checksum, pcap_frames};
 use rnic_tests::{bin, Rnicd};
@@ -36,16 +39,6 @@ fn sges(mr: &Mr, offset: usize, len: usize) -> Vec<rnic_driver::verbs::Sge> {
         Vec::new()
     } else {
         vec![mr.sge(offset, len)]
-    }
-}
-
-fn signaled(wr_id: u64, opcode: WrOpcode, sges: Vec<rnic_driver::verbs::Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        sges,
-        signaled: true,
-        ..SendWr::default()
     }
 }
 
@@ -362,4 +355,147 @@ fn a_second_rnicd_on_the_same_addresses_is_refused_naming_the_fix() {
         .expect("run rnicd");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("udp:ADDR[:PORT]"));
+}
+
+/// Protocols Wireshark tries on InfiniBand payloads by heuristics. The payloads here are
+/// test patterns, which some of them misread (and then call the frame malformed).
+const PAYLOAD_HEURISTICS: [&str; 8] = [
+    "rpcordma",
+    "smb_direct",
+    "smc",
+    "nvme-rdma",
+    "lnet",
+    "iser",
+    "infiniband_sdp",
+    "fcoib",
+];
+
+/// Runs tshark with `args`, payload heuristics off; fails naming the fix when tshark is
+/// not installed.
+fn tshark(args: &[&str]) -> String {
+    let mut command = Command::new("tshark");
+    for p in PAYLOAD_HEURISTICS {
+        command.args(["--disable-protocol", p]);
+    }
+    let out = match command.args(args).output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "tshark is not installed: run `bash qemu-scripts/setup.sh` as root (it installs \
+             Debian's tshark), then run this test again"
+        ),
+        Err(e) => panic!("cannot run tshark: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "tshark {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
+}
+
+/// A number as tshark prints a field: decimal, or hexadecimal with 0x.
+fn number(field: &str) -> u64 {
+    match field.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => field.parse(),
+    }
+    .unwrap_or_else(|_| panic!("'{field}' is not a number"))
+}
+
+/// What tshark decoded of each frame of `pcap`, in order: its protocol stack, BTH opcode,
+/// destination QP, PSN and ICRC.
+fn tshark_fields(pcap: &Path) -> Vec<(String, [u64; 4])> {
+    let path = pcap.to_str().expect("utf-8 path");
+    let fields = [
+        "frame.protocols",
+        "infiniband.bth.opcode",
+        "infiniband.bth.destqp",
+        "infiniband.bth.psn",
+        "infiniband.invariant.crc",
+    ];
+    let mut args = vec!["-r", path, "-T", "fields", "-E", "separator=/t"];
+    for f in &fields {
+        args.extend(["-e", f]);
+    }
+    tshark(&args)
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), fields.len(), "tshark line: {line}");
+            let n = |i: usize| number(f[i]);
+            (f[0].to_string(), [n(1), n(2), n(3), n(4)])
+        })
+        .collect()
+}
+
+#[test]
+fn tshark_decodes_every_captured_frame_as_infiniband_with_a_valid_icrc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pcap = dir.path().join("a.pcap");
+    let o = PairOptions {
+        buf_len: 4 << 20,
+        ..PairOptions::default()
+    };
+    let (rnicd_a, rnicd_b, a, b) = two_rnicd(
+        ["udp:127.0.9.1", "udp:127.0.10.1"],
+        &["--pcap", pcap.to_str().expect("utf-8 path")],
+        &o,
+        (0xFF_FFF8, 0x77),
+    );
+    for (i, len) in [0, 5, 1024, 4099].into_iter().enumerate() {
+        all_ops(&a, &b, len, i as u64 + 40);
+    }
+    atomics(&a, &b);
+    all_ops(&b, &a, 2000, 50);
+    drop((a, b));
+    drop((rnicd_a, rnicd_b));
+
+    let frames = pcap_frames(&std::fs::read(&pcap).expect("pcap written"));
+    let decoded = tshark_fields(&pcap);
+    assert_eq!(decoded.len(), frames.len(), "tshark read every frame");
+    assert!(frames.len() > 50, "{} frames", frames.len());
+    let mut opcodes = BTreeSet::new();
+    for (i, (f, (protocols, [opcode, dest_qp, psn, icrc]))) in
+        frames.iter().zip(&decoded).enumerate()
+    {
+        assert!(
+            [
+                "eth:ethertype:ip:udp:infiniband",
+                "eth:ethertype:ip:udp:infiniband:data"
+            ]
+            .contains(&protocols.as_str()),
+            "frame {i}: decoded as {protocols}, not RoCEv2"
+        );
+        assert_eq!(*opcode, u64::from(f[42]), "frame {i}: opcode");
+        let qp = u32::from_be_bytes([0, f[47], f[48], f[49]]);
+        assert_eq!(*dest_qp, u64::from(qp), "frame {i}: destination QP");
+        let p = u32::from_be_bytes([0, f[51], f[52], f[53]]);
+        assert_eq!(*psn, u64::from(p), "frame {i}: PSN");
+        // tshark shows the last four bytes as a big-endian number: where the ICRC is.
+        let tail: [u8; 4] = f[f.len() - 4..].try_into().expect("4 bytes");
+        assert_eq!(
+            *icrc,
+            u64::from(u32::from_be_bytes(tail)),
+            "frame {i}: ICRC field"
+        );
+        assert_eq!(carried_icrc(f), expected_icrc(f), "frame {i}: ICRC");
+        opcodes.insert(f[42]);
+    }
+    assert!(opcodes.len() >= 15, "opcodes seen: {opcodes:x?}");
+    // Nothing malformed, no expert warning or error, in the full decode.
+    let path = pcap.to_str().expect("utf-8 path");
+    let flagged = tshark(&[
+        "-r",
+        path,
+        "-Y",
+        "_ws.malformed || _ws.expert.severity >= \"Warning\"",
+    ]);
+    assert!(flagged.trim().is_empty(), "tshark flags frames:\n{flagged}");
+    let verbose = tshark(&["-r", path, "-V"]);
+    assert_eq!(
+        verbose.matches("InfiniBand\n").count(),
+        frames.len(),
+        "every frame has an InfiniBand layer"
+    );
+    assert!(!verbose.contains("Malformed"), "a malformed frame");
 }

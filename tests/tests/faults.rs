@@ -7,7 +7,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rnic_driver::verbs::{mtu, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
-use rnic_tests::verbs_pair::{connect, side, PairOptions, Side};
+use rnic_tests::verbs_pair::{connect, pattern, poll_n, side, signaled, PairOptions, Side};
+use rnic_tests::wire::pcap_frames;
 use rnic_tests::Rnicd;
 
 const SPEC: &str = "loss=0.02,dup=0.01,reorder=0.01,corrupt=0.001,seed=7";
@@ -715,6 +716,106 @@ fn both_directions_with_rnr_small_mtu_and_psn_wrap() {
     for c in [&vf0, &vf1] {
         assert!(c.retransmits > 0 && c.rnr_naks > 0, "{c:?}");
     }
+}
+
+/// The signed distance from PSN `b` to PSN `a` (24 bits, wrapping).
+fn psn_diff(a: u32, b: u32) -> i32 {
+    ((a.wrapping_sub(b) << 8) as i32) >> 8
+}
+
+/// 1 MiB WRITEs through a lossy switch, as the capture shows them: never more than the
+/// 128-PSN window past the last PSN acknowledged, AckReq on every 32nd packet and the
+/// last, far fewer ACKs than packets, and after a loss a resend from the first
+/// unacknowledged PSN on, never of an acknowledged one (not from the message's start).
+#[test]
+fn long_messages_go_out_in_windows_and_resend_only_what_was_not_acknowledged() {
+    const MSG: usize = 1 << 20;
+    const PKTS: u32 = 1024;
+    const MESSAGES: u32 = 4;
+    const START: u32 = 0xFF_FC00;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pcap = dir.path().join("switch.pcap");
+    let pcap_arg = pcap.to_str().expect("utf-8 path");
+    let rnicd = Rnicd::start(
+        2,
+        &["--net-faults", "loss=0.01,seed=11", "--pcap", pcap_arg],
+    );
+    let o = PairOptions {
+        buf_len: 2 * MSG,
+        timeout: 10,
+        ..PairOptions::default()
+    };
+    let a = side(&rnicd.socket("vf0"), &o);
+    let b = side(&rnicd.socket("vf1"), &o);
+    connect(&a, &b, &o, START, 0x10);
+    for m in 0..MESSAGES {
+        let data = pattern(MSG, u64::from(m));
+        a.mr.write(0, &data);
+        let wr = signaled(
+            u64::from(m),
+            WrOpcode::RdmaWrite {
+                remote_addr: b.mr.addr(0),
+                rkey: b.mr.rkey(),
+            },
+            vec![a.mr.sge(0, MSG)],
+        );
+        a.qp.post_send(&wr).expect("post_send");
+        let wcs = poll_n(&a.cq, 1, Duration::from_secs(30));
+        assert_eq!(wcs.len(), 1, "message {m} not completed");
+        assert_eq!(wcs[0].status, Ok(WcStatus::Success), "{:?}", wcs[0]);
+        assert!(read_bytes(&b, 0, MSG) == data, "message {m}: data differs");
+    }
+
+    // Every frame is in the capture once it was delivered (lost ones never are).
+    let frames = pcap_frames(&std::fs::read(&pcap).expect("pcap"));
+    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
+    let mut acked_end = START;
+    let (mut requests, mut acks, mut resends) = (0u32, 0u32, 0u32);
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in frames.iter().enumerate() {
+        let opcode = f[42];
+        let dest_qp = u32::from_be_bytes([0, f[47], f[48], f[49]]);
+        let ack_req = f[50] & 0x80 != 0;
+        let psn = u32::from_be_bytes([0, f[51], f[52], f[53]]);
+        if dest_qp == qb && (0x06..=0x0A).contains(&opcode) {
+            requests += 1;
+            let ahead = psn_diff(psn, acked_end);
+            assert!(
+                (0..128).contains(&ahead),
+                "frame {i}: PSN {psn:#x} is {ahead} past the last acknowledged"
+            );
+            let k = psn_diff(psn, START) as u32 % PKTS;
+            if (k + 1).is_multiple_of(32) {
+                assert!(
+                    ack_req,
+                    "frame {i}: packet {k} of its message without AckReq"
+                );
+            }
+            if !seen.insert(psn) {
+                resends += 1;
+            }
+        } else if dest_qp == qa && opcode == 0x11 {
+            acks += 1;
+            // An ACK acknowledges its PSN, a NAK (RNR or other) the ones before.
+            let end = if f[54] >> 5 == 0 {
+                psn.wrapping_add(1) & 0xFF_FFFF
+            } else {
+                psn
+            };
+            if psn_diff(end, acked_end) > 0 {
+                acked_end = end;
+            }
+        }
+    }
+    eprintln!("{requests} request frames ({resends} resent), {acks} ACK frames");
+    assert!(
+        requests >= PKTS * MESSAGES * 98 / 100,
+        "{requests} requests"
+    );
+    assert!(resends > 0, "the losses cost resends");
+    assert!(acks * 8 < requests, "{acks} ACKs for {requests} packets");
+    assert_eq!(psn_diff(acked_end, START), (PKTS * MESSAGES) as i32);
 }
 
 /// For exploring: FAULTS_SPEC, FAULTS_MESSAGES, FAULTS_BACK, FAULTS_RNR=1, FAULTS_SEED,

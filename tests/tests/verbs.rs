@@ -13,7 +13,7 @@ use rnic_driver::verbs::{
 };
 use rnic_tests::verbs_pair::{
     buffer_bytes, connect_qps, guarded_mr, init_qp, pair, pattern, poll_n, read_mr, read_u64,
-    to_rtr, to_rts, PairOptions, Side,
+    signaled, to_rtr, to_rts, PairOptions, Side,
 };
 use rnic_tests::Rnicd;
 
@@ -33,16 +33,6 @@ fn connected(o: &PairOptions) -> (Rnicd, Side, Side) {
     let rnicd = start();
     let (a, b) = pair(&rnicd, "vf0", "vf1", o);
     (rnicd, a, b)
-}
-
-fn signaled(wr_id: u64, opcode: WrOpcode, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        sges,
-        signaled: true,
-        ..SendWr::default()
-    }
 }
 
 fn recv(wr_id: u64, sges: Vec<Sge>) -> RecvWr {

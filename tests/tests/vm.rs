@@ -128,6 +128,28 @@ fn vm_run_base() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// Starts an rnicd with `vfs` VFs whose sockets (and log, `rnicd.log`) are in a fresh
+/// folder named after `name` where QEMU reaches them; returns the folder and the process.
+fn start_rnicd(name: &str, vfs: u32) -> (PathBuf, std::process::Child) {
+    let dir = vm_run_base().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
+    let rnicd = Command::new(rnic_tests::bin("rnicd"))
+        .args(["--socket-dir"])
+        .arg(&dir)
+        .args(["--vfs", &vfs.to_string()])
+        .env("RUST_LOG", "info")
+        .stderr(log)
+        .spawn()
+        .expect("start rnicd");
+    rnic_tests::wait_for(std::time::Duration::from_secs(10), "rnicd to serve", || {
+        std::fs::read_to_string(dir.join("rnicd.log"))
+            .unwrap_or_default()
+            .contains("serving the PF")
+    });
+    (dir, rnicd)
+}
+
 /// The GID of VF `vf` of an rnicd, as rnic-pingpong writes GIDs (32 hex digits):
 /// ::ffff:10.82.0.(vf + 2).
 fn vf_gid_hex(vf: u32) -> String {
@@ -140,22 +162,7 @@ fn two_guests_run_rnic_pingpong_against_each_other() {
     // One rnicd with two VFs; each guest gets one. The guests have no network between
     // them, so the test passes the connection parameters: a freshly opened function's
     // first QP is 0x11, and each side is given the PSNs.
-    let dir = vm_run_base().join(format!("two-guests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("socket dir");
-    let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
-    let mut rnicd = Command::new(rnic_tests::bin("rnicd"))
-        .args(["--socket-dir"])
-        .arg(&dir)
-        .args(["--vfs", "2"])
-        .env("RUST_LOG", "info")
-        .stderr(log)
-        .spawn()
-        .expect("start rnicd");
-    rnic_tests::wait_for(std::time::Duration::from_secs(10), "rnicd to serve", || {
-        std::fs::read_to_string(dir.join("rnicd.log"))
-            .unwrap_or_default()
-            .contains("serving the PF")
-    });
+    let (dir, mut rnicd) = start_rnicd("two-guests", 2);
 
     // Sizes below and above the 1024-byte path MTU; a long ACK timeout (code 20, about 4 s,
     // 7 retries) covers the guests booting at different speeds.
@@ -245,4 +252,144 @@ fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest() {
         "three ping-pongs finished"
     );
     assert!(console.contains("demo: all done"));
+}
+
+/// A guest's console lines as they come, from a child's standard output.
+fn console_lines(
+    child: &mut std::process::Child,
+) -> (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+) {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("guest stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let all = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
+            all += &line;
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    (rx, all)
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_running_pingpong_follows_its_qp_from_vf0_to_vf1() {
+    // One rnicd with three VFs. Guest A holds VF0 and VF1 (one guest, one memory), guest B
+    // VF2. rnic-pingpong runs between VF0 and VF2; while it runs, `rnic-admin migrate` on
+    // the host moves the connection to VF1, and the ping-pong follows it and finishes.
+    let (dir, mut rnicd) = start_rnicd("migrate", 3);
+    const ITERS: u32 = 3000;
+    // Guest A finds which of its functions is VF 0 and which VF 1.
+    let script_a = format!(
+        r#"set -e
+for dev in /sys/bus/pci/devices/*; do
+    if [ "$(cat $dev/vendor)" = 0xf1c0 ]; then
+        bdf=$(basename $dev)
+        if rnic-info --pci $bdf | grep -q "VF 0"; then vf0=$bdf; fi
+        if rnic-info --pci $bdf | grep -q "VF 1"; then vf1=$bdf; fi
+    fi
+done
+echo "VF0 $vf0 VF1 $vf1"
+rnic-pingpong --pci $vf0 --follow-pci $vf1 --peer 0x11:{}:0x300 --psn 0x100 --initiator --op send --size 1000 --iters {ITERS} --mtu 1024 --timeout 20 --time-limit 300
+"#,
+        vf_gid_hex(2)
+    );
+    let script_b = format!(
+        "set -e\nrnic-pingpong --peer 0x11:{}:0x100 --psn 0x300 --op send --size 1000 --iters {ITERS} --mtu 1024 --timeout 20 --time-limit 300\n",
+        vf_gid_hex(0)
+    );
+    let guest = |vfs: &[&str], script: &str| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo().join("qemu-scripts/boot.sh"))
+            .arg("--socket-dir")
+            .arg(&dir);
+        for vf in vfs {
+            cmd.args(["--vf", vf]);
+        }
+        cmd.args(["--timeout", "400", "--"])
+            .arg(script)
+            .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("boot a guest")
+    };
+    let mut a = guest(&["0", "1"], &script_a);
+    let b = guest(&["2"], &script_b);
+    let (a_lines, a_all) = console_lines(&mut a);
+    // First guest A's tool must be up (it prints `remote:` once its QP is connected).
+    let mut a_seen = Vec::new();
+    let started = std::time::Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "guest A never started its ping-pong: {a_seen:?}"
+        );
+        if let Ok(line) = a_lines.recv_timeout(std::time::Duration::from_millis(200)) {
+            a_seen.push(line);
+        }
+        if a_seen.iter().any(|l| l.contains("remote: qpn")) {
+            break;
+        }
+    }
+    let admin = |args: &[&str]| {
+        Command::new(rnic_tests::bin("rnic-admin"))
+            .arg("--vfio-user")
+            .arg(dir.join("pf.sock"))
+            .args(args)
+            .output()
+            .expect("run rnic-admin")
+    };
+    // Then both sides must be exchanging data (the handshake is a few packets): move the
+    // QP once VF0 has sent 200.
+    let vf0_tx = || {
+        let out = admin(&["--json", "stats", "vf0"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let find = |v: &serde_json::Value| v["tx_packets"].as_u64();
+        find(&v)
+            .or_else(|| v.as_array().and_then(|a| a.first()).and_then(find))
+            .or_else(|| find(&v["stats"]))
+            .unwrap_or(0)
+    };
+    rnic_tests::wait_for(
+        std::time::Duration::from_secs(300),
+        "the ping-pong to run",
+        || vf0_tx() > 200,
+    );
+    let out = admin(&["migrate", "--from", "vf0", "--to", "vf1", "--qpn", "0x11"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rnic-admin migrate failed: {said}");
+    assert!(said.contains("QP 0x11 moved from vf0 to vf1"), "{said}");
+    let a = a.wait_with_output().expect("guest A");
+    let b = b.wait_with_output().expect("guest B");
+    let a_console = a_all.join().expect("guest A console");
+    let b_console = String::from_utf8_lossy(&b.stdout).into_owned();
+    let _ = rnicd.kill();
+    let _ = rnicd.wait();
+    eprintln!(
+        "--- guest A ---\n{a_console}\n{}\n--- guest B ---\n{b_console}\n{}\n--- rnicd ---\n{}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr),
+        std::fs::read_to_string(dir.join("rnicd.log")).unwrap_or_default()
+    );
+    assert_eq!(a.status.code(), Some(0), "guest A's rnic-pingpong failed");
+    assert_eq!(b.status.code(), Some(0), "guest B's rnic-pingpong failed");
+    for console in [&a_console, &b_console] {
+        assert!(
+            console.contains(&format!("{ITERS} iters of 1000 bytes")),
+            "{console}"
+        );
+    }
+    assert!(
+        a_console.contains("followed the QP through 1 migration(s)"),
+        "guest A did not follow its QP: {a_console}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -75,9 +75,11 @@
 //! without `SO_REUSEADDR`, so a second rnicd on the same addresses fails to start
 //! instead of silently sharing them. The engine sleeps on these sockets in epoll next to
 //! its doorbell eventfds, and on each pass drains them (up to a budget per function) into
-//! the switch's inbox of their function. Datagrams too short to be RoCEv2, whose BTH is
-//! not a known RoCEv2 opcode of transport version 0, or truncated, are counted and
-//! dropped.
+//! the switch's inbox of their function. Every datagram goes to the function's receive
+//! checks as its canonical frame, so that what is dropped (too short, another transport
+//! version, an unknown opcode, a bad ICRC, ...) is counted there by reason
+//! ([`crate::rdma::recv::DropCounters`]); only a datagram larger than the receive buffer
+//! (impossible over IPv4) is dropped here.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -91,16 +93,15 @@ use std::str::FromStr;
 use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
 use crate::roce::icrc::icrc;
 use crate::roce::packet::{
-    opcode_info, BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT,
-    UDP_HEADER_LEN,
+    BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT, UDP_HEADER_LEN,
 };
 
 /// The UDP port datagrams go to when `--net` names none: RoCEv2's.
 pub const DEFAULT_PORT: u16 = ROCEV2_PORT;
 
 /// Socket buffer size asked for (with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where allowed,
-/// else capped by `net.core.rmem_max`/`wmem_max`): enough for a burst of a large
-/// message's packets, which the requester sends without a window.
+/// else capped by `net.core.rmem_max`/`wmem_max`): room for the send windows
+/// ([`crate::rdma::requester::SEND_WINDOW`] packets) of many QPs at once.
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
 
 /// Send sockets kept open at most; past that, the least recently used one is closed
@@ -565,15 +566,6 @@ fn payload_for_port(out: &Outgoing, port: u16) -> Vec<u8> {
     payload
 }
 
-/// Whether a datagram can be a RoCEv2 packet: a BTH of transport version 0 with a known
-/// opcode, room for that opcode's headers and the ICRC. The receive path checks the rest.
-fn looks_like_roce(payload: &[u8]) -> bool {
-    if payload.len() < BTH_LEN + ICRC_LEN || payload[1] & 0x0F != 0 {
-        return false;
-    }
-    opcode_info(payload[0]).is_some_and(|i| payload.len() >= i.header_len() + ICRC_LEN)
-}
-
 /// A function's receive socket.
 struct RxPort {
     ip: Ipv4Addr,
@@ -832,13 +824,9 @@ impl Uplink for UdpUplink {
             };
             read += 1;
             let payload = &self.buf[..r.len.min(self.buf.len())];
-            if r.truncated || !looks_like_roce(payload) {
+            if r.truncated {
                 self.stats.rx_dropped += 1;
-                log::trace!(
-                    "datagram of {} bytes from {} dropped: not RoCEv2",
-                    r.len,
-                    r.from
-                );
+                log::trace!("datagram of {} bytes from {} truncated", r.len, r.from);
                 continue;
             }
             // Without the ancillary data (never so on Linux) the values rnicd sends.
@@ -1090,7 +1078,7 @@ mod tests {
     }
 
     #[test]
-    fn short_and_foreign_datagrams_are_counted_and_dropped() {
+    fn short_and_foreign_datagrams_reach_the_receive_checks() {
         let (port, a_ip, b_ip) = test_net(2);
         let mut ub = UdpUplink::bind(&[endpoint(b_ip, 2)], port).unwrap();
         let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(a_ip), 0)).unwrap();
@@ -1113,12 +1101,25 @@ mod tests {
         }
         let start = Instant::now();
         let mut got = Vec::new();
-        while ub.stats().rx_dropped < 5 && start.elapsed() < Duration::from_secs(5) {
+        while got.len() < 5 && start.elapsed() < Duration::from_secs(5) {
             ub.receive(0, 16, &mut got);
         }
-        assert!(got.is_empty());
-        assert_eq!(ub.stats().rx_dropped, 5);
-        assert_eq!(ub.stats().rx, 0);
+        let why: Vec<_> = got.iter().map(|f| packet::parse(f).unwrap_err()).collect();
+        assert!(matches!(
+            why[0],
+            packet::ParseError::TruncatedBth { len: 0 }
+        ));
+        assert!(matches!(
+            why[1],
+            packet::ParseError::TruncatedBth { len: 3 }
+        ));
+        assert_eq!(why[2], packet::ParseError::UnknownOpcode(0xee));
+        assert_eq!(why[3], packet::ParseError::BthVersion(1));
+        assert!(matches!(
+            why[4],
+            packet::ParseError::TruncatedHeaders { opcode: 0x0a, .. }
+        ));
+        assert_eq!((ub.stats().rx, ub.stats().rx_dropped), (5, 0));
         // Nothing waits: the next receive reads nothing.
         assert_eq!(ub.receive(0, 16, &mut got), 0);
         // Out-of-range ports read nothing either.

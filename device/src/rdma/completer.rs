@@ -10,6 +10,7 @@ use vm_memory::Bytes;
 
 use super::mr::Access;
 use super::qp::{mtu, Qp};
+use super::recv;
 use super::requester::{scatter_gather, OpState};
 use super::wire::psn;
 use super::wqe::read_recv;
@@ -28,34 +29,45 @@ pub fn rnr_delay(code: u8) -> Duration {
     Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
 }
 
-/// Handles a response packet (ACK, NAK, READ response, atomic ACK) for `qp`.
-pub fn on_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, now: Instant) {
+/// Handles a response packet (ACK, NAK, READ response, atomic ACK) for `qp`. A response
+/// to a PSN never sent is dropped: it cannot be genuine, and would acknowledge requests
+/// that never reached the responder.
+pub fn on_response(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    now: Instant,
+) -> Result<(), recv::Drop> {
     let p = pkt.hdrs.bth.psn;
     let opcode = pkt.hdrs.bth.opcode;
+    qp.req.was_sent(p)?;
     let mut progress = false;
     if let Some(aeth) = pkt.hdrs.aeth {
         match aeth.kind() {
-            AethKind::Ack { .. } if opcode == op::RC_ACKNOWLEDGE => progress |= ack_upto(qp, p),
+            AethKind::Ack { .. } if opcode == op::RC_ACKNOWLEDGE => {
+                progress |= acknowledge(qp, p);
+            }
             AethKind::RnrNak { timer: code } => {
                 let Some(i) = qp.req.ops.iter().position(|o| o.contains(p)) else {
-                    return;
+                    return Ok(());
                 };
-                ack_upto(qp, psn::add(p, 0xFF_FFFF));
+                acknowledge(qp, psn::add(p, 0xFF_FFFF));
                 if qp.attr.rnr_retry != 7 {
                     if qp.req.rnr_left == 0 {
                         qp.req.ops[i].fail(WcStatus::RnrRetryExcErr);
                         retire(rdma, qp, env, now);
-                        return;
+                        return Ok(());
                     }
                     qp.req.rnr_left -= 1;
                 }
                 qp.req.rnr_until = Some(now + rnr_delay(code));
                 qp.req.go_back_to(p);
                 qp.req.timer = None;
-                return;
+                return Ok(());
             }
             AethKind::Nak { code } => {
-                let acked = ack_upto(qp, psn::add(p, 0xFF_FFFF));
+                let acked = acknowledge(qp, psn::add(p, 0xFF_FFFF));
                 if code == nak::PSN_SEQ_ERROR {
                     qp.req.go_back_to(p);
                     // Only what it acknowledged is progress. The packets behind one that
@@ -94,14 +106,20 @@ pub fn on_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, n
         retire(rdma, qp, env, now);
         qp.req.rearm(&qp.attr, now);
     }
+    Ok(())
 }
 
-/// Marks every SEND and WRITE up to PSN `p` acknowledged. READs and atomics are done only
-/// by their responses.
-fn ack_upto(qp: &mut Qp, p: u32) -> bool {
-    let mut any = false;
+/// Acknowledges every PSN up to `p`: the window moves on, and every SEND and WRITE that
+/// ends there is done (also one queued for a resend: its packets all arrived after all).
+/// READs and atomics are done only by their responses. Returns whether that was news.
+fn acknowledge(qp: &mut Qp, p: u32) -> bool {
+    let mut any = qp.req.acked_before(psn::add(p, 1));
     for o in qp.req.ops.iter_mut() {
-        if o.state == OpState::Sent && !o.is_rd_atomic() && psn::diff(o.last_psn(), p) <= 0 {
+        if o.assigned
+            && o.state != OpState::Done
+            && !o.is_rd_atomic()
+            && psn::diff(o.last_psn(), p) <= 0
+        {
             o.state = OpState::Done;
             any = true;
         }
@@ -124,8 +142,6 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> 
         }
         return false;
     }
-    // Every earlier SEND and WRITE is implicitly acknowledged by a READ response.
-    ack_upto(qp, psn::add(qp.req.ops[i].first_psn, 0xFF_FFFF));
     let o = &mut qp.req.ops[i];
     let offset = u64::from(o.read_pkts) * u64::from(mtu(&qp.attr));
     let payload = pkt.payload;
@@ -146,11 +162,11 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> 
         } else {
             WcStatus::LocAccessErr
         };
-        return true;
-    }
-    if o.read_pkts == o.npsn {
+    } else if o.read_pkts == o.npsn {
         o.state = OpState::Done;
     }
+    // Every earlier PSN is implicitly acknowledged by a READ response, and so is this one.
+    acknowledge(qp, p);
     true
 }
 
@@ -167,7 +183,6 @@ fn atomic_ack(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> boo
     let Some(ack) = pkt.hdrs.atomic_ack else {
         return false;
     };
-    ack_upto(qp, psn::add(p, 0xFF_FFFF));
     let o = &mut qp.req.ops[i];
     let bytes = ack.orig.to_le_bytes();
     let placed = scatter_gather(
@@ -183,27 +198,41 @@ fn atomic_ack(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> boo
     if placed.is_err() {
         o.status = WcStatus::LocAccessErr;
     }
+    acknowledge(qp, p);
     true
 }
 
-/// The retransmission timer: resend from the oldest unanswered op, or give up.
+/// The retransmission timer: resend from the first unacknowledged PSN, or give up.
 pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
     let Some(deadline) = qp.req.timer else { return };
     if now < deadline {
         return;
     }
     qp.req.timer = None;
-    let Some(oldest) = qp.req.ops.iter().position(|o| o.state == OpState::Sent) else {
+    if !qp.req.unacked() {
         return;
-    };
+    }
+    let una = qp.req.una();
     if qp.req.retry_left == 0 {
-        qp.req.ops[oldest].fail(WcStatus::RetryExcErr);
+        let waiting = |o: &&mut super::requester::Op| o.assigned && o.state != OpState::Done;
+        let oldest = qp
+            .req
+            .ops
+            .iter_mut()
+            .filter(waiting)
+            .find(|o| o.contains(una));
+        let oldest = match oldest {
+            Some(o) => Some(o),
+            None => qp.req.ops.iter_mut().find(|o| waiting(o)),
+        };
+        if let Some(o) = oldest {
+            o.fail(WcStatus::RetryExcErr);
+        }
         retire(rdma, qp, env, now);
         return;
     }
     qp.req.retry_left -= 1;
-    let first = qp.req.ops[oldest].first_psn;
-    qp.req.go_back_to(first);
+    qp.req.go_back_to(una);
 }
 
 fn send_completion(opcode: u8) -> u8 {

@@ -77,6 +77,21 @@ impl CompletionQueue {
         }
     }
 
+    /// Byte offset of the CQ's doorbell slot in the doorbell BAR.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
+
+    /// Moves the CQ's doorbell slot (the CQ moved to another function, `MIGRATE_QP`).
+    pub fn set_slot(&mut self, slot: u64) {
+        self.slot = slot;
+    }
+
+    /// The ring's pages.
+    pub fn ring(&self) -> &PagedBuffer {
+        &self.ring
+    }
+
     /// Posts `cqe`.
     pub fn post(&mut self, mem: &GuestMemoryMmap, doorbells: &DoorbellBar, mut cqe: Cqe) -> Posted {
         if self.error {

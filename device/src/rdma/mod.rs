@@ -11,6 +11,7 @@
 
 pub mod completer;
 pub mod cq;
+pub mod handover;
 pub mod mr;
 pub mod pages;
 pub mod qp;
@@ -38,6 +39,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::cmdq::Response;
 use crate::doorbell::DoorbellBar;
+use crate::resources::{Resource, ResourcePool};
 use cq::{CompletionQueue, EventQueue, Posted};
 use mr::{Mr, MrTable};
 use pages::{PageListError, PagedBuffer};
@@ -60,12 +62,15 @@ pub struct Counters {
     pub tx_packets: u64,
     /// Packets received and accepted.
     pub rx_packets: u64,
-    /// Packets received and dropped by validation.
+    /// Packets received and dropped: by the receive checks or the PSN window (by reason
+    /// in `drops`), or because Bus Master Enable was clear.
     pub rx_dropped: u64,
     /// Request packets sent again (timeouts, NAKs, RNR).
     pub retransmits: u64,
     /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
+    /// The frames of `rx_dropped` that the transport dropped, by reason.
+    pub drops: recv::DropCounters,
 }
 
 /// A protection domain: only a count of what uses it.
@@ -100,6 +105,13 @@ pub struct RdmaState {
     pub counters: Counters,
     /// An event was posted: the EQ's vector is due.
     pub eq_signal: bool,
+    /// Where the function's objects are charged (see [`crate::resources`]), and which
+    /// function of the pool this is.
+    pool: std::sync::Arc<ResourcePool>,
+    member: usize,
+    /// QPNs of QPs that migrated away from this function (`MIGRATE_QP`) and whose frames
+    /// the switch still steers to where they went: never handed to a new QP here.
+    departed: std::collections::BTreeSet<u32>,
 }
 
 use rnic_abi::verbs::FIRST_QPN;
@@ -120,13 +132,29 @@ fn page_list_error(e: PageListError) -> Response {
 }
 
 impl RdmaState {
-    /// No objects, and `limits` to enforce.
+    /// No objects, and `limits` to enforce, with a pool of its own whose quota is the
+    /// object counts of `limits` (a function alone, as in unit tests).
     pub fn new(limits: Limits) -> Self {
+        let share = rnic_abi::admin::Quota {
+            qps: limits.max_qp,
+            cqs: limits.max_cq,
+            mrs: limits.max_mr,
+            pds: limits.max_pd,
+            mr_pages: u32::MAX,
+            doorbell_pages: limits.doorbell_pages,
+        };
+        Self::with_pool(limits, std::sync::Arc::new(ResourcePool::new(1, share)), 0)
+    }
+
+    /// No objects; `limits` to enforce on each object, and the quota of function `member`
+    /// of `pool` on how many of them there are.
+    pub fn with_pool(limits: Limits, pool: std::sync::Arc<ResourcePool>, member: usize) -> Self {
         Self {
             limits,
             eq: None,
             pds: BTreeMap::new(),
-            mrs: MrTable::new(limits.max_mr as usize),
+            // The quota bounds the count; the table only grows as far as it is used.
+            mrs: MrTable::new(pool.totals().mrs as usize),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
             slots: BTreeMap::new(),
@@ -135,7 +163,21 @@ impl RdmaState {
             next_qpn: FIRST_QPN,
             counters: Counters::default(),
             eq_signal: false,
+            pool,
+            member,
+            departed: Default::default(),
         }
+    }
+
+    /// Charges `n` of `r` to the function's quota, or fails with `NoResources`.
+    fn charge(&self, r: Resource, n: u64) -> Result<(), Response> {
+        self.pool
+            .charge(self.member, r, n)
+            .map_err(|status| Response::error(status, r.index()))
+    }
+
+    fn release(&self, r: Resource, n: u64) {
+        self.pool.release(self.member, r, n);
     }
 
     /// The EQ's MSI-X vector, if it has one.
@@ -161,7 +203,10 @@ impl RdmaState {
             Opcode::ModifyQp => self.modify_qp(body, env),
             Opcode::QueryQp => self.query_qp(body),
             Opcode::DestroyQp => self.destroy_qp(body),
-            Opcode::Nop | Opcode::QueryDevice => Err(Response::error(Status::Internal, 0)),
+            Opcode::AdoptQp => self.adopt_qp(body, env),
+            // Admin commands never reach a function's RDMA engine (commands::execute
+            // refuses them); the rest are not RDMA commands.
+            _ => Err(Response::error(Status::Internal, 0)),
         };
         result.unwrap_or_else(|e| e)
     }
@@ -170,15 +215,40 @@ impl RdmaState {
         if page >= doorbell::PAGES {
             return Err(Response::error(Status::BadParam, page));
         }
+        // The quota's doorbell pages are pages 0..n of the BAR.
+        if page >= self.pool.quota(self.member).doorbell_pages {
+            return Err(Response::error(Status::NoResources, page));
+        }
         let slot = (0..SLOTS)
             .find(|s| !self.slots.contains_key(&(page, *s)))
             .ok_or(Response::error(Status::NoResources, page))?;
+        if !self.page_in_use(page) {
+            self.charge(Resource::DoorbellPages, 1)?;
+        }
         self.slots.insert((page, slot), owner);
         Ok((page, slot))
     }
 
+    fn page_in_use(&self, page: u32) -> bool {
+        self.slots
+            .range((page, 0)..=(page, u32::MAX))
+            .next()
+            .is_some()
+    }
+
     fn free_slots_of(&mut self, owner: SlotOwner) {
+        let pages: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|(_, o)| **o == owner)
+            .map(|((p, _), _)| *p)
+            .collect();
         self.slots.retain(|_, o| *o != owner);
+        for page in pages {
+            if !self.page_in_use(page) {
+                self.release(Resource::DoorbellPages, 1);
+            }
+        }
     }
 
     fn create_eq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
@@ -228,9 +298,7 @@ impl RdmaState {
         if !body.is_empty() {
             return Err(Response::error(Status::BadParam, 0));
         }
-        if self.pds.len() >= self.limits.max_pd as usize {
-            return Err(Response::error(Status::NoResources, self.limits.max_pd));
-        }
+        self.charge(Resource::Pd, 1)?;
         let pdn = self.next_pdn;
         self.next_pdn = self.next_pdn.wrapping_add(1).max(1);
         self.pds.insert(pdn, Pd::default());
@@ -250,6 +318,7 @@ impl RdmaState {
             return Err(Response::error(Status::Busy, req.handle));
         }
         self.pds.remove(&req.handle);
+        self.release(Resource::Pd, 1);
         Ok(Response::ok(Vec::new()))
     }
 
@@ -279,6 +348,12 @@ impl RdmaState {
         let offset = req.iova % rnic_abi::PAGE_SIZE;
         let buffer =
             PagedBuffer::load(&req.pages, offset, req.length, mem).map_err(page_list_error)?;
+        let pages = buffer.page_count() as u64;
+        self.charge(Resource::MrPages, pages)?;
+        if let Err(e) = self.charge(Resource::Mr, 1) {
+            self.release(Resource::MrPages, pages);
+            return Err(e);
+        }
         let mr = Mr {
             pdn: req.pdn,
             access: req.access,
@@ -286,10 +361,11 @@ impl RdmaState {
             buffer,
             valid: true,
         };
-        let key = self
-            .mrs
-            .insert(mr)
-            .ok_or(Response::error(Status::NoResources, self.limits.max_mr))?;
+        let Some(key) = self.mrs.insert(mr) else {
+            self.release(Resource::MrPages, pages);
+            self.release(Resource::Mr, 1);
+            return Err(Response::error(Status::NoResources, Resource::Mr.index()));
+        };
         Ok(reply(&RegMrResp {
             lkey: key,
             rkey: key,
@@ -300,24 +376,27 @@ impl RdmaState {
         let req: ObjectReq = decode(body)?;
         // rnic has no memory windows, the only thing that makes a deregistration wait in
         // the IB spec; in-flight WRs that still name the key fail with an access error.
-        self.mrs
+        let mr = self
+            .mrs
             .remove(req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
+        self.release(Resource::MrPages, mr.buffer.page_count() as u64);
+        self.release(Resource::Mr, 1);
         Ok(Response::ok(Vec::new()))
     }
 
     fn create_cq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: CreateCqReq = decode(body)?;
-        if self.cqs.len() >= self.limits.max_cq as usize {
-            return Err(Response::error(Status::NoResources, self.limits.max_cq));
-        }
         if req.entries < 2 || !req.entries.is_power_of_two() || req.entries > self.limits.max_cqe {
             return Err(Response::error(Status::BadParam, req.entries));
         }
         let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 32, env.w)
             .map_err(page_list_error)?;
         let cqn = self.next_cqn;
-        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::Cq(cqn))?;
+        self.charge(Resource::Cq, 1)?;
+        let (page, slot) = self
+            .alloc_slot(req.doorbell_page, SlotOwner::Cq(cqn))
+            .inspect_err(|_| self.release(Resource::Cq, 1))?;
         self.next_cqn = self.next_cqn.wrapping_add(1).max(1);
         let at = slot_offset(page, slot);
         env.doorbells.write32(at, 0);
@@ -342,6 +421,7 @@ impl RdmaState {
         }
         self.cqs.remove(&req.handle);
         self.free_slots_of(SlotOwner::Cq(req.handle));
+        self.release(Resource::Cq, 1);
         Ok(Response::ok(Vec::new()))
     }
 
@@ -350,9 +430,6 @@ impl RdmaState {
         let bad = |what: u32| Err(Response::error(Status::BadParam, what));
         if req.qp_type != QPT_RC || req.reserved != 0 {
             return bad(u32::from(req.qp_type));
-        }
-        if self.qps.len() >= self.limits.max_qp as usize {
-            return Err(Response::error(Status::NoResources, self.limits.max_qp));
         }
         for n in [req.sq_entries, req.rq_entries] {
             if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
@@ -392,14 +469,18 @@ impl RdmaState {
         // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
         let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
         let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
+        while self.qps.contains_key(&qpn) || self.departed.contains(&qpn) {
             qpn = next(qpn);
         }
-        let sq_slot = self.alloc_slot(req.doorbell_page, SlotOwner::Sq(qpn))?;
+        self.charge(Resource::Qp, 1)?;
+        let sq_slot = self
+            .alloc_slot(req.doorbell_page, SlotOwner::Sq(qpn))
+            .inspect_err(|_| self.release(Resource::Qp, 1))?;
         let rq_slot = match self.alloc_slot(req.doorbell_page, SlotOwner::Rq(qpn)) {
             Ok(s) => s,
             Err(e) => {
                 self.free_slots_of(SlotOwner::Sq(qpn));
+                self.release(Resource::Qp, 1);
                 return Err(e);
             }
         };
@@ -432,6 +513,7 @@ impl RdmaState {
             sq_slot,
             req: Default::default(),
             resp: Default::default(),
+            home: None,
         };
         for cqn in [req.send_cqn, req.recv_cqn] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -511,8 +593,19 @@ impl RdmaState {
             .qps
             .get(&req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
+        // As rxe reports them: the PSNs the transport is at, not the ones it started from.
+        let mut attr = qp.attr;
+        if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            attr.sq_psn = qp.req.next_psn;
+        }
+        if matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            attr.rq_psn = qp.resp.epsn;
+        }
         Ok(reply(&QueryQpResp {
-            attr: qp.attr,
+            attr,
             sq_consumed: qp.sq.taken,
             rq_consumed: qp.rq.taken,
         }))
@@ -534,6 +627,7 @@ impl RdmaState {
         }
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
         self.free_slots_of(SlotOwner::Rq(qp.qpn));
+        self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }
 
@@ -643,6 +737,14 @@ impl RdmaState {
             progress = true;
             self.receive(&frame, env, wire, now);
         }
+        if progress {
+            // One ACK for what arrived together (see `responder::flush_ack`).
+            let before = wire.out.len();
+            for qp in self.qps.values_mut() {
+                responder::flush_ack(qp, wire);
+            }
+            self.counters.tx_packets += (wire.out.len() - before) as u64;
+        }
         let mut runnable: Vec<u32> = self.rung_send_queues(env.doorbells);
         progress |= !runnable.is_empty();
         // QPs with queued ops (behind a fence or the READ window, or due a resend) and
@@ -684,39 +786,52 @@ impl RdmaState {
     }
 
     fn receive(&mut self, frame: &[u8], env: &Env, wire: &mut wire::Wire, now: Instant) {
-        let pkt = match recv::parse(frame, &wire.local) {
-            Ok(p) => p,
-            Err(why) => {
-                log::trace!("frame dropped: {why:?}");
-                self.counters.rx_dropped += 1;
-                return;
-            }
-        };
-        let qpn = pkt.hdrs.bth.dest_qp;
-        let Some(mut qp) = self.qps.remove(&qpn) else {
+        if let Err(why) = self.deliver(frame, env, wire, now) {
             self.counters.rx_dropped += 1;
-            return;
-        };
-        if let Err(why) = recv::check(&qp, &pkt) {
+            self.counters.drops.count(why);
+        } else {
+            self.counters.rx_packets += 1;
+        }
+    }
+
+    /// Validates `frame` and hands it to its QP's responder or completer; `Err` says why
+    /// it was dropped (by the checks, or by the transport's PSN window).
+    fn deliver(
+        &mut self,
+        frame: &[u8],
+        env: &Env,
+        wire: &mut wire::Wire,
+        now: Instant,
+    ) -> Result<(), recv::Drop> {
+        let pkt = match recv::parse(frame, &wire.local) {
+            // Not addressed here: steered here for a QP that migrated in?
+            Err(why) => self.parse_for_arrived(frame).ok_or(why),
+            parsed => parsed,
+        }
+        .inspect_err(|why| {
+            log::trace!("frame dropped: {why:?}");
+        })?;
+        let qpn = pkt.hdrs.bth.dest_qp;
+        let mut qp = self.qps.remove(&qpn).ok_or(recv::Drop::UnknownQp)?;
+        let before = wire.out.len();
+        let taken = recv::check(&qp, &pkt).and_then(|()| {
+            if recv::is_request(pkt.hdrs.bth.opcode) {
+                responder::on_request(self, &mut qp, &pkt, env, wire)
+            } else {
+                completer::on_response(self, &mut qp, &pkt, env, now)
+            }
+        });
+        if let Err(why) = taken {
             log::trace!(
                 "qp {qpn:#x}: packet {:#x} psn {} dropped: {why:?}",
                 pkt.hdrs.bth.opcode,
                 pkt.hdrs.bth.psn
             );
-            self.counters.rx_dropped += 1;
-            self.qps.insert(qpn, qp);
-            return;
-        }
-        self.counters.rx_packets += 1;
-        let before = wire.out.len();
-        if recv::is_request(pkt.hdrs.bth.opcode) {
-            responder::on_request(self, &mut qp, &pkt, env, wire);
-        } else {
-            completer::on_response(self, &mut qp, &pkt, env, now);
         }
         self.counters.tx_packets += (wire.out.len() - before) as u64;
         self.qps.insert(qpn, qp);
         self.report_drained(qpn, env);
+        taken
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.

@@ -143,6 +143,44 @@ impl MrTable {
         Ok(())
     }
 
+    /// The keys of the regions registered in `pdn`.
+    pub fn keys_in_pd(&self, pdn: u32) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.mr.as_ref().is_some_and(|m| m.pdn == pdn))
+            .map(|(i, s)| (i as u32) << 8 | u32::from(s.tag))
+            .collect()
+    }
+
+    /// Whether `key` can be given to a region that keeps it ([`MrTable::insert_at`]): its
+    /// slot holds no region. Key 0 never can.
+    pub fn can_take(&self, key: u32) -> bool {
+        key as u8 != 0
+            && self
+                .slots
+                .get((key >> 8) as usize)
+                .is_none_or(|s| s.mr.is_none())
+    }
+
+    /// Registers `mr` under `key`, a key it already had on another function (it moved
+    /// here with `MIGRATE_QP`, and the remote peer holds the key). Fails, changing
+    /// nothing, unless [`MrTable::can_take`] says yes; the table's limit is the caller's
+    /// to check.
+    pub fn insert_at(&mut self, key: u32, mr: Mr) -> Result<(), Mr> {
+        let index = (key >> 8) as usize;
+        if !self.can_take(key) || index >= 1 << 24 {
+            return Err(mr);
+        }
+        if self.slots.len() <= index {
+            self.slots.resize_with(index + 1, Slot::default);
+        }
+        let slot = &mut self.slots[index];
+        slot.tag = key as u8;
+        slot.mr = Some(mr);
+        Ok(())
+    }
+
     /// Regions registered in `pdn`.
     pub fn count_in_pd(&self, pdn: u32) -> usize {
         self.slots

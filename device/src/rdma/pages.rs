@@ -82,6 +82,11 @@ impl PagedBuffer {
         self.len == 0
     }
 
+    /// The device addresses of the buffer's pages.
+    pub fn pages(&self) -> &[u64] {
+        &self.pages
+    }
+
     /// Pages the buffer covers.
     pub fn page_count(&self) -> usize {
         self.pages.len()

@@ -11,6 +11,7 @@ use rnic_abi::verbs::{
 use super::pages::PagedBuffer;
 use super::requester::RequesterState;
 use super::responder::ResponderState;
+use super::switch::Endpoint;
 
 /// A send or receive queue in driver memory.
 #[derive(Debug)]
@@ -74,6 +75,11 @@ pub struct Qp {
     pub req: RequesterState,
     /// Responder state.
     pub resp: ResponderState,
+    /// The address (the GID's IP and the MAC) the QP was created with, while it lives on
+    /// another function after `MIGRATE_QP`: its frames keep this source, and the switch
+    /// steers frames for (this IP, this QPN) to the function that holds it now. `None`
+    /// while it lives where it was created (its function's own address).
+    pub home: Option<Endpoint>,
 }
 
 /// Why a modify was refused, with the `Status` it maps to.

@@ -4,6 +4,11 @@
 //! until the completer retires it. PSNs are given when an op is first sent and kept for
 //! every resend, so that go-back-N (after a NAK, an RNR NAK or a timeout) regenerates
 //! exactly the packets that were sent before, from the driver's memory.
+//!
+//! At most [`SEND_WINDOW`] PSNs are unacknowledged at once; the requester asks for an
+//! acknowledgement on the last packet of every message, every [`ACK_INTERVAL`] packets
+//! of a long one, and on the packet that fills the window, and goes on as acknowledgements
+//! open the window again. Go-back-N resends from the first unacknowledged PSN.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -12,15 +17,27 @@ use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
 
 use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
+use super::recv;
 use super::wire::{psn, Wire};
 use super::wqe::{read_send, SendOp, WqeError};
 use super::Env;
 use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
 
+/// PSNs a QP's requester keeps sent and unacknowledged at most (a READ counts the PSNs
+/// of its responses). Bounds what a loss costs (go-back-N resends at most this many
+/// packets) and what a burst asks of the network's buffers.
+pub const SEND_WINDOW: u32 = 128;
+
+/// The requester sets AckReq at least every this many packets of a long message, and the
+/// responder acknowledges at least every this many packets it executes, so that the
+/// window opens again before it is full.
+pub const ACK_INTERVAL: u32 = 32;
+
 /// Where an op is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpState {
-    /// Waiting to be sent (or resent from packet `next_pkt`).
+    /// Waiting to be sent (or resent from packet `next_pkt`), or partly sent and held
+    /// by the window.
     Queued,
     /// All its packets are out; waiting for acknowledgement or responses.
     Sent,
@@ -84,6 +101,10 @@ impl Op {
 pub struct RequesterState {
     /// PSN of the next new packet.
     pub next_psn: u32,
+    /// The PSN after the highest one acknowledged (by an ACK, a NAK or a response).
+    pub acked_end: u32,
+    /// The PSN after the highest one ever sent (a READ's responses included).
+    pub sent_end: u32,
     /// Ops taken from the send queue and not yet completed, in order.
     pub ops: VecDeque<Op>,
     /// READs and atomics sent and not yet completed (their slots come back in order,
@@ -116,6 +137,8 @@ impl RequesterState {
     /// Starts the requester when the QP enters RTS.
     pub fn start(&mut self, sq_psn: u32, a: &QpAttr) {
         self.next_psn = sq_psn & 0xFF_FFFF;
+        self.acked_end = self.next_psn;
+        self.sent_end = self.next_psn;
         self.retry_left = a.retry_cnt;
         self.rnr_left = a.rnr_retry;
     }
@@ -125,10 +148,53 @@ impl RequesterState {
         (a.timeout != 0).then(|| Duration::from_nanos(4096u64 << a.timeout.min(31)))
     }
 
+    /// The first PSN not yet acknowledged. A READ or atomic still waiting for (part of)
+    /// its answer holds it back even if later PSNs were acknowledged: its answer went
+    /// missing, and the timer must ask for it again.
+    pub fn una(&self) -> u32 {
+        let waiting = self
+            .ops
+            .iter()
+            .find(|o| o.assigned && o.is_rd_atomic() && o.state != OpState::Done)
+            .map(|o| psn::add(o.first_psn, o.read_pkts));
+        match waiting {
+            Some(w) if psn::diff(self.acked_end, w) > 0 => w,
+            _ => self.acked_end,
+        }
+    }
+
+    /// Whether a PSN sent is not yet acknowledged.
+    pub fn unacked(&self) -> bool {
+        psn::diff(self.sent_end, self.una()) > 0
+    }
+
+    /// Whether `p` was ever sent, so that an answer to it can be genuine.
+    pub fn was_sent(&self, p: u32) -> Result<(), recv::Drop> {
+        if psn::diff(p, self.sent_end) < 0 {
+            Ok(())
+        } else {
+            Err(recv::Drop::Psn)
+        }
+    }
+
+    /// Records that every PSN before `p` is acknowledged; returns whether that is news.
+    pub fn acked_before(&mut self, p: u32) -> bool {
+        let news = psn::diff(p, self.acked_end) > 0;
+        if news {
+            self.acked_end = p;
+        }
+        news
+    }
+
+    fn sent_upto(&mut self, end: u32) {
+        if psn::diff(end, self.sent_end) > 0 {
+            self.sent_end = end;
+        }
+    }
+
     /// (Re)arms the retransmission timer if anything waits for an answer.
     pub fn rearm(&mut self, a: &QpAttr, now: Instant) {
-        let waiting = self.ops.iter().any(|o| o.state == OpState::Sent);
-        self.timer = if waiting {
+        self.timer = if self.unacked() {
             Self::timeout(a).map(|t| now + t)
         } else {
             None
@@ -141,6 +207,19 @@ impl RequesterState {
             Some(q) if psn::diff(q, p) < 0 => q,
             _ => p,
         });
+    }
+}
+
+/// The PSNs that may be unacknowledged: [`SEND_WINDOW`] from the first unacknowledged.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    una: u32,
+}
+
+impl Window {
+    /// Whether PSN `p` may go out.
+    fn open(self, p: u32) -> bool {
+        psn::diff(p, self.una) < SEND_WINDOW as i32
     }
 }
 
@@ -173,12 +252,16 @@ pub fn run(
     }
     qp.req.rnr_until = None;
     if let Some(from) = qp.req.resend_from.take() {
-        rewind(qp, from);
+        // Never what was acknowledged since (a late NAK, or an ACK after the timeout).
+        let una = qp.req.una();
+        rewind(qp, if psn::diff(from, una) < 0 { una } else { from });
         *retransmits += 1;
         progress = true;
     }
     let mtu = mtu(&qp.attr);
     let max_rd_atomic = u32::from(qp.attr.max_rd_atomic).max(1);
+    // Nothing is acknowledged while the requester runs: the window's start stays put.
+    let window = Window { una: qp.req.una() };
     for i in 0..qp.req.ops.len() {
         let o = &qp.req.ops[i];
         if o.state != OpState::Queued {
@@ -200,6 +283,14 @@ pub fn run(
             break;
         }
         if o.is_rd_atomic() && !o.holds_rd_atomic && qp.req.rd_atomic_outstanding >= max_rd_atomic {
+            break;
+        }
+        let next = if o.assigned {
+            psn::add(o.first_psn, o.next_pkt)
+        } else {
+            qp.req.next_psn
+        };
+        if !window.open(next) {
             break;
         }
         match opcode {
@@ -234,10 +325,9 @@ pub fn run(
             qp.req.ops[i].holds_rd_atomic = true;
             qp.req.rd_atomic_outstanding += 1;
         }
-        send_op(qp, i, mrs, env, wire, mtu);
-        progress = true;
-        if qp.req.ops[i].state == OpState::Done {
-            // A local error: nothing after it may go out.
+        progress |= send_op(qp, i, mrs, env, wire, mtu, window);
+        if qp.req.ops[i].state != OpState::Sent {
+            // A local error (nothing after it may go out), or the window is full.
             break;
         }
     }
@@ -305,7 +395,8 @@ fn fetch(qp: &mut Qp, env: &Env) -> bool {
 /// Puts every op from PSN `from` on back in the queue, to be sent again from there.
 fn rewind(qp: &mut Qp, from: u32) {
     for o in qp.req.ops.iter_mut() {
-        if !o.assigned || o.state == OpState::Done && o.status != WcStatus::Success {
+        // Done is done: what was acknowledged or answered is never asked for again.
+        if !o.assigned || o.state == OpState::Done {
             continue;
         }
         if o.contains(from) {
@@ -325,8 +416,17 @@ fn rewind(qp: &mut Qp, from: u32) {
     }
 }
 
-/// Sends op `i` from its `next_pkt`.
-fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu: u32) {
+/// Sends op `i` from its `next_pkt`, as far as the window allows; returns whether it
+/// sent anything (or failed: that too is news for the completer).
+fn send_op(
+    qp: &mut Qp,
+    i: usize,
+    mrs: &MrTable,
+    env: &Env,
+    wire: &mut Wire,
+    mtu: u32,
+    window: Window,
+) -> bool {
     let o = qp.req.ops[i].clone();
     let w = &o.op.wqe;
     let solicited = w.flags & send_flags::SOLICITED != 0;
@@ -344,7 +444,7 @@ fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu
             // Where the data will land must be writable before we ask for it.
             if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
                 qp.req.ops[i].fail(status);
-                return;
+                return true;
             }
             let hdrs = Headers {
                 bth: bth(op::RC_RDMA_READ_REQUEST, o.first_psn, true, false),
@@ -360,11 +460,11 @@ fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu
         wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
             if o.op.length() < 8 {
                 qp.req.ops[i].fail(WcStatus::LocLenErr);
-                return;
+                return true;
             }
             if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
                 qp.req.ops[i].fail(status);
-                return;
+                return true;
             }
             let (opcode, swap_add, compare) = if w.opcode == wr::ATOMIC_CMP_AND_SWP {
                 (op::RC_COMPARE_SWAP, w.swap, w.compare_add)
@@ -387,18 +487,27 @@ fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu
             let total = o.op.length();
             let mut payload = Vec::new();
             for pkt in o.next_pkt..o.npsn {
+                let p = psn::add(o.first_psn, pkt);
+                if !window.open(p) {
+                    qp.req.ops[i].next_pkt = pkt;
+                    return pkt > o.next_pkt;
+                }
                 let first = pkt == 0;
                 let last = pkt + 1 == o.npsn;
+                // Asked for at the end, now and then, and when the window closes, so that
+                // an acknowledgement always comes to open it again.
+                let ack_req =
+                    last || (pkt + 1).is_multiple_of(ACK_INTERVAL) || !window.open(psn::add(p, 1));
                 let offset = u64::from(pkt) * u64::from(mtu);
                 let len = (total - offset.min(total)).min(u64::from(mtu));
                 payload.resize(len as usize, 0);
                 if let Err(status) = gather(&o.op, qp.pdn, mrs, env, offset, &mut payload) {
                     qp.req.ops[i].fail(status);
-                    return;
+                    return true;
                 }
                 let opcode = request_opcode(w.opcode, first, last);
                 let mut hdrs = Headers {
-                    bth: bth(opcode, psn::add(o.first_psn, pkt), last, solicited && last),
+                    bth: bth(opcode, p, ack_req, solicited && last),
                     ..Headers::default()
                 };
                 let is_write = matches!(w.opcode, wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM);
@@ -416,12 +525,17 @@ fn send_op(qp: &mut Qp, i: usize, mrs: &MrTable, env: &Env, wire: &mut Wire, mtu
                     hdrs.ieth = Some(w.imm_or_inv);
                 }
                 wire.send(qp, &hdrs, &payload);
+                qp.req.sent_upto(psn::add(p, 1));
             }
         }
+    }
+    if o.is_rd_atomic() {
+        qp.req.sent_upto(psn::add(o.first_psn, o.npsn));
     }
     let o = &mut qp.req.ops[i];
     o.next_pkt = o.npsn;
     o.state = OpState::Sent;
+    true
 }
 
 /// The request opcode of packet (first, last) of a SEND or WRITE work request.

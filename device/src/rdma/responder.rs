@@ -3,6 +3,11 @@
 //! request with no receive posted gets an RNR NAK; duplicates are acknowledged again,
 //! duplicate READs answered again from memory and duplicate atomics from the saved
 //! result, never applied twice.
+//!
+//! Acknowledgements are coalesced: a SEND or WRITE packet that asks for one (AckReq), ends
+//! a message, or is the [`ACK_INTERVAL`]th since the last one, and every duplicate SEND or
+//! WRITE packet, makes an ACK due, and [`flush_ack`] sends one ACK for the latest PSN
+//! executed once the frames that arrived together are handled. NAKs go at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +20,9 @@ use vm_memory::{Bytes, GuestMemoryBackend};
 
 use super::mr::Access;
 use super::qp::{mtu, Qp};
+use super::recv;
 use super::requester::scatter_gather;
+use super::requester::ACK_INTERVAL;
 use super::wire::{psn, Wire};
 use super::wqe::{read_recv, RecvOp};
 use super::{Env, RdmaState};
@@ -78,6 +85,10 @@ pub struct ResponderState {
     resources: VecDeque<Resource>,
     /// The first request arrived (COMM_EST was reported).
     established: bool,
+    /// An ACK is due for this PSN (see [`flush_ack`]).
+    ack_due: Option<u32>,
+    /// Packets executed since the last ACK was sent.
+    unacked: u32,
 }
 
 impl ResponderState {
@@ -108,7 +119,8 @@ fn reply_bth(qp: &Qp, opcode: u8, p: u32) -> Bth {
     }
 }
 
-fn send_ack(qp: &Qp, wire: &mut Wire, p: u32, aeth: Aeth) {
+fn send_ack(qp: &mut Qp, wire: &mut Wire, p: u32, aeth: Aeth) {
+    qp.resp.unacked = 0;
     let hdrs = Headers {
         bth: reply_bth(qp, op::RC_ACKNOWLEDGE, p),
         aeth: Some(aeth.with_msn(qp.resp.msn)),
@@ -117,8 +129,29 @@ fn send_ack(qp: &Qp, wire: &mut Wire, p: u32, aeth: Aeth) {
     wire.send(qp, &hdrs, &[]);
 }
 
-/// Handles a request packet for `qp`.
-pub fn on_request(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wire: &mut Wire) {
+/// Sends the ACK that is due, if any: one for every run of packets executed together.
+pub fn flush_ack(qp: &mut Qp, wire: &mut Wire) {
+    let Some(p) = qp.resp.ack_due.take() else {
+        return;
+    };
+    // A QP that failed meanwhile has said so with a NAK.
+    if matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
+        send_ack(qp, wire, p, Aeth::ack(AETH_CREDIT_INVALID));
+    }
+}
+
+/// Handles a request packet for `qp`. A request ahead of the expected PSN, or a duplicate
+/// READ or atomic no longer remembered, is not executed: `Err(recv::Drop::Psn)`.
+pub fn on_request(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), recv::Drop> {
     let bth = pkt.hdrs.bth;
     if qp.state == QpState::Rtr && !qp.resp.established {
         qp.resp.established = true;
@@ -126,16 +159,16 @@ pub fn on_request(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wi
     }
     let d = psn::diff(bth.psn, qp.resp.epsn);
     if d < 0 {
-        duplicate(rdma, qp, pkt, env, wire);
-        return;
+        return duplicate(rdma, qp, pkt, env, wire);
     }
     if d > 0 {
         // A gap: say once where we are, and drop until the requester goes back there.
         if !qp.resp.nak_sent {
             qp.resp.nak_sent = true;
-            send_ack(qp, wire, qp.resp.epsn, Aeth::nak(nak::PSN_SEQ_ERROR));
+            let epsn = qp.resp.epsn;
+            send_ack(qp, wire, epsn, Aeth::nak(nak::PSN_SEQ_ERROR));
         }
-        return;
+        return Err(recv::Drop::Psn);
     }
     qp.resp.nak_sent = false;
     match execute(rdma, qp, pkt, env, wire) {
@@ -168,6 +201,7 @@ pub fn on_request(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wi
             super::completer::enter_error(rdma, qp, env);
         }
     }
+    Ok(())
 }
 
 /// Executes the expected request. `Ok(None)` means RNR (nothing consumed).
@@ -277,7 +311,7 @@ fn execute(
             if !rdma.complete(qp.recv_cqn, cqe, env) {
                 return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
             }
-            finish_message(qp, pkt, wire);
+            finish_message(qp, pkt);
             return Ok(Some(()));
         }
     }
@@ -327,21 +361,23 @@ fn execute(
         }
     }
     if last {
-        finish_message(qp, pkt, wire);
+        finish_message(qp, pkt);
     } else {
         qp.resp.epsn = psn::add(qp.resp.epsn, 1);
-        if bth.ack_req {
-            send_ack(qp, wire, bth.psn, Aeth::ack(AETH_CREDIT_INVALID));
+        qp.resp.unacked += 1;
+        if bth.ack_req || qp.resp.unacked >= ACK_INTERVAL {
+            qp.resp.ack_due = Some(bth.psn);
         }
     }
     Ok(Some(()))
 }
 
-/// Ends a SEND or WRITE message: the MSN counts it, and its last packet is acknowledged.
-fn finish_message(qp: &mut Qp, pkt: &Packet, wire: &mut Wire) {
+/// Ends a SEND or WRITE message: the MSN counts it, and an ACK of its last packet is due.
+fn finish_message(qp: &mut Qp, pkt: &Packet) {
     qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
     qp.resp.epsn = psn::add(pkt.hdrs.bth.psn, 1);
-    send_ack(qp, wire, pkt.hdrs.bth.psn, Aeth::ack(AETH_CREDIT_INVALID));
+    qp.resp.unacked += 1;
+    qp.resp.ack_due = Some(pkt.hdrs.bth.psn);
 }
 
 fn place_send(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Result<(), Failure> {
@@ -614,8 +650,15 @@ fn remember(qp: &mut Qp, r: Resource) {
 }
 
 /// A request whose PSN was already executed: acknowledge it again, or answer a READ or
-/// atomic again from what was kept, never applying anything twice.
-fn duplicate(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wire: &mut Wire) {
+/// atomic again from what was kept, never applying anything twice. One no longer kept is
+/// dropped.
+fn duplicate(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), recv::Drop> {
     let p = pkt.hdrs.bth.psn;
     match pkt.hdrs.bth.opcode {
         op::RC_RDMA_READ_REQUEST => {
@@ -633,26 +676,21 @@ fn duplicate(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env, wire: &
                 }
                 _ => None,
             });
-            if let Some((first_psn, npsn, va, rkey, len)) = found {
-                let from = p.wrapping_sub(first_psn) & 0xFF_FFFF;
-                let _ =
-                    send_read_responses(rdma, qp, env, wire, first_psn, npsn, va, rkey, len, from);
-            }
+            let (first_psn, npsn, va, rkey, len) = found.ok_or(recv::Drop::Psn)?;
+            let from = p.wrapping_sub(first_psn) & 0xFF_FFFF;
+            // A key that fails now sends nothing: the requester's timer ends it.
+            let _ = send_read_responses(rdma, qp, env, wire, first_psn, npsn, va, rkey, len, from);
         }
         op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
             let orig = qp.resp.resources.iter().rev().find_map(|r| match *r {
                 Resource::Atomic { psn, orig } if psn == p => Some(orig),
                 _ => None,
             });
-            if let Some(orig) = orig {
-                send_atomic_ack(qp, wire, p, orig);
-            }
+            send_atomic_ack(qp, wire, p, orig.ok_or(recv::Drop::Psn)?);
         }
-        _ => send_ack(
-            qp,
-            wire,
-            psn::add(qp.resp.epsn, 0xFF_FFFF),
-            Aeth::ack(AETH_CREDIT_INVALID),
-        ),
+        // Answered by the ACK owed for the batch: a go-back-N burst of duplicates draws
+        // one ACK, not one each.
+        _ => qp.resp.ack_due = Some(psn::add(qp.resp.epsn, 0xFF_FFFF)),
     }
+    Ok(())
 }

@@ -36,7 +36,8 @@ pub struct UplinkStats {
     pub tx_dropped: u64,
     /// Frames received from the network and delivered to a port.
     pub rx: u64,
-    /// What arrived from the network and was dropped: too short, not RoCEv2.
+    /// What arrived from the network and could not be delivered (a truncated datagram);
+    /// malformed packets are delivered, and dropped by the functions' receive checks.
     pub rx_dropped: u64,
 }
 
@@ -77,6 +78,9 @@ pub struct Switch {
     faults: Option<FaultInjector>,
     /// Where frames for other addresses go (`--net`).
     uplink: Option<Box<dyn Uplink>>,
+    /// Frames for (destination IP, destination QPN) that go to another port than the
+    /// IP's own: QPs that migrated away from the function whose address they keep.
+    steering: HashMap<([u8; 4], u32), usize>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -107,6 +111,7 @@ impl Switch {
             unroutable: 0,
             faults: None,
             uplink: None,
+            steering: HashMap::new(),
         }
     }
 
@@ -143,15 +148,60 @@ impl Switch {
                         self.pcap = None;
                     }
                 }
-                self.inbox[port].push_back(frame);
+                let to = steered(&self.steering, &frame).unwrap_or(port);
+                self.inbox[to].push_back(frame);
             }
         }
         read
     }
 
+    /// Sends the frames for QP `qpn` at address `ip` to `port` from now on (`port` being
+    /// the one whose address `ip` is ends the steering), and moves the frames for it
+    /// already waiting at other ports there, in their order.
+    pub fn steer(&mut self, ip: [u8; 4], qpn: u32, port: usize) {
+        if port >= self.inbox.len() {
+            return;
+        }
+        if self.ports.get(port).is_some_and(|p| p.ip == ip) {
+            self.steering.remove(&(ip, qpn));
+        } else {
+            self.steering.insert((ip, qpn), port);
+        }
+        let mut moved = VecDeque::new();
+        for (i, inbox) in self.inbox.iter_mut().enumerate() {
+            if i == port {
+                continue;
+            }
+            let (theirs, stay): (VecDeque<_>, VecDeque<_>) = inbox
+                .drain(..)
+                .partition(|f| roce_destination(f) == Some((ip, qpn)));
+            *inbox = stay;
+            moved.extend(theirs);
+        }
+        self.inbox[port].extend(moved);
+    }
+
+    /// The port a steering entry sends `frame` to, if one does.
+    fn steered(&self, frame: &[u8]) -> Option<usize> {
+        steered(&self.steering, frame)
+    }
+
     /// The address table functions use to address frames (their ARP, on this switch).
     pub fn neighbors(&self) -> HashMap<[u8; 4], [u8; 6]> {
         self.by_ip.clone()
+    }
+
+    /// Gives port `index` a new address (the PF's `SET_ADDRESS`); frames for the old one
+    /// no longer reach it. The caller keeps addresses unique.
+    pub fn set_endpoint(&mut self, index: usize, endpoint: Endpoint) {
+        let Some(old) = self.ports.get(index).copied() else {
+            return;
+        };
+        self.by_mac.remove(&old.mac);
+        self.by_ip.remove(&old.ip);
+        self.by_mac.insert(endpoint.mac, index);
+        self.by_ip.insert(endpoint.ip, endpoint.mac);
+        self.ports[index] = endpoint;
     }
 
     /// Makes every frame sent from now on go through `faults` first.
@@ -202,6 +252,10 @@ impl Switch {
             }
         }
         let dst: Option<[u8; 6]> = frame.get(..6).and_then(|d| d.try_into().ok());
+        if let Some(port) = self.steered(&frame) {
+            self.inbox[port].push_back(frame);
+            return;
+        }
         if let Some(&port) = dst.and_then(|d| self.by_mac.get(&d)) {
             self.inbox[port].push_back(frame);
             return;
@@ -230,6 +284,35 @@ impl Switch {
     pub fn busy(&self) -> bool {
         self.inbox.iter().any(|q| !q.is_empty())
     }
+}
+
+/// The port `steering` sends `frame` to, if it does.
+fn steered(steering: &HashMap<([u8; 4], u32), usize>, frame: &[u8]) -> Option<usize> {
+    if steering.is_empty() {
+        return None;
+    }
+    steering.get(&roce_destination(frame)?).copied()
+}
+
+/// The destination IPv4 address and QPN of a RoCEv2 frame (Ethernet, IPv4 with any
+/// options, UDP to port 4791, BTH), or `None` for anything else.
+fn roce_destination(frame: &[u8]) -> Option<([u8; 4], u32)> {
+    const ETH: usize = 14;
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ihl = usize::from(frame.get(ETH)? & 0x0f) * 4;
+    if *frame.get(ETH + 9)? != 17 || ihl < 20 {
+        return None;
+    }
+    let udp = ETH + ihl;
+    if frame.get(udp + 2..udp + 4)? != 4791u16.to_be_bytes() {
+        return None;
+    }
+    let ip: [u8; 4] = frame.get(ETH + 16..ETH + 20)?.try_into().ok()?;
+    let bth = udp + 8;
+    let q = frame.get(bth + 5..bth + 8)?;
+    Some((ip, u32::from_be_bytes([0, q[0], q[1], q[2]])))
 }
 
 #[cfg(test)]
@@ -273,6 +356,61 @@ mod tests {
         f[..6].copy_from_slice(&dst_mac);
         f[30..34].copy_from_slice(&dst_ip);
         f
+    }
+
+    /// A RoCEv2 frame (only the fields steering reads) to `dst_mac`/`dst_ip`, QP `qpn`.
+    fn roce(dst_mac: [u8; 6], dst_ip: [u8; 4], qpn: u32, tag: u8) -> Vec<u8> {
+        let mut f = frame(dst_mac, dst_ip);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[47..50].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        f[59] = tag;
+        f
+    }
+
+    #[test]
+    fn steering_sends_one_qps_frames_to_another_port_and_moves_queued_ones() {
+        let a = Endpoint {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip: [10, 0, 0, 1],
+        };
+        let b = Endpoint {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: [10, 0, 0, 2],
+        };
+        let mut s = Switch::new(vec![a, b], None);
+        assert_eq!(
+            roce_destination(&roce(a.mac, a.ip, 0x11, 0)),
+            Some((a.ip, 0x11))
+        );
+        assert_eq!(roce_destination(&frame(a.mac, a.ip)), None, "not RoCE");
+        s.send(roce(a.mac, a.ip, 0x11, 1));
+        s.send(roce(a.mac, a.ip, 0x12, 2));
+        s.steer(a.ip, 0x11, 1);
+        // The queued frame of QP 0x11 moved; the other QP's stayed.
+        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [1]);
+        s.send(roce(a.mac, a.ip, 0x11, 3));
+        s.send(roce(a.mac, a.ip, 0x12, 4));
+        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [3]);
+        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [2, 4]);
+        // Frames from the network are steered too.
+        s.set_uplink(Box::new(Fake {
+            arriving: vec![
+                (0, roce(a.mac, a.ip, 0x11, 6)),
+                (0, roce(a.mac, a.ip, 0x12, 7)),
+            ],
+            ..Fake::default()
+        }));
+        assert_eq!(s.poll_uplink(8), 2);
+        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [6]);
+        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [7]);
+        // Steering back to the address's own port ends it.
+        s.steer(a.ip, 0x11, 0);
+        s.send(roce(a.mac, a.ip, 0x11, 5));
+        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [5]);
+        assert!(s.steering.is_empty());
     }
 
     #[test]

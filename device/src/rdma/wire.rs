@@ -22,12 +22,14 @@ impl Wire<'_> {
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
         let dst_ip: [u8; 4] = qp.attr.dgid[12..16].try_into().unwrap_or([0; 4]);
+        // A QP that migrated here keeps speaking as the address it was created with.
+        let local = qp.home.unwrap_or(self.local);
         let addressing = Addressing {
-            src_mac: self.local.mac,
+            src_mac: local.mac,
             // An unknown destination goes to the broadcast address and, on the internal
             // switch, nowhere: the requester's retry timer then reports it.
             dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
-            src_ip: self.local.ip,
+            src_ip: local.ip,
             dst_ip,
             src_port: packet::udp_src_port(qp.attr.flow_label, qp.qpn, qp.attr.dest_qp_num),
             ttl: if qp.attr.hop_limit == 0 {

@@ -58,6 +58,16 @@ struct Args {
     #[arg(long, value_name = "BDF")]
     pci: Option<String>,
 
+    /// Another function of this guest (PCI address, in a VM) that the QP may be moved to
+    /// with `rnic-admin migrate`: the ping-pong follows it there (and back) and goes on.
+    #[arg(long, value_name = "BDF", conflicts_with = "follow_vfio_user")]
+    follow_pci: Option<String>,
+
+    /// The same on the host: the vfio-user socket of the function to follow the QP to; it
+    /// shares this tool's memory with the first function, as two VFs of one VM do.
+    #[arg(long, value_name = "PATH", requires = "vfio_user")]
+    follow_vfio_user: Option<PathBuf>,
+
     /// What to measure: send (SEND ping-pong), write (RDMA WRITE with immediate
     /// ping-pong) or read (RDMA READs by the side that sends first).
     #[arg(long, value_name = "OP", default_value = "send")]
@@ -187,6 +197,11 @@ fn run(args: &Args) -> Result<(), String> {
         check: args.check || !args.no_check,
         events: args.events,
         time_limit: (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit)),
+        follow: match (&args.follow_pci, &args.follow_vfio_user) {
+            (Some(bdf), _) => Some(DeviceChoice::Pci(bdf.clone())),
+            (None, Some(path)) => Some(DeviceChoice::VfioUser(path.clone())),
+            (None, None) => None,
+        },
     };
     let json = args.json;
     let mut info = |line: &str| {

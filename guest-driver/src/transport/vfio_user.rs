@@ -110,7 +110,8 @@ impl Drop for Mapping {
 
 /// The memfd that stands for guest RAM, with a first-fit page allocator over it.
 struct GuestRam {
-    _file: File,
+    /// Kept open so another function can DMA-map the same memory ([`VfioUserTransport::connect_sharing`]).
+    file: File,
     mapping: Mapping,
     iova_base: u64,
     /// One flag per page: in use.
@@ -174,6 +175,17 @@ fn vfio(what: impl Into<String>) -> impl FnOnce(vfio_user::Error) -> Error {
     move |e| Error::VfioUser(what, e)
 }
 
+/// Connects to the vfio-user socket at `path` and negotiates.
+fn open_client(path: &Path) -> Result<Client> {
+    if !path.exists() {
+        return Err(Error::NotFound(format!(
+            "{} does not exist; is rnicd running with this --socket-dir?",
+            path.display()
+        )));
+    }
+    Client::new(path).map_err(vfio(format!("connect to {}", path.display())))
+}
+
 impl VfioUserTransport {
     /// Connects to the function served at `path` with default options.
     pub fn connect(path: &Path) -> Result<Self> {
@@ -183,15 +195,7 @@ impl VfioUserTransport {
     /// Connects to the function served at `path`: negotiates, shares guest memory, and
     /// maps the doorbell BAR.
     pub fn connect_with(path: &Path, options: &VfioUserOptions) -> Result<Self> {
-        if !path.exists() {
-            return Err(Error::NotFound(format!(
-                "{} does not exist; is rnicd running with this --socket-dir?",
-                path.display()
-            )));
-        }
-        let mut client =
-            Client::new(path).map_err(vfio(format!("connect to {}", path.display())))?;
-
+        let mut client = open_client(path)?;
         let memory = page_round(options.memory);
         // SAFETY: memfd_create with a valid C string; the result is checked.
         let fd = unsafe { libc::memfd_create(c"rnic-guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
@@ -207,12 +211,35 @@ impl VfioUserTransport {
             .dma_map(0, options.iova_base, memory as u64, file.as_raw_fd())
             .map_err(vfio("DMA_MAP guest memory"))?;
         let guest_ram = Arc::new(GuestRam {
-            _file: file,
+            file,
             mapping,
             iova_base: options.iova_base,
             used: Mutex::new(vec![false; memory / PAGE_SIZE as usize]),
         });
+        Self::finish(path, client, guest_ram)
+    }
 
+    /// Connects to the function served at `path` and gives it the guest memory of
+    /// `other` (the same memfd, DMA-mapped at the same device address), as QEMU does for
+    /// two functions attached to one guest. Both then allocate DMA memory from one pool,
+    /// so an object of one is reachable by the other: what `MIGRATE_QP` between them
+    /// needs.
+    pub fn connect_sharing(path: &Path, other: &VfioUserTransport) -> Result<Self> {
+        let mut client = open_client(path)?;
+        let ram = other.memory.clone();
+        client
+            .dma_map(
+                0,
+                ram.iova_base,
+                ram.mapping.len as u64,
+                ram.file.as_raw_fd(),
+            )
+            .map_err(vfio("DMA_MAP shared guest memory"))?;
+        Self::finish(path, client, ram)
+    }
+
+    /// Maps the doorbell BAR of a connected function whose guest memory is mapped.
+    fn finish(path: &Path, client: Client, guest_ram: Arc<GuestRam>) -> Result<Self> {
         let region = client
             .region(u32::from(DOORBELL_BAR))
             .ok_or_else(|| Error::Device("the device has no doorbell BAR region".into()))?;

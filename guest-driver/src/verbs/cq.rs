@@ -4,11 +4,11 @@ use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
-use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, DoorbellSlot, WcStatus};
+use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::ring::{self, Doorbells, Ring};
-use super::{ContextInner, DOORBELL_PAGE};
+use super::{Binding, ContextInner, DOORBELL_PAGE};
 use crate::error::Result;
 
 /// Offset in a CQ's doorbell slot of the consumer index (u32).
@@ -142,9 +142,9 @@ pub struct Cq {
 
 /// What QPs keep alive of their CQs.
 pub(crate) struct CqInner {
-    pub(crate) ctx: Arc<ContextInner>,
-    pub(crate) cqn: u32,
-    slot: DoorbellSlot,
+    /// Context, CQ number and doorbell slot (they change if the CQ follows a migrated
+    /// QP).
+    pub(crate) bind: Binding,
     /// Freed only after DESTROY_CQ succeeded.
     ring: ManuallyDrop<Ring>,
     state: Mutex<CqState>,
@@ -153,7 +153,7 @@ pub(crate) struct CqInner {
 impl std::fmt::Debug for CqInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq")
-            .field("cqn", &self.cqn)
+            .field("cqn", &self.bind.num())
             .field("entries", &self.ring.entries())
             .finish_non_exhaustive()
     }
@@ -203,9 +203,7 @@ impl Cq {
         };
         Ok(Cq {
             inner: Arc::new(CqInner {
-                ctx: ctx.clone(),
-                cqn: resp.cqn,
-                slot,
+                bind: Binding::new(ctx.clone(), resp.cqn, slot),
                 ring: ManuallyDrop::new(ring),
                 state: Mutex::new(CqState::default()),
             }),
@@ -214,7 +212,7 @@ impl Cq {
 
     /// The CQ's number.
     pub fn cqn(&self) -> u32 {
-        self.inner.cqn
+        self.inner.bind.num()
     }
 
     /// Entries in the ring (the requested number rounded up).
@@ -251,17 +249,13 @@ impl Cq {
         }
         // The entries are read; the release in write_slot orders those reads before the
         // device may see the slots as free.
-        Doorbells::write_slot(
-            inner.ctx.transport(),
-            inner.slot,
-            SLOT_CONSUMER_INDEX,
-            st.consumed,
-        );
+        let (ctx, cqn, slot) = inner.bind.get().clone();
+        Doorbells::write_slot(ctx.transport(), slot, SLOT_CONSUMER_INDEX, st.consumed);
         {
-            let qps = inner.ctx.qps();
+            let qps = ctx.qps();
             for wc in &out {
                 if let Some(track) = qps.get(&wc.qp_num) {
-                    track.credit(inner.cqn, wc);
+                    track.credit(cqn, wc);
                 }
             }
         }
@@ -279,8 +273,8 @@ impl Cq {
         let mut st = self.inner.state();
         st.arm_seq = next_arm_seq(st.arm_seq);
         Doorbells::write_slot(
-            self.inner.ctx.transport(),
-            self.inner.slot,
+            self.inner.bind.ctx().transport(),
+            self.inner.bind.slot(),
             SLOT_ARM,
             arm_word(st.arm_seq, solicited_only),
         );
@@ -288,6 +282,22 @@ impl Cq {
 }
 
 impl CqInner {
+    /// Moves the CQ to `ctx`, where it is `cqn` with doorbell `slot` (it followed a
+    /// migrated QP), and tells the device there how far the driver consumed. Runs `also`
+    /// under the same lock as polls, so no poll sees one change without the other.
+    pub(crate) fn move_to(
+        &self,
+        ctx: Arc<ContextInner>,
+        cqn: u32,
+        slot: rnic_abi::verbs::DoorbellSlot,
+        also: impl FnOnce(),
+    ) {
+        let st = self.state();
+        Doorbells::write_slot(ctx.transport(), slot, SLOT_CONSUMER_INDEX, st.consumed);
+        self.bind.rebind(ctx, cqn, slot);
+        also();
+    }
+
     fn state(&self) -> MutexGuard<'_, CqState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -298,8 +308,9 @@ impl Drop for CqInner {
         // SAFETY: `ring` is not used again: this is the last use of `self`.
         let ring = unsafe { ManuallyDrop::take(&mut self.ring) };
         if self
-            .ctx
-            .destroy(Opcode::DestroyCq, self.cqn, "completion queue")
+            .bind
+            .ctx()
+            .destroy(Opcode::DestroyCq, self.bind.num(), "completion queue")
             .is_err()
         {
             std::mem::forget(ring);

@@ -88,6 +88,11 @@ pub enum AsyncEvent {
     CommEst,
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
     SqDrained,
+    /// rnic: the QP left this function (`MIGRATE_QP`); follow it with [`Qp::adopt`] on
+    /// the context of the function it went to.
+    QpDeparted,
+    /// rnic: a QP arrived on this function (`MIGRATE_QP`).
+    QpArrived,
     /// A type this driver does not know.
     Unknown(u8),
 }
@@ -102,6 +107,8 @@ impl AsyncEvent {
             event::QP_ACCESS_ERR => Self::QpAccessErr,
             event::COMM_EST => Self::CommEst,
             event::SQ_DRAINED => Self::SqDrained,
+            event::QP_DEPARTED => Self::QpDeparted,
+            event::QP_ARRIVED => Self::QpArrived,
             other => Self::Unknown(other),
         }
     }
@@ -325,6 +332,21 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Waits up to `timeout` (zero: just looks) for async event `event` about object
+    /// `object` (e.g. [`AsyncEvent::QpDeparted`] of a QP); returns whether it came. Other
+    /// events read meanwhile are kept for [`Context::get_event`] and the CQ waits.
+    pub fn wait_async_event(
+        &self,
+        event: AsyncEvent,
+        object: u32,
+        timeout: Duration,
+    ) -> Result<bool> {
+        let want = |e: &Event| matches!(e, Event::Async { event: ev, object: o, .. } if *ev == event && *o == object);
+        Ok(self.inner.wait_event(timeout, want)?.is_some())
+    }
+}
+
 impl ContextInner {
     pub(crate) fn transport(&self) -> &dyn Transport {
         self.device.transport()
@@ -447,6 +469,45 @@ impl Drop for ContextInner {
         {
             std::mem::forget(ring);
         }
+    }
+}
+
+/// Where an object lives: its context, its number there and (for a CQ) its doorbell
+/// slot. All three change when the object follows a migrated QP to another function
+/// ([`Qp::adopt`]), so every use reads them afresh.
+pub(crate) struct Binding {
+    at: std::sync::RwLock<(Arc<ContextInner>, u32, DoorbellSlot)>,
+}
+
+impl Binding {
+    pub(crate) fn new(ctx: Arc<ContextInner>, num: u32, slot: DoorbellSlot) -> Self {
+        Self {
+            at: std::sync::RwLock::new((ctx, num, slot)),
+        }
+    }
+
+    fn get(&self) -> std::sync::RwLockReadGuard<'_, (Arc<ContextInner>, u32, DoorbellSlot)> {
+        self.at.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The context.
+    pub(crate) fn ctx(&self) -> Arc<ContextInner> {
+        self.get().0.clone()
+    }
+
+    /// The number on the context's function.
+    pub(crate) fn num(&self) -> u32 {
+        self.get().1
+    }
+
+    /// The doorbell slot.
+    pub(crate) fn slot(&self) -> DoorbellSlot {
+        self.get().2
+    }
+
+    /// Moves the object to `ctx`, where it is `num` with doorbell `slot`.
+    pub(crate) fn rebind(&self, ctx: Arc<ContextInner>, num: u32, slot: DoorbellSlot) {
+        *self.at.write().unwrap_or_else(|e| e.into_inner()) = (ctx, num, slot);
     }
 }
 

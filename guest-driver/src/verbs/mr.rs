@@ -8,7 +8,7 @@ use rnic_abi::verbs::{ObjectResp, RegMrReq, RegMrResp, Sge};
 use zerocopy::IntoBytes;
 
 use super::ring::{covered_pages, PageListBuf};
-use super::ContextInner;
+use super::{Binding, ContextInner};
 use crate::error::Result;
 use crate::transport::DmaBuffer;
 
@@ -22,13 +22,23 @@ pub struct Pd {
 
 /// What MRs and QPs keep alive of their PD.
 pub(crate) struct PdInner {
-    pub(crate) ctx: Arc<ContextInner>,
-    pub(crate) pdn: u32,
+    /// Context and PD number (they change if the PD follows a migrated QP).
+    pub(crate) bind: Binding,
+}
+
+impl PdInner {
+    pub(crate) fn ctx(&self) -> Arc<ContextInner> {
+        self.bind.ctx()
+    }
+
+    pub(crate) fn pdn(&self) -> u32 {
+        self.bind.num()
+    }
 }
 
 impl std::fmt::Debug for PdInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pd").field("pdn", &self.pdn).finish()
+        f.debug_struct("Pd").field("pdn", &self.pdn()).finish()
     }
 }
 
@@ -36,8 +46,8 @@ impl Drop for PdInner {
     fn drop(&mut self) {
         // A failure only leaks a number on the device; there is no memory to protect.
         let _ = self
-            .ctx
-            .destroy(Opcode::DeallocPd, self.pdn, "protection domain");
+            .ctx()
+            .destroy(Opcode::DeallocPd, self.pdn(), "protection domain");
     }
 }
 
@@ -46,15 +56,14 @@ impl Pd {
         let resp: ObjectResp = ctx.command(Opcode::AllocPd, &[])?;
         Ok(Pd {
             inner: Arc::new(PdInner {
-                ctx: ctx.clone(),
-                pdn: resp.handle,
+                bind: Binding::new(ctx.clone(), resp.handle, Default::default()),
             }),
         })
     }
 
     /// The PD's number.
     pub fn pdn(&self) -> u32 {
-        self.inner.pdn
+        self.inner.pdn()
     }
 
     /// Registers `len` bytes of `buf` starting at `offset` for `access` (`ACCESS_*`).
@@ -78,11 +87,11 @@ impl Pd {
                 buf.len()
             )));
         }
-        let ctx = &self.inner.ctx;
+        let ctx = &self.inner.ctx();
         let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
         let iova = buf.device_addr(offset);
         let req = RegMrReq {
-            pdn: self.inner.pdn,
+            pdn: self.inner.pdn(),
             access,
             iova,
             length: len as u64,
@@ -120,7 +129,7 @@ pub struct Mr {
 impl std::fmt::Debug for Mr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mr")
-            .field("pdn", &self.pd.pdn)
+            .field("pdn", &self.pd.pdn())
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("iova", &format_args!("{:#x}", self.iova))
             .field("len", &self.len)
@@ -167,7 +176,7 @@ impl Mr {
 
     /// The PD's number.
     pub fn pdn(&self) -> u32 {
-        self.pd.pdn
+        self.pd.pdn()
     }
 
     /// The registered buffer (the region starts at [`Mr::offset`] of it).
@@ -226,7 +235,7 @@ impl Drop for Mr {
         let pages = unsafe { ManuallyDrop::take(&mut self.pages) };
         if self
             .pd
-            .ctx
+            .ctx()
             .destroy(Opcode::DeregMr, self.lkey, "memory region")
             .is_err()
         {

@@ -7,7 +7,7 @@
 //! a completion frees its WR and every older outstanding one (those completed silently).
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
@@ -22,6 +22,7 @@ use super::mr::{Pd, PdInner};
 use super::ring::{self, Doorbells, Ring};
 use super::{invalid, queue_full, Cq, DOORBELL_PAGE};
 use crate::error::Result;
+use rnic_abi::migration::{AdoptQpReq, AdoptQpResp};
 
 /// Path MTU codes for [`rtr_attr`], as `enum ibv_mtu`.
 pub mod mtu {
@@ -374,8 +375,9 @@ impl RqState {
 #[derive(Debug)]
 pub(crate) struct QpTrack {
     qpn: u32,
-    send_cqn: u32,
-    recv_cqn: u32,
+    /// The CQ numbers, which change when the QP follows a migration ([`Qp::adopt`]).
+    send_cqn: AtomicU32,
+    recv_cqn: AtomicU32,
     sq_sig_all: bool,
     sq: Mutex<SqState>,
     rq: Mutex<RqState>,
@@ -393,7 +395,9 @@ impl QpTrack {
     /// Whether a completion read from CQ `cqn` is for the send queue. With separate CQs
     /// the CQ says it; with one CQ for both queues, the opcode's receive bit does.
     fn is_send(&self, cqn: u32, wc: &Wc) -> Option<bool> {
-        match (cqn == self.send_cqn, cqn == self.recv_cqn) {
+        let send = self.send_cqn.load(Ordering::Acquire);
+        let recv = self.recv_cqn.load(Ordering::Acquire);
+        match (cqn == send, cqn == recv) {
             (true, false) => Some(true),
             (false, true) => Some(false),
             (true, true) => Some(!wc.is_recv()),
@@ -441,9 +445,9 @@ impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn)
-            .field("pdn", &self.pd.pdn)
-            .field("send_cqn", &self.send_cq.cqn)
-            .field("recv_cqn", &self.recv_cq.cqn)
+            .field("pdn", &self.pd.pdn())
+            .field("send_cqn", &self.send_cq.bind.num())
+            .field("recv_cqn", &self.recv_cq.bind.num())
             .field("caps", &self.caps)
             .finish_non_exhaustive()
     }
@@ -461,8 +465,10 @@ impl Pd {
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> Result<Qp> {
-        let ctx = &self.inner.ctx;
-        if !Arc::ptr_eq(&send_cq.inner.ctx, ctx) || !Arc::ptr_eq(&recv_cq.inner.ctx, ctx) {
+        let ctx = &self.inner.ctx();
+        if !Arc::ptr_eq(&send_cq.inner.bind.ctx(), ctx)
+            || !Arc::ptr_eq(&recv_cq.inner.bind.ctx(), ctx)
+        {
             return Err(invalid(
                 "create_qp: the CQs belong to another context than the PD".into(),
             ));
@@ -487,7 +493,7 @@ impl Pd {
         )?;
         let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
         let req = CreateQpReq {
-            pdn: self.inner.pdn,
+            pdn: self.inner.pdn(),
             send_cqn: send_cq.cqn(),
             recv_cqn: recv_cq.cqn(),
             sq_entries: caps.max_send_wr,
@@ -520,8 +526,8 @@ impl Pd {
         };
         let track = Arc::new(QpTrack {
             qpn: resp.qpn,
-            send_cqn: send_cq.cqn(),
-            recv_cqn: recv_cq.cqn(),
+            send_cqn: AtomicU32::new(send_cq.cqn()),
+            recv_cqn: AtomicU32::new(recv_cq.cqn()),
             sq_sig_all,
             sq: Mutex::new(SqState::new(caps.max_send_wr)),
             rq: Mutex::new(RqState {
@@ -582,7 +588,7 @@ impl Qp {
         let mut sq = self.track.sq();
         let mut rq = self.track.rq();
         self.pd
-            .ctx
+            .ctx()
             .command_no_body(Opcode::ModifyQp, req.as_bytes())?;
         if mask & attr::STATE != 0 {
             self.state.store(attr.qp_state, Ordering::Release);
@@ -593,7 +599,8 @@ impl Qp {
             rq.completed = 0;
             self.sq_ring.clear();
             self.rq_ring.clear();
-            let t = self.pd.ctx.transport();
+            let ctx = self.pd.ctx();
+            let t = ctx.transport();
             Doorbells::write_slot(t, self.sq_slot, 0, 0);
             Doorbells::write_slot(t, self.rq_slot, 0, 0);
         }
@@ -606,7 +613,7 @@ impl Qp {
             handle: self.qpn,
             reserved: 0,
         };
-        self.pd.ctx.command(Opcode::QueryQp, req.as_bytes())
+        self.pd.ctx().command(Opcode::QueryQp, req.as_bytes())
     }
 
     /// The current state, from QUERY_QP.
@@ -683,10 +690,9 @@ impl Qp {
             });
         }
         // Rung under the lock: the doorbell values must reach the device in order.
-        self.pd
-            .ctx
-            .doorbells()
-            .ring_queue(self.pd.ctx.transport(), self.sq_slot, sq.posted)?;
+        let ctx = self.pd.ctx();
+        ctx.doorbells()
+            .ring_queue(ctx.transport(), self.sq_slot, sq.posted)?;
         Ok(())
     }
 
@@ -726,17 +732,134 @@ impl Qp {
         // Rung under the lock, as the send doorbell. The device reads the receive slot
         // when a message arrives; the bit and kick matter for a QP in the error state,
         // whose new receives the device must flush.
+        let ctx = self.pd.ctx();
+        ctx.doorbells()
+            .ring_queue(ctx.transport(), self.rq_slot, rq.posted)?;
+        Ok(())
+    }
+}
+
+impl Qp {
+    /// Follows this QP to `ctx` after the device moved it there (`MIGRATE_QP`, which the
+    /// PF issues; `ctx` reports `QP_ARRIVED` for it, this QP's old context
+    /// `QP_DEPARTED`). Both contexts must be functions of one guest sharing its memory,
+    /// which the migration checked.
+    ///
+    /// Asks `ctx`'s function for the QP's new numbering (`ADOPT_QP`) and rebinds the QP,
+    /// its PD (and with it every MR of the PD: keys are unchanged) and the CQs that moved
+    /// with it to `ctx`. If the migration named CQs of the destination instead of moving
+    /// the QP's own, pass them as `send_cq`/`recv_cq`; the QP then holds those. Its old
+    /// CQs then stay on the old function and hold every completion of the QP from before
+    /// the move (none come later): poll them before adopting, and poll the named ones
+    /// only after, so that each completion frees the QP's queue slots.
+    ///
+    /// Work posted after the device moved the QP and before this call went to doorbells
+    /// the old function no longer watches; this rings the new ones with the driver's
+    /// producer indexes, so that work runs now. Completions keep coming in the same
+    /// CQ rings; the CQs' consumer indexes are written to their new doorbells too.
+    pub fn adopt(
+        &mut self,
+        ctx: &super::Context,
+        send_cq: Option<&Cq>,
+        recv_cq: Option<&Cq>,
+    ) -> Result<()> {
+        let new_ctx = ctx.inner.clone();
+        for cq in [send_cq, recv_cq].into_iter().flatten() {
+            if !Arc::ptr_eq(&cq.inner.bind.ctx(), &new_ctx) {
+                return Err(invalid(
+                    "adopt: a CQ named for the QP belongs to another context".into(),
+                ));
+            }
+        }
+        let req = AdoptQpReq {
+            qpn: self.qpn,
+            reserved: 0,
+        };
+        let resp: AdoptQpResp = new_ctx.command(Opcode::AdoptQp, req.as_bytes())?;
+        let t = new_ctx.transport();
+        let sq_slot = Doorbells::check_slot(t, resp.sq_doorbell)?;
+        let rq_slot = Doorbells::check_slot(t, resp.rq_doorbell)?;
+        for (named, cqn) in [(send_cq, resp.send_cq), (recv_cq, resp.recv_cq)] {
+            if let Some(cq) = named {
+                if cq.cqn() != cqn {
+                    return Err(crate::Error::Device(format!(
+                        "adopt: the device says QP {:#x} completes to CQ {cqn}, not CQ {}",
+                        self.qpn,
+                        cq.cqn()
+                    )));
+                }
+            }
+        }
+        // Every slot is checked before anything changes.
+        let own_cq_slots = [
+            (send_cq.is_none(), resp.send_cq_doorbell),
+            (recv_cq.is_none(), resp.recv_cq_doorbell),
+        ]
+        .map(|(moved, slot)| moved.then(|| Doorbells::check_slot(t, slot)).transpose());
+        let [send_cq_slot, recv_cq_slot] = own_cq_slots;
+        let (send_cq_slot, recv_cq_slot) = (send_cq_slot?, recv_cq_slot?);
+        let old_ctx = self.pd.ctx();
+        // Both contexts credit this QP's completions to the same accounting while it
+        // moves: CQs polled on either side find it.
+        new_ctx.qps().insert(self.qpn, self.track.clone());
         self.pd
-            .ctx
-            .doorbells()
-            .ring_queue(self.pd.ctx.transport(), self.rq_slot, rq.posted)?;
+            .bind
+            .rebind(new_ctx.clone(), resp.pdn, Default::default());
+        // Each CQ that moved is rebound under its poll lock, together with the QP's
+        // record of that CQ's number, so no poll credits with a stale pairing.
+        let moves = [
+            (&self.send_cq, resp.send_cq, send_cq_slot, true),
+            (&self.recv_cq, resp.recv_cq, recv_cq_slot, false),
+        ];
+        for (own, cqn, slot, is_send) in moves {
+            let track = &self.track;
+            let set_cqn = || {
+                if is_send {
+                    track.send_cqn.store(cqn, Ordering::Release);
+                } else {
+                    track.recv_cqn.store(cqn, Ordering::Release);
+                }
+            };
+            match slot {
+                // A CQ used for both queues moves once; the second pass finds it moved.
+                Some(slot) if !Arc::ptr_eq(&own.bind.ctx(), &new_ctx) => {
+                    own.move_to(new_ctx.clone(), cqn, slot, set_cqn)
+                }
+                _ => set_cqn(),
+            }
+        }
+        old_ctx.qps().remove(&self.qpn);
+        if let Some(cq) = send_cq {
+            self.send_cq = cq.inner.clone();
+        }
+        if let Some(cq) = recv_cq {
+            self.recv_cq = cq.inner.clone();
+        }
+        self.sq_slot = sq_slot;
+        self.rq_slot = rq_slot;
+        if let Some(state) = QpState::from_u8(resp.state as u8) {
+            self.state.store(state as u8, Ordering::Release);
+        }
+        let (sq_posted, rq_posted) = (self.track.sq().posted, self.track.rq().posted);
+        // Announce everything posted so far on the new doorbells (a value the device
+        // already had changes nothing).
+        new_ctx.doorbells().ring_queue(t, self.sq_slot, sq_posted)?;
+        new_ctx.doorbells().ring_queue(t, self.rq_slot, rq_posted)?;
+        log::debug!(
+            "QP {:#x} adopted by {}: pd {}, cqs {}/{}",
+            self.qpn,
+            t.describe(),
+            resp.pdn,
+            resp.send_cq,
+            resp.recv_cq
+        );
         Ok(())
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let ctx = &self.pd.ctx;
+        let ctx = &self.pd.ctx();
         let destroyed = ctx.destroy(Opcode::DestroyQp, self.qpn, "queue pair");
         // Completions still in the CQs have no QP to credit any more.
         ctx.qps().remove(&self.qpn);
@@ -1098,8 +1221,8 @@ mod tests {
     fn track(send_cqn: u32, recv_cqn: u32) -> QpTrack {
         QpTrack {
             qpn: 1,
-            send_cqn,
-            recv_cqn,
+            send_cqn: AtomicU32::new(send_cqn),
+            recv_cqn: AtomicU32::new(recv_cqn),
             sq_sig_all: false,
             sq: Mutex::new(SqState::new(4)),
             rq: Mutex::new(RqState {

@@ -1,0 +1,273 @@
+//! PF administration: the admin queue and its commands (docs/hardware-interface.md,
+//! "PF administration").
+//!
+//! Every function has an admin queue register block ([`crate::regs::ADMINQ_DESC_LO`] and
+//! on) and an admin doorbell ([`crate::doorbell::ADMINQ_DOORBELL`]), so the layout is the
+//! same on PF and VF. The queue works exactly like the command queue ([`crate::cmd`]):
+//! a virtio split ring, one descriptor chain per command, a [`crate::cmd::CmdHeader`] and
+//! request in, a [`crate::cmd::RespHeader`] and response out. As in the virtio 1.3
+//! administration virtqueue, the PF manages the members of its SR-IOV group with it:
+//! VF enable, quotas, addresses, link state, counters, reset and QP migration.
+//!
+//! Only the PF may issue admin commands. On a VF's admin queue every command completes
+//! with [`crate::cmd::Status::NotPermitted`], and so does an admin opcode (one in
+//! [`ADMIN_OPCODE_BASE`]..) on any command queue.
+//!
+//! Members are numbered as virtio numbers SR-IOV group members: [`MEMBER_PF`] (0) is the
+//! PF itself, `n` is VF `n - 1`.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// First admin opcode; every opcode from here to `0x1FFF` is an admin opcode.
+pub const ADMIN_OPCODE_BASE: u16 = 0x1000;
+/// Last admin opcode number reserved for admin commands.
+pub const ADMIN_OPCODE_LAST: u16 = 0x1FFF;
+
+/// Whether `opcode` is in the admin range (known to the device or not).
+pub const fn is_admin_opcode(opcode: u16) -> bool {
+    opcode >= ADMIN_OPCODE_BASE && opcode <= ADMIN_OPCODE_LAST
+}
+
+/// Member id of the PF itself.
+pub const MEMBER_PF: u32 = 0;
+
+/// Member id of VF `vf` (0-based).
+pub const fn member_of_vf(vf: u32) -> u32 {
+    vf + 1
+}
+
+/// Resource counts of a function: its quota, or its usage. Also the device totals and
+/// what is left unassigned.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Quota {
+    /// Queue pairs.
+    pub qps: u32,
+    /// Completion queues.
+    pub cqs: u32,
+    /// Memory regions.
+    pub mrs: u32,
+    /// Protection domains.
+    pub pds: u32,
+    /// Pages of memory regions (the sum of the page-list lengths of registered MRs).
+    pub mr_pages: u32,
+    /// Doorbell pages: the function may place queue doorbells in pages `0..doorbell_pages`
+    /// of its doorbell BAR, and uses a page while any doorbell slot in it is assigned.
+    pub doorbell_pages: u32,
+}
+
+/// Response of `ADMIN_QUERY` (no request body): the device's pools and its VFs.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct AdminQueryResp {
+    /// VFs the device has (TotalVFs).
+    pub total_vfs: u16,
+    /// VFs enabled now (NumVFs).
+    pub num_vfs: u16,
+    /// Must be ignored.
+    pub reserved: u32,
+    /// Device-wide resource totals: the sum of all quotas never exceeds them.
+    pub totals: Quota,
+    /// What no function's quota holds: room for raising quotas.
+    pub unassigned: Quota,
+}
+
+/// Request of `SET_NUM_VFS`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetNumVfsReq {
+    /// How many VFs are enabled: VFs `0..num_vfs` are live, the rest disabled. At most
+    /// [`AdminQueryResp::total_vfs`].
+    pub num_vfs: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// Request naming one member: `QUERY_MEMBER`, `GET_STATS`, `RESET_VF`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct MemberReq {
+    /// Member id: 0 = PF, n = VF n-1.
+    pub member: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// [`MemberInfo::flags`]: the member is enabled (always set for the PF).
+pub const MEMBER_ENABLED: u32 = 1 << 0;
+/// [`MemberInfo::flags`]: the member's link is up.
+pub const MEMBER_LINK_UP: u32 = 1 << 1;
+
+/// Response of `QUERY_MEMBER`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct MemberInfo {
+    /// The member id.
+    pub member: u32,
+    /// [`MEMBER_ENABLED`], [`MEMBER_LINK_UP`].
+    pub flags: u32,
+    /// The member's Ethernet MAC address.
+    pub mac: [u8; 6],
+    /// Must be ignored.
+    pub reserved: u16,
+    /// The member's GID (IPv4-mapped IPv6 for RoCEv2).
+    pub gid: [u8; 16],
+    /// The member's quota.
+    pub quota: Quota,
+    /// What the member uses now.
+    pub usage: Quota,
+}
+
+/// Request of `SET_QUOTA`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetQuotaReq {
+    /// Member id (0 sets the PF's own share).
+    pub member: u32,
+    /// Must be 0.
+    pub reserved: u32,
+    /// The new quota. Fails with `BadState` (syndrome: the [`resource`] index) if it is
+    /// below what the member uses now, and with `NoResources` (same syndrome) if it grows
+    /// beyond what is unassigned; nothing changes then.
+    pub quota: Quota,
+}
+
+/// Index of each resource kind, as the syndrome of a failed `SET_QUOTA` names it (and the
+/// order of fields in [`Quota`]).
+pub mod resource {
+    /// [`super::Quota::qps`].
+    pub const QPS: u32 = 0;
+    /// [`super::Quota::cqs`].
+    pub const CQS: u32 = 1;
+    /// [`super::Quota::mrs`].
+    pub const MRS: u32 = 2;
+    /// [`super::Quota::pds`].
+    pub const PDS: u32 = 3;
+    /// [`super::Quota::mr_pages`].
+    pub const MR_PAGES: u32 = 4;
+    /// [`super::Quota::doorbell_pages`].
+    pub const DOORBELL_PAGES: u32 = 5;
+}
+
+/// [`SetAddressReq::flags`]: set the MAC.
+pub const SET_MAC: u32 = 1 << 0;
+/// [`SetAddressReq::flags`]: set the GID.
+pub const SET_GID: u32 = 1 << 1;
+
+/// Request of `SET_ADDRESS`: a member's MAC and/or GID.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetAddressReq {
+    /// Member id.
+    pub member: u32,
+    /// [`SET_MAC`], [`SET_GID`]; other bits must be 0.
+    pub flags: u32,
+    /// New MAC (with [`SET_MAC`]): a unicast address, not all zeros.
+    pub mac: [u8; 6],
+    /// Must be 0.
+    pub reserved: u16,
+    /// New GID (with [`SET_GID`]).
+    pub gid: [u8; 16],
+}
+
+/// [`SetLinkReq::state`]: link down, as if the cable were pulled.
+pub const LINK_DOWN: u32 = 0;
+/// [`SetLinkReq::state`]: link up.
+pub const LINK_UP: u32 = 1;
+
+/// Request of `SET_LINK`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetLinkReq {
+    /// Member id.
+    pub member: u32,
+    /// [`LINK_UP`] or [`LINK_DOWN`].
+    pub state: u32,
+}
+
+/// Response of `GET_STATS`: a member's counters since its last reset.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct MemberStats {
+    /// Packets the member sent onto the switch.
+    pub tx_packets: u64,
+    /// Bytes (whole Ethernet frames) the member sent.
+    pub tx_bytes: u64,
+    /// Packets the member received and accepted.
+    pub rx_packets: u64,
+    /// Bytes (whole Ethernet frames) of the packets the member received, accepted or not.
+    pub rx_bytes: u64,
+    /// Received packets the member dropped (validation failed, no such QP, link down).
+    pub rx_errors: u64,
+    /// Request packets sent again (timeouts, NAKs, RNR).
+    pub retransmits: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// Packets the member tried to send while its link was down (discarded).
+    pub tx_link_down: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regs::{ADMINQ_OFFSET, ADMINQ_REGS, CMDQ_REGS};
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_match_the_datasheet() {
+        assert_eq!(size_of::<Quota>(), 24);
+        assert_eq!(size_of::<AdminQueryResp>(), 56);
+        assert_eq!(size_of::<SetNumVfsReq>(), 8);
+        assert_eq!(size_of::<MemberReq>(), 8);
+        assert_eq!(size_of::<MemberInfo>(), 80);
+        assert_eq!(size_of::<SetQuotaReq>(), 32);
+        assert_eq!(size_of::<SetAddressReq>(), 32);
+        assert_eq!(size_of::<SetLinkReq>(), 8);
+        assert_eq!(size_of::<MemberStats>(), 64);
+    }
+
+    #[test]
+    fn the_admin_queue_block_mirrors_the_command_queue_block() {
+        let (c, a) = (CMDQ_REGS, ADMINQ_REGS);
+        for (cmdq, adminq) in [
+            (c.desc_lo, a.desc_lo),
+            (c.avail_lo, a.avail_lo),
+            (c.used_lo, a.used_lo),
+            (c.size, a.size),
+            (c.msix_vector, a.msix_vector),
+            (c.control, a.control),
+        ] {
+            assert_eq!(adminq, cmdq + ADMINQ_OFFSET);
+        }
+        assert!(a.error_code < crate::regs::REGS_END);
+        assert_eq!(c.running & a.running, 0);
+        assert_eq!(c.fatal & a.fatal, 0);
+    }
+
+    #[test]
+    fn admin_opcodes_are_in_their_range() {
+        assert!(is_admin_opcode(0x1000) && is_admin_opcode(0x1FFF));
+        assert!(!is_admin_opcode(0x0FFF) && !is_admin_opcode(0x2000));
+        assert!(crate::cmd::Opcode::MigrateQp.is_admin());
+        assert!(!crate::cmd::Opcode::CreateQp.is_admin());
+        assert_eq!(member_of_vf(0), 1);
+    }
+}

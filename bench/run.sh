@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Runs the benchmark matrix of rnic-perf against release builds of rnicd and writes a
+# report with every figure beside its baseline (memcpy, loopback UDP) measured in the same
+# run. Not a test: it asserts nothing and takes a few minutes.
+#
+#   bash bench/run.sh [--quick] [--repeat N] [--out FILE]
+#
+# --quick runs fewer iterations (a smoke run); --repeat N (default 3) runs every
+# measurement N times and reports the median run; the report goes to FILE (default
+# target/bench/report.md), the raw JSON beside it.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+repeat=3
+quick=0
+out="$repo/target/bench/report.md"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --repeat) repeat="$2"; shift ;;
+        --out) out="$2"; shift ;;
+        *) echo "usage: bash bench/run.sh [--quick] [--repeat N] [--out FILE]" >&2; exit 2 ;;
+    esac
+    shift
+done
+mkdir -p "$(dirname "$out")"
+raw="$(dirname "$out")/raw"
+rm -rf "$raw"
+mkdir -p "$raw"
+
+echo "=== [bench] building release binaries" >&2
+cargo build --release --workspace --bins
+bin="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
+
+work="$(mktemp -d /tmp/rnic-bench.XXXXXX)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# start_rnicd NAME ARGS...: an rnicd with its sockets in $work/NAME.
+start_rnicd() {
+    local name="$1"; shift
+    RUST_LOG=warn "$bin/rnicd" --socket-dir "$work/$name" "$@" 2>"$work/$name.log" &
+    pids+=($!)
+    for _ in $(seq 100); do
+        [ -S "$work/$name/pf.sock" ] && return 0
+        sleep 0.1
+    done
+    echo "rnicd $name did not start; its log:" >&2
+    cat "$work/$name.log" >&2
+    exit 1
+}
+
+if [ "$quick" = 1 ]; then bw_iters=500; lat_iters=500; else bw_iters=5000; lat_iters=5000; fi
+
+# perf TITLE LOCAL REMOTE ARGS...: one rnic-perf run, its table into the report.
+perf() {
+    local title="$1" local_sock="$2" remote_sock="$3"; shift 3
+    local tag
+    tag="$(echo "$title" | tr -c 'A-Za-z0-9' '_')"
+    echo "=== [bench] $title" >&2
+    {
+        echo "### $title"
+        echo
+        echo '```'
+        "$bin/rnic-perf" "$@" --repeat "$repeat" --vfio-user "$local_sock" \
+            --remote-vfio-user "$remote_sock" --save "$raw/$tag.json"
+        echo '```'
+        echo
+    } >>"$out"
+}
+
+start_rnicd one --vfs 8
+start_rnicd udp-a --net udp:127.0.71.1
+start_rnicd udp-b --net udp:127.0.72.1
+one_a="$work/one/pf.sock"
+one_b="$work/one/vf0.sock"
+udp_a="$work/udp-a/pf.sock"
+udp_b="$work/udp-b/pf.sock"
+
+{
+    echo "# rnic benchmark report"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, $(uname -r), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo
+    echo "Every figure is the median of $repeat runs; baselines are measured in the same"
+    echo "process run: single-thread memcpy (the limit for two functions of one rnicd) and"
+    echo "a loopback UDP socket pair with datagrams of min(message, MTU) bytes (the limit for"
+    echo "two rnicd). Ratios are figure / baseline."
+    echo
+    echo "## Two functions of one rnicd (PF and VF0)"
+    echo
+} >"$out"
+
+perf "RDMA WRITE bandwidth, all sizes" "$one_a" "$one_b" write_bw --all -n "$((bw_iters / 5))"
+perf "RDMA WRITE bandwidth, 64 KiB" "$one_a" "$one_b" write_bw -s 65536 -n "$bw_iters"
+perf "RDMA READ bandwidth, 64 KiB" "$one_a" "$one_b" read_bw -s 65536 -n "$bw_iters"
+perf "SEND bandwidth, 64 KiB" "$one_a" "$one_b" send_bw -s 65536 -n "$bw_iters"
+perf "RDMA WRITE latency, 8 bytes" "$one_a" "$one_b" write_lat -s 8 -n "$lat_iters"
+perf "SEND latency, 8 bytes" "$one_a" "$one_b" send_lat -s 8 -n "$lat_iters"
+perf "FETCH_AND_ADD latency" "$one_a" "$one_b" atomic_lat -n "$lat_iters"
+for q in 1 16 64 256; do
+    perf "64-byte RDMA WRITE message rate, $q QPs" "$one_a" "$one_b" \
+        write_bw -s 64 -q "$q" -t 16 -n "$((bw_iters * 4 / q + 16))"
+done
+
+echo "## Two rnicd over loopback UDP" >>"$out"
+echo >>"$out"
+perf "RDMA WRITE bandwidth, 64 KiB, 4096-byte MTU" "$udp_a" "$udp_b" write_bw -s 65536 -m 4096 -n "$bw_iters"
+perf "RDMA WRITE latency, 8 bytes" "$udp_a" "$udp_b" write_lat -s 8 -n "$lat_iters"
+
+echo "## Idle rnicd with 8 VFs (no clients attached)" >>"$out"
+echo >>"$out"
+pid="${pids[0]}"
+t0="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
+sleep 5
+t1="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
+hz="$(getconf CLK_TCK)"
+{
+    echo "CPU over 5 s idle: $(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.2f%% of a core", (b - a) / hz / 5 * 100 }')"
+    echo "Resident memory: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
+    echo
+} >>"$out"
+
+echo "=== [bench] report: $out" >&2
+cat "$out"

@@ -1,0 +1,399 @@
+//! PF administration through the admin queue (docs/hardware-interface.md, "PF
+//! administration"): typed admin commands on a [`Device`] that is a PF, and the reports
+//! `rnic-admin` prints, as text and as JSON.
+
+use std::fmt::Write;
+use std::net::Ipv6Addr;
+
+use rnic_abi::admin::{
+    AdminQueryResp, MemberInfo, MemberReq, MemberStats, Quota, SetAddressReq, SetLinkReq,
+    SetNumVfsReq, SetQuotaReq, LINK_DOWN, LINK_UP, MEMBER_ENABLED, MEMBER_LINK_UP, SET_GID,
+    SET_MAC,
+};
+use rnic_abi::cmd::Opcode;
+use rnic_abi::migration::{MigrateQpReq, MigrateQpResp};
+use serde::Serialize;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+fn parse<T: FromBytes + KnownLayout + Immutable>(opcode: Opcode, body: &[u8]) -> Result<T> {
+    T::read_from_bytes(body).map_err(|_| {
+        Error::Device(format!(
+            "{opcode:?} answered {} bytes, expected {}",
+            body.len(),
+            size_of::<T>()
+        ))
+    })
+}
+
+fn call<Resp: FromBytes + KnownLayout + Immutable>(
+    device: &Device,
+    opcode: Opcode,
+    request: &[u8],
+) -> Result<Resp> {
+    let body = device.admin_command(opcode, request, size_of::<Resp>())?;
+    parse(opcode, &body)
+}
+
+fn call0(device: &Device, opcode: Opcode, request: &[u8]) -> Result<()> {
+    device.admin_command(opcode, request, 0).map(drop)
+}
+
+/// A member id from its name: `pf`, `vfN` (VF N), or the number itself.
+pub fn parse_member(s: &str) -> Option<u32> {
+    if s.eq_ignore_ascii_case("pf") {
+        return Some(rnic_abi::admin::MEMBER_PF);
+    }
+    if let Some(n) = s.strip_prefix("vf").or_else(|| s.strip_prefix("VF")) {
+        return n.parse::<u32>().ok()?.checked_add(1);
+    }
+    s.parse().ok()
+}
+
+/// The name of member `member`: `pf` or `vfN`.
+pub fn member_name(member: u32) -> String {
+    match member {
+        0 => "pf".into(),
+        n => format!("vf{}", n - 1),
+    }
+}
+
+/// A MAC address from `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(mac)
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A GID from an IPv6 address, or an IPv4 address (mapped, as RoCEv2 uses it).
+pub fn parse_gid(s: &str) -> Option<[u8; 16]> {
+    if let Ok(v4) = s.parse::<std::net::Ipv4Addr>() {
+        return Some(v4.to_ipv6_mapped().octets());
+    }
+    s.parse::<Ipv6Addr>().ok().map(|a| a.octets())
+}
+
+impl Device {
+    /// ADMIN_QUERY: the device's pools and VF count.
+    pub fn admin_query(&self) -> Result<AdminQueryResp> {
+        call(self, Opcode::AdminQuery, &[])
+    }
+
+    /// SET_NUM_VFS: enables VFs `0..n`, disables (and so resets) the rest.
+    pub fn set_num_vfs(&self, n: u32) -> Result<()> {
+        let req = SetNumVfsReq {
+            num_vfs: n,
+            reserved: 0,
+        };
+        call0(self, Opcode::SetNumVfs, req.as_bytes())
+    }
+
+    /// QUERY_MEMBER: a member's state, addresses, quota and usage.
+    pub fn query_member(&self, member: u32) -> Result<MemberInfo> {
+        let req = MemberReq {
+            member,
+            reserved: 0,
+        };
+        call(self, Opcode::QueryMember, req.as_bytes())
+    }
+
+    /// SET_QUOTA.
+    pub fn set_quota(&self, member: u32, quota: Quota) -> Result<()> {
+        let req = SetQuotaReq {
+            member,
+            reserved: 0,
+            quota,
+        };
+        call0(self, Opcode::SetQuota, req.as_bytes())
+    }
+
+    /// SET_ADDRESS: a member's MAC and/or GID (`None` leaves it).
+    pub fn set_address(
+        &self,
+        member: u32,
+        mac: Option<[u8; 6]>,
+        gid: Option<[u8; 16]>,
+    ) -> Result<()> {
+        let req = SetAddressReq {
+            member,
+            flags: mac.map_or(0, |_| SET_MAC) | gid.map_or(0, |_| SET_GID),
+            mac: mac.unwrap_or_default(),
+            reserved: 0,
+            gid: gid.unwrap_or_default(),
+        };
+        call0(self, Opcode::SetAddress, req.as_bytes())
+    }
+
+    /// SET_LINK.
+    pub fn set_link(&self, member: u32, up: bool) -> Result<()> {
+        let req = SetLinkReq {
+            member,
+            state: if up { LINK_UP } else { LINK_DOWN },
+        };
+        call0(self, Opcode::SetLink, req.as_bytes())
+    }
+
+    /// GET_STATS: a member's counters.
+    pub fn member_stats(&self, member: u32) -> Result<MemberStats> {
+        let req = MemberReq {
+            member,
+            reserved: 0,
+        };
+        call(self, Opcode::GetStats, req.as_bytes())
+    }
+
+    /// RESET_VF: function-level reset of a VF.
+    pub fn reset_vf(&self, member: u32) -> Result<()> {
+        let req = MemberReq {
+            member,
+            reserved: 0,
+        };
+        call0(self, Opcode::ResetVf, req.as_bytes())
+    }
+
+    /// MIGRATE_QP.
+    pub fn migrate_qp(&self, req: &MigrateQpReq) -> Result<MigrateQpResp> {
+        call(self, Opcode::MigrateQp, req.as_bytes())
+    }
+}
+
+/// The counts of `q`, named as reports name them, in the order of [`Quota`].
+pub fn quota_list(q: &Quota) -> [(&'static str, u32); 6] {
+    [
+        ("qps", q.qps),
+        ("cqs", q.cqs),
+        ("mrs", q.mrs),
+        ("pds", q.pds),
+        ("mr_pages", q.mr_pages),
+        ("doorbell_pages", q.doorbell_pages),
+    ]
+}
+
+/// Resource counts as reports show them: a JSON object `{"qps": n, ...}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts(pub Quota);
+
+impl Serialize for Counts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let list = quota_list(&self.0);
+        let mut map = s.serialize_map(Some(list.len()))?;
+        for (name, value) in list {
+            map.serialize_entry(name, &value)?;
+        }
+        map.end()
+    }
+}
+
+impl Counts {
+    /// `qps N cqs N ...`.
+    pub fn text(&self) -> String {
+        quota_list(&self.0)
+            .iter()
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// One member as `rnic-admin` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberReport {
+    /// Member id (0 = PF, n = VF n-1).
+    pub member: u32,
+    /// `pf` or `vfN`.
+    pub name: String,
+    /// Enabled.
+    pub enabled: bool,
+    /// Link up.
+    pub link_up: bool,
+    /// MAC address.
+    pub mac: String,
+    /// GID.
+    pub gid: String,
+    /// Quota.
+    pub quota: Counts,
+    /// Usage.
+    pub usage: Counts,
+}
+
+impl From<MemberInfo> for MemberReport {
+    fn from(m: MemberInfo) -> Self {
+        Self {
+            member: m.member,
+            name: member_name(m.member),
+            enabled: m.flags & MEMBER_ENABLED != 0,
+            link_up: m.flags & MEMBER_LINK_UP != 0,
+            mac: format_mac(&m.mac),
+            gid: Ipv6Addr::from(m.gid).to_string(),
+            quota: Counts(m.quota),
+            usage: Counts(m.usage),
+        }
+    }
+}
+
+/// The whole device as `rnic-admin vfs` and `quota show` report it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceReport {
+    /// TotalVFs.
+    pub total_vfs: u16,
+    /// VFs enabled.
+    pub num_vfs: u16,
+    /// Device totals.
+    pub totals: Counts,
+    /// What no quota holds.
+    pub unassigned: Counts,
+    /// Every member, PF first.
+    pub members: Vec<MemberReport>,
+}
+
+impl DeviceReport {
+    /// Queries the PF `device` for every member.
+    pub fn gather(device: &Device) -> Result<Self> {
+        let q = device.admin_query()?;
+        let members = (0..=u32::from(q.total_vfs))
+            .map(|m| device.query_member(m).map(MemberReport::from))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            total_vfs: q.total_vfs,
+            num_vfs: q.num_vfs,
+            totals: Counts(q.totals),
+            unassigned: Counts(q.unassigned),
+            members,
+        })
+    }
+
+    /// `rnic-admin vfs`: one line per member.
+    pub fn vfs_text(&self) -> String {
+        let mut s = format!("VFs: {} of {} enabled\n", self.num_vfs, self.total_vfs);
+        let _ = writeln!(
+            s,
+            "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9}",
+            "MEMBER", "STATE", "LINK", "MAC", "GID", "QPS", "MRS"
+        );
+        for m in &self.members {
+            let _ = writeln!(
+                s,
+                "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9}",
+                m.name,
+                if m.enabled { "enabled" } else { "disabled" },
+                if m.link_up { "up" } else { "down" },
+                m.mac,
+                m.gid,
+                format!("{}/{}", m.usage.0.qps, m.quota.0.qps),
+                format!("{}/{}", m.usage.0.mrs, m.quota.0.mrs),
+            );
+        }
+        s
+    }
+
+    /// `rnic-admin quota show`: totals, and each member's quota and usage.
+    pub fn quota_text(&self) -> String {
+        let mut s = format!("totals:     {}\n", self.totals.text());
+        let _ = writeln!(s, "unassigned: {}", self.unassigned.text());
+        for m in &self.members {
+            let _ = writeln!(s, "{}:", m.name);
+            let _ = writeln!(s, "  quota: {}", m.quota.text());
+            let _ = writeln!(s, "  usage: {}", m.usage.text());
+        }
+        s
+    }
+}
+
+/// A member's counters, named for reports: `{"member": 1, "name": "vf0", "tx_packets":
+/// ..., ...}` in JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatsReport {
+    /// Member id.
+    pub member: u32,
+    /// `pf` or `vfN`.
+    pub name: String,
+    /// The counters by name, as [`stat_list`] orders them.
+    #[serde(flatten)]
+    pub counters: std::collections::BTreeMap<&'static str, u64>,
+    /// The counters in [`stat_list`] order, for text.
+    #[serde(skip)]
+    order: Vec<(&'static str, u64)>,
+}
+
+/// The counters of `c`, named and in the order reports print them.
+pub fn stat_list(c: &MemberStats) -> Vec<(&'static str, u64)> {
+    vec![
+        ("tx_packets", c.tx_packets),
+        ("tx_bytes", c.tx_bytes),
+        ("rx_packets", c.rx_packets),
+        ("rx_bytes", c.rx_bytes),
+        ("rx_errors", c.rx_errors),
+        ("retransmits", c.retransmits),
+        ("rnr_naks_sent", c.rnr_naks_sent),
+        ("tx_link_down", c.tx_link_down),
+    ]
+}
+
+impl StatsReport {
+    /// Member `member`'s counters from the PF `device`.
+    pub fn gather(device: &Device, member: u32) -> Result<Self> {
+        let order = stat_list(&device.member_stats(member)?);
+        Ok(Self {
+            member,
+            name: member_name(member),
+            counters: order.iter().copied().collect(),
+            order,
+        })
+    }
+
+    /// One line: the member's name and its counters.
+    pub fn text(&self) -> String {
+        let mut s = format!("{}:", self.name);
+        for (name, value) in &self.order {
+            let _ = write!(s, " {name} {value}");
+        }
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_round_trip() {
+        assert_eq!(parse_member("pf"), Some(0));
+        assert_eq!(parse_member("vf0"), Some(1));
+        assert_eq!(parse_member("vf3"), Some(4));
+        assert_eq!(parse_member("2"), Some(2));
+        assert_eq!(parse_member("vfx"), None);
+        for m in 0..5 {
+            assert_eq!(parse_member(&member_name(m)), Some(m));
+        }
+    }
+
+    #[test]
+    fn addresses_parse() {
+        let mac = parse_mac("02:52:4e:49:43:0a").unwrap();
+        assert_eq!(mac, [2, 0x52, 0x4e, 0x49, 0x43, 10]);
+        assert_eq!(format_mac(&mac), "02:52:4e:49:43:0a");
+        assert_eq!(parse_mac("02:52:4e"), None);
+        let gid = parse_gid("10.82.0.9").unwrap();
+        assert_eq!(&gid[10..], &[0xff, 0xff, 10, 82, 0, 9]);
+        assert_eq!(parse_gid("fe80::1").unwrap()[15], 1);
+        assert_eq!(parse_gid("nope"), None);
+    }
+}

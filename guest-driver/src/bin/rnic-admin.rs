@@ -1,0 +1,360 @@
+//! rnic-admin: administers an rnic device through its PF's admin queue.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use rnic_abi::admin::Quota;
+use rnic_abi::migration::MigrateQpReq;
+use rnic_driver::admin::{
+    member_name, parse_gid, parse_mac, parse_member, Counts, DeviceReport, StatsReport,
+};
+use rnic_driver::{Device, Error, Location};
+use serde::Serialize;
+
+/// Administers an rnic device through the admin queue of its PF: VF enable, quotas,
+/// addresses, link state, counters, VF reset and QP migration.
+///
+/// On the host it connects to the PF's vfio-user socket (--vfio-user, the host playing the
+/// PF's VMM); inside a VM that owns the PF it finds the PF in sysfs (or the one --pci
+/// names). Opening the PF resets the PF's own objects; VFs and device-wide settings
+/// (quotas, addresses, link states, VF enables) are kept.
+///
+/// Members are named `pf`, `vf0`, `vf1`, ... or by member id (0 = PF, n = VF n-1).
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// The vfio-user socket of the PF (host use).
+    #[arg(long, value_name = "PATH", conflicts_with = "pci", global = true)]
+    vfio_user: Option<PathBuf>,
+
+    /// The PCI address of the PF in this machine, e.g. 0000:00:03.0 (in a VM).
+    #[arg(long, value_name = "BDF", global = true)]
+    pci: Option<String>,
+
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Lists the members (`vfs`) or enables the first N VFs and disables the rest
+    /// (`vfs enable N`; disabling resets a VF).
+    Vfs {
+        #[command(subcommand)]
+        action: Option<VfsAction>,
+    },
+    /// Shows or sets quotas.
+    Quota {
+        #[command(subcommand)]
+        action: QuotaAction,
+    },
+    /// Sets a member's MAC address (and GID with --gid).
+    Mac {
+        /// The member.
+        #[arg(value_parser = member)]
+        member: u32,
+        /// The new MAC, aa:bb:cc:dd:ee:ff.
+        #[arg(value_parser = mac)]
+        mac: [u8; 6],
+        /// A new GID too: an IPv4 address (mapped) or an IPv6 address.
+        #[arg(long, value_parser = gid)]
+        gid: Option<[u8; 16]>,
+    },
+    /// Sets a member's link state: `up` or `down` (down: it sends and receives nothing).
+    Link {
+        /// The member.
+        #[arg(value_parser = member)]
+        member: u32,
+        /// `up` or `down`.
+        #[arg(value_parser = ["up", "down"])]
+        state: String,
+    },
+    /// Prints members' counters (all members without one named).
+    Stats {
+        /// The member.
+        #[arg(value_parser = member)]
+        member: Option<u32>,
+    },
+    /// Function-level reset of a VF: destroys everything it holds.
+    ResetVf {
+        /// The VF.
+        #[arg(value_parser = member)]
+        member: u32,
+    },
+    /// Moves a QP from one member to another (MIGRATE_QP).
+    Migrate {
+        /// Member the QP is on.
+        #[arg(long, value_parser = member)]
+        from: u32,
+        /// Member to move it to.
+        #[arg(long, value_parser = member)]
+        to: u32,
+        /// The QP number.
+        #[arg(long, value_parser = number)]
+        qpn: u32,
+        /// A CQ of the destination to become the QP's send CQ (default: move its own).
+        #[arg(long, default_value = "0", value_parser = number)]
+        send_cq: u32,
+        /// A CQ of the destination to become the QP's receive CQ (default: move its own).
+        #[arg(long, default_value = "0", value_parser = number)]
+        recv_cq: u32,
+        /// Doorbell page of the destination for the QP's doorbells.
+        #[arg(long, default_value = "1", value_parser = number)]
+        doorbell_page: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum VfsAction {
+    /// Enables VFs 0..N and disables the others.
+    Enable {
+        /// How many VFs are to be enabled.
+        n: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum QuotaAction {
+    /// Prints the device totals, what is unassigned, and every member's quota and usage.
+    Show,
+    /// Changes a member's quota; counts not given keep their value.
+    Set {
+        /// The member.
+        #[arg(value_parser = member)]
+        member: u32,
+        /// Queue pairs.
+        #[arg(long)]
+        qps: Option<u32>,
+        /// Completion queues.
+        #[arg(long)]
+        cqs: Option<u32>,
+        /// Memory regions.
+        #[arg(long)]
+        mrs: Option<u32>,
+        /// Protection domains.
+        #[arg(long)]
+        pds: Option<u32>,
+        /// Pages of memory regions.
+        #[arg(long)]
+        mr_pages: Option<u32>,
+        /// Doorbell pages (pages 0..N of the function's doorbell BAR).
+        #[arg(long)]
+        doorbell_pages: Option<u32>,
+    },
+}
+
+fn member(s: &str) -> Result<u32, String> {
+    parse_member(s).ok_or_else(|| format!("{s:?} is no member: use pf, vfN or a member id"))
+}
+
+fn mac(s: &str) -> Result<[u8; 6], String> {
+    parse_mac(s).ok_or_else(|| format!("{s:?} is no MAC address (aa:bb:cc:dd:ee:ff)"))
+}
+
+fn gid(s: &str) -> Result<[u8; 16], String> {
+    parse_gid(s).ok_or_else(|| format!("{s:?} is no IPv4 or IPv6 address"))
+}
+
+fn number(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("rnic-admin: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn open(args: &Args) -> rnic_driver::Result<Device> {
+    let location = match (&args.vfio_user, &args.pci) {
+        (Some(path), _) => Location::VfioUser(path.clone()),
+        (None, Some(bdf)) => Location::Pci(bdf.clone()),
+        (None, None) => {
+            // The PF is the one function that reports admin capability; find it by its
+            // device ID.
+            let all = Location::all_pci()?;
+            let mut pfs = Vec::new();
+            for l in all {
+                if let Location::Pci(bdf) = &l {
+                    let id = std::fs::read_to_string(format!("/sys/bus/pci/devices/{bdf}/device"))
+                        .unwrap_or_default();
+                    if u16::from_str_radix(id.trim().trim_start_matches("0x"), 16).ok()
+                        == Some(rnic_abi::pci::PF_DEVICE_ID)
+                    {
+                        pfs.push(l);
+                    }
+                }
+            }
+            pfs.into_iter().next().ok_or_else(|| {
+                Error::NotFound(
+                    "no rnic PF on this machine's PCI bus; on the host, use --vfio-user PATH"
+                        .into(),
+                )
+            })?
+        }
+    };
+    let device = location.open()?;
+    if device.query_device()?.caps & rnic_abi::regs::CAP_ADMIN == 0 {
+        return Err(Error::Device(format!(
+            "{location} is not a PF: only the PF administers the device"
+        )));
+    }
+    Ok(device)
+}
+
+fn print<T: Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce(&T) -> String,
+) -> rnic_driver::Result<()> {
+    if json {
+        let s = serde_json::to_string_pretty(value)
+            .map_err(|e| Error::Device(format!("cannot encode JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", text(value));
+    }
+    Ok(())
+}
+
+/// What a command that changes something reports.
+#[derive(Serialize)]
+struct Done {
+    ok: bool,
+    what: String,
+}
+
+fn done(json: bool, what: String) -> rnic_driver::Result<()> {
+    print(json, &Done { ok: true, what }, |d| format!("{}\n", d.what))
+}
+
+fn run(args: &Args) -> rnic_driver::Result<()> {
+    let device = open(args)?;
+    let json = args.json;
+    match &args.command {
+        Command::Vfs { action: None } => {
+            print(json, &DeviceReport::gather(&device)?, |r| r.vfs_text())
+        }
+        Command::Vfs {
+            action: Some(VfsAction::Enable { n }),
+        } => {
+            device.set_num_vfs(*n)?;
+            done(json, format!("{n} VFs enabled"))
+        }
+        Command::Quota {
+            action: QuotaAction::Show,
+        } => print(json, &DeviceReport::gather(&device)?, |r| r.quota_text()),
+        Command::Quota {
+            action:
+                QuotaAction::Set {
+                    member,
+                    qps,
+                    cqs,
+                    mrs,
+                    pds,
+                    mr_pages,
+                    doorbell_pages,
+                },
+        } => {
+            let mut c: Quota = device.query_member(*member)?.quota;
+            let set = |field: &mut u32, v: &Option<u32>| {
+                if let Some(v) = v {
+                    *field = *v;
+                }
+            };
+            set(&mut c.qps, qps);
+            set(&mut c.cqs, cqs);
+            set(&mut c.mrs, mrs);
+            set(&mut c.pds, pds);
+            set(&mut c.mr_pages, mr_pages);
+            set(&mut c.doorbell_pages, doorbell_pages);
+            device.set_quota(*member, c)?;
+            done(
+                json,
+                format!("quota of {}: {}", member_name(*member), Counts(c).text()),
+            )
+        }
+        Command::Mac { member, mac, gid } => {
+            device.set_address(*member, Some(*mac), *gid)?;
+            done(json, format!("address of {} set", member_name(*member)))
+        }
+        Command::Link { member, state } => {
+            device.set_link(*member, state == "up")?;
+            done(json, format!("link of {} {state}", member_name(*member)))
+        }
+        Command::Stats { member } => {
+            let members = match member {
+                Some(m) => vec![*m],
+                None => (0..=u32::from(device.admin_query()?.total_vfs)).collect(),
+            };
+            let reports = members
+                .into_iter()
+                .map(|m| StatsReport::gather(&device, m))
+                .collect::<rnic_driver::Result<Vec<_>>>()?;
+            print(json, &reports, |r| {
+                r.iter().map(StatsReport::text).collect()
+            })
+        }
+        Command::ResetVf { member } => {
+            device.reset_vf(*member)?;
+            done(json, format!("{} reset", member_name(*member)))
+        }
+        Command::Migrate {
+            from,
+            to,
+            qpn,
+            send_cq,
+            recv_cq,
+            doorbell_page,
+        } => {
+            let resp = device.migrate_qp(&MigrateQpReq {
+                from: *from,
+                to: *to,
+                qpn: *qpn,
+                flags: 0,
+                send_cq: *send_cq,
+                recv_cq: *recv_cq,
+                doorbell_page: *doorbell_page,
+                reserved: 0,
+            })?;
+            #[derive(Serialize)]
+            struct Migrated {
+                qpn: u32,
+                from: String,
+                to: String,
+                pdn: u32,
+                send_cq: u32,
+                recv_cq: u32,
+                mrs_moved: u32,
+                cqs_moved: u32,
+            }
+            let m = Migrated {
+                qpn: resp.qpn,
+                from: member_name(*from),
+                to: member_name(*to),
+                pdn: resp.pdn,
+                send_cq: resp.send_cq,
+                recv_cq: resp.recv_cq,
+                mrs_moved: resp.mrs_moved,
+                cqs_moved: resp.cqs_moved,
+            };
+            print(json, &m, |m| {
+                format!(
+                    "QP {:#x} moved from {} to {}: pd {} send cq {} recv cq {} ({} MRs and {} CQs moved)\n",
+                    m.qpn, m.from, m.to, m.pdn, m.send_cq, m.recv_cq, m.mrs_moved, m.cqs_moved
+                )
+            })
+        }
+    }
+}

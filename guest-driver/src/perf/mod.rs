@@ -1,0 +1,801 @@
+//! rnic-perf: perftest-style bandwidth and latency tests between two rnic functions, with
+//! the machine's own limits measured in the same run as baselines.
+//!
+//! One process opens both functions (two functions of one rnicd, two rnicd over UDP, or two
+//! functions of one VM) and drives both ends of every connection, so no rendezvous is
+//! needed and both ends see the same clock. Each test connects `qps` RC QP pairs:
+//!
+//! - bandwidth (`write_bw`, `read_bw`, `send_bw`): the local end keeps up to `tx_depth`
+//!   work requests in flight on every QP, signalling one in [`signal_every`]; `send_bw`'s
+//!   remote end keeps receives posted. Bandwidth counts completed messages; the peak is the
+//!   best window of [`PEAK_WINDOW`].
+//! - latency (`write_lat`, `send_lat`): one QP, one message in flight, each end answering
+//!   the other's message (a WRITE is seen by polling the last byte of the target buffer, a
+//!   SEND by its receive completion); the figure is half of each round trip, as perftest's.
+//!   `atomic_lat` reports the whole round trip of one FETCH_AND_ADD, as perftest's.
+//!
+//! With `check`, messages come from distinct buffer slots with distinct contents, and every
+//! byte that arrived is compared (WRITEs and READs after the run, SENDs as they arrive,
+//! atomics by their fetched values); the run fails on the first difference.
+
+mod baseline;
+mod report;
+mod stats;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::Error as DriverError;
+use crate::transport::sysfs::SysfsTransport;
+use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
+use crate::transport::Transport;
+use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
+use crate::{Device, Location};
+
+pub use baseline::Baseline;
+pub use report::{Report, SizeResult};
+pub use stats::Latency;
+
+/// What can stop a run.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// The configuration cannot be run.
+    #[error("{0}")]
+    Config(String),
+    /// The driver or the device failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// A work request failed, data differed, or nothing moved for too long.
+    #[error("{0}")]
+    Failed(String),
+    /// A baseline could not be measured.
+    #[error("baseline: {0}")]
+    Baseline(#[from] std::io::Error),
+}
+
+/// Result of a run.
+pub type Result<T> = std::result::Result<T, PerfError>;
+
+/// The shortest window the peak bandwidth is taken over.
+pub const PEAK_WINDOW: Duration = Duration::from_millis(5);
+/// Longest a test waits without any completion before it gives up.
+const STALL: Duration = Duration::from_secs(10);
+/// Bytes of buffer per QP and direction that checking mode gives its slots, at most.
+const CHECK_SLOT_BYTES: usize = 16 << 20;
+
+/// A perftest test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Test {
+    /// RDMA WRITE bandwidth.
+    WriteBw,
+    /// RDMA READ bandwidth.
+    ReadBw,
+    /// SEND bandwidth.
+    SendBw,
+    /// RDMA WRITE ping-pong latency.
+    WriteLat,
+    /// SEND ping-pong latency.
+    SendLat,
+    /// FETCH_AND_ADD latency.
+    AtomicLat,
+}
+
+impl Test {
+    /// Every test, in the order the names are listed.
+    pub const ALL: [Test; 6] = [
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::SendBw,
+        Test::WriteLat,
+        Test::SendLat,
+        Test::AtomicLat,
+    ];
+
+    /// The test's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::SendBw => "send_bw",
+            Test::WriteLat => "write_lat",
+            Test::SendLat => "send_lat",
+            Test::AtomicLat => "atomic_lat",
+        }
+    }
+
+    /// The test called `name`.
+    pub fn from_name(name: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Whether it measures bandwidth (else latency).
+    pub fn is_bandwidth(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+    }
+}
+
+/// The message sizes `--all` runs: powers of two from 2 bytes to 1 MiB.
+pub fn all_sizes() -> Vec<usize> {
+    (1..=20).map(|p| 1usize << p).collect()
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The function whose QPs post the work.
+    pub local: Location,
+    /// The function at the other end.
+    pub remote: Location,
+    /// The test.
+    pub test: Test,
+    /// Message sizes, each measured in turn.
+    pub sizes: Vec<usize>,
+    /// Messages per QP for bandwidth tests, round trips for latency tests.
+    pub iters: u64,
+    /// Run each size for this long instead of `iters` (bandwidth tests).
+    pub duration: Option<Duration>,
+    /// QP pairs (bandwidth tests).
+    pub qps: usize,
+    /// Work requests in flight per QP (bandwidth tests).
+    pub tx_depth: u32,
+    /// Messages up to this many bytes go inline in the WQE (WRITE and SEND).
+    pub inline: u32,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Compare every byte that arrived.
+    pub check: bool,
+    /// Measure the baselines too.
+    pub baselines: bool,
+    /// How long each baseline throughput measurement runs.
+    pub baseline_time: Duration,
+    /// Runs of each size (and of its baselines); the report gives the median run.
+    pub repeat: usize,
+}
+
+/// The run with the median figure: average bandwidth, or median latency.
+fn median_run(mut runs: Vec<SizeResult>) -> SizeResult {
+    let key = |r: &SizeResult| match (&r.bandwidth, &r.latency) {
+        (Some(bw), _) => bw.avg_mb_s,
+        (None, Some(l)) => l.median_us,
+        (None, None) => 0.0,
+    };
+    runs.sort_by(|x, y| key(x).total_cmp(&key(y)));
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// Which work request of a run is signalled: one in this many, and the last.
+pub fn signal_every(tx_depth: u32) -> u64 {
+    u64::from((tx_depth / 4).max(1))
+}
+
+/// One end of the test: a function and its objects. Fields drop in order, users first.
+struct End {
+    qps: Vec<Qp>,
+    mrs: Vec<Mr>,
+    cq: Cq,
+    /// Held so that it outlives the QPs and MRs.
+    _pd: Pd,
+    ctx: Context,
+}
+
+/// How each QP's buffer is cut: `slots` source slots, then `slots` destination slots, of
+/// `slot` bytes each.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    slot: usize,
+    slots: usize,
+}
+
+impl Layout {
+    fn src(&self, i: u64) -> usize {
+        (i % self.slots as u64) as usize * self.slot
+    }
+    fn dst(&self, i: u64) -> usize {
+        (self.slots + (i % self.slots as u64) as usize) * self.slot
+    }
+    fn bytes(&self) -> usize {
+        2 * self.slots * self.slot
+    }
+}
+
+fn open(location: &Location, memory: usize) -> Result<Context> {
+    let transport: Box<dyn Transport> = match location {
+        Location::VfioUser(path) => Box::new(VfioUserTransport::connect_with(
+            path,
+            &VfioUserOptions {
+                memory,
+                ..Default::default()
+            },
+        )?),
+        Location::Pci(bdf) => Box::new(SysfsTransport::open(bdf)?),
+    };
+    Ok(Context::new(Device::open(transport)?)?)
+}
+
+fn mtu_code(mtu: u32) -> Result<u8> {
+    Ok(match mtu {
+        256 => verbs::mtu::MTU_256,
+        512 => verbs::mtu::MTU_512,
+        1024 => verbs::mtu::MTU_1024,
+        2048 => verbs::mtu::MTU_2048,
+        4096 => verbs::mtu::MTU_4096,
+        _ => {
+            return Err(PerfError::Config(format!(
+                "path MTU {mtu}: use 256, 512, 1024, 2048 or 4096"
+            )))
+        }
+    })
+}
+
+/// The pattern checking mode fills slot `slot` of QP `qp` with.
+fn slot_pattern(qp: usize, slot: usize, len: usize) -> Vec<u8> {
+    let mut x = ((qp as u64) << 32 | slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+impl End {
+    fn new(ctx: Context, qps: usize, layout: Layout, caps: QpCaps, cqe: u32) -> Result<End> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(cqe)?;
+        let mut mrs = Vec::with_capacity(qps);
+        let mut qp_list = Vec::with_capacity(qps);
+        for _ in 0..qps {
+            let buf = Arc::new(ctx.device().transport().alloc_dma(layout.bytes())?);
+            mrs.push(pd.reg_mr(buf, 0, layout.bytes(), verbs::ACCESS_ALL)?);
+            qp_list.push(pd.create_qp(&cq, &cq, caps, false)?);
+        }
+        Ok(End {
+            qps: qp_list,
+            mrs,
+            cq,
+            _pd: pd,
+            ctx,
+        })
+    }
+
+    fn gid(&self) -> [u8; 16] {
+        self.ctx.attr().gid
+    }
+}
+
+/// Connects QP i of `a` with QP i of `b`.
+fn connect(a: &End, b: &End, mtu: u8, depth: u32) -> Result<()> {
+    let rd_atomic = depth.min(16) as u8;
+    for (qa, qb) in a.qps.iter().zip(&b.qps) {
+        for (me, peer, peer_gid) in [(qa, qb, b.gid()), (qb, qa, a.gid())] {
+            let (at, m) = verbs::init_attr(verbs::ACCESS_ALL & !verbs::ACCESS_LOCAL_WRITE);
+            me.modify(&at, m)?;
+            let (at, m) = verbs::rtr_attr(peer.qp_num(), peer_gid, 0, mtu, rd_atomic, 1);
+            me.modify(&at, m)?;
+        }
+        for me in [qa, qb] {
+            let (at, m) = verbs::rts_attr(0, 14, 7, 7, rd_atomic);
+            me.modify(&at, m)?;
+        }
+    }
+    Ok(())
+}
+
+fn failed(what: &str, wc: &Wc) -> PerfError {
+    PerfError::Failed(format!(
+        "{what}: work request {:#x} on QP {:#x} completed with {}",
+        wc.wr_id,
+        wc.qp_num,
+        wc.status_str()
+    ))
+}
+
+fn stalled(what: &str) -> PerfError {
+    PerfError::Failed(format!(
+        "{what}: no progress for {} s; is rnicd running, and the link between the two \
+             functions up? (RUST_LOG=debug on rnicd shows the packets)",
+        STALL.as_secs()
+    ))
+}
+
+fn mismatch(what: &str, qp: usize, slot: u64) -> PerfError {
+    PerfError::Failed(format!(
+        "{what}: data check failed on QP {qp}, message slot {slot}: the bytes that arrived \
+         differ from the bytes sent"
+    ))
+}
+
+/// Runs the whole configuration: every size, with its baselines.
+pub fn run(cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report> {
+    if cfg.sizes.is_empty() || cfg.sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
+        return Err(PerfError::Config(
+            "message sizes must be between 1 byte and 1 GiB".into(),
+        ));
+    }
+    if cfg.test == Test::AtomicLat && cfg.sizes.iter().any(|&s| s != 8) {
+        return Err(PerfError::Config(
+            "atomic_lat moves 8 bytes per operation: use --size 8".into(),
+        ));
+    }
+    let qps = if cfg.test.is_bandwidth() { cfg.qps } else { 1 };
+    if qps == 0 || cfg.tx_depth == 0 || cfg.iters == 0 {
+        return Err(PerfError::Config(
+            "--qps, --tx-depth and --iters must be at least 1".into(),
+        ));
+    }
+    let mtu = mtu_code(cfg.mtu)?;
+    let max_size = *cfg.sizes.iter().max().expect("not empty");
+    let depth = cfg.tx_depth;
+    let slots = if cfg.check && cfg.test.is_bandwidth() {
+        (depth as usize).min((CHECK_SLOT_BYTES / max_size).max(1))
+    } else {
+        1
+    };
+    let layout = Layout {
+        slot: max_size.next_multiple_of(64),
+        slots,
+    };
+    let memory = qps * layout.bytes().next_multiple_of(4096) + (64 << 20);
+    let caps = QpCaps {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: cfg.inline,
+    };
+    let cqe = (qps as u32 * depth * 2).next_power_of_two().max(64);
+    progress(&format!(
+        "opening {} and {}: {qps} QP pair(s), {} KiB of buffers each",
+        cfg.local,
+        cfg.remote,
+        qps * layout.bytes() / 1024
+    ));
+    let a = End::new(open(&cfg.local, memory)?, qps, layout, caps, cqe)?;
+    let b = End::new(open(&cfg.remote, memory)?, qps, layout, caps, cqe)?;
+    connect(&a, &b, mtu, depth)?;
+    if cfg.check {
+        for end in [&a, &b] {
+            for (q, mr) in end.mrs.iter().enumerate() {
+                for s in 0..layout.slots {
+                    mr.write(layout.src(s as u64), &slot_pattern(q, s, layout.slot));
+                }
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(cfg.sizes.len());
+    for &size in &cfg.sizes {
+        progress(&format!("{} of {size} bytes", cfg.test.name()));
+        let mut runs = Vec::with_capacity(cfg.repeat);
+        let mut baselines = Vec::with_capacity(cfg.repeat);
+        for _ in 0..cfg.repeat.max(1) {
+            runs.push(match cfg.test {
+                Test::WriteBw | Test::ReadBw | Test::SendBw => {
+                    bandwidth(cfg, size, layout, &a, &b)?
+                }
+                Test::WriteLat => write_lat(cfg, size, layout, &a, &b)?,
+                Test::SendLat => send_lat(cfg, size, layout, &a, &b)?,
+                Test::AtomicLat => atomic_lat(cfg, &a, &b)?,
+            });
+            if cfg.baselines {
+                baselines.push(baseline::measure(
+                    size,
+                    cfg.mtu as usize,
+                    cfg.baseline_time,
+                    2000,
+                )?);
+            }
+        }
+        let mut r = median_run(runs);
+        if !baselines.is_empty() {
+            r.set_baseline(baseline::median(&baselines));
+        }
+        results.push(r);
+    }
+    Ok(Report {
+        test: cfg.test,
+        local: cfg.local.to_string(),
+        remote: cfg.remote.to_string(),
+        qps,
+        tx_depth: depth,
+        inline: cfg.inline,
+        mtu: cfg.mtu,
+        check: cfg.check,
+        repeat: cfg.repeat.max(1),
+        results,
+    })
+}
+
+/// The send WR of message `i` of QP `q` for a bandwidth test.
+fn bw_wr(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End, q: usize, i: u64) -> SendWr {
+    let (local, remote) = (&a.mrs[q], &b.mrs[q]);
+    let (sge, opcode) = match cfg.test {
+        Test::ReadBw => (
+            local.sge(layout.dst(i), size),
+            WrOpcode::RdmaRead {
+                remote_addr: remote.addr(layout.src(i)),
+                rkey: remote.rkey(),
+            },
+        ),
+        Test::SendBw => (local.sge(layout.src(i), size), WrOpcode::Send),
+        _ => (
+            local.sge(layout.src(i), size),
+            WrOpcode::RdmaWrite {
+                remote_addr: remote.addr(layout.dst(i)),
+                rkey: remote.rkey(),
+            },
+        ),
+    };
+    let inline = cfg.test != Test::ReadBw && size <= cfg.inline as usize;
+    let every = signal_every(cfg.tx_depth);
+    SendWr {
+        wr_id: (q as u64) << 32 | i,
+        opcode,
+        sges: if inline { Vec::new() } else { vec![sge] },
+        inline: inline.then(|| {
+            let mut data = vec![0u8; size];
+            local.read(layout.src(i), &mut data);
+            data
+        }),
+        signaled: (i + 1).is_multiple_of(every),
+        fence: false,
+        solicited: false,
+    }
+}
+
+fn recv_wr(layout: Layout, end: &End, size: usize, q: usize, i: u64) -> RecvWr {
+    RecvWr {
+        wr_id: (q as u64) << 32 | i,
+        sges: vec![end.mrs[q].sge(layout.dst(i), size)],
+    }
+}
+
+fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Result<SizeResult> {
+    let qps = a.qps.len();
+    let depth = u64::from(cfg.tx_depth);
+    let what = cfg.test.name();
+    let sends = cfg.test == Test::SendBw;
+    let mut posted = vec![0u64; qps];
+    let mut completed = vec![0u64; qps];
+    // Receives: posted and completed per QP of the remote end (send_bw).
+    let mut recv_posted = vec![if sends { depth } else { 0 }; qps];
+    let mut recv_done = vec![0u64; qps];
+    let mut received_bytes = 0u64;
+    if sends {
+        for (q, qp) in b.qps.iter().enumerate() {
+            let wrs: Vec<_> = (0..depth).map(|i| recv_wr(layout, b, size, q, i)).collect();
+            qp.post_recv_list(&wrs)?;
+        }
+    }
+    let start = Instant::now();
+    let mut marks = vec![(Duration::ZERO, 0u64)];
+    let mut done_bytes = 0u64;
+    let mut last_progress = Instant::now();
+    // With a duration, posting stops when it has passed and the messages in flight finish.
+    let mut limit = cfg.duration.map_or(cfg.iters, |_| u64::MAX);
+    loop {
+        if let Some(d) = cfg.duration {
+            if limit == u64::MAX && start.elapsed() >= d {
+                limit = posted.iter().copied().max().unwrap_or(0);
+                // Every QP ends on a signalled WR: post up to the next one.
+                limit = limit.next_multiple_of(signal_every(cfg.tx_depth));
+            }
+        }
+        for q in 0..qps {
+            let room = depth - (posted[q] - completed[q]);
+            let n = room.min(limit - posted[q]);
+            if n == 0 {
+                continue;
+            }
+            let wrs: Vec<_> = (posted[q]..posted[q] + n)
+                .map(|i| {
+                    let mut wr = bw_wr(cfg, size, layout, a, b, q, i);
+                    wr.signaled |= i + 1 == limit;
+                    wr
+                })
+                .collect();
+            a.qps[q].post_send_list(&wrs)?;
+            posted[q] += n;
+        }
+        let mut progressed = false;
+        for wc in a.cq.poll(256) {
+            if !wc.is_success() {
+                return Err(failed(what, &wc));
+            }
+            let q = (wc.wr_id >> 32) as usize;
+            let i = wc.wr_id & 0xffff_ffff;
+            let newly = (i + 1).saturating_sub(completed[q]);
+            completed[q] += newly;
+            done_bytes += newly * size as u64;
+            progressed = true;
+        }
+        if sends {
+            for wc in b.cq.poll(256) {
+                if !wc.is_success() {
+                    return Err(failed(what, &wc));
+                }
+                let q = (wc.wr_id >> 32) as usize;
+                let i = wc.wr_id & 0xffff_ffff;
+                received_bytes += u64::from(wc.byte_len);
+                if cfg.check {
+                    let mut got = vec![0u8; size];
+                    b.mrs[q].read(layout.dst(i), &mut got);
+                    if got[..] != slot_pattern(q, (i % layout.slots as u64) as usize, size)[..] {
+                        return Err(mismatch(what, q, i));
+                    }
+                }
+                recv_done[q] += 1;
+                let next = recv_posted[q];
+                b.qps[q].post_recv(&recv_wr(layout, b, size, q, next))?;
+                recv_posted[q] += 1;
+                progressed = true;
+            }
+        }
+        if progressed {
+            last_progress = Instant::now();
+            marks.push((start.elapsed(), done_bytes));
+        } else if last_progress.elapsed() > STALL {
+            return Err(stalled(what));
+        }
+        let all_sent = (0..qps).all(|q| posted[q] == limit && completed[q] == limit);
+        let all_received = !sends || (0..qps).all(|q| recv_done[q] == completed[q]);
+        if all_sent && all_received {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    let messages: u64 = completed.iter().sum();
+    let mut checked = 0u64;
+    if cfg.check && cfg.test != Test::SendBw {
+        // Every slot now holds what the last message through it carried: the source
+        // slot's pattern, at the other end.
+        let targets = if cfg.test == Test::ReadBw {
+            &a.mrs
+        } else {
+            &b.mrs
+        };
+        for (q, (target, &done)) in targets.iter().zip(&completed).enumerate() {
+            for s in 0..done.min(layout.slots as u64) {
+                let mut got = vec![0u8; size];
+                target.read(layout.dst(s), &mut got);
+                if got[..] != slot_pattern(q, s as usize, size)[..] {
+                    return Err(mismatch(what, q, s));
+                }
+                checked += size as u64;
+            }
+        }
+    } else if cfg.check {
+        checked = received_bytes;
+    }
+    Ok(SizeResult::bandwidth(
+        size,
+        messages,
+        elapsed,
+        stats::peak_mb_per_s(&marks, PEAK_WINDOW),
+        if sends { received_bytes } else { done_bytes },
+        checked,
+    ))
+}
+
+/// Spins until `cq` yields a completion that `want` accepts; fails on an error
+/// completion, or after [`STALL`].
+fn spin_for(cq: &Cq, what: &str, mut want: impl FnMut(&Wc) -> bool) -> Result<Wc> {
+    let start = Instant::now();
+    loop {
+        for wc in cq.poll(16) {
+            if !wc.is_success() {
+                return Err(failed(what, &wc));
+            }
+            if want(&wc) {
+                return Ok(wc);
+            }
+        }
+        if start.elapsed() > STALL {
+            return Err(stalled(what));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Takes send completions that are due without waiting; keeps the send queue from filling
+/// in the latency tests, which signal every WR but wait only for the peer's answer.
+fn retire_sends(end: &End, what: &str) -> Result<()> {
+    for wc in end.cq.poll(64) {
+        if !wc.is_success() {
+            return Err(failed(what, &wc));
+        }
+    }
+    Ok(())
+}
+
+/// Round trips in a latency test: the iterations plus a tenth to warm up.
+fn lat_rounds(cfg: &Config) -> u64 {
+    cfg.iters + cfg.iters / 10
+}
+
+fn lat_send_wr(cfg: &Config, size: usize, from: &Mr, src: usize, opcode: WrOpcode) -> SendWr {
+    let inline = size <= cfg.inline as usize;
+    SendWr {
+        wr_id: 0,
+        opcode,
+        sges: if inline {
+            Vec::new()
+        } else {
+            vec![from.sge(src, size)]
+        },
+        inline: inline.then(|| {
+            let mut data = vec![0u8; size];
+            from.read(src, &mut data);
+            data
+        }),
+        signaled: true,
+        fence: false,
+        solicited: false,
+    }
+}
+
+fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Result<SizeResult> {
+    let what = "write_lat";
+    let rounds = lat_rounds(cfg);
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
+    let (src, dst) = (layout.src(0), layout.dst(0));
+    let last = size - 1;
+    // Each end's target starts at 0 and every round writes a new non-zero marker.
+    for end in [a, b] {
+        end.mrs[0].write(dst, &vec![0u8; size]);
+    }
+    let mut checked = 0u64;
+    for round in 0..rounds {
+        let marker = (round % 255 + 1) as u8;
+        if cfg.check {
+            let mut data = slot_pattern(0, round as usize, size);
+            data[last] = marker;
+            a.mrs[0].write(src, &data);
+        } else {
+            a.mrs[0].write(src + last, &[marker]);
+        }
+        let write = |from: &End, to: &End| {
+            lat_send_wr(
+                cfg,
+                size,
+                &from.mrs[0],
+                src,
+                WrOpcode::RdmaWrite {
+                    remote_addr: to.mrs[0].addr(dst),
+                    rkey: to.mrs[0].rkey(),
+                },
+            )
+        };
+        let t = Instant::now();
+        a.qps[0].post_send(&write(a, b))?;
+        wait_for_byte(&b.mrs[0], dst + last, marker, what)?;
+        b.mrs[0].write(src + last, &[marker]);
+        b.qps[0].post_send(&write(b, a))?;
+        wait_for_byte(&a.mrs[0], dst + last, marker, what)?;
+        let rtt = t.elapsed();
+        if round >= rounds - cfg.iters {
+            samples.push(rtt / 2);
+        }
+        if cfg.check {
+            let mut sent = vec![0u8; size];
+            let mut got = vec![0u8; size];
+            a.mrs[0].read(src, &mut sent);
+            b.mrs[0].read(dst, &mut got);
+            if sent != got {
+                return Err(mismatch(what, 0, round));
+            }
+            checked += size as u64;
+        }
+        retire_sends(a, what)?;
+        retire_sends(b, what)?;
+    }
+    Ok(SizeResult::latency(size, &mut samples, checked))
+}
+
+fn wait_for_byte(mr: &Mr, offset: usize, value: u8, what: &str) -> Result<()> {
+    let start = Instant::now();
+    let mut b = [0u8; 1];
+    loop {
+        mr.read(offset, &mut b);
+        if b[0] == value {
+            return Ok(());
+        }
+        if start.elapsed() > STALL {
+            return Err(stalled(what));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Result<SizeResult> {
+    let what = "send_lat";
+    let rounds = lat_rounds(cfg);
+    let (src, dst) = (layout.src(0), layout.dst(0));
+    let depth = u64::from(cfg.tx_depth);
+    for end in [a, b] {
+        let wrs: Vec<_> = (0..depth)
+            .map(|i| recv_wr(layout, end, size, 0, i))
+            .collect();
+        end.qps[0].post_recv_list(&wrs)?;
+    }
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
+    let mut checked = 0u64;
+    for round in 0..rounds {
+        if cfg.check {
+            a.mrs[0].write(src, &slot_pattern(0, round as usize, size));
+        }
+        let t = Instant::now();
+        a.qps[0].post_send(&lat_send_wr(cfg, size, &a.mrs[0], src, WrOpcode::Send))?;
+        spin_for(&b.cq, what, Wc::is_recv)?;
+        b.qps[0].post_send(&lat_send_wr(cfg, size, &b.mrs[0], dst, WrOpcode::Send))?;
+        let back = spin_for(&a.cq, what, Wc::is_recv)?;
+        let rtt = t.elapsed();
+        if round >= rounds - cfg.iters {
+            samples.push(rtt / 2);
+        }
+        if back.byte_len as usize != size {
+            return Err(mismatch(what, 0, round));
+        }
+        if cfg.check {
+            // B echoed what it received; A now holds it in its receive slot.
+            let mut sent = vec![0u8; size];
+            let mut got = vec![0u8; size];
+            a.mrs[0].read(src, &mut sent);
+            a.mrs[0].read(dst, &mut got);
+            if sent != got {
+                return Err(mismatch(what, 0, round));
+            }
+            checked += size as u64;
+        }
+        for end in [a, b] {
+            end.qps[0].post_recv(&recv_wr(layout, end, size, 0, 0))?;
+        }
+        retire_sends(a, what)?;
+        retire_sends(b, what)?;
+    }
+    Ok(SizeResult::latency(size, &mut samples, checked))
+}
+
+fn atomic_lat(cfg: &Config, a: &End, b: &End) -> Result<SizeResult> {
+    let what = "atomic_lat";
+    let rounds = lat_rounds(cfg);
+    // Both at offset 0: the remote counter and the local landing place of the old value.
+    b.mrs[0].write(0, &0u64.to_le_bytes());
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
+    let mut checked = 0u64;
+    for round in 0..rounds {
+        let wr = SendWr {
+            wr_id: round,
+            opcode: WrOpcode::AtomicFetchAdd {
+                remote_addr: b.mrs[0].addr(0),
+                rkey: b.mrs[0].rkey(),
+                add: 1,
+            },
+            sges: vec![a.mrs[0].sge(0, 8)],
+            inline: None,
+            signaled: true,
+            fence: false,
+            solicited: false,
+        };
+        let t = Instant::now();
+        a.qps[0].post_send(&wr)?;
+        spin_for(&a.cq, what, |wc| wc.wr_id == round)?;
+        let rtt = t.elapsed();
+        if round >= rounds - cfg.iters {
+            samples.push(rtt);
+        }
+        if cfg.check {
+            let mut old = [0u8; 8];
+            a.mrs[0].read(0, &mut old);
+            if u64::from_le_bytes(old) != round {
+                return Err(mismatch(what, 0, round));
+            }
+            checked += 8;
+        }
+    }
+    Ok(SizeResult::latency(8, &mut samples, checked))
+}

@@ -1,0 +1,181 @@
+//! rnic-perf's figures are consistent: every test, run in checking mode through the real
+//! path (vfio-user sockets, shared guest memory, a real rnicd), accounts for exactly the
+//! bytes it moved, compares every byte that arrived, and gives its ratios to baselines it
+//! measured in the same run. No timing is asserted: speed is the benchmark's business
+//! (bench/run.sh), not a test's.
+
+use std::process::Command;
+
+use rnic_tests::{bin, Rnicd};
+use serde_json::Value;
+
+/// Runs rnic-perf with `args` between `local` and `remote` and returns its JSON report.
+fn perf(local: &std::path::Path, remote: &std::path::Path, args: &[&str]) -> Value {
+    let out = Command::new(bin("rnic-perf"))
+        .args(args)
+        .arg("--vfio-user")
+        .arg(local)
+        .arg("--remote-vfio-user")
+        .arg(remote)
+        .args(["--json", "--check", "--baseline-time", "0.02"])
+        .output()
+        .expect("run rnic-perf");
+    assert!(
+        out.status.success(),
+        "rnic-perf {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("rnic-perf --json prints one JSON object")
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
+}
+
+/// Checks one bandwidth report: `qps * iters` messages per size, every byte accounted
+/// for and checked, ratios that are the figures over their baselines.
+fn check_bandwidth(report: &Value, test: &str, sizes: &[u64], qps: u64, iters: u64) {
+    assert_eq!(report["test"], test);
+    assert_eq!(u(report, "qps"), qps);
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), sizes.len(), "{report}");
+    for (r, &size) in results.iter().zip(sizes) {
+        assert_eq!(u(r, "bytes"), size);
+        assert_eq!(u(r, "iterations"), qps * iters, "{r}");
+        assert_eq!(u(r, "bytes_completed"), qps * iters * size, "{test}: {r}");
+        assert!(
+            u(r, "bytes_checked") >= size,
+            "{test}: nothing checked: {r}"
+        );
+        let avg = f(r, &["bandwidth", "avg_mb_s"]);
+        let peak = f(r, &["bandwidth", "peak_mb_s"]);
+        let rate = f(r, &["bandwidth", "msg_rate_mpps"]);
+        let secs = f(r, &["bandwidth", "seconds"]);
+        assert!(avg > 0.0 && peak > 0.0 && secs > 0.0, "{r}");
+        let expect_avg = (qps * iters * size) as f64 / secs / 1e6;
+        assert!((avg - expect_avg).abs() <= expect_avg * 1e-6, "{r}");
+        assert!(
+            (rate * 1e6 * secs - (qps * iters) as f64).abs() < 1.0,
+            "{r}"
+        );
+        let memcpy = f(r, &["baseline", "memcpy_mb_s"]);
+        let udp = f(r, &["baseline", "udp_mb_s"]);
+        assert!(memcpy > 0.0 && udp > 0.0, "{r}");
+        assert!((f(r, &["ratio_memcpy"]) - avg / memcpy).abs() < 1e-9, "{r}");
+        assert!((f(r, &["ratio_udp"]) - avg / udp).abs() < 1e-9, "{r}");
+    }
+}
+
+fn check_latency(report: &Value, test: &str, size: u64, iters: u64) {
+    assert_eq!(report["test"], test);
+    let r = &report["results"][0];
+    assert_eq!(u(r, "bytes"), size);
+    assert_eq!(u(r, "iterations"), iters, "{r}");
+    assert_eq!(u(r, "bytes_completed"), iters * size, "{r}");
+    // Warm-up rounds are checked too.
+    assert!(u(r, "bytes_checked") >= iters * size, "{test}: {r}");
+    let l = &r["latency"];
+    let (min, median, p99, max) = (
+        f(l, &["min_us"]),
+        f(l, &["median_us"]),
+        f(l, &["p99_us"]),
+        f(l, &["max_us"]),
+    );
+    assert!(
+        0.0 < min && min <= median && median <= p99 && p99 <= max,
+        "{l}"
+    );
+    assert_eq!(u(l, "samples"), iters);
+    let udp = f(r, &["baseline", "udp_half_rtt", "median_us"]);
+    assert!(
+        (f(r, &["ratio_udp_latency"]) - median / udp).abs() < 1e-9,
+        "{r}"
+    );
+}
+
+fn every_test(local: &std::path::Path, remote: &std::path::Path) {
+    let sizes = [1u64, 4096, 70_000];
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let report = perf(
+            local,
+            remote,
+            &[test, "-s", "1", "-n", "200", "-q", "3", "-t", "16"],
+        );
+        check_bandwidth(&report, test, &[1], 3, 200);
+        // Sizes below and above the MTU, one QP.
+        for size in sizes {
+            let s = size.to_string();
+            let report = perf(
+                local,
+                remote,
+                &[test, "-n", "40", "-t", "8", "-m", "1024", "-s", &s],
+            );
+            check_bandwidth(&report, test, &[size], 1, 40);
+        }
+    }
+    // Inline WRITEs and SENDs.
+    for test in ["write_bw", "send_bw"] {
+        let report = perf(local, remote, &[test, "-s", "64", "-I", "64", "-n", "100"]);
+        check_bandwidth(&report, test, &[64], 1, 100);
+    }
+    for (test, size) in [("write_lat", "8"), ("send_lat", "8"), ("write_lat", "5000")] {
+        let report = perf(local, remote, &[test, "-s", size, "-n", "100"]);
+        check_latency(&report, test, size.parse().unwrap(), 100);
+    }
+    let report = perf(local, remote, &["atomic_lat", "-n", "100"]);
+    check_latency(&report, "atomic_lat", 8, 100);
+}
+
+#[test]
+fn figures_add_up_between_two_functions_of_one_rnicd() {
+    let rnicd = Rnicd::start(1, &[]);
+    every_test(&rnicd.socket("pf"), &rnicd.socket("vf0"));
+}
+
+#[test]
+fn figures_add_up_between_two_rnicd_over_udp() {
+    let a = Rnicd::start(0, &["--net", "udp:127.0.61.1"]);
+    let b = Rnicd::start(0, &["--net", "udp:127.0.62.1"]);
+    let report = perf(
+        &a.socket("pf"),
+        &b.socket("pf"),
+        &["write_bw", "-s", "65536", "-n", "50", "-q", "2"],
+    );
+    check_bandwidth(&report, "write_bw", &[65536], 2, 50);
+    let report = perf(&a.socket("pf"), &b.socket("pf"), &["send_lat", "-n", "50"]);
+    check_latency(&report, "send_lat", 65536, 50);
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_the_fix() {
+    let rnicd = Rnicd::start(1, &[]);
+    let out = Command::new(bin("rnic-perf"))
+        .args(["write_bw", "--mtu", "3000", "--vfio-user"])
+        .arg(rnicd.socket("pf"))
+        .arg("--remote-vfio-user")
+        .arg(rnicd.socket("vf0"))
+        .output()
+        .expect("run rnic-perf");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("256, 512, 1024, 2048 or 4096"), "{err}");
+    let out = Command::new(bin("rnic-perf"))
+        .args(["write_bw", "--vfio-user"])
+        .arg(rnicd.socket("pf"))
+        .output()
+        .expect("run rnic-perf");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--remote-vfio-user"), "{err}");
+}
