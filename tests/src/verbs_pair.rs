@@ -194,17 +194,7 @@ pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Vec<Wc> {
 }
 
 /// Deterministic test bytes: the same `seed` gives the same bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
-}
+pub use rnic_driver::perf::pattern;
 
 /// `len` bytes of `mr` from `offset`.
 pub fn read_mr(mr: &Mr, offset: usize, len: usize) -> Vec<u8> {

@@ -57,15 +57,7 @@ impl Rng {
 /// The bytes of message `seq` of `len` bytes: its sequence number, a checksum of the
 /// rest, then a pattern of its own.
 fn payload(seq: u64, len: usize) -> Vec<u8> {
-    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect();
+    let mut out = pattern(len, seq);
     if len >= 8 {
         out[..4].copy_from_slice(&(seq as u32).to_le_bytes());
         let sum = out[8..].iter().fold(0x811C_9DC5u32, |h, &b| {

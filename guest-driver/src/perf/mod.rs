@@ -230,17 +230,24 @@ fn mtu_code(mtu: u32) -> Result<u8> {
     })
 }
 
-/// The pattern checking mode fills slot `slot` of QP `qp` with.
-fn slot_pattern(qp: usize, slot: usize, len: usize) -> Vec<u8> {
-    let mut x = ((qp as u64) << 32 | slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+/// Deterministic bytes (an xorshift stream): the same `seed` gives the same bytes, and
+/// different seeds different ones. Checking mode fills its slots with them; the tests use
+/// them for the data they move.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x >> 24) as u8
+            (x >> 32) as u8
         })
         .collect()
+}
+
+/// The pattern checking mode fills slot `slot` of QP `qp` with.
+fn slot_pattern(qp: usize, slot: usize, len: usize) -> Vec<u8> {
+    pattern(len, (qp as u64) << 32 | slot as u64)
 }
 
 impl End {
