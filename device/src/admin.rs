@@ -177,8 +177,8 @@ impl AdminContext<'_> {
             new.mac = req.mac;
         }
         if req.flags & SET_GID != 0 {
-            if self.switch.uplink_stats().is_some() {
-                // With --net the function's UDP socket is bound to its address.
+            if !self.switch.uplink_follows_addresses() {
+                // With --net udp: the function's UDP socket is bound to its address.
                 return Err(Response::error(Status::BadState, 16));
             }
             new.gid = req.gid;

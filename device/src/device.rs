@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::engine::{Engine, EngineHandle};
 use crate::function::{Function, FunctionId, Identity};
+use crate::net::eth::{mac_for_ip, EthUplink};
 use crate::net::faults::FaultSpec;
-use crate::net::udp::{NetError, UdpSpec, UdpUplink};
+use crate::net::udp::UdpUplink;
+use crate::net::{NetError, NetSpec};
 use crate::pcap::PcapWriter;
 use crate::resources::ResourcePool;
 use crate::vfio;
@@ -26,9 +28,12 @@ pub struct DeviceConfig {
     pub pcap: Option<PathBuf>,
     /// Faults to inject into every frame the switch forwards (`--net-faults`).
     pub net_faults: Option<FaultSpec>,
-    /// The network the functions are reachable on (`--net`): function n gets the address
-    /// `addr + n` and a UDP socket on it. `None`: only the internal switch.
-    pub net: Option<UdpSpec>,
+    /// The network the functions are reachable on (`--net`): UDP sockets on their
+    /// addresses, or an Ethernet port on a QEMU segment. `None`: only the internal switch.
+    pub net: Option<NetSpec>,
+    /// The PF's IPv4 address (`--net-ip`); function n has this + n. `None`: `udp:ADDR`'s
+    /// ADDR, else 10.82.0.1 (see [`crate::net::ip_base`]).
+    pub net_ip: Option<std::net::Ipv4Addr>,
 }
 
 /// Why the device could not start.
@@ -93,12 +98,9 @@ impl Device {
         std::fs::create_dir_all(&config.socket_dir)
             .map_err(|e| StartError::SocketDir(config.socket_dir.clone(), e))?;
         let (lock, lock_path) = lock_dir(&config.socket_dir)?;
-        if let Some(spec) = &config.net {
-            if let Some(n) = (0..=config.vfs).find(|&n| spec.function_ip(n).is_none()) {
-                return Err(NetError::Range { spec: *spec, n }.into());
-            }
-        }
-        let ip_base = config.net.map(|spec| spec.addr);
+        let ip_base = crate::net::ip_base(config.net.as_ref(), config.net_ip)?;
+        crate::net::function_ips(ip_base, config.vfs + 1)?;
+        let ethernet = matches!(config.net, Some(NetSpec::Eth(_)));
         // Every function gets the default share of the device's resources (see
         // `crate::resources`); the PF moves them around with SET_QUOTA.
         let pool = Arc::new(ResourcePool::with_defaults(usize::from(config.vfs) + 1));
@@ -106,26 +108,33 @@ impl Device {
             .chain((0..config.vfs).map(FunctionId::Vf))
             .enumerate()
             .map(|(member, id)| {
-                Function::with_pool(Identity::new(id, config.vfs, ip_base), pool.clone(), member)
-                    .map(Arc::new)
+                let mut identity = Identity::new(id, config.vfs, Some(ip_base));
+                if ethernet {
+                    // Unique on the segment, which other rnicd may share.
+                    let mac = mac_for_ip(identity.ipv4());
+                    identity = identity.with_mac(mac);
+                }
+                Function::with_pool(identity, pool.clone(), member).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(StartError::Create)?;
         // Bound before the vfio-user sockets, so that a network error leaves nothing behind.
-        let uplink = match &config.net {
-            Some(spec) => {
-                let endpoints: Vec<_> = functions.iter().map(|f| f.endpoint()).collect();
-                let uplink = UdpUplink::bind(&endpoints, spec.port)?;
-                log::info!(
-                    "network {spec}: functions at {} to {}, UDP port {}",
-                    std::net::Ipv4Addr::from(endpoints[0].ip),
-                    std::net::Ipv4Addr::from(endpoints[endpoints.len() - 1].ip),
-                    spec.port
-                );
-                Some(Box::new(uplink) as Box<dyn crate::rdma::switch::Uplink>)
-            }
+        let endpoints: Vec<_> = functions.iter().map(|f| f.endpoint()).collect();
+        let uplink: Option<Box<dyn crate::rdma::switch::Uplink>> = match &config.net {
+            Some(NetSpec::Udp(spec)) => Some(Box::new(UdpUplink::bind(&endpoints, spec.port)?)),
+            Some(NetSpec::Eth(spec)) => Some(Box::new(EthUplink::open(spec, &endpoints)?)),
             None => None,
         };
+        if let Some(spec) = &config.net {
+            let (first, last) = (endpoints[0], endpoints[endpoints.len() - 1]);
+            log::info!(
+                "network {spec}: functions at {} to {} (MACs {} to {})",
+                std::net::Ipv4Addr::from(first.ip),
+                std::net::Ipv4Addr::from(last.ip),
+                crate::net::eth::mac_str(&first.mac),
+                crate::net::eth::mac_str(&last.mac),
+            );
+        }
         let mut servers = Vec::new();
         let mut sockets: Vec<PathBuf> = Vec::new();
         for function in &functions {

@@ -254,8 +254,8 @@ impl Engine {
         if let Some(c) = self.switch.fault_counters() {
             log::info!("network faults: {c}");
         }
-        if let Some(s) = self.switch.uplink_stats() {
-            log::info!("network: {s}");
+        if let Some(report) = self.switch.uplink_report() {
+            log::info!("network: {report}");
         }
         log::debug!("engine stopped");
         Ok(())

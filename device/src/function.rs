@@ -64,15 +64,14 @@ pub struct Identity {
     pub limits: Limits,
 }
 
-/// The PF's IPv4 address when the device has no network (`--net`): its functions are
-/// then 10.82.0.1, 10.82.0.2, ..., reachable only through the internal switch.
-pub const DEFAULT_IP_BASE: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 82, 0, 1);
+pub use crate::net::DEFAULT_IP_BASE;
 
 impl Identity {
     /// The identity of function `id` of a device with `device_vfs` VFs (at most 255),
     /// numbered n = 0 for the PF and i + 1 for VF i: MAC 02:52:4e:49:43:nn and IPv4 address
     /// `ip_base` + n (a 32-bit sum, wrapping), whose IPv4-mapped form is the GID.
-    /// `ip_base` is the `--net` address, or [`DEFAULT_IP_BASE`] when `None`.
+    /// `ip_base` is the PF's address ([`crate::net::ip_base`]), or [`DEFAULT_IP_BASE`]
+    /// when `None`.
     pub fn new(id: FunctionId, device_vfs: u16, ip_base: Option<std::net::Ipv4Addr>) -> Self {
         let n: u16 = match id {
             FunctionId::Pf => 0,
@@ -112,6 +111,17 @@ impl Identity {
                 cmdq_max_size: u32::from(rnic_abi::cmd::CMDQ_MAX_SIZE),
             },
         }
+    }
+
+    /// The same identity with MAC `mac` (an Ethernet port's, unique on its segment).
+    pub fn with_mac(mut self, mac: [u8; 6]) -> Self {
+        self.mac = mac;
+        self
+    }
+
+    /// The function's IPv4 address: the last four bytes of its GID.
+    pub fn ipv4(&self) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(self.gid[12], self.gid[13], self.gid[14], self.gid[15])
     }
 
     /// The PCI device ID.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use rnic_device::device::{Device, DeviceConfig};
 use rnic_device::net::faults::FaultSpec;
-use rnic_device::net::udp::UdpSpec;
+use rnic_device::net::NetSpec;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -48,17 +48,37 @@ struct Args {
     #[arg(long, value_name = "SPEC")]
     net_faults: Option<FaultSpec>,
 
-    /// Make the functions reachable over a real network, by the functions of other rnicd
-    /// processes (other hosts, network namespaces, or loopback addresses), as RoCEv2 over
-    /// UDP. Function n (0 = PF, i+1 = VF i) gets the IPv4 address ADDR+n as its GID
-    /// (::ffff:ADDR+n) instead of 10.82.0.(n+1), and receives on UDP port PORT (default
-    /// 4791) of that address, which must be an address of this host (all of 127.0.0.0/8
-    /// is, on Linux). Nothing else is configured: a QP whose destination GID is not a
+    /// Make the functions reachable over a real network. Two kinds:
+    ///
+    /// udp:ADDR[:PORT] — RoCEv2 over this host's UDP sockets, to the functions of other
+    /// rnicd processes (other hosts, network namespaces, or loopback addresses). Function
+    /// n (0 = PF, i+1 = VF i) gets the IPv4 address ADDR+n as its GID (::ffff:ADDR+n) and
+    /// receives on UDP port PORT (default 4791) of that address, which must be an address
+    /// of this host (all of 127.0.0.0/8 is, on Linux). A QP whose destination GID is not a
     /// function of this rnicd sends to that address, port PORT; all rnicd processes that
-    /// talk must use the same PORT. Functions of one rnicd still talk through the internal
-    /// switch. Example, two rnicd on one host: --net udp:127.0.1.1 and --net udp:127.0.2.1
-    #[arg(long, value_name = "udp:ADDR[:PORT]")]
-    net: Option<UdpSpec>,
+    /// talk must use the same PORT. Example, two rnicd on one host: --net udp:127.0.1.1
+    /// and --net udp:127.0.2.1
+    ///
+    /// eth:MODE:... — an Ethernet port on a QEMU network segment, shared with VMs whose
+    /// virtio-net NIC runs Soft-RoCE (rdma_rxe) and with other rnicd. Each function is an
+    /// Ethernet endpoint with IPv4 address --net-ip + n and MAC 02:52 followed by that
+    /// address; it answers ARP and resolves its peers by ARP. MODE is
+    /// dgram:LADDR:LPORT:RADDR:RPORT (one frame per UDP datagram, from LADDR:LPORT to
+    /// RADDR:RPORT; QEMU: -netdev dgram,id=n0,local.type=inet,local.host=RADDR,
+    /// local.port=RPORT,remote.type=inet,remote.host=LADDR,remote.port=LPORT),
+    /// mcast:GROUP:PORT (a hub of every member of the multicast group; QEMU: -netdev
+    /// socket,id=n0,mcast=GROUP:PORT), listen:HOST:PORT or connect:HOST:PORT (a TCP
+    /// stream, each frame after its 4-byte big-endian length; QEMU: -netdev
+    /// stream,id=n0,server=off|on,addr.type=inet,addr.host=HOST,addr.port=PORT).
+    ///
+    /// Functions of one rnicd always talk through the internal switch.
+    #[arg(long, value_name = "udp:ADDR[:PORT] | eth:MODE:...")]
+    net: Option<NetSpec>,
+
+    /// The PF's IPv4 address: function n gets ADDR+n. Default: udp:ADDR's ADDR with --net
+    /// udp:, else 10.82.0.1 (so VF0 is 10.82.0.2).
+    #[arg(long, value_name = "ADDR")]
+    net_ip: Option<std::net::Ipv4Addr>,
 }
 
 fn main() {
@@ -71,6 +91,7 @@ fn main() {
         pcap: args.pcap,
         net_faults: args.net_faults,
         net: args.net,
+        net_ip: args.net_ip,
     };
     // Catch the signals before the sockets exist, so none is left behind.
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {

@@ -5,7 +5,7 @@
 //! # Addressing
 //!
 //! With `--net udp:ADDR`, function n (0 for the PF, i + 1 for VF i) has the IPv4 address
-//! ADDR + n (a 32-bit sum; see [`function_ip`]) as its GID, `::ffff:ADDR+n`. That address
+//! ADDR + n (a 32-bit sum; see [`crate::net::function_ips`]) as its GID, `::ffff:ADDR+n`. That address
 //! must be one of the host's (on Linux all of 127.0.0.0/8 is local, so `udp:127.0.1.1` and
 //! `udp:127.0.2.1` give two rnicd processes disjoint addresses on one host). Peers need
 //! no configuration: a QP's destination GID is an IPv4-mapped address, and a frame the
@@ -163,21 +163,6 @@ impl fmt::Display for UdpSpec {
     }
 }
 
-impl UdpSpec {
-    /// The address of function `n` (0 = PF, i + 1 = VF i), if it is a unicast address.
-    pub fn function_ip(&self, n: u16) -> Option<Ipv4Addr> {
-        function_ip(self.addr, n)
-            .filter(|ip| !ip.is_broadcast() && !ip.is_multicast() && !ip.is_unspecified())
-    }
-}
-
-/// `base + n` as a 32-bit sum, or `None` past 255.255.255.255.
-pub fn function_ip(base: Ipv4Addr, n: u16) -> Option<Ipv4Addr> {
-    u32::from(base)
-        .checked_add(u32::from(n))
-        .map(Ipv4Addr::from)
-}
-
 /// The MAC a frame received over UDP says it came from: `02:00` (locally administered,
 /// unicast) followed by the source IPv4 address, since the peer's real MAC is not known.
 pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
@@ -185,74 +170,9 @@ pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
     [0x02, 0x00, o[0], o[1], o[2], o[3]]
 }
 
-/// Why the uplink could not be set up. The messages name the fix.
-#[derive(Debug)]
-pub enum NetError {
-    /// Function `n`'s address would not be a unicast IPv4 address.
-    Range {
-        /// The `--net` given.
-        spec: UdpSpec,
-        /// The function number.
-        n: u16,
-    },
-    /// A receive socket could not be bound.
-    Bind {
-        /// The address.
-        addr: SocketAddrV4,
-        /// Why.
-        source: io::Error,
-    },
-}
+pub use crate::net::NetError;
 
-impl fmt::Display for NetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NetError::Range { spec, n } => write!(
-                f,
-                "--net {spec}: function {n} would have address {} + {n}, which is not a \
-                 unicast IPv4 address; choose a lower ADDR",
-                spec.addr
-            ),
-            NetError::Bind { addr, source } => {
-                write!(f, "cannot bind {addr}: ")?;
-                match source.kind() {
-                    io::ErrorKind::AddrInUse => write!(
-                        f,
-                        "address in use — another rnicd uses this --net address (or another \
-                         program, e.g. the kernel's rdma_rxe, holds UDP port {} on it); \
-                         choose another ADDR, or another PORT for every rnicd",
-                        addr.port()
-                    ),
-                    io::ErrorKind::AddrNotAvailable => write!(
-                        f,
-                        "address not available — {} is not an address of this host; add it \
-                         (e.g. `ip addr add {}/32 dev lo`, or on the interface that reaches \
-                         the peers) or choose another ADDR; function n uses ADDR + n",
-                        addr.ip(),
-                        addr.ip()
-                    ),
-                    io::ErrorKind::PermissionDenied => write!(
-                        f,
-                        "permission denied — ports below 1024 need CAP_NET_BIND_SERVICE; \
-                         choose another PORT"
-                    ),
-                    _ => write!(f, "{source}"),
-                }
-            }
-        }
-    }
-}
-
-impl std::error::Error for NetError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            NetError::Bind { source, .. } => Some(source),
-            NetError::Range { .. } => None,
-        }
-    }
-}
-
-fn setsockopt_int(
+pub(crate) fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,
@@ -303,7 +223,7 @@ fn grow_buffer(fd: RawFd, force: libc::c_int, normal: libc::c_int) {
     }
 }
 
-fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+pub(crate) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: addr.port().to_be(),
@@ -885,16 +805,6 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn function_addresses_are_sums_and_stop_at_the_end_of_ipv4() {
-        let s: UdpSpec = "udp:10.0.0.255".parse().unwrap();
-        assert_eq!(s.function_ip(0), Some(Ipv4Addr::new(10, 0, 0, 255)));
-        assert_eq!(s.function_ip(1), Some(Ipv4Addr::new(10, 0, 1, 0)));
-        let s: UdpSpec = "udp:255.255.255.250".parse().unwrap();
-        assert_eq!(s.function_ip(5), None, "broadcast");
-        assert_eq!(s.function_ip(6), None, "overflow");
     }
 
     /// A RoCEv2 frame of a two-MTU-ish WRITE first packet with odd-length payload (so it

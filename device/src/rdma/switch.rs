@@ -63,6 +63,45 @@ pub trait Uplink: Send {
     fn fds(&self) -> Vec<RawFd>;
     /// What it did so far.
     fn stats(&self) -> UplinkStats;
+    /// Does the uplink's own work at `now`, once per engine pass before the `receive`
+    /// calls: reading its wire into the ports' queues, answering and timing out what it
+    /// must. Returns how many frames it read.
+    fn poll(&mut self, _now: Instant) -> usize {
+        0
+    }
+    /// When [`Uplink::poll`] must run next though no descriptor became readable.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Whether it follows changes of its ports' addresses ([`Uplink::set_endpoint`]); an
+    /// uplink whose sockets are bound to the addresses does not.
+    fn follows_addresses(&self) -> bool {
+        false
+    }
+    /// Port `port` has a new address (the PF's `SET_ADDRESS`).
+    fn set_endpoint(&mut self, _port: usize, _endpoint: Endpoint) {}
+    /// Asks it to keep, for the capture, every frame it puts on and takes off its wire,
+    /// as they are there (its own frames, such as ARP, included); `false` if it cannot,
+    /// and the switch then captures the frames it hands over and takes.
+    fn capture_wire(&mut self) -> bool {
+        false
+    }
+    /// Moves the frames kept for the capture since last asked into `out`.
+    fn captured(&mut self, _out: &mut Vec<Vec<u8>>) {}
+    /// What it did, in words, for the log.
+    fn report(&self) -> String {
+        self.stats().to_string()
+    }
+}
+
+/// Writes `frame` to the capture, if there is one; a failing capture stops.
+fn capture(pcap: &mut Option<PcapWriter<std::io::BufWriter<std::fs::File>>>, frame: &[u8]) {
+    if let Some(p) = pcap {
+        if let Err(e) = p.write_frame(frame) {
+            log::warn!("pcap write failed, capture stopped: {e}");
+            *pcap = None;
+        }
+    }
 }
 
 /// Frames in flight between functions.
@@ -78,6 +117,8 @@ pub struct Switch {
     faults: Option<FaultInjector>,
     /// Where frames for other addresses go (`--net`).
     uplink: Option<Box<dyn Uplink>>,
+    /// Whether the uplink captures what crosses its wire itself.
+    uplink_captures: bool,
     /// Frames for (destination IP, destination QPN) that go to another port than the
     /// IP's own: QPs that migrated away from the function whose address they keep.
     steering: HashMap<([u8; 4], u32), usize>,
@@ -111,14 +152,41 @@ impl Switch {
             unroutable: 0,
             faults: None,
             uplink: None,
+            uplink_captures: false,
             steering: HashMap::new(),
         }
     }
 
     /// Sends frames for addresses that are no port of this switch to `uplink`, and takes
     /// frames from it in [`Switch::poll_uplink`].
-    pub fn set_uplink(&mut self, uplink: Box<dyn Uplink>) {
+    pub fn set_uplink(&mut self, mut uplink: Box<dyn Uplink>) {
+        self.uplink_captures = self.pcap.is_some() && uplink.capture_wire();
         self.uplink = Some(uplink);
+    }
+
+    /// Writes what the uplink captured of its wire since last asked.
+    fn capture_uplink(&mut self) {
+        if !self.uplink_captures {
+            return;
+        }
+        let mut frames = Vec::new();
+        if let Some(u) = &mut self.uplink {
+            u.captured(&mut frames);
+        }
+        for f in &frames {
+            capture(&mut self.pcap, f);
+        }
+    }
+
+    /// Whether the uplink follows address changes of the ports (see
+    /// [`Uplink::follows_addresses`]); true without an uplink.
+    pub fn uplink_follows_addresses(&self) -> bool {
+        self.uplink.as_ref().is_none_or(|u| u.follows_addresses())
+    }
+
+    /// What the uplink did, in words, if there is one.
+    pub fn uplink_report(&self) -> Option<String> {
+        self.uplink.as_ref().map(|u| u.report())
     }
 
     /// The uplink's descriptors to sleep on (none without an uplink).
@@ -137,21 +205,19 @@ impl Switch {
         let Some(uplink) = &mut self.uplink else {
             return 0;
         };
-        let mut read = 0;
+        let mut read = uplink.poll(Instant::now());
         let mut frames = Vec::new();
         for port in 0..self.inbox.len() {
             read += uplink.receive(port, max, &mut frames);
             for frame in frames.drain(..) {
-                if let Some(pcap) = &mut self.pcap {
-                    if let Err(e) = pcap.write_frame(&frame) {
-                        log::warn!("pcap write failed, capture stopped: {e}");
-                        self.pcap = None;
-                    }
+                if !self.uplink_captures {
+                    capture(&mut self.pcap, &frame);
                 }
                 let to = steered(&self.steering, &frame).unwrap_or(port);
                 self.inbox[to].push_back(frame);
             }
         }
+        self.capture_uplink();
         read
     }
 
@@ -202,6 +268,10 @@ impl Switch {
         self.by_mac.insert(endpoint.mac, index);
         self.by_ip.insert(endpoint.ip, endpoint.mac);
         self.ports[index] = endpoint;
+        if let Some(u) = &mut self.uplink {
+            u.set_endpoint(index, endpoint);
+        }
+        self.capture_uplink();
     }
 
     /// Makes every frame sent from now on go through `faults` first.
@@ -239,24 +309,27 @@ impl Switch {
 
     /// When the fault injector next releases a held frame: the engine must look then.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.faults.as_ref().and_then(FaultInjector::next_deadline)
+        let faults = self.faults.as_ref().and_then(FaultInjector::next_deadline);
+        let uplink = self.uplink.as_ref().and_then(|u| u.next_deadline());
+        match (faults, uplink) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Forwards `frame` to the port its destination MAC names or, if its destination IP
     /// is no port's, to the uplink.
+    /// With an uplink that captures its own wire, frames for it are captured there, as
+    /// they go out (with the destination MAC it resolved).
     fn forward(&mut self, frame: Vec<u8>) {
-        if let Some(pcap) = &mut self.pcap {
-            if let Err(e) = pcap.write_frame(&frame) {
-                log::warn!("pcap write failed, capture stopped: {e}");
-                self.pcap = None;
-            }
-        }
         let dst: Option<[u8; 6]> = frame.get(..6).and_then(|d| d.try_into().ok());
-        if let Some(port) = self.steered(&frame) {
-            self.inbox[port].push_back(frame);
-            return;
+        let local = self
+            .steered(&frame)
+            .or_else(|| dst.and_then(|d| self.by_mac.get(&d).copied()));
+        if local.is_some() || !self.uplink_captures {
+            capture(&mut self.pcap, &frame);
         }
-        if let Some(&port) = dst.and_then(|d| self.by_mac.get(&d)) {
+        if let Some(port) = local {
             self.inbox[port].push_back(frame);
             return;
         }
@@ -264,6 +337,7 @@ impl Switch {
         match (&mut self.uplink, dst_ip) {
             (Some(uplink), Some(ip)) if !self.by_ip.contains_key(&ip) => {
                 uplink.send(&frame);
+                self.capture_uplink();
             }
             _ => self.unroutable += 1,
         }

@@ -732,9 +732,36 @@ pub enum BuildError {
     },
 }
 
+/// Fills in the UDP checksum of a frame [`build`] wrote (whose checksum is 0), as a
+/// sender that checksums UDP over IPv4 does (rxe may, hardware RoCE NICs do); the ICRC
+/// does not cover it, so the frame stays valid. Frames that are not IPv4/UDP are left.
+pub fn set_udp_checksum(frame: &mut [u8]) {
+    let ip = ETH_HEADER_LEN;
+    let Some(h) = frame.get(ip..ip + IPV4_HEADER_LEN) else {
+        return;
+    };
+    if h[9] != IPPROTO_UDP || h[0] != 0x45 {
+        return;
+    }
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let words = |b: &[u8]| u32::from(u16::from_be_bytes([b[0], b[1]]));
+    let pseudo = words(&h[12..14]) + words(&h[14..16]) + words(&h[16..18]) + words(&h[18..20]);
+    let Some(udp) = frame.get_mut(ip + IPV4_HEADER_LEN..ip + total) else {
+        return;
+    };
+    udp[6] = 0;
+    udp[7] = 0;
+    let len = udp.len() as u32;
+    let c = match !ones_complement_sum(pseudo + u32::from(IPPROTO_UDP) + len, udp) {
+        0 => 0xFFFF,
+        c => c,
+    };
+    udp[6..8].copy_from_slice(&c.to_be_bytes());
+}
+
 /// Ones' complement sum of 16-bit big-endian words (an odd last byte is padded with 0),
 /// folded to 16 bits; the base of the IPv4 and UDP checksums.
-fn ones_complement_sum(mut sum: u32, data: &[u8]) -> u16 {
+pub fn ones_complement_sum(mut sum: u32, data: &[u8]) -> u16 {
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
         sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
@@ -1795,20 +1822,8 @@ mod tests {
     #[test]
     fn parse_accepts_valid_udp_checksum_and_ethernet_padding() {
         let mut f = frame_for(opcode::RC_SEND_ONLY, b"abc");
-        // Compute a real UDP checksum, as a hardware RoCE NIC may send.
-        let ip_end = f.len();
-        let udp = &f[34..ip_end];
-        let pseudo = u32::from(u16::from_be_bytes([10, 0]))
-            + u32::from(u16::from_be_bytes([0, 1]))
-            + u32::from(u16::from_be_bytes([10, 0]))
-            + u32::from(u16::from_be_bytes([0, 2]))
-            + 17
-            + udp.len() as u32;
-        let mut c = !ones_complement_sum(pseudo, udp);
-        if c == 0 {
-            c = 0xFFFF;
-        }
-        f[40..42].copy_from_slice(&c.to_be_bytes());
+        set_udp_checksum(&mut f);
+        assert_ne!(f[40..42], [0, 0]);
         let plain = frame_for(opcode::RC_SEND_ONLY, b"abc");
         let before = parse(&plain).unwrap();
         assert_eq!(parse(&f).unwrap(), before);
@@ -1818,6 +1833,40 @@ mod tests {
         assert_eq!(f.len(), 58);
         f.extend_from_slice(&[0xAB, 0xCD]);
         assert_eq!(parse(&f).unwrap().payload, b"");
+    }
+
+    /// A frame as Linux rxe sends it: IP ID not 0 (the kernel's counter), DF, TTL 64, a
+    /// per-QP UDP source port, and (when the stack checksums) a UDP checksum. Its ICRC
+    /// covers the header exactly as on the wire, IP ID included.
+    #[test]
+    fn a_frame_as_rxe_sends_it_parses_and_its_icrc_covers_the_ip_id() {
+        let addr = Addressing {
+            ip_id: 0xBEEF,
+            src_port: 0xE61A,
+            ..addressing()
+        };
+        let mut f = Vec::new();
+        build(
+            &addr,
+            &headers_for(opcode::RC_RDMA_WRITE_ONLY),
+            b"rxe!",
+            &mut f,
+        )
+        .unwrap();
+        set_udp_checksum(&mut f);
+        assert_eq!(f[18..20], [0xBE, 0xEF], "IP ID");
+        assert_eq!(f[20] & 0x40, 0x40, "DF");
+        assert_eq!(f[22], 64, "TTL");
+        assert_ne!(f[40..42], [0, 0], "UDP checksum");
+        let p = parse(&f).expect("parses");
+        assert_eq!(p.src_port, 0xE61A);
+        assert_eq!(p.payload, b"rxe!");
+        // The ICRC is computed over the IP ID as it is: another ID (checksum fixed) fails.
+        let mut other_id = f.clone();
+        other_id[19] ^= 1;
+        fix_ip_checksum(&mut other_id);
+        set_udp_checksum(&mut other_id);
+        assert!(matches!(parse(&other_id), Err(ParseError::Icrc { .. })));
     }
 
     #[test]
