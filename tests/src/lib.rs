@@ -2,6 +2,8 @@
 //! raw vfio-user messages for what the crate's client cannot send.
 
 pub mod net;
+pub mod ops;
+pub mod tshark;
 pub mod verbs_pair;
 pub mod wire;
 

@@ -1,4 +1,5 @@
-//! Two rnicd processes on one fabric of loopback UDP addresses, for the network tests.
+//! Two rnicd processes on one network (loopback UDP addresses, or an Ethernet segment),
+//! for the network tests.
 
 use crate::verbs_pair::{connect, side, PairOptions, Side};
 use crate::Rnicd;
@@ -14,8 +15,18 @@ pub fn two_rnicd(
 ) -> (Rnicd, Rnicd, Side, Side) {
     let mut args_a = vec!["--net", nets[0]];
     args_a.extend_from_slice(extra_a);
-    let rnicd_a = Rnicd::start(1, &args_a);
-    let rnicd_b = Rnicd::start(1, &["--net", nets[1]]);
+    two_rnicd_with([&args_a, &["--net", nets[1]]], o, psns)
+}
+
+/// Two rnicd with one VF each, started in order with `args` each, and a side on the vf0
+/// of each, connected with send PSNs `psns`.
+pub fn two_rnicd_with(
+    args: [&[&str]; 2],
+    o: &PairOptions,
+    psns: (u32, u32),
+) -> (Rnicd, Rnicd, Side, Side) {
+    let rnicd_a = Rnicd::start(1, args[0]);
+    let rnicd_b = Rnicd::start(1, args[1]);
     let a = side(&rnicd_a.socket("vf0"), o);
     let b = side(&rnicd_b.socket("vf0"), o);
     connect(&a, &b, o, psns.0, psns.1);

@@ -149,20 +149,39 @@ pub fn transport(bth: Bth, ext: &[u8], payload: &[u8]) -> Vec<u8> {
     t
 }
 
-/// The UDP payload of a RoCEv2 datagram from `src` to `dst` (IPv4 address and UDP port
-/// each): `transport` followed by its ICRC, computed with this module's own CRC over the
-/// canonical IPv4 and UDP headers a receiver rebuilds from the datagram (no options, IP ID
-/// 0, DF, destination port 4791; TOS, TTL and checksums are masked by the ICRC anyway).
-pub fn datagram(src: ([u8; 4], u16), dst: [u8; 4], transport: &[u8]) -> Vec<u8> {
+/// How a sender writes the IPv4 and UDP headers of a RoCEv2 frame.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IpStyle {
+    /// The IPv4 identification (rnicd and a socket's kernel send 0 with DF; Linux rxe
+    /// sends its counter).
+    pub ip_id: u16,
+    /// Whether the UDP checksum is computed (else 0, "none").
+    pub udp_checksum: bool,
+}
+
+/// A whole Ethernet frame carrying a RoCEv2 packet from `src` (IPv4 address and UDP
+/// port) to `dst`, with MACs `macs` (destination, source): IPv4 without options, DF,
+/// TTL 64, header checksum right, the IP ID and UDP checksum as `style` says, and the
+/// ICRC computed with this module's own CRC over the headers exactly as written.
+pub fn roce_frame(
+    macs: ([u8; 6], [u8; 6]),
+    src: ([u8; 4], u16),
+    dst: [u8; 4],
+    style: IpStyle,
+    transport: &[u8],
+) -> Vec<u8> {
     let udp_len = 8 + transport.len() + 4;
     let ip_len = 20 + udp_len;
-    let mut frame = vec![0u8; 14];
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    frame.extend_from_slice(&[0x45, 0]);
+    let mut frame = macs.0.to_vec();
+    frame.extend_from_slice(&macs.1);
+    frame.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
     frame.extend_from_slice(&(ip_len as u16).to_be_bytes());
-    frame.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    frame.extend_from_slice(&style.ip_id.to_be_bytes());
+    frame.extend_from_slice(&[0x40, 0, 64, 17, 0, 0]);
     frame.extend_from_slice(&src.0);
     frame.extend_from_slice(&dst);
+    let checksum = ipv4_checksum(&frame[14..34]);
+    frame[24..26].copy_from_slice(&checksum.to_be_bytes());
     frame.extend_from_slice(&src.1.to_be_bytes());
     frame.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
     frame.extend_from_slice(&(udp_len as u16).to_be_bytes());
@@ -170,9 +189,32 @@ pub fn datagram(src: ([u8; 4], u16), dst: [u8; 4], transport: &[u8]) -> Vec<u8> 
     frame.extend_from_slice(transport);
     frame.extend_from_slice(&[0; 4]);
     let icrc = expected_icrc(&frame);
-    let mut payload = transport.to_vec();
-    payload.extend_from_slice(&icrc.to_le_bytes());
-    payload
+    let end = frame.len();
+    frame[end - 4..].copy_from_slice(&icrc.to_le_bytes());
+    if style.udp_checksum {
+        // Over the pseudo-header (addresses, protocol, length) and the UDP datagram.
+        let mut pseudo = frame[26..34].to_vec();
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        pseudo.extend_from_slice(&frame[34..]);
+        if pseudo.len() % 2 == 1 {
+            pseudo.push(0);
+        }
+        let c = match ipv4_checksum(&pseudo) {
+            0 => 0xFFFF,
+            c => c,
+        };
+        frame[40..42].copy_from_slice(&c.to_be_bytes());
+    }
+    frame
+}
+
+/// The UDP payload of a RoCEv2 datagram from `src` to `dst` (IPv4 address and UDP port
+/// each): `transport` followed by its ICRC, computed with this module's own CRC over the
+/// canonical IPv4 and UDP headers a receiver rebuilds from the datagram (no options, IP ID
+/// 0, DF, destination port 4791; TOS, TTL and checksums are masked by the ICRC anyway).
+pub fn datagram(src: ([u8; 4], u16), dst: [u8; 4], transport: &[u8]) -> Vec<u8> {
+    roce_frame(([0; 6], [0; 6]), src, dst, IpStyle::default(), transport)[42..].to_vec()
 }
 
 #[cfg(test)]

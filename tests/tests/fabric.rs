@@ -5,174 +5,18 @@
 //! implementation in `rnic_tests::wire`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rnic_driver::verbs::{Mr, RecvWr, Wc, WcOpcode, WcStatus, WrOpcode};
+use rnic_driver::verbs::WrOpcode;
 use rnic_tests::net::two_rnicd;
+use rnic_tests::ops::{all_ops, atomics, ip, one, BIG};
+use rnic_tests::tshark::{assert_nothing_flagged, tshark, tshark_fields};
 use rnic_tests::verbs_pair::{
-    connect, connect_qps, init_qp, pattern, poll_n, read_mr, read_u64, side, signaled, PairOptions,
-    Side,
+    connect, connect_qps, init_qp, pattern, read_mr, side, signaled, PairOptions,
 };
 use rnic_tests::wire::{carried_icrc, expected_icrc, ipv4_checksum, pcap_frames};
 use rnic_tests::{bin, Rnicd};
-
-const T: Duration = Duration::from_secs(10);
-/// The largest message: 1 MiB, a thousand 1 KiB packets in one burst.
-const BIG: usize = 1 << 20;
-/// Where READs land on the requester and atomics work on the responder.
-const READ_AT: usize = 2 << 20;
-const ATOMIC_AT: usize = 3 << 20;
-
-#[track_caller]
-fn one(side: &Side) -> Wc {
-    let wcs = poll_n(&side.cq, 1, T);
-    assert_eq!(wcs.len(), 1, "no completion within {T:?}");
-    let wc = wcs.into_iter().next().unwrap();
-    assert_eq!(wc.status, Ok(WcStatus::Success), "{wc:?}");
-    wc
-}
-
-fn sges(mr: &Mr, offset: usize, len: usize) -> Vec<rnic_driver::verbs::Sge> {
-    if len == 0 {
-        Vec::new()
-    } else {
-        vec![mr.sge(offset, len)]
-    }
-}
-
-/// The IPv4-mapped address of a GID.
-fn ip(gid: [u8; 16]) -> [u8; 4] {
-    assert_eq!(gid[..12], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-    gid[12..].try_into().unwrap()
-}
-
-/// Every operation of `a` on `b` with a message of `len` bytes, data checked (and the
-/// bytes after it untouched).
-fn all_ops(a: &Side, b: &Side, len: usize, seed: u64) {
-    const POISON: u8 = 0x5A;
-    let fresh = |mr: &Mr, at: usize| mr.write(at, &vec![POISON; len + 16]);
-    let check = |mr: &Mr, at: usize, data: &[u8], what: &str| {
-        assert!(
-            read_mr(mr, at, len) == data,
-            "{what} of {len} bytes: data differs"
-        );
-        assert_eq!(
-            read_mr(mr, at + len, 16),
-            vec![POISON; 16],
-            "{what} of {len} bytes: wrote past the end"
-        );
-    };
-
-    // SEND and SEND with immediate.
-    for (i, imm) in [None, Some(0x0102_0304u32)].into_iter().enumerate() {
-        let data = pattern(len, seed * 8 + i as u64);
-        a.mr.write(0, &data);
-        fresh(&b.mr, 0);
-        b.qp.post_recv(&RecvWr {
-            wr_id: 100,
-            sges: vec![b.mr.sge(0, BIG)],
-        })
-        .expect("post_recv");
-        let opcode = imm.map_or(WrOpcode::Send, WrOpcode::SendWithImm);
-        a.qp.post_send(&signaled(1, opcode, sges(&a.mr, 0, len)))
-            .expect("post_send");
-        assert_eq!(one(a).opcode, WcOpcode::Send);
-        let got = one(b);
-        assert_eq!(
-            (got.opcode, got.byte_len as usize, got.imm_data),
-            (WcOpcode::Recv, len, imm)
-        );
-        assert_eq!(got.src_qp, a.qp.qp_num());
-        check(&b.mr, 0, &data, "SEND");
-    }
-
-    // RDMA WRITE and RDMA WRITE with immediate.
-    for (i, imm) in [None, Some(0xCAFE_F00Du32)].into_iter().enumerate() {
-        let data = pattern(len, seed * 8 + 2 + i as u64);
-        a.mr.write(0, &data);
-        fresh(&b.mr, 0);
-        let (remote_addr, rkey) = (b.mr.addr(0), b.mr.rkey());
-        let opcode = match imm {
-            None => WrOpcode::RdmaWrite { remote_addr, rkey },
-            Some(imm) => {
-                b.qp.post_recv(&RecvWr {
-                    wr_id: 200,
-                    sges: Vec::new(),
-                })
-                .expect("post_recv");
-                WrOpcode::RdmaWriteWithImm {
-                    remote_addr,
-                    rkey,
-                    imm,
-                }
-            }
-        };
-        a.qp.post_send(&signaled(2, opcode, sges(&a.mr, 0, len)))
-            .expect("post_send");
-        assert_eq!(one(a).opcode, WcOpcode::RdmaWrite);
-        if let Some(imm) = imm {
-            let got = one(b);
-            assert_eq!(
-                (got.opcode, got.byte_len as usize, got.imm_data),
-                (WcOpcode::RecvRdmaWithImm, len, Some(imm))
-            );
-        }
-        check(&b.mr, 0, &data, "RDMA WRITE");
-    }
-
-    // RDMA READ.
-    let data = pattern(len, seed * 8 + 4);
-    b.mr.write(0, &data);
-    fresh(&a.mr, READ_AT);
-    a.qp.post_send(&signaled(
-        3,
-        WrOpcode::RdmaRead {
-            remote_addr: b.mr.addr(0),
-            rkey: b.mr.rkey(),
-        },
-        sges(&a.mr, READ_AT, len),
-    ))
-    .expect("post_send");
-    let wc = one(a);
-    assert_eq!((wc.opcode, wc.byte_len as usize), (WcOpcode::RdmaRead, len));
-    check(&a.mr, READ_AT, &data, "RDMA READ");
-}
-
-/// Both atomics of `a` on `b`.
-fn atomics(a: &Side, b: &Side) {
-    b.mr.write(ATOMIC_AT, &40u64.to_le_bytes());
-    a.qp.post_send(&signaled(
-        4,
-        WrOpcode::AtomicFetchAdd {
-            remote_addr: b.mr.addr(ATOMIC_AT),
-            rkey: b.mr.rkey(),
-            add: 2,
-        },
-        vec![a.mr.sge(READ_AT, 8)],
-    ))
-    .expect("post_send");
-    let wc = one(a);
-    assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::FetchAdd, 8));
-    assert_eq!(read_u64(&a.mr, READ_AT), 40);
-    assert_eq!(read_u64(&b.mr, ATOMIC_AT), 42);
-    a.qp.post_send(&signaled(
-        5,
-        WrOpcode::AtomicCmpSwp {
-            remote_addr: b.mr.addr(ATOMIC_AT),
-            rkey: b.mr.rkey(),
-            compare: 42,
-            swap: 0xDEAD_BEEF,
-        },
-        vec![a.mr.sge(READ_AT + 8, 8)],
-    ))
-    .expect("post_send");
-    let wc = one(a);
-    assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::CompSwap, 8));
-    assert_eq!(read_u64(&a.mr, READ_AT + 8), 42);
-    assert_eq!(read_u64(&b.mr, ATOMIC_AT), 0xDEAD_BEEF);
-}
 
 #[test]
 fn functions_of_two_rnicd_talk_over_udp_and_the_capture_verifies() {
@@ -344,7 +188,10 @@ fn a_second_rnicd_on_the_same_addresses_is_refused_naming_the_fix() {
         .output()
         .expect("rnicd --help");
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("--net <udp:ADDR[:PORT]>"), "{help}");
+    assert!(
+        help.contains("--net <udp:ADDR[:PORT] | eth:MODE:...>"),
+        "{help}"
+    );
     assert!(help.contains("ADDR+n"), "{help}");
 
     let bad = Command::new(bin("rnicd"))
@@ -355,77 +202,6 @@ fn a_second_rnicd_on_the_same_addresses_is_refused_naming_the_fix() {
         .expect("run rnicd");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("udp:ADDR[:PORT]"));
-}
-
-/// Protocols Wireshark tries on InfiniBand payloads by heuristics. The payloads here are
-/// test patterns, which some of them misread (and then call the frame malformed).
-const PAYLOAD_HEURISTICS: [&str; 8] = [
-    "rpcordma",
-    "smb_direct",
-    "smc",
-    "nvme-rdma",
-    "lnet",
-    "iser",
-    "infiniband_sdp",
-    "fcoib",
-];
-
-/// Runs tshark with `args`, payload heuristics off; fails naming the fix when tshark is
-/// not installed.
-fn tshark(args: &[&str]) -> String {
-    let mut command = Command::new("tshark");
-    for p in PAYLOAD_HEURISTICS {
-        command.args(["--disable-protocol", p]);
-    }
-    let out = match command.args(args).output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "tshark is not installed: run `bash qemu-scripts/setup.sh` as root (it installs \
-             Debian's tshark), then run this test again"
-        ),
-        Err(e) => panic!("cannot run tshark: {e}"),
-    };
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
-}
-
-/// A number as tshark prints a field: decimal, or hexadecimal with 0x.
-fn number(field: &str) -> u64 {
-    match field.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => field.parse(),
-    }
-    .unwrap_or_else(|_| panic!("'{field}' is not a number"))
-}
-
-/// What tshark decoded of each frame of `pcap`, in order: its protocol stack, BTH opcode,
-/// destination QP, PSN and ICRC.
-fn tshark_fields(pcap: &Path) -> Vec<(String, [u64; 4])> {
-    let path = pcap.to_str().expect("utf-8 path");
-    let fields = [
-        "frame.protocols",
-        "infiniband.bth.opcode",
-        "infiniband.bth.destqp",
-        "infiniband.bth.psn",
-        "infiniband.invariant.crc",
-    ];
-    let mut args = vec!["-r", path, "-T", "fields", "-E", "separator=/t"];
-    for f in &fields {
-        args.extend(["-e", f]);
-    }
-    tshark(&args)
-        .lines()
-        .map(|line| {
-            let f: Vec<&str> = line.split('\t').collect();
-            assert_eq!(f.len(), fields.len(), "tshark line: {line}");
-            let n = |i: usize| number(f[i]);
-            (f[0].to_string(), [n(1), n(2), n(3), n(4)])
-        })
-        .collect()
 }
 
 #[test]
@@ -484,13 +260,7 @@ fn tshark_decodes_every_captured_frame_as_infiniband_with_a_valid_icrc() {
     assert!(opcodes.len() >= 15, "opcodes seen: {opcodes:x?}");
     // Nothing malformed, no expert warning or error, in the full decode.
     let path = pcap.to_str().expect("utf-8 path");
-    let flagged = tshark(&[
-        "-r",
-        path,
-        "-Y",
-        "_ws.malformed || _ws.expert.severity >= \"Warning\"",
-    ]);
-    assert!(flagged.trim().is_empty(), "tshark flags frames:\n{flagged}");
+    assert_nothing_flagged(&pcap);
     let verbose = tshark(&["-r", path, "-V"]);
     assert_eq!(
         verbose.matches("InfiniBand\n").count(),

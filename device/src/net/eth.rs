@@ -354,7 +354,7 @@ impl EthUplink {
     /// What to do with a frame received from the wire.
     fn classify(&self, frame: &[u8]) -> Verdict {
         let Some(eth) = frame.first_chunk::<ETH_HEADER_LEN>() else {
-            return Verdict::Count(|c| &mut c.runt, Some("a frame shorter than 14 bytes"));
+            return Verdict::Count(|c| &mut c.runt, Some("shorter than an Ethernet header"));
         };
         let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
         if self.port_of_mac(&eth[6..12]).is_some() {
@@ -372,10 +372,7 @@ impl EthUplink {
         }
         let ip = &frame[ETH_HEADER_LEN..];
         if ip.len() < IPV4_HEADER_LEN {
-            return Verdict::Count(
-                |c| &mut c.runt,
-                Some("an IPv4 frame too short for its header"),
-            );
+            return Verdict::Count(|c| &mut c.runt, Some("too short for an IPv4 header"));
         }
         if ip[0] >> 4 != 4 {
             return Verdict::Count(|c| &mut c.ip_version, Some("IP version other than 4"));
@@ -384,21 +381,24 @@ impl EthUplink {
         if ihl < IPV4_HEADER_LEN || ihl > ip.len() {
             return Verdict::Count(
                 |c| &mut c.ip_header_length,
-                Some("an IPv4 header length under 20 bytes or past the frame"),
+                Some("IPv4 header length under 20 bytes or past the frame"),
             );
         }
         if ones_complement_sum(0, &ip[..ihl]) != 0xFFFF {
-            return Verdict::Count(|c| &mut c.ip_checksum, Some("a bad IPv4 header checksum"));
+            return Verdict::Count(|c| &mut c.ip_checksum, Some("bad IPv4 header checksum"));
         }
         let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
         if total < ihl || total > ip.len() {
             return Verdict::Count(
                 |c| &mut c.ip_total_length,
-                Some("an IPv4 total length under its header or past the frame"),
+                Some("IPv4 total length under its header or past the frame"),
             );
         }
         if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-            return Verdict::Count(|c| &mut c.ip_fragment, Some("an IPv4 fragment"));
+            return Verdict::Count(
+                |c| &mut c.ip_fragment,
+                Some("an IPv4 fragment (RoCEv2 is never fragmented)"),
+            );
         }
         if ip[9] != IPPROTO_UDP {
             return Verdict::Count(|c| &mut c.other_protocol, None);
@@ -412,7 +412,7 @@ impl EthUplink {
             _ => {
                 return Verdict::Count(
                     |c| &mut c.udp_length,
-                    Some("a UDP length under 8 or past the IP payload"),
+                    Some("UDP length under 8 or past the IP payload"),
                 )
             }
         }
@@ -444,7 +444,7 @@ impl EthUplink {
                 if let Some(why) = why {
                     self.stats.rx_dropped += 1;
                     let src = mac_str(&frame[6.min(frame.len())..12.min(frame.len())]);
-                    self.warn_once(why, || format!("dropped {why} from {src}"));
+                    self.warn_once(why, || format!("dropped a frame from {src}: {why}"));
                 }
             }
         }
