@@ -62,14 +62,15 @@ struct Args {
     /// eth:MODE:... — an Ethernet port on a QEMU network segment, shared with VMs whose
     /// virtio-net NIC runs Soft-RoCE (rdma_rxe) and with other rnicd. Each function is an
     /// Ethernet endpoint with IPv4 address --net-ip + n and MAC 02:52 followed by that
-    /// address; it answers ARP and resolves its peers by ARP. MODE is
-    /// dgram:LADDR:LPORT:RADDR:RPORT (one frame per UDP datagram, from LADDR:LPORT to
-    /// RADDR:RPORT; QEMU: -netdev dgram,id=n0,local.type=inet,local.host=RADDR,
-    /// local.port=RPORT,remote.type=inet,remote.host=LADDR,remote.port=LPORT),
-    /// mcast:GROUP:PORT (a hub of every member of the multicast group; QEMU: -netdev
-    /// socket,id=n0,mcast=GROUP:PORT), listen:HOST:PORT or connect:HOST:PORT (a TCP
-    /// stream, each frame after its 4-byte big-endian length; QEMU: -netdev
-    /// stream,id=n0,server=off|on,addr.type=inet,addr.host=HOST,addr.port=PORT).
+    /// address; it answers ARP and resolves its peers by ARP. MODE is one of:
+    /// dgram:LADDR:LPORT:RADDR:RPORT — one frame per UDP datagram, from LADDR:LPORT to
+    /// RADDR:RPORT; QEMU:
+    /// -netdev dgram,id=n0,local.type=inet,local.host=RADDR,local.port=RPORT,remote.type=inet,remote.host=LADDR,remote.port=LPORT
+    /// — mcast:GROUP:PORT — a hub of every member of the multicast group; QEMU: -netdev
+    /// socket,id=n0,mcast=GROUP:PORT — listen:HOST:PORT or connect:HOST:PORT — a TCP
+    /// stream, each frame after its 4-byte big-endian length; QEMU, against listen:
+    /// -netdev stream,id=n0,server=off,addr.type=inet,addr.host=HOST,addr.port=PORT
+    /// (server=on against connect). Details: docs/hardware-interface.md §7.16.
     ///
     /// Functions of one rnicd always talk through the internal switch.
     #[arg(long, value_name = "udp:ADDR[:PORT] | eth:MODE:...")]
