@@ -35,10 +35,10 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 /// (defaults as ibv_rc_pingpong's: --size 4096, --iters 1000, --mtu 1024, --rx-depth 500,
 /// port 18515), printing its lines (`  local address:  LID 0x0000, QPN 0x000011, PSN ...,
 /// GID ::ffff:a.b.c.d`, `  remote address: ...`, `N bytes in T seconds = X Mbit/sec`,
-/// `N iters in T seconds = Y usec/iter`). Either role:
-///
-///   rnic-pingpong --ibv-compat --listen            |  ibv_rc_pingpong -d rxe0 -g 1 RNIC_VM_IP
-///   ibv_rc_pingpong -d rxe0 -g 1                   |  rnic-pingpong --ibv-compat --connect RXE_VM_IP
+/// `N iters in T seconds = Y usec/iter`). Either role: `rnic-pingpong --ibv-compat
+/// --listen` here and `ibv_rc_pingpong -d rxe0 -g 1 THIS_HOST` there, or
+/// `ibv_rc_pingpong -d rxe0 -g 1` there and `rnic-pingpong --ibv-compat --connect
+/// THAT_HOST` here.
 ///
 /// Give both ends the same -s/--size, -n/--iters and -m/--mtu. --check (the default) is
 /// ibv_rc_pingpong's -c/--chk: as client this side zeroes the first byte of every 4 KiB
@@ -271,7 +271,7 @@ fn print_report(json: bool, report: &impl serde::Serialize, text: &str) -> Resul
 fn run_ibv_compat(args: &Args) -> Result<(), String> {
     if args.op != Op::Send {
         return Err(format!(
-            "--ibv-compat runs ibv_rc_pingpong's SEND ping-pong; --op {} has no ibv_rc_pingpong counterpart (for RDMA WRITE and READ against perftest use rnic-perf --perftest)",
+            "--ibv-compat runs ibv_rc_pingpong's SEND ping-pong; --op {} has no ibv_rc_pingpong counterpart (drop --op, or drop --ibv-compat to run it between two rnic-pingpongs)",
             args.op.name()
         ));
     }
