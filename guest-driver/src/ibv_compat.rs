@@ -51,6 +51,29 @@
 //! same on the client, and both sides verify every message received, byte for byte: the
 //! client against what it sent, the server against the first message, which must be one
 //! of the two contents an `ibv_rc_pingpong` client sends ([`client_data`]).
+//!
+//! # RDMA WRITE and READ (`--op write`, `--op read`): an rnic extension
+//!
+//! `ibv_rc_pingpong` has no WRITE or READ test, so these follow its exchange with the
+//! least added, for any ibverbs peer written to match (perftest's own protocol is not
+//! spoken). After each side's 52-byte message comes a second, [`KEY_LEN`] = 26 bytes:
+//! `"%08x:%016x"` of the rkey and address of the buffer the peer may write or read, then
+//! a NUL ([`encode_key`]); the client sends both in one write, the server answers both in
+//! one write once its QP is connected, the client says `done` as above. The TCP
+//! connection then stays open: when the client has finished it sends a second `done`
+//! (5 bytes with the NUL) and the server ends when that arrives.
+//!
+//! * write: the client RDMA-WRITEs its `size` bytes ([`client_data`] with `--chk`'s zeros)
+//!   into the server's buffer, `iters` times, each signaled and waited for. The server's
+//!   buffer starts as the complement of [`FILL_BYTE`]; with `check` it verifies, after
+//!   the final `done`, that it holds the client's data.
+//! * read: the server's buffer holds [`client_data`] (with the zeros); the client
+//!   RDMA-READs it `iters` times, each signaled and waited for, and with `check` verifies
+//!   every READ (its own buffer is set to the complement before each).
+//!
+//! QP access flags: remote write (write) or remote read (read); READs in flight and
+//! accepted: 1. Figures: `size * iters` bytes, over the client's loop; the server's clock
+//! runs from its QP being connected to the final `done`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -58,7 +81,8 @@ use std::time::{Duration, Instant};
 
 use crate::pingpong::{
     self, accept_one, check_sizes, completion_error_named, connect_retrying, drv, fail, idle_wait,
-    io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, PingpongError, Result,
+    io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
+    Result,
 };
 use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
 
@@ -69,6 +93,8 @@ pub use crate::pingpong::Dest;
 pub const MSG_LEN: usize = 52;
 /// The client's last word, with its NUL (`sizeof "done"` bytes).
 pub const DONE: &[u8; 5] = b"done\0";
+/// Bytes of the buffer message of `--op write` and `--op read`: `"%08x:%016x"` and a NUL.
+pub const KEY_LEN: usize = 26;
 /// `ibv_rc_pingpong`'s default number of receives posted at a time.
 pub const DEFAULT_RX_DEPTH: u32 = 500;
 /// What `ibv_rc_pingpong` fills its buffer with.
@@ -90,6 +116,26 @@ pub fn encode_msg(d: &Dest) -> [u8; MSG_LEN] {
     // LID 16 bits, QPN and PSN 24 bits: the line is always 51 characters.
     msg[..line.len()].copy_from_slice(line.as_bytes());
     msg
+}
+
+/// This side's buffer message (`--op write` and `--op read`): `"%08x:%016x"` of the rkey
+/// and the address, then a NUL.
+pub fn encode_key(b: &RemoteBuf) -> [u8; KEY_LEN] {
+    let mut msg = [0u8; KEY_LEN];
+    let text = format!("{:08x}:{:016x}", b.rkey, b.addr);
+    msg[..text.len()].copy_from_slice(text.as_bytes());
+    msg
+}
+
+/// Parses the peer's buffer message.
+pub fn decode_key(msg: &[u8]) -> Result<RemoteBuf> {
+    let text = msg.split(|&b| b == 0).next().unwrap_or_default();
+    if text.len() == msg.len() {
+        return fail("the peer's buffer message has no NUL: does it run the same --op?");
+    }
+    let text = std::str::from_utf8(text)
+        .map_err(|_| PingpongError("the peer's buffer message is not text".into()))?;
+    Dest::parse_buf_line(text)
 }
 
 /// Parses the peer's 52 bytes: the text up to the NUL, as `ibv_rc_pingpong`'s `sscanf(msg,
@@ -153,18 +199,22 @@ pub struct Config {
     pub events: bool,
     /// The whole run's time limit (`None`: none).
     pub time_limit: Option<Duration>,
+    /// SEND (`ibv_rc_pingpong`'s test), or this module's RDMA WRITE or READ extension.
+    pub op: Op,
 }
 
 /// What a run measured, as `ibv_rc_pingpong` counts it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Report {
+    /// The operation.
+    pub op: Op,
     /// "server" or "client".
     pub role: &'static str,
     /// Bytes per message.
     pub size: usize,
     /// Messages each way.
     pub iters: u64,
-    /// `2 * size * iters`.
+    /// `2 * size * iters` (send), `size * iters` (write, read).
     pub bytes: u64,
     /// Seconds from the start of the ping-pong to its end.
     pub seconds: f64,
@@ -257,7 +307,12 @@ impl Side {
             .create_cq(cfg.rx_depth + 1)
             .map_err(drv("create a completion queue"))?;
         let mr = pd
-            .reg_mr(buf, 0, buf_len, verbs::ACCESS_LOCAL_WRITE)
+            .reg_mr(
+                buf,
+                0,
+                buf_len,
+                verbs::ACCESS_LOCAL_WRITE | remote_access(cfg.op),
+            )
             .map_err(drv("register the buffer"))?;
         let caps = QpCaps {
             max_send_wr: 1,
@@ -269,17 +324,24 @@ impl Side {
         let qp = pd
             .create_qp(&cq, &cq, caps, false)
             .map_err(drv("create the queue pair"))?;
-        let (a, m) = verbs::init_attr(0);
+        let (a, m) = verbs::init_attr(remote_access(cfg.op));
         qp.modify(&a, m).map_err(drv("move the QP to INIT"))?;
         let client = matches!(cfg.role, Role::Connect(_));
-        let sent = client_data(cfg.size, cfg.check);
-        mr.write(0, &sent);
+        let sent = client_data(cfg.size, cfg.check || cfg.op != Op::Send);
+        match (cfg.op, client) {
+            // The target of the WRITEs starts as something they must overwrite.
+            (Op::Write, false) => mr.write(0, &vec![!FILL_BYTE; cfg.size]),
+            _ => mr.write(0, &sent),
+        }
         let local = Dest {
             lid: 0,
             qpn: qp.qp_num(),
             psn: cfg.psn & 0xFF_FFFF,
             gid: ctx.attr().gid,
-            buf: None,
+            buf: (cfg.op != Op::Send).then(|| RemoteBuf {
+                rkey: mr.rkey(),
+                addr: mr.addr(0),
+            }),
         };
         let mut side = Side {
             qp,
@@ -292,9 +354,11 @@ impl Side {
             local,
             routs: 0,
             // The client knows what comes back: what it sends.
-            expected: (client && cfg.check).then_some(sent),
+            expected: (cfg.check && (client || cfg.op != Op::Send)).then_some(sent),
         };
-        side.post_recv(cfg.rx_depth)?;
+        if cfg.op == Op::Send {
+            side.post_recv(cfg.rx_depth)?;
+        }
         Ok(side)
     }
 
@@ -339,7 +403,7 @@ impl Side {
     }
 
     /// The server's exchange: read the client's message, connect, answer, read `done`.
-    fn serve(&self, port: u16, info: &mut dyn FnMut(&str)) -> Result<Dest> {
+    fn serve(&self, port: u16, info: &mut dyn FnMut(&str)) -> Result<(Dest, TcpStream)> {
         let stream = accept_one(
             port,
             self.deadline,
@@ -347,38 +411,94 @@ impl Side {
             "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect",
             info,
         )?;
-        let mut msg = [0u8; MSG_LEN];
-        read_exact(&stream, &mut msg, "its address message")?;
-        let remote = decode_msg(&msg)?;
+        let remote = self.read_dest(&stream)?;
         self.connect(&remote)?;
-        write_all(
-            &stream,
-            &encode_msg(&self.local),
-            "this side's address message",
-        )?;
-        let mut done = [0u8; DONE.len()];
-        read_exact(&stream, &mut done, "\"done\"")?;
-        if &done != DONE {
-            return fail(format!(
-                "the client sent {:?} instead of \"done\" and its NUL",
-                String::from_utf8_lossy(&done)
-            ));
+        write_all(&stream, &self.messages(), "this side's address message")?;
+        read_done(&stream)?;
+        Ok((remote, stream))
+    }
+
+    /// This side's message, and for write and read its buffer message, as one write.
+    fn messages(&self) -> Vec<u8> {
+        let mut out = encode_msg(&self.local).to_vec();
+        if let Some(b) = &self.local.buf {
+            out.extend_from_slice(&encode_key(b));
+        }
+        out
+    }
+
+    /// Reads the peer's message, and for write and read its buffer message.
+    fn read_dest(&self, stream: &TcpStream) -> Result<Dest> {
+        let mut msg = [0u8; MSG_LEN];
+        read_exact(stream, &mut msg, "address message")?;
+        let mut remote = decode_msg(&msg)?;
+        if self.cfg.op != Op::Send {
+            let mut key = [0u8; KEY_LEN];
+            read_exact(stream, &mut key, "buffer message")?;
+            remote.buf = Some(decode_key(&key)?);
         }
         Ok(remote)
     }
 
     /// The client's exchange: send this side's message, read the server's, say `done`.
-    fn call(&self, target: &str) -> Result<Dest> {
+    fn call(&self, target: &str) -> Result<(Dest, TcpStream)> {
         let stream = connect_retrying(target, self.deadline)?;
-        write_all(
-            &stream,
-            &encode_msg(&self.local),
-            "this side's address message",
-        )?;
-        let mut msg = [0u8; MSG_LEN];
-        read_exact(&stream, &mut msg, "its address message")?;
+        write_all(&stream, &self.messages(), "this side's address message")?;
+        let remote = self.read_dest(&stream)?;
         write_all(&stream, DONE, "\"done\"")?;
-        decode_msg(&msg)
+        Ok((remote, stream))
+    }
+
+    /// The client of write and read: one WRITE or READ at a time, `iters` times.
+    fn run_one_sided(&mut self, remote: &RemoteBuf) -> Result<Duration> {
+        let size = self.cfg.size;
+        let (opcode, name) = match self.cfg.op {
+            Op::Read => (
+                WrOpcode::RdmaRead {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                },
+                "RDMA READ",
+            ),
+            _ => (
+                WrOpcode::RdmaWrite {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                },
+                "RDMA WRITE",
+            ),
+        };
+        let poison = vec![!FILL_BYTE; size];
+        let reading = self.cfg.op == Op::Read && self.cfg.check;
+        let mut idle = 0u32;
+        let start = Instant::now();
+        for n in 1..=self.cfg.iters {
+            if reading {
+                self.mr.write(0, &poison);
+            }
+            self.qp
+                .post_send(&SendWr {
+                    wr_id: SEND_WRID,
+                    opcode,
+                    sges: vec![self.mr.sge(0, size)],
+                    signaled: true,
+                    ..SendWr::default()
+                })
+                .map_err(drv(&format!("post an {name}")))?;
+            let mut done = false;
+            while !done {
+                for wc in self.completions(&mut idle)? {
+                    if !wc.is_success() || wc.wr_id != SEND_WRID {
+                        return Err(completion_error_named(&wc, name));
+                    }
+                    done = true;
+                }
+            }
+            if reading {
+                self.verify(n)?;
+            }
+        }
+        Ok(start.elapsed())
     }
 
     /// The next completions, waiting for them (polling, or on events with `events`).
@@ -413,7 +533,7 @@ impl Side {
         match &self.expected {
             Some(expected) if got == *expected => Ok(()),
             Some(expected) => fail(format!(
-                "message {n} differs from what the client sent: {}",
+                "message {n} differs from what the client sent (or, for --op read, the server's buffer): {}",
                 first_difference(&got, expected)
             )),
             None => {
@@ -483,6 +603,28 @@ impl Side {
     }
 }
 
+/// Reads the client's `"done"` and its NUL.
+fn read_done(stream: &TcpStream) -> Result<()> {
+    let mut done = [0u8; DONE.len()];
+    read_exact(stream, &mut done, "\"done\"")?;
+    if &done != DONE {
+        return fail(format!(
+            "the client sent {:?} instead of \"done\" and its NUL",
+            String::from_utf8_lossy(&done)
+        ));
+    }
+    Ok(())
+}
+
+/// The remote access a QP and its buffer allow for `op`.
+fn remote_access(op: Op) -> u32 {
+    match op {
+        Op::Send => 0,
+        Op::Write => verbs::ACCESS_REMOTE_WRITE,
+        Op::Read => verbs::ACCESS_REMOTE_READ,
+    }
+}
+
 fn read_exact(mut stream: &TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
     stream.read_exact(buf).map_err(|e| {
         let msg = if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -522,19 +664,41 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
     let mut side = Side::new(cfg, deadline)?;
     info(&address_line("local address: ", &side.local));
     let client = matches!(cfg.role, Role::Connect(_));
-    let remote = match &cfg.role {
+    let (remote, stream) = match &cfg.role {
         Role::Listen(port) => side.serve(*port, info)?,
         Role::Connect(target) => {
-            let remote = side.call(target)?;
+            let (remote, stream) = side.call(target)?;
             side.connect(&remote)?;
-            remote
+            (remote, stream)
         }
     };
     info(&address_line("remote address:", &remote));
-    let elapsed = side.run_pingpong(client)?;
-    let bytes = cfg.size as u64 * cfg.iters * 2;
+    let elapsed = match (cfg.op, client) {
+        (Op::Send, _) => {
+            drop(stream);
+            side.run_pingpong(client)?
+        }
+        (_, true) => {
+            let buf = remote.buf.expect("read_dest reads it for write and read");
+            let elapsed = side.run_one_sided(&buf)?;
+            write_all(&stream, DONE, "the final \"done\"")?;
+            elapsed
+        }
+        (_, false) => {
+            let start = Instant::now();
+            read_done(&stream)?;
+            let elapsed = start.elapsed();
+            if cfg.op == Op::Write && cfg.check {
+                side.verify(cfg.iters)?;
+            }
+            elapsed
+        }
+    };
+    let dirs = if cfg.op == Op::Send { 2 } else { 1 };
+    let bytes = cfg.size as u64 * cfg.iters * dirs;
     let usec = (elapsed.as_secs_f64() * 1e6).max(f64::MIN_POSITIVE);
     Ok(Report {
+        op: cfg.op,
         role: if client { "client" } else { "server" },
         size: cfg.size,
         iters: cfg.iters,
@@ -641,6 +805,7 @@ mod tests {
             "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.82.0.2"
         );
         let r = Report {
+            op: Op::Send,
             role: "client",
             size: 4096,
             iters: 1000,
@@ -657,6 +822,18 @@ mod tests {
             r.text(),
             "8192000 bytes in 0.50 seconds = 131.07 Mbit/sec\n1000 iters in 0.50 seconds = 500.00 usec/iter\n"
         );
+    }
+
+    #[test]
+    fn buffer_messages_round_trip() {
+        let b = RemoteBuf {
+            rkey: 0x1234,
+            addr: 0x1_0000_2000,
+        };
+        let msg = encode_key(&b);
+        assert_eq!(&msg[..], b"00001234:0000000100002000\0");
+        assert_eq!(decode_key(&msg).unwrap(), b);
+        assert!(decode_key(b"00001234:0000000100002000\n").is_err());
     }
 
     #[test]

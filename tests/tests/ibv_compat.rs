@@ -54,6 +54,11 @@ fn finish(child: Child) -> Output {
 /// Checks a successful run's output: ibv_rc_pingpong's address lines and figures.
 /// Returns (local line, remote line) without their labels.
 fn check_output(name: &str, out: &Output, size: usize, iters: u64) -> (String, String) {
+    check_output_moving(name, out, 2 * size as u64 * iters, iters)
+}
+
+/// [`check_output`] for a run that moves `bytes` in all.
+fn check_output_moving(name: &str, out: &Output, bytes: u64, iters: u64) -> (String, String) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -74,7 +79,7 @@ fn check_output(name: &str, out: &Output, size: usize, iters: u64) -> (String, S
         "{local}"
     );
     assert!(local.contains(", GID ::ffff:"), "{local}");
-    let bytes = find(&format!("{} bytes in ", 2 * size as u64 * iters));
+    let bytes = find(&format!("{bytes} bytes in "));
     assert!(
         bytes.contains(" seconds = ") && bytes.ends_with(" Mbit/sec"),
         "{bytes}"
@@ -84,13 +89,25 @@ fn check_output(name: &str, out: &Output, size: usize, iters: u64) -> (String, S
     (local, remote)
 }
 
+/// Runs `rnic-pingpong --ibv-compat ARGS` as server on `server_fn` and as client on
+/// `client_fn`; returns the client's output and the server's.
+fn run_pair(rnicd: &Rnicd, server_fn: &str, client_fn: &str, args: &[String]) -> (Output, Output) {
+    let port = free_port().to_string();
+    let mut sargs = vec!["--listen".to_string(), port.clone()];
+    sargs.extend(args.iter().cloned());
+    let server = rnic_pingpong(rnicd, server_fn, &sargs);
+    let mut cargs = vec!["--connect".to_string(), format!("127.0.0.1:{port}")];
+    cargs.extend(args.iter().cloned());
+    let client = rnic_pingpong(rnicd, client_fn, &cargs);
+    (finish(client), finish(server))
+}
+
 #[test]
 fn two_rnic_pingpongs_in_ibv_compat_mode_in_both_roles() {
     let rnicd = Rnicd::start(1, &[]);
     for (server_fn, client_fn) in [("pf", "vf0"), ("vf0", "pf")] {
         // Below the MTU, a few packets, many packets at the smallest MTU.
         for (size, mtu) in [(100usize, 1024u32), (5000, 1024), (20_000, 256)] {
-            let port = free_port().to_string();
             let common = [
                 "--size".to_string(),
                 size.to_string(),
@@ -99,14 +116,7 @@ fn two_rnic_pingpongs_in_ibv_compat_mode_in_both_roles() {
                 "--mtu".into(),
                 mtu.to_string(),
             ];
-            let mut sargs = vec!["--listen".to_string(), port.clone()];
-            sargs.extend(common.iter().cloned());
-            let server = rnic_pingpong(&rnicd, server_fn, &sargs);
-            let mut cargs = vec!["--connect".to_string(), format!("127.0.0.1:{port}")];
-            cargs.extend(common.iter().cloned());
-            let client = rnic_pingpong(&rnicd, client_fn, &cargs);
-            let c = finish(client);
-            let s = finish(server);
+            let (c, s) = run_pair(&rnicd, server_fn, client_fn, &common);
             let what = format!("{server_fn} serving {client_fn}, {size} bytes, MTU {mtu}");
             let (c_local, c_remote) = check_output(&format!("client ({what})"), &c, size, ITERS);
             let (s_local, s_remote) = check_output(&format!("server ({what})"), &s, size, ITERS);
@@ -402,22 +412,66 @@ fn foreign_peers_and_options_get_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no NUL"), "{err}");
 
-    // Only SENDs have an ibv_rc_pingpong counterpart.
-    let out = Command::new(bin("rnic-pingpong"))
-        .args(["--ibv-compat", "--listen", "--op", "write"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--ibv-compat runs ibv_rc_pingpong's SEND"),
-        "{err}"
-    );
-
     // --rx-depth belongs to --ibv-compat.
     let out = Command::new(bin("rnic-pingpong"))
         .args(["--listen", "--rx-depth", "10"])
         .output()
         .expect("run");
     assert!(!out.status.success());
+}
+
+#[test]
+fn rdma_write_and_read_extension_between_two_rnic_pingpongs() {
+    let rnicd = Rnicd::start(1, &[]);
+    for op in ["write", "read"] {
+        for (server_fn, client_fn, size) in [("pf", "vf0", 5000usize), ("vf0", "pf", 100)] {
+            let common = [
+                "--op".to_string(),
+                op.into(),
+                "--size".into(),
+                size.to_string(),
+                "--iters".into(),
+                ITERS.to_string(),
+            ];
+            let (c, s) = run_pair(&rnicd, server_fn, client_fn, &common);
+            let what = format!("{op}, {server_fn} serving {client_fn}, {size} bytes");
+            let bytes = size as u64 * ITERS;
+            let (c_local, c_remote) =
+                check_output_moving(&format!("client ({what})"), &c, bytes, ITERS);
+            let (s_local, s_remote) =
+                check_output_moving(&format!("server ({what})"), &s, bytes, ITERS);
+            assert_eq!(c_remote, s_local, "{what}");
+            assert_eq!(s_remote, c_local, "{what}");
+        }
+    }
+    // A WRITE/READ peer meeting a SEND peer: the server waits for the buffer message,
+    // which never comes, and says so.
+    let port = free_port().to_string();
+    let server = rnic_pingpong(
+        &rnicd,
+        "pf",
+        &[
+            "--listen".into(),
+            port.clone(),
+            "--op".into(),
+            "read".into(),
+            "--time-limit".into(),
+            "3".into(),
+        ],
+    );
+    let client = rnic_pingpong(
+        &rnicd,
+        "vf0",
+        &[
+            "--connect".into(),
+            format!("127.0.0.1:{port}"),
+            "--time-limit".into(),
+            "3".into(),
+        ],
+    );
+    let s = finish(server);
+    let _ = finish(client);
+    assert_eq!(s.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&s.stderr);
+    assert!(err.contains("buffer message"), "{err}");
 }

@@ -40,6 +40,10 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 /// `ibv_rc_pingpong -d rxe0 -g 1` there and `rnic-pingpong --ibv-compat --connect
 /// THAT_HOST` here.
 ///
+/// --op write and --op read (an rnic extension, for a peer written to match, described in
+/// rnic_driver::ibv_compat) add the buffer's rkey and address to the exchange: the client
+/// RDMA-WRITEs into or RDMA-READs from the server's buffer.
+///
 /// Give both ends the same -s/--size, -n/--iters and -m/--mtu. --check (the default) is
 /// ibv_rc_pingpong's -c/--chk: as client this side zeroes the first byte of every 4 KiB
 /// page as -c does, and either side verifies every message received byte for byte.
@@ -269,12 +273,6 @@ fn print_report(json: bool, report: &impl serde::Serialize, text: &str) -> Resul
 
 /// `--ibv-compat`: ibv_rc_pingpong's exchange and SEND ping-pong.
 fn run_ibv_compat(args: &Args) -> Result<(), String> {
-    if args.op != Op::Send {
-        return Err(format!(
-            "--ibv-compat runs ibv_rc_pingpong's SEND ping-pong; --op {} has no ibv_rc_pingpong counterpart (drop --op, or drop --ibv-compat to run it between two rnic-pingpongs)",
-            args.op.name()
-        ));
-    }
     let role = match (&args.listen, &args.connect) {
         (Some(port), _) => ibv_compat::Role::Listen(*port),
         (_, Some(target)) => ibv_compat::Role::Connect(target.clone()),
@@ -293,6 +291,7 @@ fn run_ibv_compat(args: &Args) -> Result<(), String> {
         check: args.check || !args.no_check,
         events: args.events,
         time_limit: time_limit(args)?,
+        op: args.op,
     };
     let report = ibv_compat::run(&cfg, &mut info_printer(args.json)).map_err(|e| e.to_string())?;
     print_report(args.json, &report, &report.text())
