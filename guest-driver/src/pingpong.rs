@@ -137,12 +137,12 @@ impl std::error::Error for PingpongError {}
 /// Result of the ping-pong.
 pub type Result<T> = std::result::Result<T, PingpongError>;
 
-fn fail<T>(msg: impl Into<String>) -> Result<T> {
+pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T> {
     Err(PingpongError(msg.into()))
 }
 
 /// Adds what was being done to a driver error.
-fn drv(what: &str) -> impl FnOnce(crate::Error) -> PingpongError + '_ {
+pub(crate) fn drv(what: &str) -> impl FnOnce(crate::Error) -> PingpongError + '_ {
     move |e| PingpongError(format!("{what}: {e}"))
 }
 
@@ -387,7 +387,7 @@ impl Dest {
         s
     }
 
-    fn json(&self) -> DestJson {
+    pub(crate) fn json(&self) -> DestJson {
         DestJson {
             qpn: self.qpn,
             gid: format_gid(&self.gid),
@@ -863,7 +863,7 @@ struct Session {
 /// Opens the function and allocates `buf_len` bytes of DMA memory for this tool's buffer
 /// first, so that on a fresh vfio-user function its address is the first page of guest
 /// memory every time.
-fn open(
+pub(crate) fn open(
     choice: &DeviceChoice,
     follow: Option<&DeviceChoice>,
     buf_len: usize,
@@ -934,28 +934,27 @@ fn open(
     Ok((device, spare, Arc::new(buf)))
 }
 
-fn page_round(n: usize) -> usize {
+/// Checks `--size`, `--iters` and `--mtu`.
+pub(crate) fn check_sizes(size: usize, iters: u64, mtu: u32) -> Result<()> {
+    if size == 0 || size > u32::MAX as usize {
+        return fail(format!("--size {size}: must be 1 to {} bytes", u32::MAX));
+    }
+    if iters == 0 {
+        return fail("--iters must be at least 1");
+    }
+    if mtu_code(mtu).is_none() {
+        return fail(format!("--mtu {mtu}: use 256, 512, 1024, 2048 or 4096"));
+    }
+    Ok(())
+}
+
+pub(crate) fn page_round(n: usize) -> usize {
     n.div_ceil(4096) * 4096
 }
 
 impl Session {
     fn new(cfg: &Config, deadline: Option<Instant>) -> Result<Session> {
-        if cfg.size == 0 || cfg.size > u32::MAX as usize {
-            return fail(format!(
-                "--size {}: must be 1 to {} bytes",
-                cfg.size,
-                u32::MAX
-            ));
-        }
-        if cfg.iters == 0 {
-            return fail("--iters must be at least 1");
-        }
-        if mtu_code(cfg.mtu).is_none() {
-            return fail(format!(
-                "--mtu {}: use 256, 512, 1024, 2048 or 4096",
-                cfg.mtu
-            ));
-        }
+        check_sizes(cfg.size, cfg.iters, cfg.mtu)?;
         let data_out = DATA_IN + page_round(cfg.size);
         let buf_len = data_out + page_round(cfg.size);
         let (device, spare, buf) = open(&cfg.device, cfg.follow.as_ref(), buf_len)?;
@@ -1158,30 +1157,8 @@ impl Session {
                 return Err(self.timed_out(what));
             }
             let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
-            if self.cfg.events {
-                // Arm, poll once more, and only then sleep (a completion written before
-                // the arm raises no event).
-                self.cq.req_notify(false);
-                let got = self.cq.poll(16);
-                if !got.is_empty() {
-                    self.pending.extend(got);
-                    continue;
-                }
-                self.ctx
-                    .wait_cq_event(&self.cq, slice)
-                    .map_err(drv("wait for a completion event"))?;
-            } else {
-                // Spin first for latency, then give the CPU away: the device (rnicd) may
-                // need it to make progress.
-                idle += 1;
-                if idle < 200 {
-                    std::hint::spin_loop();
-                } else if idle < 20_000 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(Duration::from_micros(50).min(slice));
-                }
-            }
+            let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, &mut idle, slice)?;
+            self.pending.extend(got);
         }
     }
 
@@ -1599,6 +1576,38 @@ impl Session {
     }
 }
 
+/// Waits a moment, at most `slice`, after a poll of `cq` found nothing; returns what a
+/// last poll found (possibly nothing). With `events` it arms the CQ, polls once more (a
+/// completion written before the arm raises no event) and sleeps on the event; otherwise
+/// it spins first for latency, then gives the CPU away (the device, rnicd, may need it to
+/// make progress): `idle` counts the empty polls so far.
+pub(crate) fn idle_wait(
+    ctx: &Context,
+    cq: &Cq,
+    events: bool,
+    idle: &mut u32,
+    slice: Duration,
+) -> Result<Vec<Wc>> {
+    if events {
+        cq.req_notify(false);
+        let got = cq.poll(16);
+        if got.is_empty() {
+            ctx.wait_cq_event(cq, slice)
+                .map_err(drv("wait for a completion event"))?;
+        }
+        return Ok(got);
+    }
+    *idle += 1;
+    if *idle < 200 {
+        std::hint::spin_loop();
+    } else if *idle < 20_000 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50).min(slice));
+    }
+    Ok(Vec::new())
+}
+
 /// Checks `got` against the data of `stream` in iteration `iter`, saying where it differs.
 pub fn verify(got: &[u8], stream: u8, iter: u64) -> Result<()> {
     let Some(i) = (0..got.len()).find(|&i| got[i] != pattern_byte(stream, iter, i)) else {
@@ -1620,7 +1629,7 @@ pub fn verify(got: &[u8], stream: u8, iter: u64) -> Result<()> {
     ))
 }
 
-fn timed_out(limit: Option<Duration>, what: &str) -> PingpongError {
+pub(crate) fn timed_out(limit: Option<Duration>, what: &str) -> PingpongError {
     PingpongError(format!(
         "timed out after {} s waiting for {what} (raise --time-limit for long runs)",
         limit.unwrap_or_default().as_secs_f64()
@@ -1629,6 +1638,11 @@ fn timed_out(limit: Option<Duration>, what: &str) -> PingpongError {
 
 /// The error of a failed completion, with its status string and a hint.
 fn completion_error(wc: &Wc) -> PingpongError {
+    completion_error_named(wc, wr_id::name(wc.wr_id))
+}
+
+/// The error of a failed completion of the work request called `name`.
+pub(crate) fn completion_error_named(wc: &Wc, name: &str) -> PingpongError {
     let hint = match wc.status {
         Ok(WcStatus::RetryExcErr) => {
             " (the peer's QP did not answer: is the other side running, connected to this side's QPN, GID and PSN, and reachable? Raise --timeout or --retry for a slow peer)"
@@ -1653,8 +1667,7 @@ fn completion_error(wc: &Wc) -> PingpongError {
         Err(n) => n,
     };
     PingpongError(format!(
-        "{} (wr_id {:#x}) completed with error: {} (status {status}, vendor error {:#x}){hint}",
-        wr_id::name(wc.wr_id),
+        "{name} (wr_id {:#x}) completed with error: {} (status {status}, vendor error {:#x}){hint}",
         wc.wr_id,
         wc.status_str(),
         wc.vendor_err
@@ -1693,7 +1706,7 @@ fn read_token(r: &mut impl BufRead, what: &str) -> Result<String> {
     String::from_utf8(out).map_err(|_| PingpongError(format!("the peer sent non-text as {what}")))
 }
 
-fn io_msg(e: &std::io::Error) -> String {
+pub(crate) fn io_msg(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
             "timed out (raise --time-limit?)".into()
@@ -1723,7 +1736,7 @@ fn read_dest(r: &mut impl BufRead, op: Op) -> Result<Dest> {
     Ok(d)
 }
 
-fn set_timeouts(stream: &TcpStream, left: Option<Duration>) -> Result<()> {
+pub(crate) fn set_timeouts(stream: &TcpStream, left: Option<Duration>) -> Result<()> {
     let t = left.map(|l| l.max(Duration::from_millis(1)));
     stream
         .set_read_timeout(t)
@@ -1731,8 +1744,15 @@ fn set_timeouts(stream: &TcpStream, left: Option<Duration>) -> Result<()> {
         .map_err(|e| PingpongError(format!("set TCP timeouts: {e}")))
 }
 
-/// The TCP server's side: accept one client, read its lines, connect the QP, answer.
-fn tcp_server(s: &Session, port: u16, info: &mut dyn FnMut(&str)) -> Result<Dest> {
+/// Listens on TCP `port` (0: any, printed as `listening on port N` through `info`) and
+/// accepts one client before `deadline`; `peer_hint` says what the other side should run.
+pub(crate) fn accept_one(
+    port: u16,
+    deadline: Option<Instant>,
+    limit: Option<Duration>,
+    peer_hint: &str,
+    info: &mut dyn FnMut(&str),
+) -> Result<TcpStream> {
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| {
         PingpongError(format!(
             "listen on TCP port {port}: {e} (another program on it? choose another with --listen PORT, or --listen 0 for any)"
@@ -1750,10 +1770,11 @@ fn tcp_server(s: &Session, port: u16, info: &mut dyn FnMut(&str)) -> Result<Dest
         match listener.accept() {
             Ok((stream, _)) => break stream,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if s.time_left() == Some(Duration::ZERO) {
-                    return Err(s.timed_out(&format!(
-                        "a client on TCP port {port} (rnic-pingpong --connect HOST:{port} on the other side)"
-                    )));
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(timed_out(
+                        limit,
+                        &format!("a client on TCP port {port} ({peer_hint} on the other side)"),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -1763,7 +1784,22 @@ fn tcp_server(s: &Session, port: u16, info: &mut dyn FnMut(&str)) -> Result<Dest
     stream
         .set_nonblocking(false)
         .map_err(|e| PingpongError(format!("TCP: {e}")))?;
-    set_timeouts(&stream, s.time_left())?;
+    set_timeouts(
+        &stream,
+        deadline.map(|d| d.saturating_duration_since(Instant::now())),
+    )?;
+    Ok(stream)
+}
+
+/// The TCP server's side: accept one client, read its lines, connect the QP, answer.
+fn tcp_server(s: &Session, port: u16, info: &mut dyn FnMut(&str)) -> Result<Dest> {
+    let stream = accept_one(
+        port,
+        s.deadline,
+        s.cfg.time_limit,
+        "rnic-pingpong --connect HOST:PORT",
+        info,
+    )?;
     let mut reader = BufReader::new(&stream);
     let remote = read_dest(&mut reader, s.cfg.op)?;
     s.connect(&remote)?;
@@ -1803,15 +1839,15 @@ fn resolve(target: &str) -> Result<Vec<std::net::SocketAddr>> {
     Ok(addrs)
 }
 
-/// The TCP client's side: connect (retrying while refused), send this side's lines, read
-/// the server's, say `done`.
-fn tcp_client(s: &Session, target: &str) -> Result<Dest> {
+/// Connects to `target` (`HOST[:PORT]`, port 18515 by default), retrying while the
+/// connection is refused (the server may still be starting) until `deadline`.
+pub(crate) fn connect_retrying(target: &str, deadline: Option<Instant>) -> Result<TcpStream> {
+    let time_left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
     let addrs = resolve(target)?;
     let mut last_err = None;
     let stream = 'connected: loop {
         for a in &addrs {
-            let t = s
-                .time_left()
+            let t = time_left()
                 .unwrap_or(Duration::from_secs(10))
                 .clamp(Duration::from_millis(1), Duration::from_secs(10));
             match TcpStream::connect_timeout(a, t) {
@@ -1821,7 +1857,7 @@ fn tcp_client(s: &Session, target: &str) -> Result<Dest> {
         }
         let e = last_err.take().expect("tried one");
         let refused = e.kind() == std::io::ErrorKind::ConnectionRefused;
-        if !refused || s.time_left() == Some(Duration::ZERO) {
+        if !refused || time_left() == Some(Duration::ZERO) {
             let port = addrs[0].port();
             let listen = if port == DEFAULT_PORT {
                 "--listen".to_string()
@@ -1832,10 +1868,15 @@ fn tcp_client(s: &Session, target: &str) -> Result<Dest> {
                 "cannot connect to {target}: {e} (is the other side running with {listen}?)"
             ));
         }
-        // The server may still be starting.
         std::thread::sleep(Duration::from_millis(50));
     };
-    set_timeouts(&stream, s.time_left())?;
+    set_timeouts(&stream, time_left())?;
+    Ok(stream)
+}
+
+/// The TCP client's side: connect, send this side's lines, read the server's, say `done`.
+fn tcp_client(s: &Session, target: &str) -> Result<Dest> {
+    let stream = connect_retrying(target, s.deadline)?;
     (&stream)
         .write_all(wire_lines(&s.local, s.cfg.op).as_bytes())
         .map_err(|e| PingpongError(format!("send this side's parameters: {}", io_msg(&e))))?;

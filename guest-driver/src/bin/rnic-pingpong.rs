@@ -1,6 +1,8 @@
 //! rnic-pingpong: an RC ping-pong between two rnic functions, in the manner of rdma-core's
 //! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs. The logic lives in
-//! `rnic_driver::pingpong`, whose documentation describes the wire format.
+//! `rnic_driver::pingpong`, whose documentation describes the wire format; with
+//! `--ibv-compat` it is `ibv_rc_pingpong`'s own exchange and flow
+//! (`rnic_driver::ibv_compat`), so that the other end can be `ibv_rc_pingpong` itself.
 
 // The doc comments below are clap's help text, where `[PORT]` means an optional value.
 #![allow(rustdoc::broken_intra_doc_links)]
@@ -9,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
+use rnic_driver::ibv_compat;
 use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DEFAULT_PORT};
 
 /// Measures latency and bandwidth between two rnic functions over one RC queue pair, as
@@ -26,6 +29,24 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 /// gid ... psn 0x.. rkey 0x.. addr 0x..`, `listening on port N`, `peer: --peer ...`
 /// (manual mode), `remote: ...`; at the end `N iters of S bytes in T s: X Mbit/s, Y
 /// usec/iter` and a latency line, or one JSON object with --json.
+///
+/// With --ibv-compat the other end may be rdma-core's ibv_rc_pingpong (e.g. on Soft-RoCE):
+/// this side then speaks its TCP exchange byte for byte and runs its SEND ping-pong
+/// (defaults as ibv_rc_pingpong's: --size 4096, --iters 1000, --mtu 1024, --rx-depth 500,
+/// port 18515), printing its lines (`  local address:  LID 0x0000, QPN 0x000011, PSN ...,
+/// GID ::ffff:a.b.c.d`, `  remote address: ...`, `N bytes in T seconds = X Mbit/sec`,
+/// `N iters in T seconds = Y usec/iter`). Either role: `rnic-pingpong --ibv-compat
+/// --listen` here and `ibv_rc_pingpong -d rxe0 -g 1 THIS_HOST` there, or
+/// `ibv_rc_pingpong -d rxe0 -g 1` there and `rnic-pingpong --ibv-compat --connect
+/// THAT_HOST` here.
+///
+/// --op write and --op read (an rnic extension, for a peer written to match, described in
+/// rnic_driver::ibv_compat) add the buffer's rkey and address to the exchange: the client
+/// RDMA-WRITEs into or RDMA-READs from the server's buffer.
+///
+/// Give both ends the same -s/--size, -n/--iters and -m/--mtu. --check (the default) is
+/// ibv_rc_pingpong's -c/--chk: as client this side zeroes the first byte of every 4 KiB
+/// page as -c does, and either side verifies every message received byte for byte.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about, args_override_self = true)]
 #[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "peer"])))]
@@ -119,6 +140,16 @@ struct Args {
     /// Print the result as one JSON object (and the progress lines on standard error).
     #[arg(long)]
     json: bool,
+
+    /// Interoperate with rdma-core's ibv_rc_pingpong: its TCP messages and its SEND
+    /// ping-pong (with --listen or --connect; see above).
+    #[arg(long, conflicts_with_all = ["peer", "follow_pci", "follow_vfio_user"])]
+    ibv_compat: bool,
+
+    /// With --ibv-compat: receives posted at a time (ibv_rc_pingpong's -r, default 500).
+    #[arg(long, value_name = "N", requires = "ibv_compat",
+          default_value_t = rnic_driver::ibv_compat::DEFAULT_RX_DEPTH)]
+    rx_depth: u32,
 }
 
 const DEFAULT_PORT_STR: &str = "18515";
@@ -156,6 +187,9 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.ibv_compat {
+        return run_ibv_compat(args);
+    }
     let manual = args.peer.is_some();
     let rendezvous = match (&args.listen, &args.connect, &args.peer) {
         (Some(port), _, _) => Rendezvous::Listen(*port),
@@ -170,19 +204,8 @@ fn run(args: &Args) -> Result<(), String> {
         },
         _ => unreachable!("clap requires one of --listen, --connect, --peer"),
     };
-    let device = match (&args.vfio_user, &args.pci) {
-        (Some(path), _) => DeviceChoice::VfioUser(path.clone()),
-        (None, Some(bdf)) => DeviceChoice::Pci(bdf.clone()),
-        (None, None) => DeviceChoice::FirstPci,
-    };
-    if !(args.time_limit >= 0.0 && args.time_limit.is_finite()) {
-        return Err(format!(
-            "--time-limit {}: give a number of seconds (0: no limit)",
-            args.time_limit
-        ));
-    }
     let cfg = Config {
-        device,
+        device: device(args),
         rendezvous,
         op: args.op,
         size: args.size,
@@ -196,28 +219,80 @@ fn run(args: &Args) -> Result<(), String> {
         // --check and --no-check override each other; checking is the default.
         check: args.check || !args.no_check,
         events: args.events,
-        time_limit: (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit)),
+        time_limit: time_limit(args)?,
         follow: match (&args.follow_pci, &args.follow_vfio_user) {
             (Some(bdf), _) => Some(DeviceChoice::Pci(bdf.clone())),
             (None, Some(path)) => Some(DeviceChoice::VfioUser(path.clone())),
             (None, None) => None,
         },
     };
-    let json = args.json;
-    let mut info = |line: &str| {
+    let report = pingpong::run(&cfg, &mut info_printer(args.json)).map_err(|e| e.to_string())?;
+    print_report(args.json, &report, &report.text())
+}
+
+/// The function to open.
+fn device(args: &Args) -> DeviceChoice {
+    match (&args.vfio_user, &args.pci) {
+        (Some(path), _) => DeviceChoice::VfioUser(path.clone()),
+        (None, Some(bdf)) => DeviceChoice::Pci(bdf.clone()),
+        (None, None) => DeviceChoice::FirstPci,
+    }
+}
+
+fn time_limit(args: &Args) -> Result<Option<Duration>, String> {
+    if !(args.time_limit >= 0.0 && args.time_limit.is_finite()) {
+        return Err(format!(
+            "--time-limit {}: give a number of seconds (0: no limit)",
+            args.time_limit
+        ));
+    }
+    Ok((args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit)))
+}
+
+/// Progress lines: standard output, or standard error when stdout carries JSON.
+fn info_printer(json: bool) -> impl FnMut(&str) {
+    move |line: &str| {
         if json {
             eprintln!("{line}");
         } else {
             println!("{line}");
         }
-    };
-    let report = pingpong::run(&cfg, &mut info).map_err(|e| e.to_string())?;
+    }
+}
+
+fn print_report(json: bool, report: &impl serde::Serialize, text: &str) -> Result<(), String> {
     if json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| format!("cannot encode JSON: {e}"))?;
+        let text =
+            serde_json::to_string_pretty(report).map_err(|e| format!("cannot encode JSON: {e}"))?;
         println!("{text}");
     } else {
-        print!("{}", report.text());
+        print!("{text}");
     }
     Ok(())
+}
+
+/// `--ibv-compat`: ibv_rc_pingpong's exchange and SEND ping-pong.
+fn run_ibv_compat(args: &Args) -> Result<(), String> {
+    let role = match (&args.listen, &args.connect) {
+        (Some(port), _) => ibv_compat::Role::Listen(*port),
+        (_, Some(target)) => ibv_compat::Role::Connect(target.clone()),
+        _ => return Err("--ibv-compat needs --listen [PORT] or --connect HOST[:PORT]".into()),
+    };
+    let cfg = ibv_compat::Config {
+        device: device(args),
+        role,
+        size: args.size,
+        iters: args.iters,
+        mtu: args.mtu,
+        rx_depth: args.rx_depth,
+        psn: args.psn.unwrap_or_else(pingpong::random_psn),
+        timeout: args.timeout,
+        retry: args.retry,
+        check: args.check || !args.no_check,
+        events: args.events,
+        time_limit: time_limit(args)?,
+        op: args.op,
+    };
+    let report = ibv_compat::run(&cfg, &mut info_printer(args.json)).map_err(|e| e.to_string())?;
+    print_report(args.json, &report, &report.text())
 }

@@ -1,0 +1,846 @@
+//! `rnic-pingpong --ibv-compat`: the other end of rdma-core's `ibv_rc_pingpong`.
+//!
+//! In this mode rnic-pingpong speaks `ibv_rc_pingpong`'s TCP exchange byte for byte and
+//! runs its ping-pong flow, so that either end can be `ibv_rc_pingpong` (for instance on a
+//! Soft-RoCE device: `ibv_rc_pingpong -d rxe0 -g 1 [-s SIZE] [-m MTU] [-n ITERS] [-p PORT]
+//! [-c] [SERVER]`). Nothing of rnic-pingpong's own format (extra lines, control messages)
+//! is sent. What `ibv_rc_pingpong` (libibverbs/examples/rc_pingpong.c, rdma-core 56)
+//! does, and so what this module does:
+//!
+//! # The exchange
+//!
+//! One message each way, [`MSG_LEN`] = 52 bytes: `"%04x:%06x:%06x:%s"` of LID, QPN, PSN
+//! and the GID as 32 hex digits in wire byte order, then a NUL ([`encode_msg`]). The LID
+//! is 0 on RoCE; the GID is the function's (its `::ffff:IPv4` RoCEv2 GID), the PSN a
+//! random 24-bit number.
+//!
+//! * client: connects, writes its message in one write, reads exactly 52 bytes, writes
+//!   `"done"` with its NUL (5 bytes, [`DONE`]), closes, and only then moves its QP to RTR
+//!   and RTS.
+//! * server: accepts one client, reads exactly 52 bytes, moves its QP to RTR and RTS,
+//!   writes its own message, reads the 5 bytes of `"done"`, closes.
+//!
+//! `ibv_rc_pingpong` checks that each `read` returns the whole message, so each message
+//! here goes out in a single `write`.
+//!
+//! # The QP
+//!
+//! RC, one send WQE (`max_send_wr` 1) and `rx_depth` receive WQEs (500 by default), one CQ
+//! of `rx_depth + 1` entries for both, remote access flags 0 (only SENDs arrive). RTR: path
+//! MTU from `--mtu`, the peer's QPN and PSN, `max_dest_rd_atomic` 1, min RNR timer 12,
+//! the peer's GID with hop limit 1 (`ibv_rc_pingpong` leaves the other GRH fields 0).
+//! RTS: timeout 14, retry 7, RNR retry 7, `max_rd_atomic` 1, this side's PSN.
+//!
+//! # The flow
+//!
+//! One buffer of `size` bytes serves every receive and every send, so each side sends back
+//! what it received last. `rx_depth` receives are posted before the exchange; whenever a
+//! receive completes and one or fewer remain posted, the queue is topped up to `rx_depth`.
+//! The client posts the first SEND after connecting its QP; then a side posts its next
+//! SEND (signaled) once both its last SEND and a receive have completed, until it has
+//! sent `iters`; it stops when it has sent and received `iters` messages each. The clock
+//! runs from the first post (client) or from the QP being connected (server) to the end.
+//! Figures, as `ibv_rc_pingpong` prints them: `2 * size * iters` bytes, `Mbit/sec = bytes
+//! * 8 / usec`, `usec/iter = usec / iters`.
+//!
+//! # Data
+//!
+//! The buffer starts as [`FILL_BYTE`] (0x7b) everywhere. With `-c`/`--chk`
+//! `ibv_rc_pingpong`'s client also zeroes the first byte of every 4096-byte page, and its
+//! server checks those bytes at the end. Here `check` (rnic-pingpong's default) does the
+//! same on the client, and both sides verify every message received, byte for byte: the
+//! client against what it sent, the server against the first message, which must be one
+//! of the two contents an `ibv_rc_pingpong` client sends ([`client_data`]).
+//!
+//! # RDMA WRITE and READ (`--op write`, `--op read`): an rnic extension
+//!
+//! `ibv_rc_pingpong` has no WRITE or READ test, so these follow its exchange with the
+//! least added, for any ibverbs peer written to match (perftest's own protocol is not
+//! spoken). After each side's 52-byte message comes a second, [`KEY_LEN`] = 26 bytes:
+//! `"%08x:%016x"` of the rkey and address of the buffer the peer may write or read, then
+//! a NUL ([`encode_key`]); the client sends both in one write, the server answers both in
+//! one write once its QP is connected, the client says `done` as above. The TCP
+//! connection then stays open: when the client has finished it sends a second `done`
+//! (5 bytes with the NUL) and the server ends when that arrives.
+//!
+//! * write: the client RDMA-WRITEs its `size` bytes ([`client_data`] with `--chk`'s zeros)
+//!   into the server's buffer, `iters` times, each signaled and waited for. The server's
+//!   buffer starts as the complement of [`FILL_BYTE`]; with `check` it verifies, after
+//!   the final `done`, that it holds the client's data.
+//! * read: the server's buffer holds [`client_data`] (with the zeros); the client
+//!   RDMA-READs it `iters` times, each signaled and waited for, and with `check` verifies
+//!   every READ (its own buffer is set to the complement before each).
+//!
+//! QP access flags: remote write (write) or remote read (read); READs in flight and
+//! accepted: 1. Figures: `size * iters` bytes, over the client's loop; the server's clock
+//! runs from its QP being connected to the final `done`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::pingpong::{
+    self, accept_one, check_sizes, completion_error_named, connect_retrying, drv, fail, idle_wait,
+    io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
+    Result,
+};
+use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
+
+pub use crate::pingpong::Dest;
+
+/// Bytes of `ibv_rc_pingpong`'s message, with its NUL: `sizeof
+/// "0000:000000:000000:00000000000000000000000000000000"`.
+pub const MSG_LEN: usize = 52;
+/// The client's last word, with its NUL (`sizeof "done"` bytes).
+pub const DONE: &[u8; 5] = b"done\0";
+/// Bytes of the buffer message of `--op write` and `--op read`: `"%08x:%016x"` and a NUL.
+pub const KEY_LEN: usize = 26;
+/// `ibv_rc_pingpong`'s default number of receives posted at a time.
+pub const DEFAULT_RX_DEPTH: u32 = 500;
+/// What `ibv_rc_pingpong` fills its buffer with.
+pub const FILL_BYTE: u8 = 0x7b;
+/// The page size of `ibv_rc_pingpong`'s `--chk` pattern (x86's `sysconf(_SC_PAGESIZE)`).
+pub const CHK_PAGE: usize = 4096;
+/// `ibv_rc_pingpong`'s work request IDs.
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+/// The hop limit `ibv_rc_pingpong` puts in the address vector.
+const HOP_LIMIT: u8 = 1;
+/// How long a wait sleeps at most before it looks at the clock again.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// This side's message: `"%04x:%06x:%06x:%s"` and a NUL.
+pub fn encode_msg(d: &Dest) -> [u8; MSG_LEN] {
+    let line = d.line();
+    let mut msg = [0u8; MSG_LEN];
+    // LID 16 bits, QPN and PSN 24 bits: the line is always 51 characters.
+    msg[..line.len()].copy_from_slice(line.as_bytes());
+    msg
+}
+
+/// This side's buffer message (`--op write` and `--op read`): `"%08x:%016x"` of the rkey
+/// and the address, then a NUL.
+pub fn encode_key(b: &RemoteBuf) -> [u8; KEY_LEN] {
+    let mut msg = [0u8; KEY_LEN];
+    let text = format!("{:08x}:{:016x}", b.rkey, b.addr);
+    msg[..text.len()].copy_from_slice(text.as_bytes());
+    msg
+}
+
+/// Parses the peer's buffer message.
+pub fn decode_key(msg: &[u8]) -> Result<RemoteBuf> {
+    let text = msg.split(|&b| b == 0).next().unwrap_or_default();
+    if text.len() == msg.len() {
+        return fail("the peer's buffer message has no NUL: does it run the same --op?");
+    }
+    let text = std::str::from_utf8(text)
+        .map_err(|_| PingpongError("the peer's buffer message is not text".into()))?;
+    Dest::parse_buf_line(text)
+}
+
+/// Parses the peer's 52 bytes: the text up to the NUL, as `ibv_rc_pingpong`'s `sscanf(msg,
+/// "%x:%x:%x:%s")` and `wire_gid_to_gid` read it.
+pub fn decode_msg(msg: &[u8]) -> Result<Dest> {
+    let Some(end) = msg.iter().position(|&b| b == 0) else {
+        return fail(format!(
+            "the peer's message {:?} has no NUL: is it ibv_rc_pingpong (or rnic-pingpong --ibv-compat)? rnic-pingpong without --ibv-compat uses another format",
+            String::from_utf8_lossy(msg)
+        ));
+    };
+    let text = std::str::from_utf8(&msg[..end])
+        .map_err(|_| PingpongError("the peer's message is not text".into()))?;
+    Dest::parse_line(text)
+}
+
+/// What an `ibv_rc_pingpong` client sends (and each side then echoes): `size` bytes of
+/// [`FILL_BYTE`], with the first byte of each [`CHK_PAGE`]-byte page zero if it runs with
+/// `--chk`.
+pub fn client_data(size: usize, chk: bool) -> Vec<u8> {
+    let mut data = vec![FILL_BYTE; size];
+    if chk {
+        data.iter_mut().step_by(CHK_PAGE).for_each(|b| *b = 0);
+    }
+    data
+}
+
+/// Which side of the TCP exchange this is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Wait for the client on this TCP port (0: any, printed).
+    Listen(u16),
+    /// Connect to `HOST[:PORT]`; this side sends first.
+    Connect(String),
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The function.
+    pub device: DeviceChoice,
+    /// Server or client.
+    pub role: Role,
+    /// Bytes per message (`-s`).
+    pub size: usize,
+    /// Messages each way (`-n`).
+    pub iters: u64,
+    /// Path MTU in bytes (`-m`).
+    pub mtu: u32,
+    /// Receives posted at a time (`-r`).
+    pub rx_depth: u32,
+    /// First PSN this side sends (24 bits).
+    pub psn: u32,
+    /// Local ACK timeout code (14 in `ibv_rc_pingpong`).
+    pub timeout: u8,
+    /// Transport retries (7 in `ibv_rc_pingpong`).
+    pub retry: u8,
+    /// `--chk`: the client zeroes each page's first byte; both sides verify every message.
+    pub check: bool,
+    /// Sleep on completion events (`-e`) instead of polling.
+    pub events: bool,
+    /// The whole run's time limit (`None`: none).
+    pub time_limit: Option<Duration>,
+    /// SEND (`ibv_rc_pingpong`'s test), or this module's RDMA WRITE or READ extension.
+    pub op: Op,
+}
+
+/// What a run measured, as `ibv_rc_pingpong` counts it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// The operation.
+    pub op: Op,
+    /// "server" or "client".
+    pub role: &'static str,
+    /// Bytes per message.
+    pub size: usize,
+    /// Messages each way.
+    pub iters: u64,
+    /// `2 * size * iters` (send), `size * iters` (write, read).
+    pub bytes: u64,
+    /// Seconds from the start of the ping-pong to its end.
+    pub seconds: f64,
+    /// `bytes * 8 / usec`.
+    pub mbit_per_s: f64,
+    /// `usec / iters`.
+    pub usec_per_iter: f64,
+    /// Whether every message was verified.
+    pub checked: bool,
+    /// Whether the client's data carries `--chk`'s zero bytes (`None` without `check`).
+    pub peer_chk: Option<bool>,
+    /// This side.
+    pub local: DestJson,
+    /// The peer.
+    pub remote: DestJson,
+}
+
+impl Report {
+    /// `ibv_rc_pingpong`'s two lines: `N bytes in T seconds = X Mbit/sec` and `N iters in
+    /// T seconds = Y usec/iter`.
+    pub fn text(&self) -> String {
+        format!(
+            "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
+            self.bytes,
+            self.seconds,
+            self.mbit_per_s,
+            self.iters,
+            self.seconds,
+            self.usec_per_iter
+        )
+    }
+}
+
+/// `ibv_rc_pingpong`'s `local address:` / `remote address:` line.
+pub fn address_line(which: &str, d: &Dest) -> String {
+    format!(
+        "  {which} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+        d.lid,
+        d.qpn,
+        d.psn,
+        std::net::Ipv6Addr::from(d.gid)
+    )
+}
+
+/// The verbs objects of one side. Fields drop in order: the QP before what it uses.
+struct Side {
+    qp: Qp,
+    mr: Mr,
+    cq: Cq,
+    _pd: Pd,
+    ctx: Context,
+    cfg: Config,
+    deadline: Option<Instant>,
+    local: Dest,
+    /// Receives posted and not completed (`routs`).
+    routs: u32,
+    /// What every message must contain, once known.
+    expected: Option<Vec<u8>>,
+}
+
+impl Side {
+    fn new(cfg: &Config, deadline: Option<Instant>) -> Result<Side> {
+        check_sizes(cfg.size, cfg.iters, cfg.mtu)?;
+        if cfg.iters > i32::MAX as u64 {
+            return fail("--iters: at most 2147483647 (ibv_rc_pingpong counts in an int)");
+        }
+        if cfg.rx_depth == 0 {
+            return fail("--rx-depth must be at least 1");
+        }
+        let buf_len = page_round(cfg.size);
+        let (device, _, buf) = pingpong::open(&cfg.device, None, buf_len)?;
+        let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+        let limits = ctx.attr().limits;
+        if cfg.rx_depth > limits.max_qp_wr {
+            return fail(format!(
+                "--rx-depth {}: the function takes at most {} receives per QP",
+                cfg.rx_depth, limits.max_qp_wr
+            ));
+        }
+        if cfg.rx_depth + 1 > limits.max_cqe {
+            return fail(format!(
+                "--rx-depth {}: the function's CQs hold at most {} entries",
+                cfg.rx_depth, limits.max_cqe
+            ));
+        }
+        let pd = ctx
+            .alloc_pd()
+            .map_err(drv("allocate a protection domain"))?;
+        let cq = ctx
+            .create_cq(cfg.rx_depth + 1)
+            .map_err(drv("create a completion queue"))?;
+        let mr = pd
+            .reg_mr(
+                buf,
+                0,
+                buf_len,
+                verbs::ACCESS_LOCAL_WRITE | remote_access(cfg.op),
+            )
+            .map_err(drv("register the buffer"))?;
+        let caps = QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: cfg.rx_depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&cq, &cq, caps, false)
+            .map_err(drv("create the queue pair"))?;
+        let (a, m) = verbs::init_attr(remote_access(cfg.op));
+        qp.modify(&a, m).map_err(drv("move the QP to INIT"))?;
+        let client = matches!(cfg.role, Role::Connect(_));
+        let sent = client_data(cfg.size, cfg.check || cfg.op != Op::Send);
+        match (cfg.op, client) {
+            // The target of the WRITEs starts as something they must overwrite.
+            (Op::Write, false) => mr.write(0, &vec![!FILL_BYTE; cfg.size]),
+            _ => mr.write(0, &sent),
+        }
+        let local = Dest {
+            lid: 0,
+            qpn: qp.qp_num(),
+            psn: cfg.psn & 0xFF_FFFF,
+            gid: ctx.attr().gid,
+            buf: (cfg.op != Op::Send).then(|| RemoteBuf {
+                rkey: mr.rkey(),
+                addr: mr.addr(0),
+            }),
+        };
+        let mut side = Side {
+            qp,
+            mr,
+            cq,
+            _pd: pd,
+            ctx,
+            cfg: cfg.clone(),
+            deadline,
+            local,
+            routs: 0,
+            // The client knows what comes back: what it sends.
+            expected: (cfg.check && (client || cfg.op != Op::Send)).then_some(sent),
+        };
+        if cfg.op == Op::Send {
+            side.post_recv(cfg.rx_depth)?;
+        }
+        Ok(side)
+    }
+
+    /// Posts `n` receives of the whole buffer.
+    fn post_recv(&mut self, n: u32) -> Result<()> {
+        let wrs: Vec<RecvWr> = (0..n)
+            .map(|_| RecvWr {
+                wr_id: RECV_WRID,
+                sges: vec![self.mr.sge(0, self.cfg.size)],
+            })
+            .collect();
+        self.qp.post_recv_list(&wrs).map_err(drv("post receives"))?;
+        self.routs += n;
+        Ok(())
+    }
+
+    fn post_send(&self) -> Result<()> {
+        self.qp
+            .post_send(&SendWr {
+                wr_id: SEND_WRID,
+                opcode: WrOpcode::Send,
+                sges: vec![self.mr.sge(0, self.cfg.size)],
+                signaled: true,
+                ..SendWr::default()
+            })
+            .map_err(drv("post a SEND"))
+    }
+
+    /// Moves the QP to RTR and RTS towards `remote`, with `ibv_rc_pingpong`'s attributes.
+    fn connect(&self, remote: &Dest) -> Result<()> {
+        let mtu = mtu_code(self.cfg.mtu).expect("checked in new");
+        let (mut a, m) = verbs::rtr_attr(remote.qpn, remote.gid, remote.psn, mtu, 1, 12);
+        a.hop_limit = HOP_LIMIT;
+        self.qp.modify(&a, m).map_err(drv(&format!(
+            "move the QP to RTR towards QPN {:#x} GID {} (--mtu {})",
+            remote.qpn,
+            std::net::Ipv6Addr::from(remote.gid),
+            self.cfg.mtu
+        )))?;
+        let (a, m) = verbs::rts_attr(self.local.psn, self.cfg.timeout, self.cfg.retry, 7, 1);
+        self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
+    }
+
+    /// The server's exchange: read the client's message, connect, answer, read `done`.
+    fn serve(&self, port: u16, info: &mut dyn FnMut(&str)) -> Result<(Dest, TcpStream)> {
+        let stream = accept_one(
+            port,
+            self.deadline,
+            self.cfg.time_limit,
+            "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect",
+            info,
+        )?;
+        let remote = self.read_dest(&stream)?;
+        self.connect(&remote)?;
+        write_all(&stream, &self.messages(), "this side's address message")?;
+        read_done(&stream)?;
+        Ok((remote, stream))
+    }
+
+    /// This side's message, and for write and read its buffer message, as one write.
+    fn messages(&self) -> Vec<u8> {
+        let mut out = encode_msg(&self.local).to_vec();
+        if let Some(b) = &self.local.buf {
+            out.extend_from_slice(&encode_key(b));
+        }
+        out
+    }
+
+    /// Reads the peer's message, and for write and read its buffer message.
+    fn read_dest(&self, stream: &TcpStream) -> Result<Dest> {
+        let mut msg = [0u8; MSG_LEN];
+        read_exact(stream, &mut msg, "address message")?;
+        let mut remote = decode_msg(&msg)?;
+        if self.cfg.op != Op::Send {
+            let mut key = [0u8; KEY_LEN];
+            read_exact(stream, &mut key, "buffer message")?;
+            remote.buf = Some(decode_key(&key)?);
+        }
+        Ok(remote)
+    }
+
+    /// The client's exchange: send this side's message, read the server's, say `done`.
+    fn call(&self, target: &str) -> Result<(Dest, TcpStream)> {
+        let stream = connect_retrying(target, self.deadline)?;
+        write_all(&stream, &self.messages(), "this side's address message")?;
+        let remote = self.read_dest(&stream)?;
+        write_all(&stream, DONE, "\"done\"")?;
+        Ok((remote, stream))
+    }
+
+    /// The client of write and read: one WRITE or READ at a time, `iters` times.
+    fn run_one_sided(&mut self, remote: &RemoteBuf) -> Result<Duration> {
+        let size = self.cfg.size;
+        let (opcode, name) = match self.cfg.op {
+            Op::Read => (
+                WrOpcode::RdmaRead {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                },
+                "RDMA READ",
+            ),
+            _ => (
+                WrOpcode::RdmaWrite {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                },
+                "RDMA WRITE",
+            ),
+        };
+        let poison = vec![!FILL_BYTE; size];
+        let reading = self.cfg.op == Op::Read && self.cfg.check;
+        let mut idle = 0u32;
+        let start = Instant::now();
+        for n in 1..=self.cfg.iters {
+            if reading {
+                self.mr.write(0, &poison);
+            }
+            self.qp
+                .post_send(&SendWr {
+                    wr_id: SEND_WRID,
+                    opcode,
+                    sges: vec![self.mr.sge(0, size)],
+                    signaled: true,
+                    ..SendWr::default()
+                })
+                .map_err(drv(&format!("post an {name}")))?;
+            let mut done = false;
+            while !done {
+                for wc in self.completions(&mut idle)? {
+                    if !wc.is_success() || wc.wr_id != SEND_WRID {
+                        return Err(completion_error_named(&wc, name));
+                    }
+                    done = true;
+                }
+            }
+            if reading {
+                self.verify(n)?;
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    /// The next completions, waiting for them (polling, or on events with `events`).
+    fn completions(&mut self, idle: &mut u32) -> Result<Vec<Wc>> {
+        loop {
+            let got = self.cq.poll(16);
+            if !got.is_empty() {
+                *idle = 0;
+                return Ok(got);
+            }
+            let left = self
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(timed_out(
+                    self.cfg.time_limit,
+                    "the ping-pong's completions (is the peer still running?)",
+                ));
+            }
+            let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
+            let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, idle, slice)?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+        }
+    }
+
+    /// Checks the message just received against what every message must hold.
+    fn verify(&mut self, n: u64) -> Result<()> {
+        let mut got = vec![0u8; self.cfg.size];
+        self.mr.read(0, &mut got);
+        match &self.expected {
+            Some(expected) if got == *expected => Ok(()),
+            Some(expected) => fail(format!(
+                "message {n} differs from what the client sent (or, for --op read, the server's buffer): {}",
+                first_difference(&got, expected)
+            )),
+            None => {
+                let known = [true, false].map(|chk| client_data(self.cfg.size, chk));
+                if !known.contains(&got) {
+                    return fail(format!(
+                        "message {n} is not what an ibv_rc_pingpong client sends ({} bytes of {FILL_BYTE:#04x}, with --chk a 0 at the start of each {CHK_PAGE}-byte page): {}",
+                        self.cfg.size,
+                        first_difference(&got, &known[0])
+                    ));
+                }
+                self.expected = Some(got);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_rc_pingpong`'s loop: returns the time from the start to the last completion.
+    fn run_pingpong(&mut self, client: bool) -> Result<Duration> {
+        let iters = self.cfg.iters;
+        let mut pending = RECV_WRID;
+        if client {
+            self.post_send()?;
+            pending |= SEND_WRID;
+        }
+        let start = Instant::now();
+        let (mut scnt, mut rcnt) = (0u64, 0u64);
+        let mut idle = 0u32;
+        while rcnt < iters || scnt < iters {
+            for wc in self.completions(&mut idle)? {
+                let name = match wc.wr_id {
+                    SEND_WRID => "SEND",
+                    RECV_WRID => "receive",
+                    _ => "unknown work request",
+                };
+                if !wc.is_success() {
+                    return Err(completion_error_named(&wc, name));
+                }
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        self.routs -= 1;
+                        if self.routs <= 1 {
+                            self.post_recv(self.cfg.rx_depth - self.routs)?;
+                        }
+                        rcnt += 1;
+                        if wc.byte_len as usize != self.cfg.size {
+                            return fail(format!(
+                                "message {rcnt} has {} bytes, expected {} (both sides need the same size: -s / --size)",
+                                wc.byte_len, self.cfg.size
+                            ));
+                        }
+                        if self.cfg.check {
+                            self.verify(rcnt)?;
+                        }
+                    }
+                    id => return fail(format!("a completion for unknown wr_id {id}")),
+                }
+                pending &= !wc.wr_id;
+                if scnt < iters && pending == 0 {
+                    self.post_send()?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        Ok(start.elapsed())
+    }
+}
+
+/// Reads the client's `"done"` and its NUL.
+fn read_done(stream: &TcpStream) -> Result<()> {
+    let mut done = [0u8; DONE.len()];
+    read_exact(stream, &mut done, "\"done\"")?;
+    if &done != DONE {
+        return fail(format!(
+            "the client sent {:?} instead of \"done\" and its NUL",
+            String::from_utf8_lossy(&done)
+        ));
+    }
+    Ok(())
+}
+
+/// The remote access a QP and its buffer allow for `op`.
+fn remote_access(op: Op) -> u32 {
+    match op {
+        Op::Send => 0,
+        Op::Write => verbs::ACCESS_REMOTE_WRITE,
+        Op::Read => verbs::ACCESS_REMOTE_READ,
+    }
+}
+
+fn read_exact(mut stream: &TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
+    stream.read_exact(buf).map_err(|e| {
+        let msg = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            "the peer closed the connection early".to_string()
+        } else {
+            io_msg(&e)
+        };
+        PingpongError(format!("read the peer's {what} over TCP: {msg}"))
+    })
+}
+
+/// Writes `data` in one `write` where the socket takes it (`ibv_rc_pingpong` expects
+/// each message whole from a single `read`).
+fn write_all(mut stream: &TcpStream, data: &[u8], what: &str) -> Result<()> {
+    stream
+        .write_all(data)
+        .map_err(|e| PingpongError(format!("send {what}: {}", io_msg(&e))))
+}
+
+/// Where `got` first differs from `want`, in words.
+fn first_difference(got: &[u8], want: &[u8]) -> String {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "byte {i} is {:#04x}, expected {:#04x}; {} bytes differ",
+            got[i],
+            want[i],
+            got.iter().zip(want).filter(|(a, b)| a != b).count()
+        ),
+        None => "the lengths differ".into(),
+    }
+}
+
+/// Runs one side. `info` receives the progress lines as they happen: `ibv_rc_pingpong`'s
+/// `  local address: ...` and `  remote address: ...`, and `listening on port N`.
+pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
+    let deadline = cfg.time_limit.map(|t| Instant::now() + t);
+    let mut side = Side::new(cfg, deadline)?;
+    info(&address_line("local address: ", &side.local));
+    let client = matches!(cfg.role, Role::Connect(_));
+    let (remote, stream) = match &cfg.role {
+        Role::Listen(port) => side.serve(*port, info)?,
+        Role::Connect(target) => {
+            let (remote, stream) = side.call(target)?;
+            side.connect(&remote)?;
+            (remote, stream)
+        }
+    };
+    info(&address_line("remote address:", &remote));
+    let elapsed = match (cfg.op, client) {
+        (Op::Send, _) => {
+            drop(stream);
+            side.run_pingpong(client)?
+        }
+        (_, true) => {
+            let buf = remote.buf.expect("read_dest reads it for write and read");
+            let elapsed = side.run_one_sided(&buf)?;
+            write_all(&stream, DONE, "the final \"done\"")?;
+            elapsed
+        }
+        (_, false) => {
+            let start = Instant::now();
+            read_done(&stream)?;
+            let elapsed = start.elapsed();
+            if cfg.op == Op::Write && cfg.check {
+                side.verify(cfg.iters)?;
+            }
+            elapsed
+        }
+    };
+    let dirs = if cfg.op == Op::Send { 2 } else { 1 };
+    let bytes = cfg.size as u64 * cfg.iters * dirs;
+    let usec = (elapsed.as_secs_f64() * 1e6).max(f64::MIN_POSITIVE);
+    Ok(Report {
+        op: cfg.op,
+        role: if client { "client" } else { "server" },
+        size: cfg.size,
+        iters: cfg.iters,
+        bytes,
+        seconds: elapsed.as_secs_f64(),
+        mbit_per_s: bytes as f64 * 8.0 / usec,
+        usec_per_iter: usec / cfg.iters as f64,
+        checked: cfg.check,
+        peer_chk: side.expected.as_ref().map(|e| e.first() == Some(&0)),
+        local: side.local.json(),
+        remote: remote.json(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 82, 0, 2];
+
+    fn dest(qpn: u32, psn: u32) -> Dest {
+        Dest {
+            lid: 0,
+            qpn,
+            psn,
+            gid: GID,
+            buf: None,
+        }
+    }
+
+    /// The message as rdma-core builds it: `sprintf(msg, "%04x:%06x:%06x:%s", lid, qpn,
+    /// psn, gid)` into `char msg[sizeof "0000:000000:000000:" + 32 zeros]`, all of which
+    /// is written.
+    fn rdma_core_msg(lid: u32, qpn: u32, psn: u32, gid_hex: &str) -> Vec<u8> {
+        let template = "0000:000000:000000:00000000000000000000000000000000";
+        let mut m = format!("{lid:04x}:{qpn:06x}:{psn:06x}:{gid_hex}").into_bytes();
+        m.resize(template.len() + 1, 0);
+        m
+    }
+
+    #[test]
+    fn our_message_is_byte_for_byte_rdma_cores() {
+        let msg = encode_msg(&dest(0x11, 0xabcdef));
+        assert_eq!(msg.len(), MSG_LEN);
+        assert_eq!(
+            &msg[..],
+            b"0000:000011:abcdef:00000000000000000000ffff0a520002\0"
+        );
+        assert_eq!(
+            msg.to_vec(),
+            rdma_core_msg(0, 0x11, 0xabcdef, "00000000000000000000ffff0a520002")
+        );
+        assert_eq!(DONE.len(), "done".len() + 1);
+    }
+
+    #[test]
+    fn what_ibv_rc_pingpong_sends_parses() {
+        // An rxe QPN and PSN, the GID of ::ffff:10.82.0.1 at index 1.
+        let wire = rdma_core_msg(0, 0x000012, 0x5a3c1f, "00000000000000000000ffff0a520001");
+        let d = decode_msg(&wire).unwrap();
+        assert_eq!((d.lid, d.qpn, d.psn), (0, 0x12, 0x5a3c1f));
+        assert_eq!(
+            std::net::Ipv6Addr::from(d.gid).to_string(),
+            "::ffff:10.82.0.1"
+        );
+        // sscanf's %x takes upper case too; and an InfiniBand LID.
+        let wire = rdma_core_msg(0x1a, 0xABCDEF, 0, "FE800000000000000000000000000001");
+        let d = decode_msg(&wire).unwrap();
+        assert_eq!(
+            (d.lid, d.qpn, d.gid[0], d.gid[15]),
+            (0x1a, 0xabcdef, 0xfe, 1)
+        );
+        // A GID of zeros (ibv_rc_pingpong without -g).
+        let d = decode_msg(&rdma_core_msg(0, 1, 2, &"0".repeat(32))).unwrap();
+        assert_eq!(d.gid, [0; 16]);
+    }
+
+    #[test]
+    fn foreign_messages_are_refused() {
+        // rnic-pingpong's own format ends its line with a newline, not a NUL.
+        let mut own = b"0000:000011:abcdef:00000000000000000000ffff0a520002\n".to_vec();
+        let e = decode_msg(&own).unwrap_err();
+        assert!(e.0.contains("has no NUL"), "{e}");
+        own[51] = 0;
+        assert!(decode_msg(&own).is_ok());
+        let e = decode_msg(b"hello\0").unwrap_err();
+        assert!(e.0.contains("LLLL:QQQQQQ:PPPPPP"), "{e}");
+    }
+
+    #[test]
+    fn client_data_is_ibv_rc_pingpongs() {
+        assert_eq!(client_data(3, false), vec![0x7b; 3]);
+        let d = client_data(3 * CHK_PAGE + 1, true);
+        for (i, b) in d.iter().enumerate() {
+            let want = if i % CHK_PAGE == 0 { 0 } else { 0x7b };
+            assert_eq!(*b, want, "byte {i}");
+        }
+    }
+
+    #[test]
+    fn lines_read_like_ibv_rc_pingpongs() {
+        assert_eq!(
+            address_line("local address: ", &dest(0x11, 0xabc)),
+            "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.82.0.2"
+        );
+        let r = Report {
+            op: Op::Send,
+            role: "client",
+            size: 4096,
+            iters: 1000,
+            bytes: 8_192_000,
+            seconds: 0.5,
+            mbit_per_s: 131.072,
+            usec_per_iter: 500.0,
+            checked: true,
+            peer_chk: Some(true),
+            local: dest(1, 2).json(),
+            remote: dest(3, 4).json(),
+        };
+        assert_eq!(
+            r.text(),
+            "8192000 bytes in 0.50 seconds = 131.07 Mbit/sec\n1000 iters in 0.50 seconds = 500.00 usec/iter\n"
+        );
+    }
+
+    #[test]
+    fn buffer_messages_round_trip() {
+        let b = RemoteBuf {
+            rkey: 0x1234,
+            addr: 0x1_0000_2000,
+        };
+        let msg = encode_key(&b);
+        assert_eq!(&msg[..], b"00001234:0000000100002000\0");
+        assert_eq!(decode_key(&msg).unwrap(), b);
+        assert!(decode_key(b"00001234:0000000100002000\n").is_err());
+    }
+
+    #[test]
+    fn differences_are_named() {
+        assert_eq!(
+            first_difference(&[1, 2, 3], &[1, 0, 0]),
+            "byte 1 is 0x02, expected 0x00; 2 bytes differ"
+        );
+    }
+}
