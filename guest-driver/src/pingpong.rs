@@ -948,6 +948,19 @@ pub(crate) fn check_sizes(size: usize, iters: u64, mtu: u32) -> Result<()> {
     Ok(())
 }
 
+/// An RC QP on `cq` with `tx` send and `rx` receive WQEs of one SGE each, no inline data.
+pub(crate) fn rc_qp(pd: &Pd, cq: &Cq, tx: u32, rx: u32) -> Result<Qp> {
+    let caps = QpCaps {
+        max_send_wr: tx,
+        max_recv_wr: rx,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    pd.create_qp(cq, cq, caps, false)
+        .map_err(drv("create the queue pair"))
+}
+
 pub(crate) fn page_round(n: usize) -> usize {
     n.div_ceil(4096) * 4096
 }
@@ -982,16 +995,7 @@ impl Session {
         let mr = pd
             .reg_mr(buf, 0, buf_len, access)
             .map_err(drv("register the buffer"))?;
-        let caps = QpCaps {
-            max_send_wr: tx,
-            max_recv_wr: rx,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp = pd
-            .create_qp(&cq, &cq, caps, false)
-            .map_err(drv("create the queue pair"))?;
+        let qp = rc_qp(&pd, &cq, tx, rx)?;
         let local = Dest {
             lid: 0,
             qpn: qp.qp_num(),

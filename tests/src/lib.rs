@@ -240,3 +240,23 @@ impl RawClient {
         self.recv()
     }
 }
+
+/// A TCP port of 127.0.0.1 that is free right now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Waits for `child` and collects its output; kills it first if it runs longer than
+/// `limit` (so a hung peer fails the test instead of hanging it).
+pub fn finish_within(child: Child, limit: Duration) -> std::process::Output {
+    let pid = child.id();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        // SAFETY: kill(2) on a PID; harmless if the process is gone.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    let out = child.wait_with_output().expect("wait");
+    drop(killer);
+    out
+}

@@ -13,15 +13,9 @@ use std::time::{Duration, Instant};
 
 use rnic_driver::verbs::{self, mtu, QpCaps, RecvWr, SendWr, WrOpcode};
 use rnic_tests::verbs_pair::{self, PairOptions};
-use rnic_tests::{bin, Rnicd};
+use rnic_tests::{bin, finish_within, free_port, Rnicd};
 
 const ITERS: u64 = 100;
-
-/// A TCP port free right now.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
 
 /// Starts `rnic-pingpong --ibv-compat` on function `function` with `args`.
 fn rnic_pingpong(rnicd: &Rnicd, function: &str, args: &[String]) -> Child {
@@ -40,15 +34,7 @@ fn rnic_pingpong(rnicd: &Rnicd, function: &str, args: &[String]) -> Child {
 
 /// Waits for `child`; kills it after 30 s.
 fn finish(child: Child) -> Output {
-    let pid = child.id();
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(30));
-        // SAFETY: kill(2) on a PID; harmless if the process is gone.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    });
-    let out = child.wait_with_output().expect("wait");
-    drop(killer);
-    out
+    finish_within(child, Duration::from_secs(30))
 }
 
 /// Checks a successful run's output: ibv_rc_pingpong's address lines and figures.

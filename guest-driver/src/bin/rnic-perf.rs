@@ -18,6 +18,11 @@ use rnic_driver::Location;
 /// PCI addresses (in a VM with two functions).
 ///
 /// Tests: write_bw, read_bw, send_bw, write_lat, send_lat, atomic_lat.
+///
+/// `rnic-perf --perftest write_bw|read_bw (--listen [PORT] | --connect HOST[:PORT])` is
+/// another mode: one end of perftest's ib_write_bw / ib_read_bw over perftest's own TCP
+/// exchange, so that the other end can be perftest (e.g. on Soft-RoCE); see
+/// `rnic-perf --perftest write_bw --help`.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
@@ -168,6 +173,10 @@ fn config(args: &Args) -> Result<Config, String> {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let argv: Vec<_> = std::env::args_os().collect();
+    if perf::perftest::wanted(&argv) {
+        std::process::exit(perf::perftest::main_with(argv));
+    }
     let args = Args::parse();
     let cfg = match config(&args) {
         Ok(c) => c,

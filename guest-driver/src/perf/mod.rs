@@ -19,6 +19,7 @@
 //! atomics by their fetched values); the run fails on the first difference.
 
 mod baseline;
+pub mod perftest;
 mod report;
 mod stats;
 
