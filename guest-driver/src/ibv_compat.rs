@@ -55,8 +55,9 @@
 //! # RDMA WRITE and READ (`--op write`, `--op read`): an rnic extension
 //!
 //! `ibv_rc_pingpong` has no WRITE or READ test, so these follow its exchange with the
-//! least added, for any ibverbs peer written to match (perftest's own protocol is not
-//! spoken). After each side's 52-byte message comes a second, [`KEY_LEN`] = 26 bytes:
+//! least added, for any ibverbs peer written to match (perftest's own exchange, for
+//! `ib_write_bw` and `ib_read_bw`, is `rnic-perf --perftest`: [`crate::perf::perftest`]).
+//! After each side's 52-byte message comes a second, [`KEY_LEN`] = 26 bytes:
 //! `"%08x:%016x"` of the rkey and address of the buffer the peer may write or read, then
 //! a NUL ([`encode_key`]); the client sends both in one write, the server answers both in
 //! one write once its QP is connected, the client says `done` as above. The TCP
