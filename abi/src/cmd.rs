@@ -47,8 +47,16 @@ pub enum Opcode {
     DeallocPd = 0x0111,
     /// Register a memory region: `verbs::RegMrReq` -> `verbs::RegMrResp`.
     RegMr = 0x0120,
-    /// Deregister a memory region: `verbs::ObjectReq` with the lkey.
+    /// Deregister a memory region, or destroy an indirect or pattern key: `verbs::ObjectReq`
+    /// with the lkey. Fails with [`Status::Busy`] while an indirect or pattern key names
+    /// the region.
     DeregMr = 0x0121,
+    /// Create an indirect memory key: `mkey::CreateIndirectKeyReq` and its entries ->
+    /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
+    CreateIndirectKey = 0x0122,
+    /// Create a pattern (strided) memory key: `mkey::CreatePatternKeyReq` ->
+    /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
+    CreatePatternKey = 0x0123,
     /// Create a completion queue: `verbs::CreateCqReq` -> `verbs::CreateCqResp`.
     CreateCq = 0x0130,
     /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
@@ -105,6 +113,8 @@ impl Opcode {
             0x0111 => Self::DeallocPd,
             0x0120 => Self::RegMr,
             0x0121 => Self::DeregMr,
+            0x0122 => Self::CreateIndirectKey,
+            0x0123 => Self::CreatePatternKey,
             0x0130 => Self::CreateCq,
             0x0131 => Self::DestroyCq,
             0x0140 => Self::CreateQp,

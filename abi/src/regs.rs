@@ -153,6 +153,11 @@ pub const CAP_RDMA_RC: u64 = 1 << 4;
 /// Capability: the function administers the device through its admin queue
 /// ([`crate::admin`]); set on the PF only.
 pub const CAP_ADMIN: u64 = 1 << 5;
+/// Capability: indirect memory keys, lists of MR ranges used as one key
+/// ([`crate::mkey`], `CREATE_INDIRECT_KEY`).
+pub const CAP_INDIRECT_MKEY: u64 = 1 << 6;
+/// Capability: pattern (strided) memory keys ([`crate::mkey`], `CREATE_PATTERN_KEY`).
+pub const CAP_PATTERN_MKEY: u64 = 1 << 7;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -93,6 +93,8 @@ impl Identity {
                 | CAP_MSIX
                 | CAP_FUNCTION_RESET
                 | CAP_RDMA_RC
+                | CAP_INDIRECT_MKEY
+                | CAP_PATTERN_MKEY
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1180,7 +1182,13 @@ mod tests {
             rd32(&f, FUNCTION_INFO),
             FUNCTION_IS_VF | 1 << FUNCTION_VF_INDEX_SHIFT
         );
-        let caps = CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET | CAP_RDMA_RC;
+        let caps = CAP_CMDQ
+            | CAP_DOORBELL_NOTIFY
+            | CAP_MSIX
+            | CAP_FUNCTION_RESET
+            | CAP_RDMA_RC
+            | CAP_INDIRECT_MKEY
+            | CAP_PATTERN_MKEY;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -46,6 +46,8 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_FUNCTION_RESET, "function-reset"),
     (regs::CAP_RDMA_RC, "rdma-rc"),
     (regs::CAP_ADMIN, "admin"),
+    (regs::CAP_INDIRECT_MKEY, "indirect-mkey"),
+    (regs::CAP_PATTERN_MKEY, "pattern-mkey"),
 ];
 
 impl Report {

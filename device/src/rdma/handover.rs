@@ -105,7 +105,8 @@ impl RdmaState {
             .pds
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
-        if pd.users != 1 {
+        // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
+        if pd.users != 1 || self.mrs.indirect.count_in_pd(qp.pdn) > 0 {
             return Err(busy(qp.pdn));
         }
         let target = |own: u32, named: u32| {

@@ -12,6 +12,7 @@
 pub mod completer;
 pub mod cq;
 pub mod handover;
+pub mod indirect;
 pub mod mr;
 pub mod pages;
 pub mod qp;
@@ -124,6 +125,16 @@ fn reply<T: IntoBytes + Immutable>(value: &T) -> Response {
     Response::ok(value.as_bytes().to_vec())
 }
 
+/// Checks `ACCESS_*` flags of a memory key: known flags only, and as ibverbs, remote write
+/// or atomic access needs local write too.
+fn check_mr_access(access: u32) -> Result<(), Response> {
+    let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+    if access & !ACCESS_ALL != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
+        return Err(Response::error(Status::BadParam, access));
+    }
+    Ok(())
+}
+
 fn page_list_error(e: PageListError) -> Response {
     match e {
         PageListError::Unmapped => Response::error(Status::DmaError, 0),
@@ -197,6 +208,8 @@ impl RdmaState {
             Opcode::DeallocPd => self.dealloc_pd(body),
             Opcode::RegMr => self.reg_mr(body, env),
             Opcode::DeregMr => self.dereg_mr(body),
+            Opcode::CreateIndirectKey => self.create_indirect_key(body),
+            Opcode::CreatePatternKey => self.create_pattern_key(body),
             Opcode::CreateCq => self.create_cq(body, env),
             Opcode::DestroyCq => self.destroy_cq(body),
             Opcode::CreateQp => self.create_qp(body, env),
@@ -327,13 +340,7 @@ impl RdmaState {
         if !self.pds.contains_key(&req.pdn) {
             return Err(Response::error(Status::NotFound, req.pdn));
         }
-        // As ibverbs: remote write or atomic access needs local write too.
-        let needs_local_write = req.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
-        if req.access & !ACCESS_ALL != 0
-            || (needs_local_write && req.access & ACCESS_LOCAL_WRITE == 0)
-        {
-            return Err(Response::error(Status::BadParam, req.access));
-        }
+        check_mr_access(req.access)?;
         if req.length > self.limits.max_mr_size || req.iova.checked_add(req.length).is_none() {
             return Err(Response::error(Status::BadParam, 0));
         }
@@ -374,6 +381,13 @@ impl RdmaState {
 
     fn dereg_mr(&mut self, body: &[u8]) -> Result<Response, Response> {
         let req: ObjectReq = decode(body)?;
+        if indirect::IndirectTable::owns(req.handle) {
+            return self.destroy_indirect_key(req.handle);
+        }
+        // An indirect or pattern key names it: that key must go first.
+        if self.mrs.indirect.references(req.handle) {
+            return Err(Response::error(Status::Busy, req.handle));
+        }
         // rnic has no memory windows, the only thing that makes a deregistration wait in
         // the IB spec; in-flight WRs that still name the key fail with an access error.
         let mr = self

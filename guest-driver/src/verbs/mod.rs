@@ -28,6 +28,7 @@
 //! ```
 
 mod cq;
+mod mkey;
 mod mr;
 mod qp;
 mod ring;
@@ -48,6 +49,7 @@ use crate::error::{Error, Result};
 use crate::transport::Transport;
 
 pub use cq::{Cq, Wc, WcOpcode};
+pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use qp::{init_attr, mtu, rtr_attr, rts_attr, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
 pub use rnic_abi::verbs::{
