@@ -158,6 +158,10 @@ pub const CAP_ADMIN: u64 = 1 << 5;
 pub const CAP_INDIRECT_MKEY: u64 = 1 << 6;
 /// Capability: pattern (strided) memory keys ([`crate::mkey`], `CREATE_PATTERN_KEY`).
 pub const CAP_PATTERN_MKEY: u64 = 1 << 7;
+/// Capability: SEND with immediate, SEND with invalidate (of MR, indirect and pattern
+/// keys) and the solicited event, in every combination, with the completion semantics of
+/// the datasheet's §14.3 (the `wc_flags` bits of [`crate::verbs::wc_flags`]).
+pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

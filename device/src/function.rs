@@ -95,6 +95,7 @@ impl Identity {
                 | CAP_RDMA_RC
                 | CAP_INDIRECT_MKEY
                 | CAP_PATTERN_MKEY
+                | CAP_SEND_VARIANTS
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1188,7 +1189,8 @@ mod tests {
             | CAP_FUNCTION_RESET
             | CAP_RDMA_RC
             | CAP_INDIRECT_MKEY
-            | CAP_PATTERN_MKEY;
+            | CAP_PATTERN_MKEY
+            | CAP_SEND_VARIANTS;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

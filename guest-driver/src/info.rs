@@ -48,6 +48,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_ADMIN, "admin"),
     (regs::CAP_INDIRECT_MKEY, "indirect-mkey"),
     (regs::CAP_PATTERN_MKEY, "pattern-mkey"),
+    (regs::CAP_SEND_VARIANTS, "send-variants"),
 ];
 
 impl Report {
