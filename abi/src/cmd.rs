@@ -70,6 +70,14 @@ pub enum Opcode {
     QueryQp = 0x0142,
     /// Destroy a queue pair: `verbs::ObjectReq`.
     DestroyQp = 0x0143,
+    /// Create a shared receive queue: `srq::CreateSrqReq` -> `srq::CreateSrqResp`.
+    CreateSrq = 0x0150,
+    /// Change an SRQ's limit: `srq::ModifySrqReq`.
+    ModifySrq = 0x0151,
+    /// Read an SRQ's attributes: `verbs::ObjectReq` -> `srq::QuerySrqResp`.
+    QuerySrq = 0x0152,
+    /// Destroy an SRQ (fails with [`Status::Busy`] while QPs use it): `verbs::ObjectReq`.
+    DestroySrq = 0x0153,
     /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
     /// doorbell numbering): `migration::AdoptQpReq` -> `migration::AdoptQpResp`.
     AdoptQp = 0x0144,
@@ -122,6 +130,10 @@ impl Opcode {
             0x0142 => Self::QueryQp,
             0x0143 => Self::DestroyQp,
             0x0144 => Self::AdoptQp,
+            0x0150 => Self::CreateSrq,
+            0x0151 => Self::ModifySrq,
+            0x0152 => Self::QuerySrq,
+            0x0153 => Self::DestroySrq,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

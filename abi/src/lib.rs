@@ -23,6 +23,7 @@ pub mod migration;
 pub mod mkey;
 pub mod pci;
 pub mod regs;
+pub mod srq;
 pub mod verbs;
 
 /// Major version of this interface. A driver refuses a device whose major differs.

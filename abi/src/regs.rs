@@ -162,6 +162,8 @@ pub const CAP_PATTERN_MKEY: u64 = 1 << 7;
 /// keys) and the solicited event, in every combination, with the completion semantics of
 /// the datasheet's §14.3 (the `wc_flags` bits of [`crate::verbs::wc_flags`]).
 pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
+/// Capability: shared receive queues ([`crate::srq`]).
+pub const CAP_SRQ: u64 = 1 << 9;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

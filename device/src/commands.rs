@@ -23,6 +23,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateCq => size_of::<CreateCqResp>(),
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
+        Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
+        Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
         Opcode::QueryMember => size_of::<rnic_abi::admin::MemberInfo>(),
         Opcode::GetStats => size_of::<rnic_abi::admin::MemberStats>(),
@@ -39,7 +41,9 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DeregMr
         | Opcode::DestroyCq
         | Opcode::ModifyQp
-        | Opcode::DestroyQp => 0,
+        | Opcode::DestroyQp
+        | Opcode::ModifySrq
+        | Opcode::DestroySrq => 0,
     }
 }
 

@@ -96,6 +96,7 @@ impl Identity {
                 | CAP_INDIRECT_MKEY
                 | CAP_PATTERN_MKEY
                 | CAP_SEND_VARIANTS
+                | CAP_SRQ
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1190,7 +1191,8 @@ mod tests {
             | CAP_RDMA_RC
             | CAP_INDIRECT_MKEY
             | CAP_PATTERN_MKEY
-            | CAP_SEND_VARIANTS;
+            | CAP_SEND_VARIANTS
+            | CAP_SRQ;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -49,6 +49,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_INDIRECT_MKEY, "indirect-mkey"),
     (regs::CAP_PATTERN_MKEY, "pattern-mkey"),
     (regs::CAP_SEND_VARIANTS, "send-variants"),
+    (regs::CAP_SRQ, "srq"),
 ];
 
 impl Report {

@@ -10,8 +10,8 @@ use rnic_abi::mkey::CreateIndirectKeyReq;
 use rnic_abi::regs;
 use rnic_abi::verbs::{wc_flags, ObjectReq};
 use rnic_driver::verbs::{
-    KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode, ACCESS_LOCAL_WRITE,
-    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    self, AsyncEvent, KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Srq, Wc, WcOpcode, WcStatus, WrOpcode,
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use rnic_driver::Error;
 use rnic_tests::net::two_rnicd;
@@ -644,5 +644,150 @@ fn send_with_invalidate_kills_an_indirect_key_and_refuses_a_foreign_one() {
         qa.post_send(&write(5, foreign.rkey(), foreign.addr(0), a.mr.sge(0, 8)))
             .unwrap();
         expect(&a.cq, 5, WcStatus::RemAccessErr);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared receive queues.
+
+/// `n` QPs of `b` on `srq`, each connected to a fresh QP of `a`: (a's, b's).
+fn qps_on_srq(a: &Side, b: &Side, srq: &Srq, n: usize) -> Vec<(Qp, Qp)> {
+    let o = PairOptions::default();
+    (0..n)
+        .map(|i| {
+            let qa = init_qp(a, &a.cq, &o, ACCESS_REMOTE_WRITE);
+            let qb =
+                b.pd.create_qp_with_srq(&b.cq, &b.cq, o.caps, false, srq)
+                    .unwrap();
+            let (at, m) = verbs::init_attr(ACCESS_REMOTE_WRITE);
+            qb.modify(&at, m).unwrap();
+            let psn = 0x1000 * (i as u32 + 1);
+            connect_qps((&qa, a.gid), (&qb, b.gid), &o, psn, psn + 7);
+            (qa, qb)
+        })
+        .collect()
+}
+
+fn srq_recv(wr_id: u64, b: &Side) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sges: vec![b.mr.sge(wr_id as usize * 4096, 4096)],
+    }
+}
+
+#[test]
+fn many_qps_take_an_srqs_receives_in_order_and_wait_rnr_when_it_is_empty() {
+    on_both_paths(83, |a, b| {
+        let srq = b.pd.create_srq(16, 1, 0).unwrap();
+        let q = srq.query().unwrap();
+        assert_eq!(
+            (q.max_wr, q.max_sge, q.srq_limit, q.consumed),
+            (16, 1, 0, 0)
+        );
+        let qps = qps_on_srq(a, b, &srq, 3);
+        srq.post_recv_list(&(0..6).map(|i| srq_recv(i, b)).collect::<Vec<_>>())
+            .unwrap();
+        // QPs 2, 0, 1, 1, 2, 0 each send one message: receive i goes to the i-th
+        // message, whichever QP it came on.
+        for (i, &k) in [2usize, 0, 1, 1, 2, 0].iter().enumerate() {
+            let len = 100 + i * 300;
+            let data = pattern(len, 40 + i as u64);
+            a.mr.write(0, &data);
+            qps[k]
+                .0
+                .post_send(&signaled(i as u64, WrOpcode::Send, vec![a.mr.sge(0, len)]))
+                .unwrap();
+            expect(&a.cq, i as u64, WcStatus::Success);
+            let got = expect(&b.cq, i as u64, WcStatus::Success);
+            assert_eq!(got.qp_num, qps[k].1.qp_num(), "message {i}");
+            assert_eq!(got.src_qp, qps[k].0.qp_num());
+            assert_eq!(got.byte_len, len as u32);
+            assert_eq!(read_mr(&b.mr, i * 4096, len), data, "message {i}");
+        }
+        assert_eq!(srq.query().unwrap().consumed, 6);
+        assert_eq!(srq.free_slots(), 16);
+
+        // Empty: the requester is told RNR and retries until a receive comes.
+        a.mr.write(0, b"late");
+        qps[1]
+            .0
+            .post_send(&signaled(7, WrOpcode::Send, vec![a.mr.sge(0, 4)]))
+            .unwrap();
+        assert!(
+            poll_n(&a.cq, 1, QUIET).is_empty(),
+            "completed with no receive"
+        );
+        srq.post_recv(&srq_recv(7, b)).unwrap();
+        expect(&a.cq, 7, WcStatus::Success);
+        let got = expect(&b.cq, 7, WcStatus::Success);
+        assert_eq!(got.qp_num, qps[1].1.qp_num());
+        assert_eq!(read_mr(&b.mr, 7 * 4096, 4), b"late");
+
+        // A QP on the SRQ takes no receives of its own, and the SRQ outlives no QP.
+        assert!(qps[0].1.post_recv(&srq_recv(1, b)).is_err());
+        let destroy = ObjectReq {
+            handle: srq.srqn(),
+            reserved: 0,
+        };
+        assert_eq!(
+            status(
+                b.ctx
+                    .device()
+                    .command(Opcode::DestroySrq, destroy.as_bytes(), 0)
+            ),
+            Status::Busy as u16
+        );
+    });
+}
+
+#[test]
+fn the_srq_limit_event_fires_once_below_the_limit_and_an_erring_qp_leaves_the_rest() {
+    on_both_paths(85, |a, b| {
+        let srq = b.pd.create_srq(8, 1, 0).unwrap();
+        let qps = qps_on_srq(a, b, &srq, 2);
+        srq.post_recv_list(&(0..4).map(|i| srq_recv(i, b)).collect::<Vec<_>>())
+            .unwrap();
+        srq.set_limit(3).unwrap();
+        assert_eq!(srq.query().unwrap().srq_limit, 3);
+        let send = |k: usize, id: u64| {
+            qps[k]
+                .0
+                .post_send(&signaled(id, WrOpcode::Send, vec![a.mr.sge(0, 8)]))
+                .unwrap();
+            expect(&a.cq, id, WcStatus::Success);
+            expect(&b.cq, id, WcStatus::Success);
+        };
+        let limit_event = |timeout| {
+            b.ctx
+                .wait_async_event(AsyncEvent::SrqLimitReached, srq.srqn(), timeout)
+                .unwrap()
+        };
+        // 4 posted: taking one leaves 3, not fewer than the limit.
+        send(0, 0);
+        assert!(!limit_event(QUIET));
+        // Taking the next leaves 2: the event, and the limit is disarmed.
+        send(1, 1);
+        assert!(limit_event(T));
+        assert_eq!(srq.query().unwrap().srq_limit, 0);
+
+        // QP 0 of b enters the error state: none of the SRQ's receives is flushed...
+        let (err, m) = (
+            verbs::QpAttr {
+                qp_state: verbs::QpState::Err as u8,
+                ..Default::default()
+            },
+            verbs::attr::STATE,
+        );
+        qps[0].1.modify(&err, m).unwrap();
+        assert!(
+            poll_n(&b.cq, 1, QUIET).is_empty(),
+            "an SRQ receive was flushed"
+        );
+        // ... and QP 1 still takes them, in order.
+        send(1, 2);
+        send(1, 3);
+        assert!(!limit_event(QUIET), "the disarmed limit fired again");
+        assert_eq!(srq.query().unwrap().consumed, 4);
+        assert!(srq.set_limit(8).is_err(), "a limit must be below the size");
     });
 }

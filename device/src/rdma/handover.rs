@@ -106,7 +106,11 @@ impl RdmaState {
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
-        if pd.users != 1 || self.mrs.indirect.count_in_pd(qp.pdn) > 0 {
+        // Nor do SRQs: a QP on one, or a PD that has one, stays.
+        if pd.users != 1
+            || self.mrs.indirect.count_in_pd(qp.pdn) > 0
+            || self.srqs.count_in_pd(qp.pdn) > 0
+        {
             return Err(busy(qp.pdn));
         }
         let target = |own: u32, named: u32| {

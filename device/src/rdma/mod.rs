@@ -19,6 +19,7 @@ pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod srq;
 pub mod switch;
 pub mod wire;
 pub mod wqe;
@@ -87,6 +88,7 @@ enum SlotOwner {
     Cq(u32),
     Sq(u32),
     Rq(u32),
+    Srq(u32),
 }
 
 /// All RDMA objects of one function.
@@ -98,6 +100,7 @@ pub struct RdmaState {
     mrs: MrTable,
     cqs: BTreeMap<u32, CompletionQueue>,
     qps: BTreeMap<u32, Qp>,
+    srqs: srq::SrqTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -168,6 +171,7 @@ impl RdmaState {
             mrs: MrTable::new(pool.totals().mrs as usize),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            srqs: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -217,6 +221,10 @@ impl RdmaState {
             Opcode::QueryQp => self.query_qp(body),
             Opcode::DestroyQp => self.destroy_qp(body),
             Opcode::AdoptQp => self.adopt_qp(body, env),
+            Opcode::CreateSrq => self.create_srq(body, env),
+            Opcode::ModifySrq => self.modify_srq(body),
+            Opcode::QuerySrq => self.query_srq(body),
+            Opcode::DestroySrq => self.destroy_srq(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -327,7 +335,10 @@ impl RdmaState {
             .pds
             .get(&req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if pd.users > 0 || self.mrs.count_in_pd(req.handle) > 0 {
+        if pd.users > 0
+            || self.mrs.count_in_pd(req.handle) > 0
+            || self.srqs.count_in_pd(req.handle) > 0
+        {
             return Err(Response::error(Status::Busy, req.handle));
         }
         self.pds.remove(&req.handle);
@@ -442,10 +453,15 @@ impl RdmaState {
     fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(Response::error(Status::BadParam, what));
-        if req.qp_type != QPT_RC || req.reserved != 0 {
+        if req.qp_type != QPT_RC {
             return bad(u32::from(req.qp_type));
         }
-        for n in [req.sq_entries, req.rq_entries] {
+        // On an SRQ the QP has no receive queue of its own (see `srq`).
+        let own_rq = req.srqn == 0;
+        if !own_rq {
+            self.check_qp_srq(&req)?;
+        }
+        for n in std::iter::once(req.sq_entries).chain(own_rq.then_some(req.rq_entries)) {
             if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
                 return bad(n);
             }
@@ -473,13 +489,17 @@ impl RdmaState {
             env.r,
         )
         .map_err(page_list_error)?;
-        let rq_ring = PagedBuffer::load(
-            &req.rq,
-            0,
-            u64::from(req.rq_entries) * u64::from(rq_stride),
-            env.r,
-        )
-        .map_err(page_list_error)?;
+        let rq_ring = if own_rq {
+            PagedBuffer::load(
+                &req.rq,
+                0,
+                u64::from(req.rq_entries) * u64::from(rq_stride),
+                env.r,
+            )
+            .map_err(page_list_error)?
+        } else {
+            PagedBuffer::default()
+        };
         // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
         let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
         let mut qpn = self.next_qpn;
@@ -523,7 +543,8 @@ impl RdmaState {
                 max_inline_data: req.max_inline_data,
             },
             sq: work_queue(sq_ring, req.sq_entries, sq_stride, sq_slot),
-            rq: work_queue(rq_ring, req.rq_entries, rq_stride, rq_slot),
+            // One (empty) entry on an SRQ: never read, but never a division by zero.
+            rq: work_queue(rq_ring, req.rq_entries.max(1), rq_stride, rq_slot),
             sq_slot,
             req: Default::default(),
             resp: Default::default(),
@@ -538,6 +559,9 @@ impl RdmaState {
             pd.users += 1;
         }
         self.qps.insert(qpn, qp);
+        if !own_rq {
+            self.attach_srq(qpn, u32::from(req.srqn));
+        }
         Ok(reply(&CreateQpResp {
             qpn,
             reserved: 0,
@@ -641,6 +665,7 @@ impl RdmaState {
         }
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
         self.free_slots_of(SlotOwner::Rq(qp.qpn));
+        self.srqs.detach(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }

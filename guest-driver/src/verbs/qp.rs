@@ -271,6 +271,39 @@ pub(crate) fn encode_recv_wqe(wr: &RecvWr, caps: &QpCaps) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Writes encoded receive WQEs into `ring` after the `rq.posted` ones and rings its
+/// doorbell `slot`: all of them, or none if they do not fit (the error names `what`).
+pub(super) fn post_recv_wqes(
+    ctx: &super::ContextInner,
+    (ring, slot): (&Ring, DoorbellSlot),
+    rq: &mut RqState,
+    wqes: &[Vec<u8>],
+    what: impl Fn() -> String,
+) -> Result<()> {
+    if (wqes.len() as u64) > u64::from(rq.free()) {
+        return Err(queue_full(format!(
+            "{}: {} work requests, {} free receive slots of {}",
+            what(),
+            wqes.len(),
+            rq.free(),
+            rq.entries
+        )));
+    }
+    if wqes.is_empty() {
+        return Ok(());
+    }
+    for wqe in wqes {
+        ring.buf().write(ring.offset(rq.posted), wqe);
+        rq.posted = rq.posted.wrapping_add(1);
+    }
+    // Rung under the lock, as the send doorbell. The device reads the receive slot when a
+    // message arrives; the bit and kick matter for a QP in the error state, whose new
+    // receives the device must flush.
+    ctx.doorbells()
+        .ring_queue(ctx.transport(), slot, rq.posted)?;
+    Ok(())
+}
+
 /// What the driver remembers of a posted send WR until it completes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct SendSlot {
@@ -351,13 +384,13 @@ impl SqState {
 /// order, so counts suffice.
 #[derive(Debug, Default)]
 pub(crate) struct RqState {
-    posted: u32,
-    completed: u32,
-    entries: u32,
+    pub(super) posted: u32,
+    pub(super) completed: u32,
+    pub(super) entries: u32,
 }
 
 impl RqState {
-    fn free(&self) -> u32 {
+    pub(super) fn free(&self) -> u32 {
         self.entries - self.posted.wrapping_sub(self.completed)
     }
 
@@ -380,7 +413,8 @@ pub(crate) struct QpTrack {
     recv_cqn: AtomicU32,
     sq_sig_all: bool,
     sq: Mutex<SqState>,
-    rq: Mutex<RqState>,
+    /// The QP's receive accounting, or its SRQ's, which all QPs on it share.
+    rq: Arc<Mutex<RqState>>,
 }
 
 impl QpTrack {
@@ -436,6 +470,8 @@ pub struct Qp {
     sq_ring: ManuallyDrop<Ring>,
     rq_ring: ManuallyDrop<Ring>,
     track: Arc<QpTrack>,
+    /// The SRQ the QP takes its receives from (kept alive while the QP is).
+    srq: Option<Arc<super::srq::SrqInner>>,
     /// The state the last successful modify set (or QUERY_QP last reported), to refuse
     /// posts in states that take none.
     state: AtomicU8,
@@ -465,6 +501,36 @@ impl Pd {
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> Result<Qp> {
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, None)
+    }
+
+    /// [`Pd::create_qp`] for a QP that takes its receives from `srq` (which must be of
+    /// this PD) instead of a receive queue of its own: `caps.max_recv_wr` and
+    /// `max_recv_sge` are ignored, and receives are posted with [`super::Srq::post_recv`].
+    pub fn create_qp_with_srq(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+        srq: &super::Srq,
+    ) -> Result<Qp> {
+        let caps = QpCaps {
+            max_recv_wr: 1,
+            max_recv_sge: 0,
+            ..caps
+        };
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, Some(srq))
+    }
+
+    fn create_qp_on(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+        srq: Option<&super::Srq>,
+    ) -> Result<Qp> {
         let ctx = &self.inner.ctx();
         if !Arc::ptr_eq(&send_cq.inner.bind.ctx(), ctx)
             || !Arc::ptr_eq(&recv_cq.inner.bind.ctx(), ctx)
@@ -492,21 +558,29 @@ impl Pd {
             sq_stride(caps.max_send_sge, caps.max_inline_data),
         )?;
         let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
+        // On an SRQ the device gets no receive queue (the driver keeps a one-entry ring it
+        // never uses, so that every QP has the same shape).
+        let own_rq = srq.is_none();
         let req = CreateQpReq {
             pdn: self.inner.pdn(),
             send_cqn: send_cq.cqn(),
             recv_cqn: recv_cq.cqn(),
             sq_entries: caps.max_send_wr,
-            rq_entries: caps.max_recv_wr,
+            rq_entries: if own_rq { caps.max_recv_wr } else { 0 },
             max_send_sge: caps.max_send_sge,
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
             doorbell_page: DOORBELL_PAGE,
             qp_type: QPT_RC,
             sq_sig_all: u8::from(sq_sig_all),
-            reserved: 0,
+            // SRQ numbers fit 16 bits (checked when the SRQ was created).
+            srqn: srq.map_or(0, |q| q.srqn() as u16),
             sq: sq_ring.page_list(),
-            rq: rq_ring.page_list(),
+            rq: if own_rq {
+                rq_ring.page_list()
+            } else {
+                Default::default()
+            },
         };
         let resp: CreateQpResp = ctx.command(Opcode::CreateQp, req.as_bytes())?;
         let slots = Doorbells::check_slot(t, resp.sq_doorbell)
@@ -530,10 +604,13 @@ impl Pd {
             recv_cqn: AtomicU32::new(recv_cq.cqn()),
             sq_sig_all,
             sq: Mutex::new(SqState::new(caps.max_send_wr)),
-            rq: Mutex::new(RqState {
-                entries: caps.max_recv_wr,
-                ..RqState::default()
-            }),
+            rq: match srq {
+                Some(q) => q.inner.rq.clone(),
+                None => Arc::new(Mutex::new(RqState {
+                    entries: caps.max_recv_wr,
+                    ..RqState::default()
+                })),
+            },
         });
         ctx.qps().insert(resp.qpn, track.clone());
         Ok(Qp {
@@ -547,6 +624,7 @@ impl Pd {
             sq_ring: ManuallyDrop::new(sq_ring),
             rq_ring: ManuallyDrop::new(rq_ring),
             track,
+            srq: srq.map(|q| q.inner.clone()),
             state: AtomicU8::new(QpState::Reset as u8),
         })
     }
@@ -595,8 +673,11 @@ impl Qp {
         }
         if mask & attr::STATE != 0 && attr.qp_state == QpState::Reset as u8 {
             sq.reset();
-            rq.posted = 0;
-            rq.completed = 0;
+            // An SRQ's counts are its own: the QP leaving does not change them.
+            if self.srq.is_none() {
+                rq.posted = 0;
+                rq.completed = 0;
+            }
             self.sq_ring.clear();
             self.rq_ring.clear();
             let ctx = self.pd.ctx();
@@ -705,37 +786,26 @@ impl Qp {
     /// Posts receive work requests in order with one doorbell. All or nothing, as
     /// [`Qp::post_send_list`].
     pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<()> {
+        if let Some(srq) = &self.srq {
+            return Err(invalid(format!(
+                "post_recv on QP {:#x}: it takes its receives from SRQ {}; post them there",
+                self.qpn,
+                srq.srqn()
+            )));
+        }
         let wqes = wrs
             .iter()
             .map(|wr| encode_recv_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
         let mut rq = self.track.rq();
         self.check_post_state("post_recv", |s| s == QpState::Reset)?;
-        if (wqes.len() as u64) > u64::from(rq.free()) {
-            return Err(queue_full(format!(
-                "post_recv on QP {:#x}: {} work requests, {} free receive slots of {}",
-                self.qpn,
-                wqes.len(),
-                rq.free(),
-                rq.entries
-            )));
-        }
-        if wqes.is_empty() {
-            return Ok(());
-        }
-        for wqe in &wqes {
-            self.rq_ring
-                .buf()
-                .write(self.rq_ring.offset(rq.posted), wqe);
-            rq.posted = rq.posted.wrapping_add(1);
-        }
-        // Rung under the lock, as the send doorbell. The device reads the receive slot
-        // when a message arrives; the bit and kick matter for a QP in the error state,
-        // whose new receives the device must flush.
-        let ctx = self.pd.ctx();
-        ctx.doorbells()
-            .ring_queue(ctx.transport(), self.rq_slot, rq.posted)?;
-        Ok(())
+        post_recv_wqes(
+            &self.pd.ctx(),
+            (&self.rq_ring, self.rq_slot),
+            &mut rq,
+            &wqes,
+            || format!("post_recv on QP {:#x}", self.qpn),
+        )
     }
 }
 
@@ -1225,10 +1295,10 @@ mod tests {
             recv_cqn: AtomicU32::new(recv_cqn),
             sq_sig_all: false,
             sq: Mutex::new(SqState::new(4)),
-            rq: Mutex::new(RqState {
+            rq: Arc::new(Mutex::new(RqState {
                 entries: 4,
                 ..RqState::default()
-            }),
+            })),
         }
     }
 
