@@ -24,6 +24,7 @@ pub mod mkey;
 pub mod pci;
 pub mod regs;
 pub mod srq;
+pub mod ud;
 pub mod verbs;
 
 /// Major version of this interface. A driver refuses a device whose major differs.

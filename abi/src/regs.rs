@@ -164,6 +164,8 @@ pub const CAP_PATTERN_MKEY: u64 = 1 << 7;
 pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
 /// Capability: shared receive queues ([`crate::srq`]).
 pub const CAP_SRQ: u64 = 1 << 9;
+/// Capability: unreliable datagram QPs ([`crate::ud`]).
+pub const CAP_UD: u64 = 1 << 10;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -180,6 +180,8 @@ pub mod wc {
 
 /// Completion flags in [`Cqe::wc_flags`], as `enum ibv_wc_flags`.
 pub mod wc_flags {
+    /// The receive buffer starts with a GRH (UD receives, [`crate::ud`]).
+    pub const GRH: u8 = 1 << 0;
     /// `imm_data` is valid.
     pub const WITH_IMM: u8 = 1 << 1;
     /// `invalidated_rkey` is valid.

@@ -97,6 +97,7 @@ impl Identity {
                 | CAP_PATTERN_MKEY
                 | CAP_SEND_VARIANTS
                 | CAP_SRQ
+                | CAP_UD
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1192,7 +1193,8 @@ mod tests {
             | CAP_INDIRECT_MKEY
             | CAP_PATTERN_MKEY
             | CAP_SEND_VARIANTS
-            | CAP_SRQ;
+            | CAP_SRQ
+            | CAP_UD;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

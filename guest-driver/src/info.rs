@@ -50,6 +50,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_PATTERN_MKEY, "pattern-mkey"),
     (regs::CAP_SEND_VARIANTS, "send-variants"),
     (regs::CAP_SRQ, "srq"),
+    (regs::CAP_UD, "ud"),
 ];
 
 impl Report {

@@ -106,8 +106,9 @@ impl RdmaState {
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
-        // Nor do SRQs: a QP on one, or a PD that has one, stays.
+        // Nor do SRQs (a PD that has one stays) and UD QPs.
         if pd.users != 1
+            || self.ud.qkey(qpn).is_some()
             || self.mrs.indirect.count_in_pd(qp.pdn) > 0
             || self.srqs.count_in_pd(qp.pdn) > 0
         {

@@ -21,6 +21,7 @@ pub mod requester;
 pub mod responder;
 pub mod srq;
 pub mod switch;
+pub mod ud;
 pub mod wire;
 pub mod wqe;
 
@@ -101,6 +102,7 @@ pub struct RdmaState {
     cqs: BTreeMap<u32, CompletionQueue>,
     qps: BTreeMap<u32, Qp>,
     srqs: srq::SrqTable,
+    ud: ud::UdTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -172,6 +174,7 @@ impl RdmaState {
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
             srqs: Default::default(),
+            ud: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -453,7 +456,7 @@ impl RdmaState {
     fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(Response::error(Status::BadParam, what));
-        if req.qp_type != QPT_RC {
+        if req.qp_type != QPT_RC && req.qp_type != rnic_abi::ud::QPT_UD {
             return bad(u32::from(req.qp_type));
         }
         // On an SRQ the QP has no receive queue of its own (see `srq`).
@@ -559,6 +562,9 @@ impl RdmaState {
             pd.users += 1;
         }
         self.qps.insert(qpn, qp);
+        if req.qp_type == rnic_abi::ud::QPT_UD {
+            self.ud.add(qpn);
+        }
         if !own_rq {
             self.attach_srq(qpn, u32::from(req.srqn));
         }
@@ -577,12 +583,21 @@ impl RdmaState {
     }
 
     fn modify_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        // A UD QP's Q_Key follows the request (see `ud`).
+        let (body, qkey) = ud::split_modify(body)?;
         let req: ModifyQpReq = decode(body)?;
+        let is_ud = self.ud.qkey(req.qpn).is_some();
         let qp = self
             .qps
             .get_mut(&req.qpn)
             .ok_or(Response::error(Status::NotFound, req.qpn))?;
-        let target = qp::check_modify(
+        let table = if is_ud {
+            ud::transition
+        } else {
+            qp::transition
+        };
+        let target = qp::check_modify_with(
+            table,
             qp.state,
             req.attr_mask,
             &req.attr,
@@ -593,6 +608,13 @@ impl RdmaState {
             qp::ModifyError::BadAttr(bit) => Response::error(Status::BadParam, bit),
         })?;
         qp::apply(&mut qp.attr, req.attr_mask, &req.attr);
+        if let Some(qkey) = qkey {
+            let qpn = req.qpn;
+            self.set_qkey(qpn, qkey);
+        }
+        let Some(qp) = self.qps.get_mut(&req.qpn) else {
+            return Err(Response::error(Status::Internal, req.qpn));
+        };
         let from = qp.state;
         qp.state = target;
         qp.attr.qp_state = target as u8;
@@ -666,6 +688,7 @@ impl RdmaState {
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
         self.free_slots_of(SlotOwner::Rq(qp.qpn));
         self.srqs.detach(qp.qpn);
+        self.ud.remove(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }
@@ -810,7 +833,10 @@ impl RdmaState {
             completer::on_timer(self, &mut qp, env, now);
             let before = wire.out.len();
             let mut retransmits = 0;
-            let ran = requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits);
+            let ran = match self.ud.qkey(qpn) {
+                Some(qkey) => ud::run_send(&mut qp, &self.mrs, env, wire, qkey),
+                None => requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits),
+            };
             self.counters.retransmits += retransmits;
             self.counters.tx_packets += (wire.out.len() - before) as u64;
             completer::retire(self, &mut qp, env, now);
@@ -853,12 +879,16 @@ impl RdmaState {
         let qpn = pkt.hdrs.bth.dest_qp;
         let mut qp = self.qps.remove(&qpn).ok_or(recv::Drop::UnknownQp)?;
         let before = wire.out.len();
-        let taken = recv::check(&qp, &pkt).and_then(|()| {
-            if recv::is_request(pkt.hdrs.bth.opcode) {
-                responder::on_request(self, &mut qp, &pkt, env, wire)
-            } else {
-                completer::on_response(self, &mut qp, &pkt, env, now)
-            }
+        let ud_qkey = self.ud.qkey(qpn);
+        let taken = ud::check_transport(ud_qkey.is_some(), &pkt).and_then(|()| match ud_qkey {
+            Some(qkey) => self.receive_datagram(&mut qp, &pkt, frame, env, qkey),
+            None => recv::check(&qp, &pkt).and_then(|()| {
+                if recv::is_request(pkt.hdrs.bth.opcode) {
+                    responder::on_request(self, &mut qp, &pkt, env, wire)
+                } else {
+                    completer::on_response(self, &mut qp, &pkt, env, now)
+                }
+            }),
         });
         if let Err(why) = taken {
             log::trace!(

@@ -338,7 +338,7 @@ pub fn run(
 }
 
 /// Takes the WQEs the driver posted since the last look.
-fn fetch(qp: &mut Qp, env: &Env) -> bool {
+pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
     let posted = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
     let mut any = false;
     while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {

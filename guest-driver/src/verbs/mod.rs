@@ -33,6 +33,7 @@ mod mr;
 mod qp;
 mod ring;
 mod srq;
+mod ud;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -58,6 +59,7 @@ pub use rnic_abi::verbs::{
     ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 pub use srq::Srq;
+pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
 use ring::{Doorbells, Ring};
 

@@ -501,7 +501,7 @@ impl Pd {
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> Result<Qp> {
-        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, None)
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, None, QPT_RC)
     }
 
     /// [`Pd::create_qp`] for a QP that takes its receives from `srq` (which must be of
@@ -520,16 +520,17 @@ impl Pd {
             max_recv_sge: 0,
             ..caps
         };
-        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, Some(srq))
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, Some(srq), QPT_RC)
     }
 
-    fn create_qp_on(
+    pub(super) fn create_qp_on(
         &self,
         send_cq: &Cq,
         recv_cq: &Cq,
         caps: QpCaps,
         sq_sig_all: bool,
         srq: Option<&super::Srq>,
+        qp_type: u8,
     ) -> Result<Qp> {
         let ctx = &self.inner.ctx();
         if !Arc::ptr_eq(&send_cq.inner.bind.ctx(), ctx)
@@ -571,7 +572,7 @@ impl Pd {
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
             doorbell_page: DOORBELL_PAGE,
-            qp_type: QPT_RC,
+            qp_type,
             sq_sig_all: u8::from(sq_sig_all),
             // SRQ numbers fit 16 bits (checked when the SRQ was created).
             srqn: srq.map_or(0, |q| q.srqn() as u16),
@@ -657,17 +658,22 @@ impl Qp {
     /// slots) at 0 again, as the device does. Completions of the QP still in its CQs
     /// should have been polled first.
     pub fn modify(&self, attr: &QpAttr, mask: u32) -> Result<()> {
+        self.modify_with(attr, mask, &[])
+    }
+
+    /// [`Qp::modify`] with `extra` after the request (a UD QP's Q_Key).
+    pub(super) fn modify_with(&self, attr: &QpAttr, mask: u32, extra: &[u8]) -> Result<()> {
         let req = ModifyQpReq {
             qpn: self.qpn,
             attr_mask: mask,
             attr: *attr,
         };
+        let mut body = req.as_bytes().to_vec();
+        body.extend_from_slice(extra);
         // Hold the queues so no post runs while the state changes under it.
         let mut sq = self.track.sq();
         let mut rq = self.track.rq();
-        self.pd
-            .ctx()
-            .command_no_body(Opcode::ModifyQp, req.as_bytes())?;
+        self.pd.ctx().command_no_body(Opcode::ModifyQp, &body)?;
         if mask & attr::STATE != 0 {
             self.state.store(attr.qp_state, Ordering::Release);
         }
@@ -745,6 +751,11 @@ impl Qp {
             .iter()
             .map(|wr| encode_send_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
+        self.post_encoded_sends(wrs, &wqes)
+    }
+
+    /// Posts `wqes`, the encoded `wrs`, with one doorbell: all or nothing.
+    pub(super) fn post_encoded_sends(&self, wrs: &[SendWr], wqes: &[Vec<u8>]) -> Result<()> {
         let mut sq = self.track.sq();
         self.check_post_state("post_send", |s| {
             matches!(s, QpState::Reset | QpState::Init | QpState::Rtr)
@@ -761,7 +772,7 @@ impl Qp {
         if wqes.is_empty() {
             return Ok(());
         }
-        for (wr, wqe) in wrs.iter().zip(&wqes) {
+        for (wr, wqe) in wrs.iter().zip(wqes) {
             self.sq_ring
                 .buf()
                 .write(self.sq_ring.offset(sq.posted), wqe);
