@@ -26,6 +26,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// Set in every indirect or pattern key, clear in every MR key.
 pub const INDIRECT_KEY_BIT: u32 = 1 << 31;
 
+/// [`CreateIndirectKeyReq::flags`]: a one-shot READ grant ([`crate::regs::CAP_ONE_SHOT_READ`]).
+/// The key's `access` must be `ACCESS_REMOTE_READ` alone. The first RDMA READ that reaches
+/// the responder through it consumes the grant: later READs through it fail with a remote
+/// access error (the requester's `REM_ACCESS_ERR`), while the responder may still resend
+/// the responses of that one READ (a requester's retry after a lost response).
+pub const KEY_ONE_SHOT_READ: u32 = 1 << 0;
+
 /// Most entries one indirect key may have.
 pub const MAX_INDIRECT_ENTRIES: u32 = 256;
 
@@ -44,8 +51,8 @@ pub struct CreateIndirectKeyReq {
     pub access: u32,
     /// Number of entries: 1 ..= [`MAX_INDIRECT_ENTRIES`].
     pub num_entries: u32,
-    /// Must be 0.
-    pub reserved: u32,
+    /// [`KEY_ONE_SHOT_READ`] or 0 (ABI 1.3; other bits must be 0).
+    pub flags: u32,
 }
 
 /// `CREATE_PATTERN_KEY` request. Response: [`crate::verbs::RegMrResp`].

@@ -166,6 +166,9 @@ pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
 pub const CAP_SRQ: u64 = 1 << 9;
 /// Capability: unreliable datagram QPs ([`crate::ud`]).
 pub const CAP_UD: u64 = 1 << 10;
+/// Capability: one-shot READ grants, indirect keys that allow exactly one remote READ
+/// ([`crate::mkey::KEY_ONE_SHOT_READ`]).
+pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

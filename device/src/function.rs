@@ -98,6 +98,7 @@ impl Identity {
                 | CAP_SEND_VARIANTS
                 | CAP_SRQ
                 | CAP_UD
+                | CAP_ONE_SHOT_READ
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1194,7 +1195,8 @@ mod tests {
             | CAP_PATTERN_MKEY
             | CAP_SEND_VARIANTS
             | CAP_SRQ
-            | CAP_UD;
+            | CAP_UD
+            | CAP_ONE_SHOT_READ;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 
 use rnic_abi::cmd::Status;
 use rnic_abi::mkey::{
-    CreateIndirectKeyReq, CreatePatternKeyReq, INDIRECT_KEY_BIT, MAX_INDIRECT_ENTRIES,
+    CreateIndirectKeyReq, CreatePatternKeyReq, INDIRECT_KEY_BIT, KEY_ONE_SHOT_READ,
+    MAX_INDIRECT_ENTRIES,
 };
-use rnic_abi::verbs::{RegMrResp, Sge};
+use rnic_abi::verbs::{RegMrResp, Sge, ACCESS_REMOTE_READ};
 use vm_memory::GuestAddress;
 use zerocopy::FromBytes;
 
@@ -122,6 +123,19 @@ pub struct IndirectKey {
     pub layout: Layout,
     /// Cleared by LOCAL_INV or SEND with invalidate.
     pub valid: bool,
+    /// Whether the key is a one-shot READ grant, and whether it was used.
+    pub grant: Grant,
+}
+
+/// The one-shot READ state of a key (`rnic_abi::mkey::KEY_ONE_SHOT_READ`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// An ordinary key.
+    Lasting,
+    /// A one-shot READ grant no READ has used yet.
+    OneShot,
+    /// A one-shot READ grant a READ used: only that READ's responses may still read.
+    Spent,
 }
 
 /// The indirect and pattern keys of one function.
@@ -167,6 +181,15 @@ impl IndirectTable {
         self.keys.values().filter(|k| k.pdn == pdn).count()
     }
 
+    /// A remote READ through `key` was accepted: a one-shot grant is spent now.
+    pub fn spend(&mut self, key: u32) {
+        if let Some(k) = self.keys.get_mut(&key) {
+            if k.grant == Grant::OneShot {
+                k.grant = Grant::Spent;
+            }
+        }
+    }
+
     /// Invalidates `key` for `pdn`.
     pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
         let k = self.keys.get_mut(&key).ok_or(KeyError::NoSuchKey)?;
@@ -190,6 +213,9 @@ impl IndirectTable {
     ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
         let k = self.keys.get(&key).ok_or(KeyError::NoSuchKey)?;
         admits(k.valid, k.pdn, k.access, pdn, access)?;
+        if k.grant == Grant::Spent && access != Access::ReadResponse {
+            return Err(KeyError::Invalidated);
+        }
         if addr
             .checked_add(len)
             .is_none_or(|end| end > k.layout.length())
@@ -232,9 +258,15 @@ impl RdmaState {
         let head = size_of::<CreateIndirectKeyReq>();
         let req: CreateIndirectKeyReq = decode(body.get(..head).unwrap_or(body))?;
         let n = req.num_entries;
-        if n == 0 || n > MAX_INDIRECT_ENTRIES || req.reserved != 0 {
+        if n == 0 || n > MAX_INDIRECT_ENTRIES {
             return Err(Response::error(Status::BadParam, n));
         }
+        // A one-shot grant is for remote READ only.
+        let grant = match req.flags {
+            0 => Grant::Lasting,
+            KEY_ONE_SHOT_READ if req.access == ACCESS_REMOTE_READ => Grant::OneShot,
+            _ => return Err(Response::error(Status::BadParam, req.flags)),
+        };
         let entries = <[Sge]>::ref_from_bytes(&body[head..])
             .ok()
             .filter(|e| e.len() == n as usize)
@@ -246,7 +278,7 @@ impl RdmaState {
             check_target(&self.mrs, req.pdn, e.lkey, e.addr, len, i as u32)?;
             list.push((e.lkey, e.addr, len));
         }
-        self.add_indirect_key(req.pdn, req.access, Layout::List(list))
+        self.add_indirect_key(req.pdn, req.access, Layout::List(list), grant)
     }
 
     /// `CREATE_PATTERN_KEY`.
@@ -271,7 +303,7 @@ impl RdmaState {
             stride: req.stride,
             repeat,
         };
-        self.add_indirect_key(req.pdn, req.access, layout)
+        self.add_indirect_key(req.pdn, req.access, layout, Grant::Lasting)
     }
 
     /// The checks both commands make of the PD and the access flags.
@@ -287,6 +319,7 @@ impl RdmaState {
         pdn: u32,
         access: u32,
         layout: Layout,
+        grant: Grant,
     ) -> Result<Response, Response> {
         if layout.length() > self.limits.max_mr_size {
             return Err(Response::error(Status::BadParam, 0));
@@ -298,6 +331,7 @@ impl RdmaState {
             access,
             layout,
             valid: true,
+            grant,
         });
         Ok(reply(&RegMrResp {
             lkey: key,
@@ -385,6 +419,32 @@ mod tests {
     }
 
     #[test]
+    fn a_one_shot_grant_allows_one_read_and_then_only_its_responses() {
+        let (mut t, rw, _) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100)]),
+            valid: true,
+            grant: Grant::OneShot,
+        });
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 8).is_err());
+        t.indirect.spend(key);
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 8),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.check(key, 1, Access::ReadResponse, 0, 8).is_ok());
+        // Spending an ordinary key changes nothing.
+        let lasting = t.indirect.insert(IndirectKey {
+            grant: Grant::Lasting,
+            ..t.indirect.keys[&key].clone()
+        });
+        t.indirect.spend(lasting);
+        assert!(t.check(lasting, 1, Access::RemoteRead, 0, 8).is_ok());
+    }
+
+    #[test]
     fn checks_are_the_keys_and_each_regions() {
         let (mut t, rw, ro) = table();
         let key = t.indirect.insert(IndirectKey {
@@ -392,6 +452,7 @@ mod tests {
             access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
             layout: Layout::List(vec![(rw, 0x1000, 0x100), (ro, 0x2000, 0x100)]),
             valid: true,
+            grant: Grant::Lasting,
         });
         assert!(IndirectTable::owns(key) && !IndirectTable::owns(rw));
         let runs = t.check(key, 1, Access::RemoteRead, 0xF0, 0x20).unwrap();

@@ -43,6 +43,10 @@ pub enum Access {
     RemoteWrite,
     /// A remote RDMA READ.
     RemoteRead,
+    /// The responses of a remote READ the responder accepted (a [`Access::RemoteRead`]
+    /// check passed for it), sent or resent: what a consumed one-shot READ grant still
+    /// allows.
+    ReadResponse,
     /// A remote atomic.
     RemoteAtomic,
 }
@@ -53,7 +57,7 @@ impl Access {
             Access::LocalRead => 0,
             Access::LocalWrite => ACCESS_LOCAL_WRITE,
             Access::RemoteWrite => ACCESS_REMOTE_WRITE,
-            Access::RemoteRead => ACCESS_REMOTE_READ,
+            Access::RemoteRead | Access::ReadResponse => ACCESS_REMOTE_READ,
             Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
         }
     }

@@ -498,6 +498,8 @@ fn read_request(
                 u64::from(reth.dma_len),
             )
             .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+        // A one-shot READ grant ends with this READ (its responses may still be resent).
+        rdma.mrs.indirect.spend(reth.rkey);
     }
     let mtu = mtu(&qp.attr);
     let npsn = u64::from(reth.dma_len).div_ceil(u64::from(mtu)).max(1) as u32;
@@ -553,7 +555,13 @@ fn send_read_responses(
             Vec::new()
         } else {
             rdma.mrs
-                .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
+                .check(
+                    rkey,
+                    qp.pdn,
+                    Access::ReadResponse,
+                    va.wrapping_add(offset),
+                    n,
+                )
                 .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?
         };
         let mut done = 0;

@@ -5,9 +5,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use rnic_abi::cmd::Opcode;
-use rnic_abi::mkey::{CreateIndirectKeyReq, CreatePatternKeyReq, MAX_INDIRECT_ENTRIES};
+use rnic_abi::mkey::{
+    CreateIndirectKeyReq, CreatePatternKeyReq, KEY_ONE_SHOT_READ, MAX_INDIRECT_ENTRIES,
+};
 use rnic_abi::regs;
-use rnic_abi::verbs::{RegMrResp, Sge};
+use rnic_abi::verbs::{RegMrResp, Sge, ACCESS_REMOTE_READ};
 use zerocopy::IntoBytes;
 
 use super::mr::PdInner;
@@ -57,6 +59,28 @@ impl Pd {
         access: u32,
         ranges: &[KeyRange<'m>],
     ) -> Result<MemoryKey<'m>> {
+        self.create_list_key(access, ranges, 0)
+    }
+
+    /// Creates a one-shot READ grant over `ranges` (laid out as
+    /// [`Pd::create_indirect_key`] does): its rkey lets a remote peer do exactly one RDMA
+    /// READ; the next READ through it fails with `REM_ACCESS_ERR`, and nothing else was
+    /// ever allowed.
+    pub fn create_one_shot_read_key<'m>(&self, ranges: &[KeyRange<'m>]) -> Result<MemoryKey<'m>> {
+        if self.inner.ctx().attr.caps & regs::CAP_ONE_SHOT_READ == 0 {
+            return Err(Error::Unsupported(
+                "one-shot READ grants: the device does not report CAP_ONE_SHOT_READ (an rnicd older than ABI 1.3?)",
+            ));
+        }
+        self.create_list_key(ACCESS_REMOTE_READ, ranges, KEY_ONE_SHOT_READ)
+    }
+
+    fn create_list_key<'m>(
+        &self,
+        access: u32,
+        ranges: &[KeyRange<'m>],
+        flags: u32,
+    ) -> Result<MemoryKey<'m>> {
         if ranges.is_empty() || ranges.len() > MAX_INDIRECT_ENTRIES as usize {
             return Err(invalid(format!(
                 "create_indirect_key: {} ranges (1 to {MAX_INDIRECT_ENTRIES} allowed)",
@@ -71,7 +95,7 @@ impl Pd {
             pdn: self.pdn(),
             access,
             num_entries: entries.len() as u32,
-            reserved: 0,
+            flags,
         };
         let mut body = req.as_bytes().to_vec();
         body.extend_from_slice(entries.as_bytes());
