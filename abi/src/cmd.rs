@@ -81,6 +81,9 @@ pub enum Opcode {
     /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
     /// doorbell numbering): `migration::AdoptQpReq` -> `migration::AdoptQpResp`.
     AdoptQp = 0x0144,
+    /// Give a QP a window for send WQEs by MMIO: `verbs::ObjectReq` (QPN) ->
+    /// `mmio::SqWindowResp`.
+    CreateSqWindow = 0x0145,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -130,6 +133,7 @@ impl Opcode {
             0x0142 => Self::QueryQp,
             0x0143 => Self::DestroyQp,
             0x0144 => Self::AdoptQp,
+            0x0145 => Self::CreateSqWindow,
             0x0150 => Self::CreateSrq,
             0x0151 => Self::ModifySrq,
             0x0152 => Self::QuerySrq,

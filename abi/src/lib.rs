@@ -21,6 +21,7 @@ pub mod cmd;
 pub mod doorbell;
 pub mod migration;
 pub mod mkey;
+pub mod mmio;
 pub mod pci;
 pub mod regs;
 pub mod srq;

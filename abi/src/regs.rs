@@ -169,6 +169,8 @@ pub const CAP_UD: u64 = 1 << 10;
 /// Capability: one-shot READ grants, indirect keys that allow exactly one remote READ
 /// ([`crate::mkey::KEY_ONE_SHOT_READ`]).
 pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
+/// Capability: send WQEs written into a window of the doorbell BAR ([`crate::mmio`]).
+pub const CAP_WQE_MMIO: u64 = 1 << 12;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -24,6 +24,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
         Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
+        Opcode::CreateSqWindow => size_of::<rnic_abi::mmio::SqWindowResp>(),
         Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
         Opcode::QueryMember => size_of::<rnic_abi::admin::MemberInfo>(),

@@ -99,6 +99,7 @@ impl Identity {
                 | CAP_SRQ
                 | CAP_UD
                 | CAP_ONE_SHOT_READ
+                | CAP_WQE_MMIO
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1196,7 +1197,8 @@ mod tests {
             | CAP_SEND_VARIANTS
             | CAP_SRQ
             | CAP_UD
-            | CAP_ONE_SHOT_READ;
+            | CAP_ONE_SHOT_READ
+            | CAP_WQE_MMIO;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

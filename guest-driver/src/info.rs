@@ -52,6 +52,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_SRQ, "srq"),
     (regs::CAP_UD, "ud"),
     (regs::CAP_ONE_SHOT_READ, "one-shot-read"),
+    (regs::CAP_WQE_MMIO, "wqe-mmio"),
 ];
 
 impl Report {

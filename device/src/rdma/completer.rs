@@ -315,7 +315,7 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         let op =
-            super::wqe::read_send(&qp.sq, &qp.caps, env.r, index).unwrap_or(super::wqe::SendOp {
+            super::mmio::read_send(&qp.sq, &qp.caps, env, index).unwrap_or(super::wqe::SendOp {
                 wqe: Default::default(),
                 sges: Vec::new(),
                 inline: None,

@@ -13,6 +13,7 @@ pub mod completer;
 pub mod cq;
 pub mod handover;
 pub mod indirect;
+pub mod mmio;
 pub mod mr;
 pub mod pages;
 pub mod qp;
@@ -90,6 +91,7 @@ enum SlotOwner {
     Sq(u32),
     Rq(u32),
     Srq(u32),
+    Window(u32),
 }
 
 /// All RDMA objects of one function.
@@ -224,6 +226,7 @@ impl RdmaState {
             Opcode::QueryQp => self.query_qp(body),
             Opcode::DestroyQp => self.destroy_qp(body),
             Opcode::AdoptQp => self.adopt_qp(body, env),
+            Opcode::CreateSqWindow => self.create_sq_window(body, env),
             Opcode::CreateSrq => self.create_srq(body, env),
             Opcode::ModifySrq => self.modify_srq(body),
             Opcode::QuerySrq => self.query_srq(body),
@@ -531,6 +534,7 @@ impl RdmaState {
             stride,
             slot: slot_offset(page, slot),
             taken: 0,
+            window: None,
         };
         let qp = Qp {
             qpn,
@@ -620,6 +624,13 @@ impl RdmaState {
         qp.attr.qp_state = target as u8;
         match target {
             QpState::Reset => {
+                // A WQE left in the MMIO window belongs to the numbering that ends here.
+                if let Some(w) = qp.sq.window {
+                    env.doorbells.write32(
+                        w + rnic_abi::mmio::WINDOW_STATE,
+                        rnic_abi::mmio::WINDOW_EMPTY,
+                    );
+                }
                 qp.sq.taken = 0;
                 qp.rq.taken = 0;
                 qp.req = Default::default();
@@ -687,6 +698,7 @@ impl RdmaState {
         }
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
         self.free_slots_of(SlotOwner::Rq(qp.qpn));
+        self.free_slots_of(SlotOwner::Window(qp.qpn));
         self.srqs.detach(qp.qpn);
         self.ud.remove(qp.qpn);
         self.release(Resource::Qp, 1);

@@ -26,6 +26,9 @@ pub struct WorkQueue {
     pub slot: u64,
     /// Entries the device has taken from the queue, in all.
     pub taken: u32,
+    /// Byte offset in the doorbell BAR of the send queue's MMIO window, if it has one
+    /// (see `super::mmio`).
+    pub window: Option<u64>,
 }
 
 impl WorkQueue {

@@ -19,7 +19,7 @@ use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::wire::{psn, Wire};
-use super::wqe::{read_send, SendOp, WqeError};
+use super::wqe::{SendOp, WqeError};
 use super::Env;
 use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
 
@@ -345,7 +345,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         any = true;
-        let (op, status) = match read_send(&qp.sq, &qp.caps, env.r, index) {
+        let (op, status) = match super::mmio::read_send(&qp.sq, &qp.caps, env, index) {
             Ok(op) => (op, WcStatus::Success),
             Err(e) => {
                 log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);

@@ -128,6 +128,7 @@ impl RdmaState {
                 stride,
                 slot: slot_offset(page, slot),
                 taken: 0,
+                window: None,
             },
             caps: QpCaps {
                 max_send_sge: 0,

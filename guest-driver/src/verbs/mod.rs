@@ -29,6 +29,7 @@
 
 mod cq;
 mod mkey;
+mod mmio;
 mod mr;
 mod qp;
 mod ring;

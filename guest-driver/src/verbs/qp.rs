@@ -472,6 +472,8 @@ pub struct Qp {
     track: Arc<QpTrack>,
     /// The SRQ the QP takes its receives from (kept alive while the QP is).
     srq: Option<Arc<super::srq::SrqInner>>,
+    /// The BAR offset of the send queue's MMIO window, once it has one.
+    pub(super) sq_window: std::sync::OnceLock<u64>,
     /// The state the last successful modify set (or QUERY_QP last reported), to refuse
     /// posts in states that take none.
     state: AtomicU8,
@@ -626,6 +628,7 @@ impl Pd {
             rq_ring: ManuallyDrop::new(rq_ring),
             track,
             srq: srq.map(|q| q.inner.clone()),
+            sq_window: Default::default(),
             state: AtomicU8::new(QpState::Reset as u8),
         })
     }
@@ -635,6 +638,10 @@ impl Qp {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    pub(super) fn pd_ctx(&self) -> Arc<super::ContextInner> {
+        self.pd.ctx()
     }
 
     /// The QP's capacities: the requested ones with queue depths rounded up.
@@ -751,11 +758,18 @@ impl Qp {
             .iter()
             .map(|wr| encode_send_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
-        self.post_encoded_sends(wrs, &wqes)
+        self.post_encoded_sends(wrs, &wqes, None).map(drop)
     }
 
-    /// Posts `wqes`, the encoded `wrs`, with one doorbell: all or nothing.
-    pub(super) fn post_encoded_sends(&self, wrs: &[SendWr], wqes: &[Vec<u8>]) -> Result<()> {
+    /// Posts `wqes`, the encoded `wrs`, with one doorbell: all or nothing. With `window`
+    /// (the BAR offset of the QP's MMIO window) and a single WQE, writes it into the
+    /// window instead of the ring if the window is free; returns whether it did.
+    pub(super) fn post_encoded_sends(
+        &self,
+        wrs: &[SendWr],
+        wqes: &[Vec<u8>],
+        window: Option<u64>,
+    ) -> Result<bool> {
         let mut sq = self.track.sq();
         self.check_post_state("post_send", |s| {
             matches!(s, QpState::Reset | QpState::Init | QpState::Rtr)
@@ -770,22 +784,28 @@ impl Qp {
             )));
         }
         if wqes.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
+        let ctx = self.pd.ctx();
+        let by_mmio = match (window, wqes) {
+            (Some(w), [wqe]) => super::mmio::write_window(ctx.transport(), w, sq.posted, wqe),
+            _ => false,
+        };
         for (wr, wqe) in wrs.iter().zip(wqes) {
-            self.sq_ring
-                .buf()
-                .write(self.sq_ring.offset(sq.posted), wqe);
+            if !by_mmio {
+                self.sq_ring
+                    .buf()
+                    .write(self.sq_ring.offset(sq.posted), wqe);
+            }
             sq.push(SendSlot {
                 wr_id: wr.wr_id,
                 signaled: wr.signaled || self.track.sq_sig_all,
             });
         }
         // Rung under the lock: the doorbell values must reach the device in order.
-        let ctx = self.pd.ctx();
         ctx.doorbells()
             .ring_queue(ctx.transport(), self.sq_slot, sq.posted)?;
-        Ok(())
+        Ok(by_mmio)
     }
 
     /// Posts one receive work request. Refused in RESET, as ibverbs does; from INIT on the

@@ -93,6 +93,7 @@ impl Qp {
         ud.hop_limit = to.hop_limit;
         ud.traffic_class = to.traffic_class;
         wqe[..fixed].copy_from_slice(ud.as_bytes());
-        self.post_encoded_sends(std::slice::from_ref(wr), &[wqe])
+        self.post_encoded_sends(std::slice::from_ref(wr), &[wqe], None)
+            .map(drop)
     }
 }
