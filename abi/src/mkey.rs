@@ -36,6 +36,10 @@ pub const KEY_ONE_SHOT_READ: u32 = 1 << 0;
 /// Most entries one indirect key may have.
 pub const MAX_INDIRECT_ENTRIES: u32 = 256;
 
+/// Most blocks one pattern key may have: bounds the ranges one access through it reaches
+/// (and so the work a single remote request can ask of the device).
+pub const MAX_PATTERN_REPEAT: u32 = 1 << 16;
+
 /// `CREATE_INDIRECT_KEY` request: this fixed part, then `num_entries`
 /// [`crate::verbs::Sge`] entries (`addr` in the direct key's address space, `length` > 0,
 /// `lkey` a direct key of the same PD). Response: [`crate::verbs::RegMrResp`] (lkey and
@@ -73,8 +77,8 @@ pub struct CreatePatternKeyReq {
     pub byte_count: u32,
     /// Bytes from one block's start to the next's, at least `byte_count`.
     pub stride: u64,
-    /// Number of blocks, at least 1. The key is `byte_count * repeat` bytes long; the
-    /// blocks must lie inside `base_key`'s region.
+    /// Number of blocks, 1 ..= [`MAX_PATTERN_REPEAT`]. The key is `byte_count * repeat`
+    /// bytes long; the blocks must lie inside `base_key`'s region.
     pub repeat: u32,
     /// Must be 0.
     pub reserved: u32,

@@ -474,6 +474,12 @@ fn memory_key_commands_check_their_input() {
         status(b.pd.create_pattern_key(0, &m[1], 0, 64, 32, 4)),
         Status::BadParam as u16
     );
+    // More blocks than one access may reach.
+    assert_eq!(
+        status(b.pd.create_pattern_key(0, &b.mr, 0, 1, 1, (1 << 16) + 1)),
+        Status::BadParam as u16
+    );
+    assert!(b.pd.create_pattern_key(0, &b.mr, 0, 1, 1, 1 << 16).is_ok());
     drop(key);
     // With the key gone, the region goes too (the Mr's drop checks nothing, so ask).
     let m1 = m[1].lkey();

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use rnic_abi::cmd::Status;
 use rnic_abi::mkey::{
     CreateIndirectKeyReq, CreatePatternKeyReq, INDIRECT_KEY_BIT, KEY_ONE_SHOT_READ,
-    MAX_INDIRECT_ENTRIES,
+    MAX_INDIRECT_ENTRIES, MAX_PATTERN_REPEAT,
 };
 use rnic_abi::verbs::{RegMrResp, Sge, ACCESS_REMOTE_READ};
 use vm_memory::GuestAddress;
@@ -285,7 +285,12 @@ impl RdmaState {
     pub(super) fn create_pattern_key(&mut self, body: &[u8]) -> Result<Response, Response> {
         let req: CreatePatternKeyReq = decode(body)?;
         let (byte_count, repeat) = (u64::from(req.byte_count), u64::from(req.repeat));
-        if byte_count == 0 || repeat == 0 || req.stride < byte_count || req.reserved != 0 {
+        if byte_count == 0
+            || repeat == 0
+            || req.repeat > MAX_PATTERN_REPEAT
+            || req.stride < byte_count
+            || req.reserved != 0
+        {
             return Err(Response::error(Status::BadParam, 0));
         }
         self.check_key_header(req.pdn, req.access)?;
