@@ -659,17 +659,21 @@ fn send_with_invalidate_kills_an_indirect_key_and_refuses_a_foreign_one() {
 
 /// `n` QPs of `b` on `srq`, each connected to a fresh QP of `a`: (a's, b's).
 fn qps_on_srq(a: &Side, b: &Side, srq: &Srq, n: usize) -> Vec<(Qp, Qp)> {
-    let o = PairOptions::default();
+    qps_on_srq_with(a, b, srq, n, &PairOptions::default())
+}
+
+/// [`qps_on_srq`] with options `o` (path MTU, queue sizes).
+fn qps_on_srq_with(a: &Side, b: &Side, srq: &Srq, n: usize, o: &PairOptions) -> Vec<(Qp, Qp)> {
     (0..n)
         .map(|i| {
-            let qa = init_qp(a, &a.cq, &o, ACCESS_REMOTE_WRITE);
+            let qa = init_qp(a, &a.cq, o, ACCESS_REMOTE_WRITE);
             let qb =
                 b.pd.create_qp_with_srq(&b.cq, &b.cq, o.caps, false, srq)
                     .unwrap();
             let (at, m) = verbs::init_attr(ACCESS_REMOTE_WRITE);
             qb.modify(&at, m).unwrap();
             let psn = 0x1000 * (i as u32 + 1);
-            connect_qps((&qa, a.gid), (&qb, b.gid), &o, psn, psn + 7);
+            connect_qps((&qa, a.gid), (&qb, b.gid), o, psn, psn + 7);
             (qa, qb)
         })
         .collect()
@@ -1191,4 +1195,61 @@ fn mmio_and_ring_posts_never_reorder() {
             );
         }
     });
+}
+
+#[test]
+fn a_qp_on_an_srq_that_fails_mid_message_flushes_only_its_own_receive() {
+    // Every frame is held 40 ms, so a 256-packet SEND (twice the send window) arrives in
+    // two halves about 80 ms apart: long enough to catch it half received.
+    let rnicd = Rnicd::start(2, &["--net-faults", "delay=40"]);
+    let o = PairOptions {
+        mtu: verbs::mtu::MTU_256,
+        ..PairOptions::default()
+    };
+    let (a, b) = pair(&rnicd, "vf0", "vf1", &o);
+    let srq = b.pd.create_srq(8, 1, 0).unwrap();
+    let qps = qps_on_srq_with(&a, &b, &srq, 2, &o);
+    let len = 256 * 256;
+    srq.post_recv_list(
+        &(0..3)
+            .map(|i| RecvWr {
+                wr_id: i,
+                sges: vec![b.mr.sge(i as usize * len, len)],
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    a.mr.write(0, &pattern(len, 77));
+    qps[0]
+        .0
+        .post_send(&signaled(1, WrOpcode::Send, vec![a.mr.sge(0, len)]))
+        .unwrap();
+    // Wait until the message has taken its receive, and not finished.
+    rnic_tests::wait_for(T, "the SEND to take a receive", || {
+        srq.query().unwrap().consumed == 1
+    });
+    assert!(
+        poll_n(&b.cq, 1, Duration::ZERO).is_empty(),
+        "finished already"
+    );
+    let err = verbs::QpAttr {
+        qp_state: verbs::QpState::Err as u8,
+        ..Default::default()
+    };
+    qps[0].1.modify(&err, verbs::attr::STATE).unwrap();
+    // Its receive completes flushed; the SRQ's others stay.
+    let got = expect(&b.cq, 0, WcStatus::WrFlushErr);
+    assert_eq!(got.qp_num, qps[0].1.qp_num());
+    assert!(
+        poll_n(&b.cq, 1, QUIET).is_empty(),
+        "another receive was flushed"
+    );
+    assert_eq!(srq.query().unwrap().consumed, 1);
+    // The other QP takes the next one.
+    qps[1]
+        .0
+        .post_send(&signaled(2, WrOpcode::Send, vec![a.mr.sge(0, 100)]))
+        .unwrap();
+    let got = expect(&b.cq, 1, WcStatus::Success);
+    assert_eq!(got.qp_num, qps[1].1.qp_num());
 }
