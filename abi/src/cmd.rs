@@ -47,8 +47,16 @@ pub enum Opcode {
     DeallocPd = 0x0111,
     /// Register a memory region: `verbs::RegMrReq` -> `verbs::RegMrResp`.
     RegMr = 0x0120,
-    /// Deregister a memory region: `verbs::ObjectReq` with the lkey.
+    /// Deregister a memory region, or destroy an indirect or pattern key: `verbs::ObjectReq`
+    /// with the lkey. Fails with [`Status::Busy`] while an indirect or pattern key names
+    /// the region.
     DeregMr = 0x0121,
+    /// Create an indirect memory key: `mkey::CreateIndirectKeyReq` and its entries ->
+    /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
+    CreateIndirectKey = 0x0122,
+    /// Create a pattern (strided) memory key: `mkey::CreatePatternKeyReq` ->
+    /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
+    CreatePatternKey = 0x0123,
     /// Create a completion queue: `verbs::CreateCqReq` -> `verbs::CreateCqResp`.
     CreateCq = 0x0130,
     /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
@@ -62,9 +70,20 @@ pub enum Opcode {
     QueryQp = 0x0142,
     /// Destroy a queue pair: `verbs::ObjectReq`.
     DestroyQp = 0x0143,
+    /// Create a shared receive queue: `srq::CreateSrqReq` -> `srq::CreateSrqResp`.
+    CreateSrq = 0x0150,
+    /// Change an SRQ's limit: `srq::ModifySrqReq`.
+    ModifySrq = 0x0151,
+    /// Read an SRQ's attributes: `verbs::ObjectReq` -> `srq::QuerySrqResp`.
+    QuerySrq = 0x0152,
+    /// Destroy an SRQ (fails with [`Status::Busy`] while QPs use it): `verbs::ObjectReq`.
+    DestroySrq = 0x0153,
     /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
     /// doorbell numbering): `migration::AdoptQpReq` -> `migration::AdoptQpResp`.
     AdoptQp = 0x0144,
+    /// Give a QP a window for send WQEs by MMIO: `verbs::ObjectReq` (QPN) ->
+    /// `mmio::SqWindowResp`.
+    CreateSqWindow = 0x0145,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -105,6 +124,8 @@ impl Opcode {
             0x0111 => Self::DeallocPd,
             0x0120 => Self::RegMr,
             0x0121 => Self::DeregMr,
+            0x0122 => Self::CreateIndirectKey,
+            0x0123 => Self::CreatePatternKey,
             0x0130 => Self::CreateCq,
             0x0131 => Self::DestroyCq,
             0x0140 => Self::CreateQp,
@@ -112,6 +133,11 @@ impl Opcode {
             0x0142 => Self::QueryQp,
             0x0143 => Self::DestroyQp,
             0x0144 => Self::AdoptQp,
+            0x0145 => Self::CreateSqWindow,
+            0x0150 => Self::CreateSrq,
+            0x0151 => Self::ModifySrq,
+            0x0152 => Self::QuerySrq,
+            0x0153 => Self::DestroySrq,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

@@ -20,14 +20,18 @@ pub mod admin;
 pub mod cmd;
 pub mod doorbell;
 pub mod migration;
+pub mod mkey;
+pub mod mmio;
 pub mod pci;
 pub mod regs;
+pub mod srq;
+pub mod ud;
 pub mod verbs;
 
 /// Major version of this interface. A driver refuses a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor version: grows with backwards-compatible additions (new commands, new registers).
-pub const ABI_MINOR: u16 = 2;
+pub const ABI_MINOR: u16 = 3;
 
 /// The ABI version as the [`regs::ABI_VERSION`] register reports it: major in bits 31:16.
 pub const fn abi_version() -> u32 {

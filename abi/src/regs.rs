@@ -153,6 +153,24 @@ pub const CAP_RDMA_RC: u64 = 1 << 4;
 /// Capability: the function administers the device through its admin queue
 /// ([`crate::admin`]); set on the PF only.
 pub const CAP_ADMIN: u64 = 1 << 5;
+/// Capability: indirect memory keys, lists of MR ranges used as one key
+/// ([`crate::mkey`], `CREATE_INDIRECT_KEY`).
+pub const CAP_INDIRECT_MKEY: u64 = 1 << 6;
+/// Capability: pattern (strided) memory keys ([`crate::mkey`], `CREATE_PATTERN_KEY`).
+pub const CAP_PATTERN_MKEY: u64 = 1 << 7;
+/// Capability: SEND with immediate, SEND with invalidate (of MR, indirect and pattern
+/// keys) and the solicited event, in every combination, with the completion semantics of
+/// the datasheet's §14.3 (the `wc_flags` bits of [`crate::verbs::wc_flags`]).
+pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
+/// Capability: shared receive queues ([`crate::srq`]).
+pub const CAP_SRQ: u64 = 1 << 9;
+/// Capability: unreliable datagram QPs ([`crate::ud`]).
+pub const CAP_UD: u64 = 1 << 10;
+/// Capability: one-shot READ grants, indirect keys that allow exactly one remote READ
+/// ([`crate::mkey::KEY_ONE_SHOT_READ`]).
+pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
+/// Capability: send WQEs written into a window of the doorbell BAR ([`crate::mmio`]).
+pub const CAP_WQE_MMIO: u64 = 1 << 12;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

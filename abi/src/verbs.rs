@@ -180,6 +180,8 @@ pub mod wc {
 
 /// Completion flags in [`Cqe::wc_flags`], as `enum ibv_wc_flags`.
 pub mod wc_flags {
+    /// The receive buffer starts with a GRH (UD receives, [`crate::ud`]).
+    pub const GRH: u8 = 1 << 0;
     /// `imm_data` is valid.
     pub const WITH_IMM: u8 = 1 << 1;
     /// `invalidated_rkey` is valid.
@@ -288,6 +290,9 @@ pub mod event {
     pub const COMM_EST: u8 = 4;
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
     pub const SQ_DRAINED: u8 = 5;
+    /// An SRQ's WQEs fell below its limit ([`crate::srq`]); [`Eqe::object`] is the SRQ
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    pub const SRQ_LIMIT_REACHED: u8 = 15;
     /// rnic-specific: QP [`Eqe::object`] left this function (`MIGRATE_QP`, see
     /// [`crate::migration`]); its number now means nothing here, and what moved with it
     /// (its PD and MRs, CQs that moved) is gone too.
@@ -532,8 +537,10 @@ pub struct CreateQpReq {
     pub qp_type: u8,
     /// Non-zero: every send WR completes as if signaled (`sq_sig_all`).
     pub sq_sig_all: u8,
-    /// Must be 0.
-    pub reserved: u16,
+    /// The shared receive queue the QP takes its receives from ([`crate::srq`]), or 0
+    /// for a receive queue of its own. With an SRQ, `rq_entries` and `max_recv_sge` must
+    /// be 0 and `rq` empty.
+    pub srqn: u16,
     /// The send ring: `sq_entries * sq_stride(max_send_sge, max_inline_data)` bytes.
     pub sq: PageList,
     /// The receive ring: `rq_entries * rq_stride(max_recv_sge)` bytes.

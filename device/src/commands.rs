@@ -17,10 +17,15 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::QueryDevice => size_of::<QueryDeviceResp>(),
         Opcode::CreateEq => size_of::<CreateEqResp>(),
         Opcode::AllocPd => size_of::<ObjectResp>(),
-        Opcode::RegMr => size_of::<RegMrResp>(),
+        Opcode::RegMr | Opcode::CreateIndirectKey | Opcode::CreatePatternKey => {
+            size_of::<RegMrResp>()
+        }
         Opcode::CreateCq => size_of::<CreateCqResp>(),
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
+        Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
+        Opcode::CreateSqWindow => size_of::<rnic_abi::mmio::SqWindowResp>(),
+        Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
         Opcode::QueryMember => size_of::<rnic_abi::admin::MemberInfo>(),
         Opcode::GetStats => size_of::<rnic_abi::admin::MemberStats>(),
@@ -37,7 +42,9 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DeregMr
         | Opcode::DestroyCq
         | Opcode::ModifyQp
-        | Opcode::DestroyQp => 0,
+        | Opcode::DestroyQp
+        | Opcode::ModifySrq
+        | Opcode::DestroySrq => 0,
     }
 }
 

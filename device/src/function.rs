@@ -92,6 +92,13 @@ impl Identity {
                 | CAP_MSIX
                 | CAP_FUNCTION_RESET
                 | CAP_RDMA_RC
+                | CAP_INDIRECT_MKEY
+                | CAP_PATTERN_MKEY
+                | CAP_SEND_VARIANTS
+                | CAP_SRQ
+                | CAP_UD
+                | CAP_ONE_SHOT_READ
+                | CAP_WQE_MMIO
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1190,7 +1197,18 @@ mod tests {
             rd32(&f, FUNCTION_INFO),
             FUNCTION_IS_VF | 1 << FUNCTION_VF_INDEX_SHIFT
         );
-        let caps = CAP_CMDQ | CAP_DOORBELL_NOTIFY | CAP_MSIX | CAP_FUNCTION_RESET | CAP_RDMA_RC;
+        let caps = CAP_CMDQ
+            | CAP_DOORBELL_NOTIFY
+            | CAP_MSIX
+            | CAP_FUNCTION_RESET
+            | CAP_RDMA_RC
+            | CAP_INDIRECT_MKEY
+            | CAP_PATTERN_MKEY
+            | CAP_SEND_VARIANTS
+            | CAP_SRQ
+            | CAP_UD
+            | CAP_ONE_SHOT_READ
+            | CAP_WQE_MMIO;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

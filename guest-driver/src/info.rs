@@ -46,6 +46,13 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_FUNCTION_RESET, "function-reset"),
     (regs::CAP_RDMA_RC, "rdma-rc"),
     (regs::CAP_ADMIN, "admin"),
+    (regs::CAP_INDIRECT_MKEY, "indirect-mkey"),
+    (regs::CAP_PATTERN_MKEY, "pattern-mkey"),
+    (regs::CAP_SEND_VARIANTS, "send-variants"),
+    (regs::CAP_SRQ, "srq"),
+    (regs::CAP_UD, "ud"),
+    (regs::CAP_ONE_SHOT_READ, "one-shot-read"),
+    (regs::CAP_WQE_MMIO, "wqe-mmio"),
 ];
 
 impl Report {

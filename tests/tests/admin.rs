@@ -461,7 +461,7 @@ fn another_vfs_objects_are_out_of_reach_of_every_command() {
         doorbell_page: 1,
         qp_type: QPT_RC,
         sq_sig_all: 0,
-        reserved: 0,
+        srqn: 0,
         sq: PageList::default(),
         rq: PageList::default(),
     };

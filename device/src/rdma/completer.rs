@@ -315,7 +315,7 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         let op =
-            super::wqe::read_send(&qp.sq, &qp.caps, env.r, index).unwrap_or(super::wqe::SendOp {
+            super::mmio::read_send(&qp.sq, &qp.caps, env, index).unwrap_or(super::wqe::SendOp {
                 wqe: Default::default(),
                 sges: Vec::new(),
                 inline: None,
@@ -352,8 +352,21 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
         };
         rdma.complete(qp.send_cqn, cqe, env);
     }
-    // A receive in progress, then every posted receive.
-    qp.resp.cur = None;
+    // A receive in progress (a SEND cut short: it was taken, and completes now), then
+    // every posted receive; an SRQ's belong to its other QPs too, and stay.
+    if let Some(super::responder::Inbound::Send { recv, .. }) = qp.resp.cur.take() {
+        let cqe = Cqe {
+            wr_id: recv.wr_id,
+            qp_num: qp.qpn,
+            opcode: wc::RECV,
+            status: WcStatus::WrFlushErr as u8,
+            ..Cqe::default()
+        };
+        rdma.complete(qp.recv_cqn, cqe, env);
+    }
+    if rdma.srq_of(qp.qpn).is_some() {
+        return;
+    }
     let posted = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
     while qp.rq.taken != posted {
         let index = qp.rq.taken;

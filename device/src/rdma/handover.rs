@@ -105,7 +105,14 @@ impl RdmaState {
             .pds
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
-        if pd.users != 1 {
+        // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
+        // Nor do SRQs (a PD that has one stays), UD QPs and MMIO windows.
+        if pd.users != 1
+            || self.ud.qkey(qpn).is_some()
+            || qp.sq.window.is_some()
+            || self.mrs.indirect.count_in_pd(qp.pdn) > 0
+            || self.srqs.count_in_pd(qp.pdn) > 0
+        {
             return Err(busy(qp.pdn));
         }
         let target = |own: u32, named: u32| {

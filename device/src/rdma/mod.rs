@@ -12,13 +12,17 @@
 pub mod completer;
 pub mod cq;
 pub mod handover;
+pub mod indirect;
+pub mod mmio;
 pub mod mr;
 pub mod pages;
 pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod srq;
 pub mod switch;
+pub mod ud;
 pub mod wire;
 pub mod wqe;
 
@@ -86,6 +90,8 @@ enum SlotOwner {
     Cq(u32),
     Sq(u32),
     Rq(u32),
+    Srq(u32),
+    Window(u32),
 }
 
 /// All RDMA objects of one function.
@@ -97,6 +103,8 @@ pub struct RdmaState {
     mrs: MrTable,
     cqs: BTreeMap<u32, CompletionQueue>,
     qps: BTreeMap<u32, Qp>,
+    srqs: srq::SrqTable,
+    ud: ud::UdTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -122,6 +130,16 @@ fn decode<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Result<T, Resp
 
 fn reply<T: IntoBytes + Immutable>(value: &T) -> Response {
     Response::ok(value.as_bytes().to_vec())
+}
+
+/// Checks `ACCESS_*` flags of a memory key: known flags only, and as ibverbs, remote write
+/// or atomic access needs local write too.
+fn check_mr_access(access: u32) -> Result<(), Response> {
+    let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+    if access & !ACCESS_ALL != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
+        return Err(Response::error(Status::BadParam, access));
+    }
+    Ok(())
 }
 
 fn page_list_error(e: PageListError) -> Response {
@@ -157,6 +175,8 @@ impl RdmaState {
             mrs: MrTable::new(pool.totals().mrs as usize),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            srqs: Default::default(),
+            ud: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -197,6 +217,8 @@ impl RdmaState {
             Opcode::DeallocPd => self.dealloc_pd(body),
             Opcode::RegMr => self.reg_mr(body, env),
             Opcode::DeregMr => self.dereg_mr(body),
+            Opcode::CreateIndirectKey => self.create_indirect_key(body),
+            Opcode::CreatePatternKey => self.create_pattern_key(body),
             Opcode::CreateCq => self.create_cq(body, env),
             Opcode::DestroyCq => self.destroy_cq(body),
             Opcode::CreateQp => self.create_qp(body, env),
@@ -204,6 +226,11 @@ impl RdmaState {
             Opcode::QueryQp => self.query_qp(body),
             Opcode::DestroyQp => self.destroy_qp(body),
             Opcode::AdoptQp => self.adopt_qp(body, env),
+            Opcode::CreateSqWindow => self.create_sq_window(body, env),
+            Opcode::CreateSrq => self.create_srq(body, env),
+            Opcode::ModifySrq => self.modify_srq(body),
+            Opcode::QuerySrq => self.query_srq(body),
+            Opcode::DestroySrq => self.destroy_srq(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -314,7 +341,10 @@ impl RdmaState {
             .pds
             .get(&req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if pd.users > 0 || self.mrs.count_in_pd(req.handle) > 0 {
+        if pd.users > 0
+            || self.mrs.count_in_pd(req.handle) > 0
+            || self.srqs.count_in_pd(req.handle) > 0
+        {
             return Err(Response::error(Status::Busy, req.handle));
         }
         self.pds.remove(&req.handle);
@@ -327,13 +357,7 @@ impl RdmaState {
         if !self.pds.contains_key(&req.pdn) {
             return Err(Response::error(Status::NotFound, req.pdn));
         }
-        // As ibverbs: remote write or atomic access needs local write too.
-        let needs_local_write = req.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
-        if req.access & !ACCESS_ALL != 0
-            || (needs_local_write && req.access & ACCESS_LOCAL_WRITE == 0)
-        {
-            return Err(Response::error(Status::BadParam, req.access));
-        }
+        check_mr_access(req.access)?;
         if req.length > self.limits.max_mr_size || req.iova.checked_add(req.length).is_none() {
             return Err(Response::error(Status::BadParam, 0));
         }
@@ -374,6 +398,13 @@ impl RdmaState {
 
     fn dereg_mr(&mut self, body: &[u8]) -> Result<Response, Response> {
         let req: ObjectReq = decode(body)?;
+        if indirect::IndirectTable::owns(req.handle) {
+            return self.destroy_indirect_key(req.handle);
+        }
+        // An indirect or pattern key names it: that key must go first.
+        if self.mrs.indirect.references(req.handle) {
+            return Err(Response::error(Status::Busy, req.handle));
+        }
         // rnic has no memory windows, the only thing that makes a deregistration wait in
         // the IB spec; in-flight WRs that still name the key fail with an access error.
         let mr = self
@@ -428,10 +459,15 @@ impl RdmaState {
     fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(Response::error(Status::BadParam, what));
-        if req.qp_type != QPT_RC || req.reserved != 0 {
+        if req.qp_type != QPT_RC && req.qp_type != rnic_abi::ud::QPT_UD {
             return bad(u32::from(req.qp_type));
         }
-        for n in [req.sq_entries, req.rq_entries] {
+        // On an SRQ the QP has no receive queue of its own (see `srq`).
+        let own_rq = req.srqn == 0;
+        if !own_rq {
+            self.check_qp_srq(&req)?;
+        }
+        for n in std::iter::once(req.sq_entries).chain(own_rq.then_some(req.rq_entries)) {
             if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
                 return bad(n);
             }
@@ -459,13 +495,17 @@ impl RdmaState {
             env.r,
         )
         .map_err(page_list_error)?;
-        let rq_ring = PagedBuffer::load(
-            &req.rq,
-            0,
-            u64::from(req.rq_entries) * u64::from(rq_stride),
-            env.r,
-        )
-        .map_err(page_list_error)?;
+        let rq_ring = if own_rq {
+            PagedBuffer::load(
+                &req.rq,
+                0,
+                u64::from(req.rq_entries) * u64::from(rq_stride),
+                env.r,
+            )
+            .map_err(page_list_error)?
+        } else {
+            PagedBuffer::default()
+        };
         // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
         let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
         let mut qpn = self.next_qpn;
@@ -494,6 +534,7 @@ impl RdmaState {
             stride,
             slot: slot_offset(page, slot),
             taken: 0,
+            window: None,
         };
         let qp = Qp {
             qpn,
@@ -509,7 +550,8 @@ impl RdmaState {
                 max_inline_data: req.max_inline_data,
             },
             sq: work_queue(sq_ring, req.sq_entries, sq_stride, sq_slot),
-            rq: work_queue(rq_ring, req.rq_entries, rq_stride, rq_slot),
+            // One (empty) entry on an SRQ: never read, but never a division by zero.
+            rq: work_queue(rq_ring, req.rq_entries.max(1), rq_stride, rq_slot),
             sq_slot,
             req: Default::default(),
             resp: Default::default(),
@@ -524,6 +566,12 @@ impl RdmaState {
             pd.users += 1;
         }
         self.qps.insert(qpn, qp);
+        if req.qp_type == rnic_abi::ud::QPT_UD {
+            self.ud.add(qpn);
+        }
+        if !own_rq {
+            self.attach_srq(qpn, u32::from(req.srqn));
+        }
         Ok(reply(&CreateQpResp {
             qpn,
             reserved: 0,
@@ -539,12 +587,21 @@ impl RdmaState {
     }
 
     fn modify_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        // A UD QP's Q_Key follows the request (see `ud`).
+        let (body, qkey) = ud::split_modify(body)?;
         let req: ModifyQpReq = decode(body)?;
+        let is_ud = self.ud.qkey(req.qpn).is_some();
         let qp = self
             .qps
             .get_mut(&req.qpn)
             .ok_or(Response::error(Status::NotFound, req.qpn))?;
-        let target = qp::check_modify(
+        let table = if is_ud {
+            ud::transition
+        } else {
+            qp::transition
+        };
+        let target = qp::check_modify_with(
+            table,
             qp.state,
             req.attr_mask,
             &req.attr,
@@ -555,11 +612,25 @@ impl RdmaState {
             qp::ModifyError::BadAttr(bit) => Response::error(Status::BadParam, bit),
         })?;
         qp::apply(&mut qp.attr, req.attr_mask, &req.attr);
+        if let Some(qkey) = qkey {
+            let qpn = req.qpn;
+            self.set_qkey(qpn, qkey);
+        }
+        let Some(qp) = self.qps.get_mut(&req.qpn) else {
+            return Err(Response::error(Status::Internal, req.qpn));
+        };
         let from = qp.state;
         qp.state = target;
         qp.attr.qp_state = target as u8;
         match target {
             QpState::Reset => {
+                // A WQE left in the MMIO window belongs to the numbering that ends here.
+                if let Some(w) = qp.sq.window {
+                    env.doorbells.write32(
+                        w + rnic_abi::mmio::WINDOW_STATE,
+                        rnic_abi::mmio::WINDOW_EMPTY,
+                    );
+                }
                 qp.sq.taken = 0;
                 qp.rq.taken = 0;
                 qp.req = Default::default();
@@ -627,6 +698,9 @@ impl RdmaState {
         }
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
         self.free_slots_of(SlotOwner::Rq(qp.qpn));
+        self.free_slots_of(SlotOwner::Window(qp.qpn));
+        self.srqs.detach(qp.qpn);
+        self.ud.remove(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }
@@ -771,7 +845,10 @@ impl RdmaState {
             completer::on_timer(self, &mut qp, env, now);
             let before = wire.out.len();
             let mut retransmits = 0;
-            let ran = requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits);
+            let ran = match self.ud.qkey(qpn) {
+                Some(qkey) => ud::run_send(&mut qp, &self.mrs, env, wire, qkey),
+                None => requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits),
+            };
             self.counters.retransmits += retransmits;
             self.counters.tx_packets += (wire.out.len() - before) as u64;
             completer::retire(self, &mut qp, env, now);
@@ -814,12 +891,16 @@ impl RdmaState {
         let qpn = pkt.hdrs.bth.dest_qp;
         let mut qp = self.qps.remove(&qpn).ok_or(recv::Drop::UnknownQp)?;
         let before = wire.out.len();
-        let taken = recv::check(&qp, &pkt).and_then(|()| {
-            if recv::is_request(pkt.hdrs.bth.opcode) {
-                responder::on_request(self, &mut qp, &pkt, env, wire)
-            } else {
-                completer::on_response(self, &mut qp, &pkt, env, now)
-            }
+        let ud_qkey = self.ud.qkey(qpn);
+        let taken = ud::check_transport(ud_qkey.is_some(), &pkt).and_then(|()| match ud_qkey {
+            Some(qkey) => self.receive_datagram(&mut qp, &pkt, frame, env, qkey),
+            None => recv::check(&qp, &pkt).and_then(|()| {
+                if recv::is_request(pkt.hdrs.bth.opcode) {
+                    responder::on_request(self, &mut qp, &pkt, env, wire)
+                } else {
+                    completer::on_response(self, &mut qp, &pkt, env, now)
+                }
+            }),
         });
         if let Err(why) = taken {
             log::trace!(

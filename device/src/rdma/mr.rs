@@ -10,7 +10,12 @@ use rnic_abi::verbs::{
 };
 use vm_memory::GuestAddress;
 
+use super::indirect::IndirectTable;
 use super::pages::PagedBuffer;
+
+/// Slots an MR table may have: MR keys leave bit 31 clear, for indirect keys
+/// (`rnic_abi::mkey::INDIRECT_KEY_BIT`).
+const MAX_SLOTS: usize = 1 << 23;
 
 /// A registered region.
 #[derive(Debug, Clone)]
@@ -38,6 +43,10 @@ pub enum Access {
     RemoteWrite,
     /// A remote RDMA READ.
     RemoteRead,
+    /// The responses of a remote READ the responder accepted (a [`Access::RemoteRead`]
+    /// check passed for it), sent or resent: what a consumed one-shot READ grant still
+    /// allows.
+    ReadResponse,
     /// A remote atomic.
     RemoteAtomic,
 }
@@ -48,7 +57,7 @@ impl Access {
             Access::LocalRead => 0,
             Access::LocalWrite => ACCESS_LOCAL_WRITE,
             Access::RemoteWrite => ACCESS_REMOTE_WRITE,
-            Access::RemoteRead => ACCESS_REMOTE_READ,
+            Access::RemoteRead | Access::ReadResponse => ACCESS_REMOTE_READ,
             Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
         }
     }
@@ -81,6 +90,8 @@ struct Slot {
 pub struct MrTable {
     slots: Vec<Slot>,
     limit: usize,
+    /// The function's indirect and pattern keys, which map onto the regions here.
+    pub indirect: IndirectTable,
 }
 
 impl MrTable {
@@ -89,6 +100,7 @@ impl MrTable {
         Self {
             slots: Vec::new(),
             limit,
+            indirect: IndirectTable::default(),
         }
     }
 
@@ -96,7 +108,7 @@ impl MrTable {
     pub fn insert(&mut self, mr: Mr) -> Option<u32> {
         let index = match self.slots.iter().position(|s| s.mr.is_none()) {
             Some(i) => i,
-            None if self.slots.len() < self.limit && self.slots.len() < (1 << 24) => {
+            None if self.slots.len() < self.limit && self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Slot::default());
                 self.slots.len() - 1
             }
@@ -135,6 +147,9 @@ impl MrTable {
     /// Invalidates `key` for `pdn`; the key stops working until the region is registered
     /// again.
     pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+        if IndirectTable::owns(key) {
+            return self.indirect.invalidate(key, pdn);
+        }
         let mr = self.get_mut(key).ok_or(KeyError::NoSuchKey)?;
         if mr.pdn != pdn {
             return Err(KeyError::OtherPd);
@@ -169,7 +184,7 @@ impl MrTable {
     /// to check.
     pub fn insert_at(&mut self, key: u32, mr: Mr) -> Result<(), Mr> {
         let index = (key >> 8) as usize;
-        if !self.can_take(key) || index >= 1 << 24 {
+        if !self.can_take(key) || index >= MAX_SLOTS {
             return Err(mr);
         }
         if self.slots.len() <= index {
@@ -181,12 +196,13 @@ impl MrTable {
         Ok(())
     }
 
-    /// Regions registered in `pdn`.
+    /// Regions, indirect and pattern keys included, registered in `pdn`.
     pub fn count_in_pd(&self, pdn: u32) -> usize {
         self.slots
             .iter()
             .filter(|s| s.mr.as_ref().is_some_and(|m| m.pdn == pdn))
             .count()
+            + self.indirect.count_in_pd(pdn)
     }
 
     /// Number of registered regions.
@@ -209,20 +225,36 @@ impl MrTable {
         addr: u64,
         len: u64,
     ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
+        if IndirectTable::owns(key) {
+            return self.indirect.check(self, key, pdn, access, addr, len);
+        }
         let mr = self.get(key).ok_or(KeyError::NoSuchKey)?;
-        if !mr.valid {
-            return Err(KeyError::Invalidated);
-        }
-        if mr.pdn != pdn {
-            return Err(KeyError::OtherPd);
-        }
-        if mr.access & access.required_flag() != access.required_flag() {
-            return Err(KeyError::NoAccess);
-        }
+        admits(mr.valid, mr.pdn, mr.access, pdn, access)?;
         let offset = addr.checked_sub(mr.iova).ok_or(KeyError::OutOfRange)?;
         let runs = mr.buffer.runs(offset, len).ok_or(KeyError::OutOfRange)?;
         Ok(runs.collect())
     }
+}
+
+/// Whether a key that is `valid`, of `key_pdn` with `key_access` flags, lets a QP of
+/// `pdn` do `access`.
+pub fn admits(
+    valid: bool,
+    key_pdn: u32,
+    key_access: u32,
+    pdn: u32,
+    access: Access,
+) -> Result<(), KeyError> {
+    if !valid {
+        return Err(KeyError::Invalidated);
+    }
+    if key_pdn != pdn {
+        return Err(KeyError::OtherPd);
+    }
+    if key_access & access.required_flag() != access.required_flag() {
+        return Err(KeyError::NoAccess);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ pub struct WorkQueue {
     pub slot: u64,
     /// Entries the device has taken from the queue, in all.
     pub taken: u32,
+    /// Byte offset in the doorbell BAR of the send queue's MMIO window, if it has one
+    /// (see `super::mmio`).
+    pub window: Option<u64>,
 }
 
 impl WorkQueue {
@@ -104,7 +107,7 @@ const RTS_REQUIRED: u32 =
 
 /// (required, optional) attributes of a transition, as the IB spec's QP state table gives
 /// them for RC, or `None` if the transition is not allowed.
-fn transition(from: QpState, to: QpState) -> Option<(u32, u32)> {
+pub fn transition(from: QpState, to: QpState) -> Option<(u32, u32)> {
     use QpState::*;
     let common = attr::CUR_STATE;
     Some(match (from, to) {
@@ -138,6 +141,18 @@ fn transition(from: QpState, to: QpState) -> Option<(u32, u32)> {
 /// Checks a modify against the QP's state and the device limit on outstanding READs and
 /// atomics; returns the target state.
 pub fn check_modify(
+    current: QpState,
+    mask: u32,
+    a: &QpAttr,
+    max_rd_atom: u32,
+) -> Result<QpState, ModifyError> {
+    check_modify_with(transition, current, mask, a, max_rd_atom)
+}
+
+/// [`check_modify`] with the state table `transition` of another QP type (UD, see
+/// `super::ud`).
+pub fn check_modify_with(
+    transition: fn(QpState, QpState) -> Option<(u32, u32)>,
     current: QpState,
     mask: u32,
     a: &QpAttr,

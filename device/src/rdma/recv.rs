@@ -22,7 +22,8 @@ pub enum Drop {
     Checksum,
     /// BTH transport version other than 0.
     Version,
-    /// An opcode that is not an RC opcode this device knows (UC, UD, CNP, reserved).
+    /// An opcode this device does not know (UC, CNP, reserved), or one of the other
+    /// transport than the QP's (a UD SEND to an RC QP, an RC opcode to a UD QP).
     Opcode,
     /// A pad count that does not fit the packet: more than the bytes after the headers,
     /// payload and pad not a multiple of 4, or payload on an opcode that carries none.
@@ -44,6 +45,10 @@ pub enum Drop {
     /// Outside the PSN window: a request ahead of the one expected (out of sequence), a
     /// duplicate READ or atomic no longer remembered, or a response to a PSN never sent.
     Psn,
+    /// A UD packet whose Q_Key is not the receiving QP's.
+    Qkey,
+    /// A UD packet for a QP with no receive posted (UD is unreliable: no RNR).
+    NoReceive,
 }
 
 impl From<ParseError> for Drop {
@@ -102,6 +107,10 @@ pub struct DropCounters {
     pub too_long: u64,
     /// [`Drop::Psn`].
     pub psn: u64,
+    /// [`Drop::Qkey`].
+    pub qkey: u64,
+    /// [`Drop::NoReceive`].
+    pub no_receive: u64,
 }
 
 impl DropCounters {
@@ -126,11 +135,13 @@ impl DropCounters {
             Drop::Source => &mut self.source,
             Drop::TooLong => &mut self.too_long,
             Drop::Psn => &mut self.psn,
+            Drop::Qkey => &mut self.qkey,
+            Drop::NoReceive => &mut self.no_receive,
         }
     }
 
     /// Every counter with its name (as logged: `name=value`), in check order.
-    pub fn named(&self) -> [(&'static str, u64); 14] {
+    pub fn named(&self) -> [(&'static str, u64); 16] {
         [
             ("length", self.length),
             ("header", self.header),
@@ -146,6 +157,8 @@ impl DropCounters {
             ("source", self.source),
             ("too_long", self.too_long),
             ("psn", self.psn),
+            ("qkey", self.qkey),
+            ("no_receive", self.no_receive),
         ]
     }
 
@@ -235,6 +248,8 @@ mod tests {
             Drop::Source,
             Drop::TooLong,
             Drop::Psn,
+            Drop::Qkey,
+            Drop::NoReceive,
         ];
         let mut c = DropCounters::default();
         for (i, why) in all.iter().enumerate() {
@@ -246,9 +261,9 @@ mod tests {
         for (i, (_, n)) in named.iter().enumerate() {
             assert_eq!(*n, i as u64 + 1, "{:?}", named[i]);
         }
-        assert_eq!(c.total(), (1..=14).sum::<u64>());
+        assert_eq!(c.total(), (1..=16).sum::<u64>());
         assert!(c.to_string().starts_with("length=1 header=2 "));
-        assert!(c.to_string().ends_with(" psn=14"));
+        assert!(c.to_string().ends_with(" psn=14 qkey=15 no_receive=16"));
     }
 
     #[test]

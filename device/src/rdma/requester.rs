@@ -19,7 +19,7 @@ use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::wire::{psn, Wire};
-use super::wqe::{read_send, SendOp, WqeError};
+use super::wqe::{SendOp, WqeError};
 use super::Env;
 use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
 
@@ -338,14 +338,14 @@ pub fn run(
 }
 
 /// Takes the WQEs the driver posted since the last look.
-fn fetch(qp: &mut Qp, env: &Env) -> bool {
+pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
     let posted = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
     let mut any = false;
     while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         any = true;
-        let (op, status) = match read_send(&qp.sq, &qp.caps, env.r, index) {
+        let (op, status) = match super::mmio::read_send(&qp.sq, &qp.caps, env, index) {
             Ok(op) => (op, WcStatus::Success),
             Err(e) => {
                 log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);

@@ -24,7 +24,7 @@ use super::recv;
 use super::requester::scatter_gather;
 use super::requester::ACK_INTERVAL;
 use super::wire::{psn, Wire};
-use super::wqe::{read_recv, RecvOp};
+use super::wqe::RecvOp;
 use super::{Env, RdmaState};
 use crate::roce::packet::{
     nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
@@ -264,16 +264,15 @@ fn execute(
     let takes_recv = is_send || info.has_immediate();
     if first && is_send || (last && takes_recv && !is_send && opcode != op::RC_RDMA_WRITE_LAST) {
         // A SEND starts, or a WRITE with immediate ends: both need a receive WQE.
-        let posted = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
-        if posted == qp.rq.taken {
+        // From the QP's receive queue or its SRQ.
+        let Some(recv) = rdma.next_recv(qp, env) else {
             rdma.counters.rnr_naks_sent += 1;
             send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
             return Ok(None);
-        }
-        let recv = read_recv(&qp.rq, &qp.caps, env.r, qp.rq.taken)
-            .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+        };
+        let recv = recv.map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
         if is_send {
-            qp.rq.taken = qp.rq.taken.wrapping_add(1);
+            rdma.take_recv(qp, env);
             qp.resp.cur = Some(Inbound::Send { recv, offset: 0 });
         } else {
             // WRITE with immediate: the data went (or goes) to memory; the WQE only
@@ -288,7 +287,7 @@ fn execute(
             // Taken only once the data is placed: a refused WRITE leaves the receive
             // posted, to be flushed with the rest, instead of consuming it without a
             // completion.
-            qp.rq.taken = qp.rq.taken.wrapping_add(1);
+            rdma.take_recv(qp, env);
             qp.resp.cur = None;
             let cqe = Cqe {
                 wr_id: recv.wr_id,
@@ -499,6 +498,8 @@ fn read_request(
                 u64::from(reth.dma_len),
             )
             .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+        // A one-shot READ grant ends with this READ (its responses may still be resent).
+        rdma.mrs.indirect.spend(reth.rkey);
     }
     let mtu = mtu(&qp.attr);
     let npsn = u64::from(reth.dma_len).div_ceil(u64::from(mtu)).max(1) as u32;
@@ -554,7 +555,13 @@ fn send_read_responses(
             Vec::new()
         } else {
             rdma.mrs
-                .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
+                .check(
+                    rkey,
+                    qp.pdn,
+                    Access::ReadResponse,
+                    va.wrapping_add(offset),
+                    n,
+                )
                 .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?
         };
         let mut done = 0;

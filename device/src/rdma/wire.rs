@@ -18,10 +18,43 @@ pub struct Wire<'a> {
     pub out: Vec<Vec<u8>>,
 }
 
+/// Where a packet goes: the address-vector fields of a frame.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// Destination GID (IPv4-mapped).
+    pub dgid: [u8; 16],
+    /// IPv4 TTL (0: 64).
+    pub hop_limit: u8,
+    /// IPv4 TOS.
+    pub traffic_class: u8,
+    /// Flow label, for the UDP source port.
+    pub flow_label: u32,
+    /// Destination QP, for the UDP source port.
+    pub dest_qpn: u32,
+}
+
+impl Route {
+    /// The route of a connected QP: its address vector.
+    pub fn of(qp: &Qp) -> Self {
+        Route {
+            dgid: qp.attr.dgid,
+            hop_limit: qp.attr.hop_limit,
+            traffic_class: qp.attr.traffic_class,
+            flow_label: qp.attr.flow_label,
+            dest_qpn: qp.attr.dest_qp_num,
+        }
+    }
+}
+
 impl Wire<'_> {
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
-        let dst_ip: [u8; 4] = qp.attr.dgid[12..16].try_into().unwrap_or([0; 4]);
+        self.send_to(qp, &Route::of(qp), hdrs, payload);
+    }
+
+    /// Builds a frame of `qp` along `route` and queues it.
+    pub fn send_to(&mut self, qp: &Qp, route: &Route, hdrs: &Headers, payload: &[u8]) {
+        let dst_ip: [u8; 4] = route.dgid[12..16].try_into().unwrap_or([0; 4]);
         // A QP that migrated here keeps speaking as the address it was created with.
         let local = qp.home.unwrap_or(self.local);
         let addressing = Addressing {
@@ -31,13 +64,13 @@ impl Wire<'_> {
             dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
             src_ip: local.ip,
             dst_ip,
-            src_port: packet::udp_src_port(qp.attr.flow_label, qp.qpn, qp.attr.dest_qp_num),
-            ttl: if qp.attr.hop_limit == 0 {
+            src_port: packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn),
+            ttl: if route.hop_limit == 0 {
                 64
             } else {
-                qp.attr.hop_limit
+                route.hop_limit
             },
-            tos: qp.attr.traffic_class,
+            tos: route.traffic_class,
             ip_id: 0,
         };
         let mut frame = Vec::with_capacity(payload.len() + 96);

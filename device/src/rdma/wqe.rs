@@ -49,8 +49,22 @@ pub fn read_send(
     index: u32,
 ) -> Result<SendOp, WqeError> {
     let at = sq.entry_offset(index);
+    decode_send(
+        |offset, buf| sq.ring.read(mem, at + offset, buf),
+        caps,
+        sq.stride,
+    )
+}
+
+/// Decodes a send WQE that `read(offset, buf)` reads from wherever it is (a ring entry,
+/// an MMIO window), of at most `room` bytes, checked against `caps`.
+pub fn decode_send(
+    mut read: impl FnMut(u64, &mut [u8]) -> bool,
+    caps: &QpCaps,
+    room: u32,
+) -> Result<SendOp, WqeError> {
     let mut fixed = [0u8; 64];
-    if !sq.ring.read(mem, at, &mut fixed) {
+    if !read(0, &mut fixed) {
         return Err(WqeError::Unreachable);
     }
     let wqe = SendWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed)?;
@@ -58,13 +72,12 @@ pub fn read_send(
         return Err(WqeError::Malformed);
     }
     if wqe.flags & send_flags::INLINE != 0 {
-        if wqe.inline_len > caps.max_inline_data
-            || u64::from(wqe.inline_len) + 64 > u64::from(sq.stride)
+        if wqe.inline_len > caps.max_inline_data || u64::from(wqe.inline_len) + 64 > u64::from(room)
         {
             return Err(WqeError::Malformed);
         }
         let mut data = vec![0u8; wqe.inline_len as usize];
-        if !sq.ring.read(mem, at + 64, &mut data) {
+        if !read(64, &mut data) {
             return Err(WqeError::Unreachable);
         }
         return Ok(SendOp {
@@ -74,13 +87,16 @@ pub fn read_send(
         });
     }
     let n = u32::from(wqe.num_sge);
-    if n > caps.max_send_sge {
+    if n > caps.max_send_sge || 64 + u64::from(n) * 16 > u64::from(room) {
         return Err(WqeError::Malformed);
     }
-    let sges = read_sges(sq, mem, at + 64, n)?;
+    let mut raw = vec![0u8; n as usize * 16];
+    if !read(64, &mut raw) {
+        return Err(WqeError::Unreachable);
+    }
     Ok(SendOp {
         wqe,
-        sges,
+        sges: sges_of(&raw),
         inline: None,
     })
 }
@@ -129,8 +145,11 @@ fn read_sges(q: &WorkQueue, mem: &GuestMemoryMmap, at: u64, n: u32) -> Result<Ve
     if !q.ring.read(mem, at, &mut raw) {
         return Err(WqeError::Unreachable);
     }
-    Ok(raw
-        .chunks_exact(16)
+    Ok(sges_of(&raw))
+}
+
+fn sges_of(raw: &[u8]) -> Vec<Sge> {
+    raw.chunks_exact(16)
         .filter_map(|c| Sge::read_from_bytes(c).ok())
-        .collect())
+        .collect()
 }

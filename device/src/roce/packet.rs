@@ -96,6 +96,10 @@ pub mod opcode {
     pub const RC_SEND_LAST_WITH_INVALIDATE: u8 = 0x16;
     /// A single-packet SEND with invalidate (carries the IETH).
     pub const RC_SEND_ONLY_WITH_INVALIDATE: u8 = 0x17;
+    /// A UD SEND (carries the DETH; UD messages are one packet).
+    pub const UD_SEND_ONLY: u8 = 0x64;
+    /// A UD SEND with immediate data (DETH, then ImmDt).
+    pub const UD_SEND_ONLY_WITH_IMMEDIATE: u8 = 0x65;
 }
 
 /// An extension header that follows the BTH.
@@ -113,6 +117,8 @@ pub enum ExtHeader {
     Imm,
     /// Invalidate Extended Transport Header: the R_Key to invalidate (4 bytes).
     Ieth,
+    /// Datagram Extended Transport Header: Q_Key and source QP (8 bytes, UD).
+    Deth,
 }
 
 impl ExtHeader {
@@ -125,6 +131,7 @@ impl ExtHeader {
             ExtHeader::AtomicAckEth => 8,
             ExtHeader::Imm => 4,
             ExtHeader::Ieth => 4,
+            ExtHeader::Deth => 8,
         }
     }
 
@@ -137,6 +144,7 @@ impl ExtHeader {
             ExtHeader::AtomicAckEth => "AtomicAckETH",
             ExtHeader::Imm => "ImmDt",
             ExtHeader::Ieth => "IETH",
+            ExtHeader::Deth => "DETH",
         }
     }
 }
@@ -174,6 +182,8 @@ const F_ACK: u16 = 1 << 10;
 const F_COMPLETES: u16 = 1 << 11;
 /// Takes a receive WQE at the responder (rxe's RXE_RWR_MASK).
 const F_CONSUMES_RWQE: u16 = 1 << 12;
+/// A UD (datagram) opcode; all the others are RC.
+const F_DATAGRAM: u16 = 1 << 13;
 
 /// What one opcode carries and what kind of packet it is; from [`opcode_info`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +285,10 @@ impl OpcodeInfo {
     pub const fn is_ack(&self) -> bool {
         self.has(F_ACK)
     }
+    /// A UD opcode (the others are RC).
+    pub const fn is_datagram(&self) -> bool {
+        self.has(F_DATAGRAM)
+    }
     /// Carries immediate data.
     pub fn has_immediate(&self) -> bool {
         self.carries(ExtHeader::Imm)
@@ -303,6 +317,8 @@ const AETH: &[ExtHeader] = &[ExtHeader::Aeth];
 const AETH_ATOMIC_ACK: &[ExtHeader] = &[ExtHeader::Aeth, ExtHeader::AtomicAckEth];
 const ATOMIC: &[ExtHeader] = &[ExtHeader::AtomicEth];
 const IETH: &[ExtHeader] = &[ExtHeader::Ieth];
+const DETH: &[ExtHeader] = &[ExtHeader::Deth];
+const DETH_IMM: &[ExtHeader] = &[ExtHeader::Deth, ExtHeader::Imm];
 
 /// The opcode table: the extension headers (in wire order), payload and classification
 /// of every RC opcode, as in rxe_opcode.c. `None` for opcodes this device does not speak
@@ -404,6 +420,18 @@ pub const fn opcode_info(op: u8) -> Option<OpcodeInfo> {
             IETH,
             true,
             REQ_SEND | ONE | F_COMPLETES | F_CONSUMES_RWQE,
+        ),
+        UD_SEND_ONLY => (
+            "UD_SEND_ONLY",
+            DETH,
+            true,
+            REQ_SEND | ONE | F_COMPLETES | F_CONSUMES_RWQE | F_DATAGRAM,
+        ),
+        UD_SEND_ONLY_WITH_IMMEDIATE => (
+            "UD_SEND_ONLY_WITH_IMMEDIATE",
+            DETH_IMM,
+            true,
+            REQ_SEND | ONE | F_COMPLETES | F_CONSUMES_RWQE | F_DATAGRAM,
         ),
         _ => return None,
     };
@@ -625,6 +653,17 @@ pub struct Headers {
     pub imm: Option<[u8; 4]>,
     /// IETH: the R_Key to invalidate (SEND with invalidate).
     pub ieth: Option<u32>,
+    /// DETH: UD SENDs.
+    pub deth: Option<Deth>,
+}
+
+/// The Datagram Extended Transport Header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Deth {
+    /// The Q_Key the receiving QP must have.
+    pub qkey: u32,
+    /// The sending QP (24 bits).
+    pub src_qp: u32,
 }
 
 impl Headers {
@@ -637,6 +676,7 @@ impl Headers {
             ExtHeader::AtomicAckEth => self.atomic_ack.is_some(),
             ExtHeader::Imm => self.imm.is_some(),
             ExtHeader::Ieth => self.ieth.is_some(),
+            ExtHeader::Deth => self.deth.is_some(),
         }
     }
 }
@@ -801,6 +841,7 @@ pub fn build(
         ExtHeader::AtomicAckEth,
         ExtHeader::Imm,
         ExtHeader::Ieth,
+        ExtHeader::Deth,
     ] {
         match (info.carries(h), hdrs.has(h)) {
             (true, false) => {
@@ -836,6 +877,9 @@ pub fn build(
     too_wide("BTH.psn", bth.psn, MASK_24)?;
     if let Some(aeth) = &hdrs.aeth {
         too_wide("AETH.msn", aeth.msn, MASK_24)?;
+    }
+    if let Some(deth) = &hdrs.deth {
+        too_wide("DETH.src_qp", deth.src_qp, MASK_24)?;
     }
 
     let pad = (4 - payload.len() % 4) % 4;
@@ -924,6 +968,13 @@ pub fn build(
             ExtHeader::Ieth => {
                 if let Some(rkey) = hdrs.ieth {
                     out.extend_from_slice(&rkey.to_be_bytes());
+                }
+            }
+            ExtHeader::Deth => {
+                if let Some(d) = &hdrs.deth {
+                    out.extend_from_slice(&d.qkey.to_be_bytes());
+                    // A reserved byte, then the 24-bit source QP.
+                    out.extend_from_slice(&d.src_qp.to_be_bytes());
                 }
             }
         }
@@ -1295,6 +1346,12 @@ pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
             }
             ExtHeader::Imm => hdrs.imm = Some(r.take().ok_or(truncated)?),
             ExtHeader::Ieth => hdrs.ieth = Some(r.u32().ok_or(truncated)?),
+            ExtHeader::Deth => {
+                hdrs.deth = Some(Deth {
+                    qkey: r.u32().ok_or(truncated)?,
+                    src_qp: r.u32().ok_or(truncated)? & MASK_24,
+                });
+            }
         }
     }
 
@@ -1365,6 +1422,12 @@ mod tests {
                 ExtHeader::AtomicAckEth => h.atomic_ack = Some(AtomicAckEth { orig: 9 }),
                 ExtHeader::Imm => h.imm = Some([1, 2, 3, 4]),
                 ExtHeader::Ieth => h.ieth = Some(0x77),
+                ExtHeader::Deth => {
+                    h.deth = Some(Deth {
+                        qkey: 0x1111_2222,
+                        src_qp: 0x12,
+                    })
+                }
             }
         }
         h
@@ -1419,6 +1482,8 @@ mod tests {
             (RC_FETCH_ADD, ATOMIC, false),
             (RC_SEND_LAST_WITH_INVALIDATE, IETH, true),
             (RC_SEND_ONLY_WITH_INVALIDATE, IETH, true),
+            (UD_SEND_ONLY, DETH, true),
+            (UD_SEND_ONLY_WITH_IMMEDIATE, DETH_IMM, true),
         ];
         assert_eq!(all_opcodes().len(), expect.len());
         for &(op, ext, payload) in expect {
@@ -1431,6 +1496,15 @@ mod tests {
         }
         // rxe's header lengths (rxe_opcode.c `.length`).
         assert_eq!(opcode_info(RC_SEND_ONLY).unwrap().header_len(), 12);
+        assert_eq!(opcode_info(UD_SEND_ONLY).unwrap().header_len(), 20);
+        assert_eq!(
+            opcode_info(UD_SEND_ONLY_WITH_IMMEDIATE)
+                .unwrap()
+                .header_len(),
+            24
+        );
+        assert!(opcode_info(UD_SEND_ONLY).unwrap().is_datagram());
+        assert!(!opcode_info(RC_SEND_ONLY).unwrap().is_datagram());
         assert_eq!(
             opcode_info(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
                 .unwrap()
@@ -1442,8 +1516,8 @@ mod tests {
         let ack = opcode_info(RC_ATOMIC_ACKNOWLEDGE).unwrap();
         assert_eq!(ack.ext_offset(ExtHeader::AtomicAckEth), Some(16));
         assert_eq!(ack.ext_offset(ExtHeader::Reth), None);
-        // Not spoken: RC 0x15 (reserved), FLUSH, ATOMIC WRITE, UC/UD.
-        for op in [0x15, 0x1c, 0x1d, 0x20, 0x64] {
+        // Not spoken: RC 0x15 (reserved), FLUSH, ATOMIC WRITE, UC, UD other than SEND.
+        for op in [0x15, 0x1c, 0x1d, 0x20, 0x66] {
             assert!(opcode_info(op).is_none(), "{op:#x}");
         }
         let first = opcode_info(RC_SEND_FIRST).unwrap();
@@ -1618,6 +1692,7 @@ mod tests {
                     ExtHeader::AtomicAckEth => hdrs.atomic_ack = None,
                     ExtHeader::Imm => hdrs.imm = None,
                     ExtHeader::Ieth => hdrs.ieth = None,
+                    ExtHeader::Deth => hdrs.deth = None,
                 }
                 assert_eq!(
                     build(&addressing(), &hdrs, &[], &mut out),
@@ -1994,6 +2069,11 @@ mod tests {
                             atomic_ack: c(ExtHeader::AtomicAckEth).then_some(AtomicAckEth { orig }),
                             imm: c(ExtHeader::Imm).then_some(imm),
                             ieth: c(ExtHeader::Ieth).then_some(ieth),
+                            // The IETH's value serves as Q_Key and source QP.
+                            deth: c(ExtHeader::Deth).then_some(Deth {
+                                qkey: ieth,
+                                src_qp: ieth & MASK_24,
+                            }),
                         };
                         (hdrs, payload)
                     },

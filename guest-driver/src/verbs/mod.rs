@@ -28,9 +28,13 @@
 //! ```
 
 mod cq;
+mod mkey;
+mod mmio;
 mod mr;
 mod qp;
 mod ring;
+mod srq;
+mod ud;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -48,12 +52,15 @@ use crate::error::{Error, Result};
 use crate::transport::Transport;
 
 pub use cq::{Cq, Wc, WcOpcode};
+pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use qp::{init_attr, mtu, rtr_attr, rts_attr, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
 pub use rnic_abi::verbs::{
     attr, mtu_bytes, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL, ACCESS_LOCAL_WRITE,
     ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
+pub use srq::Srq;
+pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
 use ring::{Doorbells, Ring};
 
@@ -88,6 +95,9 @@ pub enum AsyncEvent {
     CommEst,
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
     SqDrained,
+    /// An SRQ's receives fell below its limit; the object is the SRQ
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached,
     /// rnic: the QP left this function (`MIGRATE_QP`); follow it with [`Qp::adopt`] on
     /// the context of the function it went to.
     QpDeparted,
@@ -107,6 +117,7 @@ impl AsyncEvent {
             event::QP_ACCESS_ERR => Self::QpAccessErr,
             event::COMM_EST => Self::CommEst,
             event::SQ_DRAINED => Self::SqDrained,
+            event::SRQ_LIMIT_REACHED => Self::SrqLimitReached,
             event::QP_DEPARTED => Self::QpDeparted,
             event::QP_ARRIVED => Self::QpArrived,
             other => Self::Unknown(other),
@@ -370,6 +381,19 @@ impl ContextInner {
     /// the object's memory out of reuse (the device may still write it).
     pub(crate) fn destroy(&self, op: Opcode, handle: u32, what: &str) -> Result<()> {
         destroy(&self.device, op, handle, what)
+    }
+
+    /// Destroys an object and frees `memory` (its rings) with it; if the device refuses,
+    /// `memory` is leaked instead, as the device may still write it.
+    pub(crate) fn destroy_or_leak<M>(
+        &self,
+        op: Opcode,
+        handle: u32,
+        what: &str,
+        memory: M,
+    ) -> Result<()> {
+        self.destroy(op, handle, what)
+            .inspect_err(|_| std::mem::forget(memory))
     }
 
     pub(crate) fn qps(&self) -> MutexGuard<'_, HashMap<u32, Arc<qp::QpTrack>>> {

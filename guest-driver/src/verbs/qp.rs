@@ -271,6 +271,39 @@ pub(crate) fn encode_recv_wqe(wr: &RecvWr, caps: &QpCaps) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Writes encoded receive WQEs into `ring` after the `rq.posted` ones and rings its
+/// doorbell `slot`: all of them, or none if they do not fit (the error names `what`).
+pub(super) fn post_recv_wqes(
+    ctx: &super::ContextInner,
+    (ring, slot): (&Ring, DoorbellSlot),
+    rq: &mut RqState,
+    wqes: &[Vec<u8>],
+    what: impl Fn() -> String,
+) -> Result<()> {
+    if (wqes.len() as u64) > u64::from(rq.free()) {
+        return Err(queue_full(format!(
+            "{}: {} work requests, {} free receive slots of {}",
+            what(),
+            wqes.len(),
+            rq.free(),
+            rq.entries
+        )));
+    }
+    if wqes.is_empty() {
+        return Ok(());
+    }
+    for wqe in wqes {
+        ring.buf().write(ring.offset(rq.posted), wqe);
+        rq.posted = rq.posted.wrapping_add(1);
+    }
+    // Rung under the lock, as the send doorbell. The device reads the receive slot when a
+    // message arrives; the bit and kick matter for a QP in the error state, whose new
+    // receives the device must flush.
+    ctx.doorbells()
+        .ring_queue(ctx.transport(), slot, rq.posted)?;
+    Ok(())
+}
+
 /// What the driver remembers of a posted send WR until it completes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct SendSlot {
@@ -351,13 +384,13 @@ impl SqState {
 /// order, so counts suffice.
 #[derive(Debug, Default)]
 pub(crate) struct RqState {
-    posted: u32,
-    completed: u32,
-    entries: u32,
+    pub(super) posted: u32,
+    pub(super) completed: u32,
+    pub(super) entries: u32,
 }
 
 impl RqState {
-    fn free(&self) -> u32 {
+    pub(super) fn free(&self) -> u32 {
         self.entries - self.posted.wrapping_sub(self.completed)
     }
 
@@ -380,7 +413,8 @@ pub(crate) struct QpTrack {
     recv_cqn: AtomicU32,
     sq_sig_all: bool,
     sq: Mutex<SqState>,
-    rq: Mutex<RqState>,
+    /// The QP's receive accounting, or its SRQ's, which all QPs on it share.
+    rq: Arc<Mutex<RqState>>,
 }
 
 impl QpTrack {
@@ -436,6 +470,10 @@ pub struct Qp {
     sq_ring: ManuallyDrop<Ring>,
     rq_ring: ManuallyDrop<Ring>,
     track: Arc<QpTrack>,
+    /// The SRQ the QP takes its receives from (kept alive while the QP is).
+    srq: Option<Arc<super::srq::SrqInner>>,
+    /// The BAR offset of the send queue's MMIO window, once it has one.
+    pub(super) sq_window: std::sync::OnceLock<u64>,
     /// The state the last successful modify set (or QUERY_QP last reported), to refuse
     /// posts in states that take none.
     state: AtomicU8,
@@ -465,6 +503,37 @@ impl Pd {
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> Result<Qp> {
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, None, QPT_RC)
+    }
+
+    /// [`Pd::create_qp`] for a QP that takes its receives from `srq` (which must be of
+    /// this PD) instead of a receive queue of its own: `caps.max_recv_wr` and
+    /// `max_recv_sge` are ignored, and receives are posted with [`super::Srq::post_recv`].
+    pub fn create_qp_with_srq(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+        srq: &super::Srq,
+    ) -> Result<Qp> {
+        let caps = QpCaps {
+            max_recv_wr: 1,
+            max_recv_sge: 0,
+            ..caps
+        };
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, Some(srq), QPT_RC)
+    }
+
+    pub(super) fn create_qp_on(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+        srq: Option<&super::Srq>,
+        qp_type: u8,
+    ) -> Result<Qp> {
         let ctx = &self.inner.ctx();
         if !Arc::ptr_eq(&send_cq.inner.bind.ctx(), ctx)
             || !Arc::ptr_eq(&recv_cq.inner.bind.ctx(), ctx)
@@ -492,21 +561,29 @@ impl Pd {
             sq_stride(caps.max_send_sge, caps.max_inline_data),
         )?;
         let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
+        // On an SRQ the device gets no receive queue (the driver keeps a one-entry ring it
+        // never uses, so that every QP has the same shape).
+        let own_rq = srq.is_none();
         let req = CreateQpReq {
             pdn: self.inner.pdn(),
             send_cqn: send_cq.cqn(),
             recv_cqn: recv_cq.cqn(),
             sq_entries: caps.max_send_wr,
-            rq_entries: caps.max_recv_wr,
+            rq_entries: if own_rq { caps.max_recv_wr } else { 0 },
             max_send_sge: caps.max_send_sge,
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
             doorbell_page: DOORBELL_PAGE,
-            qp_type: QPT_RC,
+            qp_type,
             sq_sig_all: u8::from(sq_sig_all),
-            reserved: 0,
+            // SRQ numbers fit 16 bits (checked when the SRQ was created).
+            srqn: srq.map_or(0, |q| q.srqn() as u16),
             sq: sq_ring.page_list(),
-            rq: rq_ring.page_list(),
+            rq: if own_rq {
+                rq_ring.page_list()
+            } else {
+                Default::default()
+            },
         };
         let resp: CreateQpResp = ctx.command(Opcode::CreateQp, req.as_bytes())?;
         let slots = Doorbells::check_slot(t, resp.sq_doorbell)
@@ -530,10 +607,13 @@ impl Pd {
             recv_cqn: AtomicU32::new(recv_cq.cqn()),
             sq_sig_all,
             sq: Mutex::new(SqState::new(caps.max_send_wr)),
-            rq: Mutex::new(RqState {
-                entries: caps.max_recv_wr,
-                ..RqState::default()
-            }),
+            rq: match srq {
+                Some(q) => q.inner.rq.clone(),
+                None => Arc::new(Mutex::new(RqState {
+                    entries: caps.max_recv_wr,
+                    ..RqState::default()
+                })),
+            },
         });
         ctx.qps().insert(resp.qpn, track.clone());
         Ok(Qp {
@@ -547,6 +627,8 @@ impl Pd {
             sq_ring: ManuallyDrop::new(sq_ring),
             rq_ring: ManuallyDrop::new(rq_ring),
             track,
+            srq: srq.map(|q| q.inner.clone()),
+            sq_window: Default::default(),
             state: AtomicU8::new(QpState::Reset as u8),
         })
     }
@@ -556,6 +638,10 @@ impl Qp {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    pub(super) fn pd_ctx(&self) -> Arc<super::ContextInner> {
+        self.pd.ctx()
     }
 
     /// The QP's capacities: the requested ones with queue depths rounded up.
@@ -579,24 +665,32 @@ impl Qp {
     /// slots) at 0 again, as the device does. Completions of the QP still in its CQs
     /// should have been polled first.
     pub fn modify(&self, attr: &QpAttr, mask: u32) -> Result<()> {
+        self.modify_with(attr, mask, &[])
+    }
+
+    /// [`Qp::modify`] with `extra` after the request (a UD QP's Q_Key).
+    pub(super) fn modify_with(&self, attr: &QpAttr, mask: u32, extra: &[u8]) -> Result<()> {
         let req = ModifyQpReq {
             qpn: self.qpn,
             attr_mask: mask,
             attr: *attr,
         };
+        let mut body = req.as_bytes().to_vec();
+        body.extend_from_slice(extra);
         // Hold the queues so no post runs while the state changes under it.
         let mut sq = self.track.sq();
         let mut rq = self.track.rq();
-        self.pd
-            .ctx()
-            .command_no_body(Opcode::ModifyQp, req.as_bytes())?;
+        self.pd.ctx().command_no_body(Opcode::ModifyQp, &body)?;
         if mask & attr::STATE != 0 {
             self.state.store(attr.qp_state, Ordering::Release);
         }
         if mask & attr::STATE != 0 && attr.qp_state == QpState::Reset as u8 {
             sq.reset();
-            rq.posted = 0;
-            rq.completed = 0;
+            // An SRQ's counts are its own: the QP leaving does not change them.
+            if self.srq.is_none() {
+                rq.posted = 0;
+                rq.completed = 0;
+            }
             self.sq_ring.clear();
             self.rq_ring.clear();
             let ctx = self.pd.ctx();
@@ -664,6 +758,18 @@ impl Qp {
             .iter()
             .map(|wr| encode_send_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
+        self.post_encoded_sends(wrs, &wqes, None).map(drop)
+    }
+
+    /// Posts `wqes`, the encoded `wrs`, with one doorbell: all or nothing. With `window`
+    /// (the BAR offset of the QP's MMIO window) and a single WQE, writes it into the
+    /// window instead of the ring if the window is free; returns whether it did.
+    pub(super) fn post_encoded_sends(
+        &self,
+        wrs: &[SendWr],
+        wqes: &[Vec<u8>],
+        window: Option<u64>,
+    ) -> Result<bool> {
         let mut sq = self.track.sq();
         self.check_post_state("post_send", |s| {
             matches!(s, QpState::Reset | QpState::Init | QpState::Rtr)
@@ -678,22 +784,28 @@ impl Qp {
             )));
         }
         if wqes.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        for (wr, wqe) in wrs.iter().zip(&wqes) {
-            self.sq_ring
-                .buf()
-                .write(self.sq_ring.offset(sq.posted), wqe);
+        let ctx = self.pd.ctx();
+        let by_mmio = match (window, wqes) {
+            (Some(w), [wqe]) => super::mmio::write_window(ctx.transport(), w, sq.posted, wqe),
+            _ => false,
+        };
+        for (wr, wqe) in wrs.iter().zip(wqes) {
+            if !by_mmio {
+                self.sq_ring
+                    .buf()
+                    .write(self.sq_ring.offset(sq.posted), wqe);
+            }
             sq.push(SendSlot {
                 wr_id: wr.wr_id,
                 signaled: wr.signaled || self.track.sq_sig_all,
             });
         }
         // Rung under the lock: the doorbell values must reach the device in order.
-        let ctx = self.pd.ctx();
         ctx.doorbells()
             .ring_queue(ctx.transport(), self.sq_slot, sq.posted)?;
-        Ok(())
+        Ok(by_mmio)
     }
 
     /// Posts one receive work request. Refused in RESET, as ibverbs does; from INIT on the
@@ -705,37 +817,26 @@ impl Qp {
     /// Posts receive work requests in order with one doorbell. All or nothing, as
     /// [`Qp::post_send_list`].
     pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<()> {
+        if let Some(srq) = &self.srq {
+            return Err(invalid(format!(
+                "post_recv on QP {:#x}: it takes its receives from SRQ {}; post them there",
+                self.qpn,
+                srq.srqn()
+            )));
+        }
         let wqes = wrs
             .iter()
             .map(|wr| encode_recv_wqe(wr, &self.caps))
             .collect::<Result<Vec<_>>>()?;
         let mut rq = self.track.rq();
         self.check_post_state("post_recv", |s| s == QpState::Reset)?;
-        if (wqes.len() as u64) > u64::from(rq.free()) {
-            return Err(queue_full(format!(
-                "post_recv on QP {:#x}: {} work requests, {} free receive slots of {}",
-                self.qpn,
-                wqes.len(),
-                rq.free(),
-                rq.entries
-            )));
-        }
-        if wqes.is_empty() {
-            return Ok(());
-        }
-        for wqe in &wqes {
-            self.rq_ring
-                .buf()
-                .write(self.rq_ring.offset(rq.posted), wqe);
-            rq.posted = rq.posted.wrapping_add(1);
-        }
-        // Rung under the lock, as the send doorbell. The device reads the receive slot
-        // when a message arrives; the bit and kick matter for a QP in the error state,
-        // whose new receives the device must flush.
-        let ctx = self.pd.ctx();
-        ctx.doorbells()
-            .ring_queue(ctx.transport(), self.rq_slot, rq.posted)?;
-        Ok(())
+        post_recv_wqes(
+            &self.pd.ctx(),
+            (&self.rq_ring, self.rq_slot),
+            &mut rq,
+            &wqes,
+            || format!("post_recv on QP {:#x}", self.qpn),
+        )
     }
 }
 
@@ -1225,10 +1326,10 @@ mod tests {
             recv_cqn: AtomicU32::new(recv_cqn),
             sq_sig_all: false,
             sq: Mutex::new(SqState::new(4)),
-            rq: Mutex::new(RqState {
+            rq: Arc::new(Mutex::new(RqState {
                 entries: 4,
                 ..RqState::default()
-            }),
+            })),
         }
     }
 

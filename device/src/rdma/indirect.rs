@@ -1,0 +1,502 @@
+//! Indirect and pattern memory keys (`rnic_abi::mkey`): keys that own no memory and map
+//! their zero-based range onto ranges of MR keys.
+//!
+//! They live in their own table inside the [`MrTable`], under keys with
+//! [`INDIRECT_KEY_BIT`] set, so [`MrTable::check`] resolves them wherever an MR key is
+//! accepted: the requester's SGEs, the responder's rkeys, the completer's READ targets.
+//! An access is checked against the key (validity, PD, access flags, length) and then,
+//! range by range, against each direct key it reaches; the runs are only returned once
+//! every range passed, so a refused access touches nothing.
+//!
+//! Entries name direct keys only: an indirect key never points to another, so a lookup
+//! has one level and no cycle. A direct key that an entry names cannot be deregistered
+//! (`BUSY`); invalidating it (LOCAL_INV, SEND with invalidate) makes the accesses that
+//! reach it through the indirect key fail, as they would directly.
+
+use std::collections::BTreeMap;
+
+use rnic_abi::cmd::Status;
+use rnic_abi::mkey::{
+    CreateIndirectKeyReq, CreatePatternKeyReq, INDIRECT_KEY_BIT, KEY_ONE_SHOT_READ,
+    MAX_INDIRECT_ENTRIES, MAX_PATTERN_REPEAT,
+};
+use rnic_abi::verbs::{RegMrResp, Sge, ACCESS_REMOTE_READ};
+use vm_memory::GuestAddress;
+use zerocopy::FromBytes;
+
+use super::mr::{admits, Access, KeyError, MrTable};
+use super::{check_mr_access, decode, reply, RdmaState};
+use crate::cmdq::Response;
+use crate::resources::Resource;
+
+/// How a key's range maps onto direct keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// Entries back to back: `(direct key, address in its space, length)`.
+    List(Vec<(u32, u64, u64)>),
+    /// Block `i` (of `byte_count` bytes) is at `base_addr + i * stride` of `base_key`.
+    Pattern {
+        /// The direct key.
+        base_key: u32,
+        /// Where block 0 starts.
+        base_addr: u64,
+        /// Bytes per block.
+        byte_count: u64,
+        /// Bytes from one block's start to the next's.
+        stride: u64,
+        /// Blocks.
+        repeat: u64,
+    },
+}
+
+impl Layout {
+    /// Bytes the key covers.
+    pub fn length(&self) -> u64 {
+        match self {
+            Layout::List(entries) => entries.iter().map(|e| e.2).sum(),
+            Layout::Pattern {
+                byte_count, repeat, ..
+            } => byte_count * repeat,
+        }
+    }
+
+    /// Whether an entry names direct key `key`.
+    pub fn names(&self, key: u32) -> bool {
+        match self {
+            Layout::List(entries) => entries.iter().any(|e| e.0 == key),
+            Layout::Pattern { base_key, .. } => *base_key == key,
+        }
+    }
+
+    /// Calls `f(direct key, address, length)` for each direct range that bytes
+    /// `[offset, offset + len)` of the key reach, in order; the caller has checked that
+    /// the bytes are inside the key.
+    pub fn pieces(
+        &self,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(u32, u64, u64) -> Result<(), KeyError>,
+    ) -> Result<(), KeyError> {
+        let end = offset + len;
+        match self {
+            Layout::List(entries) => {
+                let mut start = 0u64;
+                for &(key, addr, n) in entries {
+                    let (lo, hi) = (offset.max(start), end.min(start + n));
+                    if lo < hi {
+                        f(key, addr + (lo - start), hi - lo)?;
+                    }
+                    start += n;
+                    if start >= end {
+                        break;
+                    }
+                }
+            }
+            Layout::Pattern {
+                base_key,
+                base_addr,
+                byte_count,
+                stride,
+                ..
+            } => {
+                let mut at = offset;
+                while at < end {
+                    let (block, within) = (at / byte_count, at % byte_count);
+                    let n = (byte_count - within).min(end - at);
+                    f(*base_key, base_addr + block * stride + within, n)?;
+                    at += n;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An indirect or pattern key.
+#[derive(Debug, Clone)]
+pub struct IndirectKey {
+    /// Protection domain.
+    pub pdn: u32,
+    /// `ACCESS_*` flags of the key itself.
+    pub access: u32,
+    /// Where its bytes are.
+    pub layout: Layout,
+    /// Cleared by LOCAL_INV or SEND with invalidate.
+    pub valid: bool,
+    /// Whether the key is a one-shot READ grant, and whether it was used.
+    pub grant: Grant,
+}
+
+/// The one-shot READ state of a key (`rnic_abi::mkey::KEY_ONE_SHOT_READ`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// An ordinary key.
+    Lasting,
+    /// A one-shot READ grant no READ has used yet.
+    OneShot,
+    /// A one-shot READ grant a READ used: only that READ's responses may still read.
+    Spent,
+}
+
+/// The indirect and pattern keys of one function.
+#[derive(Debug, Default)]
+pub struct IndirectTable {
+    keys: BTreeMap<u32, IndirectKey>,
+    /// The next key to try: counts up, so a destroyed key is not handed out again until
+    /// 2^31 keys later.
+    next: u32,
+}
+
+impl IndirectTable {
+    /// Whether `key` is an indirect or pattern key (rather than an MR key).
+    pub fn owns(key: u32) -> bool {
+        key & INDIRECT_KEY_BIT != 0
+    }
+
+    /// Adds `k`; returns its key.
+    pub fn insert(&mut self, k: IndirectKey) -> u32 {
+        loop {
+            self.next = self.next.wrapping_add(1);
+            let key = INDIRECT_KEY_BIT | (self.next & !INDIRECT_KEY_BIT);
+            // The low byte 0 is skipped, as MR keys skip tag 0.
+            if key as u8 != 0 && !self.keys.contains_key(&key) {
+                self.keys.insert(key, k);
+                return key;
+            }
+        }
+    }
+
+    /// Removes `key`.
+    pub fn remove(&mut self, key: u32) -> Option<IndirectKey> {
+        self.keys.remove(&key)
+    }
+
+    /// Whether a key of the table names direct key `key`.
+    pub fn references(&self, key: u32) -> bool {
+        self.keys.values().any(|k| k.layout.names(key))
+    }
+
+    /// Keys of `pdn`.
+    pub fn count_in_pd(&self, pdn: u32) -> usize {
+        self.keys.values().filter(|k| k.pdn == pdn).count()
+    }
+
+    /// A remote READ through `key` was accepted: a one-shot grant is spent now.
+    pub fn spend(&mut self, key: u32) {
+        if let Some(k) = self.keys.get_mut(&key) {
+            if k.grant == Grant::OneShot {
+                k.grant = Grant::Spent;
+            }
+        }
+    }
+
+    /// Invalidates `key` for `pdn`.
+    pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+        let k = self.keys.get_mut(&key).ok_or(KeyError::NoSuchKey)?;
+        if k.pdn != pdn {
+            return Err(KeyError::OtherPd);
+        }
+        k.valid = false;
+        Ok(())
+    }
+
+    /// [`MrTable::check`] for an indirect or pattern key: the key's own checks, then
+    /// every direct range it reaches in `mrs`.
+    pub fn check(
+        &self,
+        mrs: &MrTable,
+        key: u32,
+        pdn: u32,
+        access: Access,
+        addr: u64,
+        len: u64,
+    ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
+        let k = self.keys.get(&key).ok_or(KeyError::NoSuchKey)?;
+        admits(k.valid, k.pdn, k.access, pdn, access)?;
+        if k.grant == Grant::Spent && access != Access::ReadResponse {
+            return Err(KeyError::Invalidated);
+        }
+        if addr
+            .checked_add(len)
+            .is_none_or(|end| end > k.layout.length())
+        {
+            return Err(KeyError::OutOfRange);
+        }
+        let mut runs = Vec::new();
+        k.layout.pieces(addr, len, |key, at, n| {
+            // Entries name MR keys only (checked at creation): this does not recurse.
+            runs.extend(mrs.check(key, pdn, access, at, n)?);
+            Ok(())
+        })?;
+        Ok(runs)
+    }
+}
+
+/// Checks that `key` is a valid direct key of `pdn` covering `[addr, addr + len)`.
+fn check_target(
+    mrs: &MrTable,
+    pdn: u32,
+    key: u32,
+    addr: u64,
+    len: u64,
+    index: u32,
+) -> Result<(), Response> {
+    if IndirectTable::owns(key) || len == 0 {
+        return Err(Response::error(Status::BadParam, index));
+    }
+    mrs.check(key, pdn, Access::LocalRead, addr, len)
+        .map(drop)
+        .map_err(|e| match e {
+            KeyError::NoSuchKey => Response::error(Status::NotFound, key),
+            _ => Response::error(Status::BadParam, index),
+        })
+}
+
+impl RdmaState {
+    /// `CREATE_INDIRECT_KEY`.
+    pub(super) fn create_indirect_key(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let head = size_of::<CreateIndirectKeyReq>();
+        let req: CreateIndirectKeyReq = decode(body.get(..head).unwrap_or(body))?;
+        let n = req.num_entries;
+        if n == 0 || n > MAX_INDIRECT_ENTRIES {
+            return Err(Response::error(Status::BadParam, n));
+        }
+        // A one-shot grant is for remote READ only.
+        let grant = match req.flags {
+            0 => Grant::Lasting,
+            KEY_ONE_SHOT_READ if req.access == ACCESS_REMOTE_READ => Grant::OneShot,
+            _ => return Err(Response::error(Status::BadParam, req.flags)),
+        };
+        let entries = <[Sge]>::ref_from_bytes(&body[head..])
+            .ok()
+            .filter(|e| e.len() == n as usize)
+            .ok_or(Response::error(Status::BadParam, body.len() as u32))?;
+        self.check_key_header(req.pdn, req.access)?;
+        let mut list = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let len = u64::from(e.length);
+            check_target(&self.mrs, req.pdn, e.lkey, e.addr, len, i as u32)?;
+            list.push((e.lkey, e.addr, len));
+        }
+        self.add_indirect_key(req.pdn, req.access, Layout::List(list), grant)
+    }
+
+    /// `CREATE_PATTERN_KEY`.
+    pub(super) fn create_pattern_key(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: CreatePatternKeyReq = decode(body)?;
+        let (byte_count, repeat) = (u64::from(req.byte_count), u64::from(req.repeat));
+        if byte_count == 0
+            || repeat == 0
+            || req.repeat > MAX_PATTERN_REPEAT
+            || req.stride < byte_count
+            || req.reserved != 0
+        {
+            return Err(Response::error(Status::BadParam, 0));
+        }
+        self.check_key_header(req.pdn, req.access)?;
+        // The blocks' span: from the first block's start to the last one's end.
+        let span = req
+            .stride
+            .checked_mul(repeat - 1)
+            .and_then(|s| s.checked_add(byte_count))
+            .ok_or(Response::error(Status::BadParam, 0))?;
+        check_target(&self.mrs, req.pdn, req.base_key, req.base_addr, span, 0)?;
+        let layout = Layout::Pattern {
+            base_key: req.base_key,
+            base_addr: req.base_addr,
+            byte_count,
+            stride: req.stride,
+            repeat,
+        };
+        self.add_indirect_key(req.pdn, req.access, layout, Grant::Lasting)
+    }
+
+    /// The checks both commands make of the PD and the access flags.
+    fn check_key_header(&self, pdn: u32, access: u32) -> Result<(), Response> {
+        if !self.pds.contains_key(&pdn) {
+            return Err(Response::error(Status::NotFound, pdn));
+        }
+        check_mr_access(access)
+    }
+
+    fn add_indirect_key(
+        &mut self,
+        pdn: u32,
+        access: u32,
+        layout: Layout,
+        grant: Grant,
+    ) -> Result<Response, Response> {
+        if layout.length() > self.limits.max_mr_size {
+            return Err(Response::error(Status::BadParam, 0));
+        }
+        // An indirect key counts as an MR against the function's quota.
+        self.charge(Resource::Mr, 1)?;
+        let key = self.mrs.indirect.insert(IndirectKey {
+            pdn,
+            access,
+            layout,
+            valid: true,
+            grant,
+        });
+        Ok(reply(&RegMrResp {
+            lkey: key,
+            rkey: key,
+        }))
+    }
+
+    /// `DEREG_MR` of an indirect or pattern key.
+    pub(super) fn destroy_indirect_key(&mut self, key: u32) -> Result<Response, Response> {
+        self.mrs
+            .indirect
+            .remove(key)
+            .ok_or(Response::error(Status::NotFound, key))?;
+        self.release(Resource::Mr, 1);
+        Ok(Response::ok(Vec::new()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdma::mr::Mr;
+    use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
+
+    /// A table with two regions of PD 1: one at iova 0x1000 (0x200 bytes, remote write
+    /// and read) and one at 0x2000 (read only).
+    fn table() -> (MrTable, u32, u32) {
+        let mut t = MrTable::new(8);
+        let mut region = |iova: u64, access: u32| {
+            let (_, buffer) = crate::rdma::pages::one_page(0, 0x200);
+            t.insert(Mr {
+                pdn: 1,
+                access,
+                iova,
+                buffer,
+                valid: true,
+            })
+            .unwrap()
+        };
+        let rw = region(
+            0x1000,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        );
+        let ro = region(0x2000, ACCESS_REMOTE_READ);
+        (t, rw, ro)
+    }
+
+    fn pieces(l: &Layout, offset: u64, len: u64) -> Vec<(u32, u64, u64)> {
+        let mut out = Vec::new();
+        l.pieces(offset, len, |k, a, n| {
+            out.push((k, a, n));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_list_maps_its_range_back_to_back() {
+        let l = Layout::List(vec![(7, 0x100, 10), (8, 0x500, 20), (7, 0x200, 5)]);
+        assert_eq!(l.length(), 35);
+        assert_eq!(
+            pieces(&l, 0, 35),
+            vec![(7, 0x100, 10), (8, 0x500, 20), (7, 0x200, 5)]
+        );
+        assert_eq!(pieces(&l, 8, 4), vec![(7, 0x108, 2), (8, 0x500, 2)]);
+        assert_eq!(pieces(&l, 31, 4), vec![(7, 0x201, 4)]);
+        assert!(l.names(8) && !l.names(9));
+    }
+
+    #[test]
+    fn a_pattern_repeats_with_its_stride() {
+        let l = Layout::Pattern {
+            base_key: 3,
+            base_addr: 0x1000,
+            byte_count: 4,
+            stride: 16,
+            repeat: 3,
+        };
+        assert_eq!(l.length(), 12);
+        assert_eq!(
+            pieces(&l, 2, 8),
+            vec![(3, 0x1002, 2), (3, 0x1010, 4), (3, 0x1020, 2)]
+        );
+    }
+
+    #[test]
+    fn a_one_shot_grant_allows_one_read_and_then_only_its_responses() {
+        let (mut t, rw, _) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100)]),
+            valid: true,
+            grant: Grant::OneShot,
+        });
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 8).is_err());
+        t.indirect.spend(key);
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 8),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.check(key, 1, Access::ReadResponse, 0, 8).is_ok());
+        // Spending an ordinary key changes nothing.
+        let lasting = t.indirect.insert(IndirectKey {
+            grant: Grant::Lasting,
+            ..t.indirect.keys[&key].clone()
+        });
+        t.indirect.spend(lasting);
+        assert!(t.check(lasting, 1, Access::RemoteRead, 0, 8).is_ok());
+    }
+
+    #[test]
+    fn checks_are_the_keys_and_each_regions() {
+        let (mut t, rw, ro) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100), (ro, 0x2000, 0x100)]),
+            valid: true,
+            grant: Grant::Lasting,
+        });
+        assert!(IndirectTable::owns(key) && !IndirectTable::owns(rw));
+        let runs = t.check(key, 1, Access::RemoteRead, 0xF0, 0x20).unwrap();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 0x20);
+        assert_eq!(runs.len(), 2);
+        // The second region refuses writes: the whole access is refused.
+        assert_eq!(
+            t.check(key, 1, Access::RemoteWrite, 0xF0, 0x20),
+            Err(KeyError::NoAccess)
+        );
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 0x100).is_ok());
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x1F0, 0x11),
+            Err(KeyError::OutOfRange)
+        );
+        assert_eq!(
+            t.check(key, 2, Access::RemoteRead, 0, 1),
+            Err(KeyError::OtherPd)
+        );
+        assert_eq!(
+            t.check(key, 1, Access::RemoteAtomic, 0, 8),
+            Err(KeyError::NoAccess)
+        );
+        t.invalidate(ro, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x100, 1),
+            Err(KeyError::Invalidated)
+        );
+        t.invalidate(key, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.indirect.references(rw));
+        assert_eq!(t.count_in_pd(1), 3);
+        t.indirect.remove(key).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::NoSuchKey)
+        );
+    }
+}
