@@ -3,6 +3,7 @@
 
 pub mod net;
 pub mod verbs_pair;
+pub mod vm;
 pub mod wire;
 
 use std::io::{Read, Write};

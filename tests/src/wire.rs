@@ -1,6 +1,7 @@
 //! An implementation of the wire format independent of the device's, for checking
 //! captures (`rnicd --pcap`): the pcap format, the IPv4 header checksum, and the ICRC as
-//! Linux rxe defines it, with a bitwise CRC-32 that shares no code with rnicd.
+//! Linux rxe defines it, with a bitwise CRC-32 that shares no code with rnicd; and tshark,
+//! Wireshark's decoder, as a second opinion.
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) one bit at a time.
 pub fn crc32(data: &[u8]) -> u32 {
@@ -173,6 +174,42 @@ pub fn datagram(src: ([u8; 4], u16), dst: [u8; 4], transport: &[u8]) -> Vec<u8> 
     let mut payload = transport.to_vec();
     payload.extend_from_slice(&icrc.to_le_bytes());
     payload
+}
+
+/// Protocols Wireshark tries on InfiniBand payloads by heuristics. The payloads here are
+/// test patterns, which some of them misread (and then call the frame malformed).
+const PAYLOAD_HEURISTICS: [&str; 8] = [
+    "rpcordma",
+    "smb_direct",
+    "smc",
+    "nvme-rdma",
+    "lnet",
+    "iser",
+    "infiniband_sdp",
+    "fcoib",
+];
+
+/// Runs tshark with `args`, payload heuristics off; fails naming the fix when tshark is
+/// not installed.
+pub fn tshark(args: &[&str]) -> String {
+    let mut command = std::process::Command::new("tshark");
+    for p in PAYLOAD_HEURISTICS {
+        command.args(["--disable-protocol", p]);
+    }
+    let out = match command.args(args).output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "tshark is not installed: run `bash qemu-scripts/setup.sh` as root (it installs \
+             Debian's tshark), then run this test again"
+        ),
+        Err(e) => panic!("cannot run tshark: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "tshark {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
 }
 
 #[cfg(test)]

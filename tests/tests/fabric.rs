@@ -15,7 +15,7 @@ use rnic_tests::verbs_pair::{
     connect, connect_qps, init_qp, pattern, poll_n, read_mr, read_u64, side, signaled, PairOptions,
     Side,
 };
-use rnic_tests::wire::{carried_icrc, expected_icrc, ipv4_checksum, pcap_frames};
+use rnic_tests::wire::{carried_icrc, expected_icrc, ipv4_checksum, pcap_frames, tshark};
 use rnic_tests::{bin, Rnicd};
 
 const T: Duration = Duration::from_secs(10);
@@ -355,42 +355,6 @@ fn a_second_rnicd_on_the_same_addresses_is_refused_naming_the_fix() {
         .expect("run rnicd");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("udp:ADDR[:PORT]"));
-}
-
-/// Protocols Wireshark tries on InfiniBand payloads by heuristics. The payloads here are
-/// test patterns, which some of them misread (and then call the frame malformed).
-const PAYLOAD_HEURISTICS: [&str; 8] = [
-    "rpcordma",
-    "smb_direct",
-    "smc",
-    "nvme-rdma",
-    "lnet",
-    "iser",
-    "infiniband_sdp",
-    "fcoib",
-];
-
-/// Runs tshark with `args`, payload heuristics off; fails naming the fix when tshark is
-/// not installed.
-fn tshark(args: &[&str]) -> String {
-    let mut command = Command::new("tshark");
-    for p in PAYLOAD_HEURISTICS {
-        command.args(["--disable-protocol", p]);
-    }
-    let out = match command.args(args).output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "tshark is not installed: run `bash qemu-scripts/setup.sh` as root (it installs \
-             Debian's tshark), then run this test again"
-        ),
-        Err(e) => panic!("cannot run tshark: {e}"),
-    };
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
 }
 
 /// A number as tshark prints a field: decimal, or hexadecimal with 0x.
