@@ -52,7 +52,8 @@ Environment:
   RNIC_BOOT_EXTRA_QEMU_ARGS  extra QEMU arguments, split on whitespace
   RNIC_BOOT_APPEND           extra kernel command-line words (key=value reach /init's env)
   RNIC_RNICD                 the rnicd binary to start (default: the newer of
-                             target/debug/rnicd and target/release/rnicd; built if neither)
+                             target/debug/rnicd and target/release/rnicd, in
+                             $CARGO_TARGET_DIR if set; built if neither)
   RUST_LOG                   passed to a started rnicd (default: info)
 
 Exit status: the guest command's; 124 if the timeout killed QEMU; 125 if QEMU or rnicd failed
@@ -232,8 +233,9 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
         done
     else
         rnicd=${RNIC_RNICD:-}
+        target_dir=${CARGO_TARGET_DIR:-$repo/target}
         if [ -z "$rnicd" ]; then
-            for c in "$repo/target/debug/rnicd" "$repo/target/release/rnicd"; do
+            for c in "$target_dir/debug/rnicd" "$target_dir/release/rnicd"; do
                 if [ -x "$c" ] && { [ -z "$rnicd" ] || [ "$c" -nt "$rnicd" ]; }; then
                     rnicd=$c
                 fi
@@ -243,7 +245,7 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
             log "no rnicd binary yet: cargo build -p rnic-device --bin rnicd"
             (cd "$repo" && cargo build -p rnic-device --bin rnicd) ||
                 die "building rnicd failed (see above); fix the build or point RNIC_RNICD at a binary"
-            rnicd=$repo/target/debug/rnicd
+            rnicd=$target_dir/debug/rnicd
         fi
         [ -x "$rnicd" ] || die "rnicd binary $rnicd is not executable; build it: cargo build -p rnic-device --bin rnicd"
         nvfs=0
