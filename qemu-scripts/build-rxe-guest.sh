@@ -41,21 +41,28 @@ out=$RXE_KIT/initramfs.zst
 kernel_pkg=$GUEST_KIT/kernel-pkg
 busybox=$GUEST_KIT/busybox
 
-[ "$(id -u)" = 0 ] || die "must run as root (debootstrap and chroot need it); re-run with sudo"
 if [ ! -d "$kernel_pkg/usr/lib/modules" ] || [ ! -x "$busybox" ] || [ ! -f "$GUEST_KIT/kernel-version" ]; then
     die "the guest kit ($GUEST_KIT: kernel package, busybox) is missing; run qemu-scripts/setup.sh first"
 fi
 kver=$(cat "$GUEST_KIT/kernel-version")
 
-# Two boots starting at once (a VM test's two guests) both get here: one builds, the other
-# waits for it and then finds the image fresh.
+# Everything that goes into the image: rebuild when any of it changed.
+stamp=$(cat "${BASH_SOURCE[0]}" "$here/guest-lib.sh" "$GUEST_KIT/kernel-version" | sha256sum | cut -d' ' -f1)
+fresh() {
+    [ -f "$out" ] && [ "$(cat "$RXE_KIT/stamp" 2>/dev/null)" = "$stamp" ] &&
+        [ -f "$GUEST_KIT/net-modules/load-order" ]
+}
+if fresh; then
+    echo "$out"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap and chroot need it); re-run with sudo"
+# Two boots starting at once (a VM test's two guests) may both get here: one builds, the
+# other waits for it and then finds the image fresh.
 mkdir -p "$RXE_KIT"
 exec 9>"$RXE_KIT/.lock"
 flock 9
-# Everything that goes into the image: rebuild when any of it changed.
-stamp=$(cat "${BASH_SOURCE[0]}" "$here/guest-lib.sh" "$GUEST_KIT/kernel-version" | sha256sum | cut -d' ' -f1)
-if [ -f "$out" ] && [ "$(cat "$RXE_KIT/stamp" 2>/dev/null)" = "$stamp" ] &&
-    [ -f "$GUEST_KIT/net-modules/load-order" ]; then
+if fresh; then
     echo "$out"
     exit 0
 fi
@@ -86,7 +93,7 @@ if [ "$(cat "$root_marker" 2>/dev/null)" != "${packages[*]}" ]; then
     chroot "$RXE_ROOT" apt-get clean
     echo "${packages[*]}" >"$root_marker"
 fi
-apt_install_host zstd
+apt_install_host zstd xz-utils
 
 # --- modules -------------------------------------------------------------------------------
 # The kernel's whole module tree goes into the root (not into the image) so that the

@@ -204,13 +204,14 @@ pub fn console_lines(child: &mut Child) -> (Receiver<String>, JoinHandle<String>
 
 /// Shell functions for guest scripts. `retry_connect CMD...` runs a verbs tool's client
 /// until its server accepts the TCP connection (the guests boot at their own speed):
-/// it retries, for up to 120 s, only while the tool says "Couldn't connect".
+/// it retries, for up to 120 s, only while the tool says "Couldn't connect" (rdma-core's
+/// and perftest's words) or "Connection refused".
 pub const GUEST_SH_RETRY_CONNECT: &str = r#"
 retry_connect() {
     tries=0
     while :; do
         out=$("$@" 2>&1) && { echo "$out"; return 0; }
-        if ! echo "$out" | grep -q "Couldn't connect" || [ $tries -ge 240 ]; then
+        if ! echo "$out" | grep -qE "Couldn't connect|Connection refused" || [ $tries -ge 240 ]; then
             echo "$out"
             echo "retry_connect: $* failed" >&2
             return 1

@@ -314,20 +314,28 @@ const RXE_SIZES: [u32; 2] = [512, 4096];
 /// Iterations of each ibv_rc_pingpong run.
 const RXE_ITERS: u32 = 100;
 
-/// `ibv_rc_pingpong` (rdma-core's) on the rxe guest, one run per size in [`RXE_SIZES`]:
-/// `peer` empty makes it the server, else the client connecting to `peer`. `$g` must
-/// hold the RoCEv2 GID index (`g=$(rxe-gid-index)`); clients retry until the server
-/// listens (see [`GUEST_SH_RETRY_CONNECT`]).
+/// Guest script lines running the verbs tool command `run` (labelled `label` on the
+/// console): as the server when `peer` is empty, else as the client connecting to `peer`,
+/// retried until the server listens (see [`GUEST_SH_RETRY_CONNECT`]).
+fn verbs_run(label: &str, run: &str, peer: &str) -> String {
+    if peer.is_empty() {
+        format!("echo '=== {label} server'\n{run}\n")
+    } else {
+        format!("echo '=== {label} client'\nretry_connect {run} {peer}\n")
+    }
+}
+
+/// `ibv_rc_pingpong` (rdma-core's) on the rxe guest, one run per size in [`RXE_SIZES`],
+/// as in [`verbs_run`]. `$g` must hold the RoCEv2 GID index (`g=$(rxe-gid-index)`).
 fn rc_pingpong_runs(peer: &str) -> String {
     RXE_SIZES
         .iter()
         .map(|size| {
-            let run = format!("ibv_rc_pingpong -d rxe0 -g $g -s {size} -m 1024 -n {RXE_ITERS}");
-            if peer.is_empty() {
-                format!("echo '=== ibv_rc_pingpong server -s {size}'\n{run}\n")
-            } else {
-                format!("echo '=== ibv_rc_pingpong client -s {size}'\nretry_connect {run} {peer}\n")
-            }
+            verbs_run(
+                &format!("ibv_rc_pingpong -s {size}"),
+                &format!("ibv_rc_pingpong -d rxe0 -g $g -s {size} -m 1024 -n {RXE_ITERS}"),
+                peer,
+            )
         })
         .collect()
 }
@@ -368,14 +376,8 @@ fn two_rxe_guests_run_rc_pingpong_and_perftest() {
     let link = DgramLink::new();
     let server_ip = "10.82.0.101";
     let perftest = |tool: &str, peer: &str| {
-        let run = format!(
-            "{tool} -d rxe0 -x $g -F -m 1024 -s {PERFTEST_SIZE} -n {PERFTEST_ITERS} {peer}"
-        );
-        if peer.is_empty() {
-            format!("echo '=== {tool} server'\n{run}\n")
-        } else {
-            format!("echo '=== {tool} client'\nretry_connect {run}\n")
-        }
+        let run = format!("{tool} -d rxe0 -x $g -F -m 1024 -s {PERFTEST_SIZE} -n {PERFTEST_ITERS}");
+        verbs_run(tool, &run, peer)
     };
     let script = |peer: &str| {
         format!(
@@ -447,29 +449,32 @@ fn rxe_interop() {
         1,
         &["--net", &net, "--pcap", pcap.to_str().expect("UTF-8 path")],
     );
-    // Guest A: B serves first, then A listens for B's client.
-    let compat = |role: String| -> String {
+    // rnic-pingpong --ibv-compat on VF0 ($bdf), as in verbs_run.
+    let compat = |peer: &str| -> String {
         RXE_SIZES
             .iter()
             .map(|size| {
-                format!(
-                    "{role_prefix}rnic-pingpong --ibv-compat --pci $bdf {role} --size {size} --iters {RXE_ITERS} --mtu 1024\n",
-                    role_prefix = if role.starts_with("--connect") { "retry_connect " } else { "" },
+                let role = if peer.is_empty() { "--listen" } else { "--connect" };
+                verbs_run(
+                    &format!("rnic-pingpong --ibv-compat -s {size}"),
+                    &format!("rnic-pingpong --ibv-compat --pci $bdf --size {size} --iters {RXE_ITERS} --mtu 1024 {role}"),
+                    peer,
                 )
             })
             .collect()
     };
+    // B serves first (A's clients), then A serves (B's clients).
     let script_a = format!(
         r#"set -e
 {GUEST_SH_RETRY_CONNECT}
 for dev in /sys/bus/pci/devices/*; do
-    [ "$(cat $dev/vendor)" = 0xf1c0 ] && bdf=$(basename $dev)
+    if [ "$(cat $dev/vendor)" = 0xf1c0 ]; then bdf=$(basename $dev); fi
 done
 echo "=== A clients"
 {}echo "=== A servers"
 {}"#,
-        compat(format!("--connect {b_ip}")),
-        compat("--listen".to_string()),
+        compat(b_ip),
+        compat(""),
     );
     let script_b = format!(
         "set -e\n{GUEST_SH_RETRY_CONNECT}\ng=$(rxe-gid-index)\necho \"GID-INDEX $g\"\n{}{}",
