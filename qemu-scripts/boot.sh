@@ -44,7 +44,7 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
   --ip ADDR/PREFIX  the address of the NIC given by the same-numbered --nic (first --ip for
                     eth0, ...): the guest's /init brings it up (kernel word rnic_ethN_ip)
   --nic-dump FILE   write a pcap of everything eth0 sends and receives to FILE (QEMU's
-                    filter-dump), copied out when the guest is done
+                    filter-dump), moved there when the guest is done
   --mem MB          guest memory in MiB (default 512; 1024 with --rxe)
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
 
@@ -192,7 +192,7 @@ cleanup() {
         wait "$rnicd_pid" 2>/dev/null
     fi
     if [ -n "$nic_dump" ] && [ -f "$run_dir/eth0.pcap" ]; then
-        cp "$run_dir/eth0.pcap" "$nic_dump" || log "cannot copy eth0's pcap to $nic_dump (it stays in $run_dir)"
+        mv "$run_dir/eth0.pcap" "$nic_dump" || log "cannot move eth0's pcap to $nic_dump (it stays in $run_dir)"
     fi
     rm -f "$run_dir/vmlinuz" "$run_dir/initrd.gz"
 }

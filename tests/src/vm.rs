@@ -113,6 +113,12 @@ impl Boot {
         self.arg("--nic").arg(spec).arg("--ip").arg(ip)
     }
 
+    /// Writes a pcap of eth0's traffic to `file` when the guest is done (`--nic-dump`).
+    pub fn nic_dump(self, file: &Path) -> Self {
+        self.arg("--nic-dump")
+            .arg(file.to_str().expect("UTF-8 path"))
+    }
+
     /// Kills QEMU after `seconds` (boot.sh's `--timeout`).
     pub fn timeout(mut self, seconds: u32) -> Self {
         self.timeout_s = seconds;

@@ -212,6 +212,22 @@ pub fn tshark(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("tshark prints UTF-8")
 }
 
+/// Asserts, by tshark, that the capture `pcap` holds more than `min_roce` RoCEv2 frames
+/// (Ethernet, IPv4, UDP 4791, InfiniBand transport) and no frame Wireshark calls malformed.
+pub fn assert_clean_roce_capture(pcap: &std::path::Path, min_roce: usize) {
+    let path = pcap.to_str().expect("UTF-8 path");
+    let roce = tshark(&["-r", path, "-Y", "infiniband"]).lines().count();
+    assert!(
+        roce > min_roce,
+        "{path}: {roce} RoCEv2 frames, expected more than {min_roce}"
+    );
+    let malformed = tshark(&["-r", path, "-Y", "_ws.malformed"]);
+    assert!(
+        malformed.is_empty(),
+        "{path}: malformed frames:\n{malformed}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
