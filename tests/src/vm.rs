@@ -43,13 +43,20 @@ pub struct DgramLink {
 impl DgramLink {
     /// Two UDP ports that were free a moment ago (the OS picks them).
     pub fn new() -> Self {
-        let bind = || UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port on 127.0.0.1");
-        let (a, b) = (bind(), bind());
-        let port = |s: &UdpSocket| s.local_addr().expect("local address").port();
-        Self {
-            a: port(&a),
-            b: port(&b),
-        }
+        Self::distinct::<1>()[0]
+    }
+
+    /// `N` links on `2 * N` distinct ports: all are bound at once, so the OS cannot hand
+    /// out one port twice.
+    pub fn distinct<const N: usize>() -> [Self; N] {
+        let sockets: Vec<UdpSocket> = (0..2 * N)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port on 127.0.0.1"))
+            .collect();
+        let port = |i: usize| sockets[i].local_addr().expect("local address").port();
+        std::array::from_fn(|i| Self {
+            a: port(2 * i),
+            b: port(2 * i + 1),
+        })
     }
 
     /// End A as boot.sh's `--nic` takes it.

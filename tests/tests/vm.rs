@@ -448,8 +448,9 @@ fn two_rxe_guests_run_rc_pingpong_and_perftest() {
 #[test]
 #[ignore = "needs rnicd's eth port and rnic-pingpong --ibv-compat; boots two QEMU guests"]
 fn rxe_interop() {
-    let roce = DgramLink::new(); // a: rnicd's Ethernet port, b: guest B's eth0
-    let tcp = DgramLink::new(); // a: guest A's eth0, b: guest B's eth1
+    // roce: a = rnicd's Ethernet port, b = guest B's eth0; tcp: a = guest A's eth0, b =
+    // guest B's eth1.
+    let [roce, tcp] = DgramLink::distinct::<2>();
     let (a_ip, b_ip) = ("10.83.0.1", "10.83.0.2");
     let pcap = std::env::temp_dir().join(format!("rxe-interop-{}.pcap", std::process::id()));
     let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", roce.a, roce.b);
@@ -533,4 +534,74 @@ echo "=== A clients"
     assert_clean_roce_capture(&pcap, 4 * RXE_ITERS as usize);
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The framing rnicd's Ethernet port relies on (`--net eth:dgram:...`): on a QEMU dgram
+/// link, every UDP datagram is exactly one Ethernet frame, no header, both ways. This test
+/// plays rnicd's part from a host socket: it sends ARP requests for the rxe guest's eth0
+/// address and gets the guest's ARP reply back, while the guest sees the host in its
+/// neighbour table.
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_host_socket_speaks_raw_ethernet_with_an_rxe_guest_over_dgram() {
+    const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+    const HOST_IP: [u8; 4] = [10, 82, 0, 1];
+    const GUEST_IP: [u8; 4] = [10, 82, 0, 100];
+    let link = DgramLink::new();
+    let host = std::net::UdpSocket::bind(("127.0.0.1", link.a)).expect("bind end A");
+    host.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .expect("timeout");
+    let script = "for i in $(seq 300); do
+    if ip neigh show 10.82.0.1 | grep -q 02:00:00:00:00:01; then echo NEIGH-OK; exit 0; fi
+    sleep 0.2
+done
+exit 1";
+    let guest = Boot::rxe()
+        .nic(link.nic_b(), "10.82.0.100/24")
+        .timeout(180)
+        .spawn(script);
+
+    // An ARP request: broadcast, Ethernet/IPv4, who has GUEST_IP, tell HOST_IP; padded to
+    // the 60-byte minimum frame.
+    let mut request = vec![0xff; 6];
+    request.extend_from_slice(&HOST_MAC);
+    request.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    request.extend_from_slice(&HOST_MAC);
+    request.extend_from_slice(&HOST_IP);
+    request.extend_from_slice(&[0; 6]);
+    request.extend_from_slice(&GUEST_IP);
+    request.resize(60, 0);
+    let guest_mac = format!("52:54:00:00:{:02x}:{:02x}", link.b >> 8, link.b & 0xff);
+    let started = std::time::Instant::now();
+    let reply = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(150),
+            "no ARP reply from the guest"
+        );
+        host.send_to(&request, ("127.0.0.1", link.b))
+            .expect("send the ARP request");
+        let mut buf = [0u8; 2048];
+        // Frames the guest sends on its own (IPv6 neighbour discovery, ...) come too.
+        if let Ok((n, _)) = host.recv_from(&mut buf) {
+            let f = &buf[..n];
+            if n >= 42 && f[12..14] == [0x08, 0x06] && f[20..22] == [0, 2] {
+                break f.to_vec();
+            }
+        }
+    };
+    let (console, status) = finished("rxe guest", &guest.wait_with_output().expect("rxe guest"));
+    assert_eq!(status, Some(0), "the guest never learnt the host's MAC");
+    assert!(console.contains("NEIGH-OK"));
+    let mac = |b: &[u8]| {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    assert_eq!(&reply[0..6], &HOST_MAC, "the reply goes to the host's MAC");
+    assert_eq!(mac(&reply[6..12]), guest_mac, "from the guest's eth0");
+    assert_eq!(mac(&reply[22..28]), guest_mac, "ARP sender MAC");
+    assert_eq!(&reply[28..32], &GUEST_IP, "ARP sender address");
+    assert_eq!(&reply[32..38], &HOST_MAC, "ARP target MAC");
+    assert_eq!(&reply[38..42], &HOST_IP, "ARP target address");
 }
