@@ -67,12 +67,13 @@ if fresh; then
     exit 0
 fi
 started=$SECONDS
+# debootstrap makes the root; zstd packs the image; xz unpacks the busybox guest's modules.
+apt_install_host debootstrap zstd xz-utils
 
 # --- the root ------------------------------------------------------------------------------
 root_marker=$RXE_ROOT/.rnic-rxe-root
 if [ "$(cat "$root_marker" 2>/dev/null)" != "${packages[*]}" ]; then
     if [ ! -f "$RXE_ROOT/.rnic-debootstrap-done" ]; then
-        apt_install_host debootstrap zstd
         mirror=$(host_mirror)
         log "debootstrapping a trixie root into $RXE_ROOT (mirror: ${mirror:-debootstrap default})"
         rm -rf --one-file-system "$RXE_ROOT"
@@ -93,7 +94,6 @@ if [ "$(cat "$root_marker" 2>/dev/null)" != "${packages[*]}" ]; then
     chroot "$RXE_ROOT" apt-get clean
     echo "${packages[*]}" >"$root_marker"
 fi
-apt_install_host zstd xz-utils
 
 # --- modules -------------------------------------------------------------------------------
 # The kernel's whole module tree goes into the root (not into the image) so that the
