@@ -181,7 +181,7 @@ pub fn start_rnicd(name: &str, vfs: u32, extra: &[&str]) -> (PathBuf, Child) {
     let dir = vm_run_base().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket dir");
     let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
-    let rnicd = Command::new(crate::bin("rnicd"))
+    let mut rnicd = Command::new(crate::bin("rnicd"))
         .args(["--socket-dir"])
         .arg(&dir)
         .args(["--vfs", &vfs.to_string()])
@@ -191,9 +191,11 @@ pub fn start_rnicd(name: &str, vfs: u32, extra: &[&str]) -> (PathBuf, Child) {
         .spawn()
         .expect("start rnicd");
     crate::wait_for(Duration::from_secs(10), "rnicd to serve", || {
-        std::fs::read_to_string(dir.join("rnicd.log"))
-            .unwrap_or_default()
-            .contains("serving the PF")
+        let log = std::fs::read_to_string(dir.join("rnicd.log")).unwrap_or_default();
+        if let Ok(Some(status)) = rnicd.try_wait() {
+            panic!("rnicd {extra:?} exited ({status}) before serving:\n{log}");
+        }
+        log.contains("serving the PF")
     });
     (dir, rnicd)
 }
