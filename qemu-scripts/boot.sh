@@ -17,12 +17,17 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--socket-dir DIR] [--pf] [--vf N]... [--mem MB] [--timeout S] [--] CMD...
+Usage: boot.sh [--rxe] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P]]...
+               [--nic-dump FILE] [--mem MB] [--timeout S] [--] CMD...
 
 Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
 attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
 (its words joined by spaces, run by the guest's sh, like ssh), and exits with its status.
 With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x quits QEMU).
+
+  --rxe             boot the Soft-RoCE guest instead (build-rxe-guest.sh: Debian trixie with
+                    rdma-core, perftest and rdma_rxe; rxe0 is added on eth0, so give it a
+                    --nic); no rnic functions; default --mem 1024
 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
@@ -30,14 +35,25 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     inside the trixie root, DIR must be under $RNIC_CACHE/trixie-root.
   --pf              attach the physical function (DIR/pf.sock)
   --vf N            attach virtual function N (DIR/vfN.sock); repeatable
-  --mem MB          guest memory in MiB (default 512)
+  --nic dgram:LPORT:RPORT[:MAC]
+                    a virtio-net NIC whose frames go, one per UDP datagram, from
+                    127.0.0.1:LPORT to 127.0.0.1:RPORT (a QEMU dgram netdev; the peer uses
+                    the ports swapped: another guest's --nic, or rnicd's --net eth:dgram).
+                    Repeatable: the first is the guest's eth0, the second eth1. MAC default:
+                    52:54:00:<NIC index>:<LPORT as two bytes>
+  --ip ADDR/PREFIX  the address of the NIC given by the same-numbered --nic (first --ip for
+                    eth0, ...): the guest's /init brings it up (kernel word rnic_ethN_ip)
+  --nic-dump FILE   write a pcap of everything eth0 sends and receives to FILE (QEMU's
+                    filter-dump), moved there when the guest is done
+  --mem MB          guest memory in MiB (default 512; 1024 with --rxe)
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
 
 Environment:
   RNIC_BOOT_EXTRA_QEMU_ARGS  extra QEMU arguments, split on whitespace
   RNIC_BOOT_APPEND           extra kernel command-line words (key=value reach /init's env)
   RNIC_RNICD                 the rnicd binary to start (default: the newer of
-                             target/debug/rnicd and target/release/rnicd; built if neither)
+                             target/debug/rnicd and target/release/rnicd, in
+                             $CARGO_TARGET_DIR if set; built if neither)
   RUST_LOG                   passed to a started rnicd (default: info)
 
 Exit status: the guest command's; 124 if the timeout killed QEMU; 125 if QEMU or rnicd failed
@@ -49,7 +65,11 @@ EOF
 socket_dir=""
 want_pf=0
 vfs=()
-mem=512
+rxe=0
+nics=()
+ips=()
+nic_dump=""
+mem=""
 timeout_s=300
 cmd=()
 while [ $# -gt 0 ]; do
@@ -59,6 +79,13 @@ while [ $# -gt 0 ]; do
     --pf) want_pf=1; shift ;;
     --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
     --vf=*) vfs+=("${1#*=}"); shift ;;
+    --rxe) rxe=1; shift ;;
+    --nic) [ $# -ge 2 ] || die "--nic needs dgram:LPORT:RPORT[:MAC]"; nics+=("$2"); shift 2 ;;
+    --nic=*) nics+=("${1#*=}"); shift ;;
+    --ip) [ $# -ge 2 ] || die "--ip needs ADDR/PREFIX"; ips+=("$2"); shift 2 ;;
+    --ip=*) ips+=("${1#*=}"); shift ;;
+    --nic-dump) [ $# -ge 2 ] || die "--nic-dump needs a file"; nic_dump=$2; shift 2 ;;
+    --nic-dump=*) nic_dump=${1#*=}; shift ;;
     --mem) [ $# -ge 2 ] || die "--mem needs a size in MiB"; mem=$2; shift 2 ;;
     --mem=*) mem=${1#*=}; shift ;;
     --timeout) [ $# -ge 2 ] || die "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
@@ -69,6 +96,7 @@ while [ $# -gt 0 ]; do
     *) cmd=("$@"); break ;;
     esac
 done
+[ -n "$mem" ] || { if [ $rxe = 1 ]; then mem=1024; else mem=512; fi; }
 [[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem $mem: give a whole number of MiB, e.g. --mem 1024"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout $timeout_s: give whole seconds (0 for none)"
 for v in ${vfs[@]+"${vfs[@]}"}; do
@@ -77,6 +105,30 @@ done
 if [ ${#vfs[@]} -gt 0 ] && [ "$(printf '%s\n' "${vfs[@]}" | sort | uniq -d)" ]; then
     die "a VF is listed twice: --vf ${vfs[*]}"
 fi
+if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
+    die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
+fi
+# Each NIC as: local port, remote port, MAC.
+nic_lports=()
+nic_rports=()
+nic_macs=()
+for i in "${!nics[@]}"; do
+    [[ ${nics[$i]} =~ ^dgram:([0-9]+):([0-9]+)(:([0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}))?$ ]] ||
+        die "--nic ${nics[$i]}: give dgram:LPORT:RPORT[:MAC], e.g. --nic dgram:47001:47002"
+    lport=${BASH_REMATCH[1]}
+    rport=${BASH_REMATCH[2]}
+    for p in "$lport" "$rport"; do
+        if [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then die "--nic ${nics[$i]}: port $p is not in 1..65535"; fi
+    done
+    nic_lports+=("$lport")
+    nic_rports+=("$rport")
+    nic_macs+=("${BASH_REMATCH[4]:-$(printf '52:54:00:%02x:%02x:%02x' "$i" $((lport >> 8)) $((lport & 255)))}")
+done
+[ ${#ips[@]} -le ${#nics[@]} ] || die "${#ips[@]} --ip for ${#nics[@]} --nic: each --ip addresses the same-numbered --nic"
+for a in ${ips[@]+"${ips[@]}"}; do
+    [[ $a =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || die "--ip $a: give ADDR/PREFIX, e.g. --ip 10.82.0.100/24"
+done
+[ -z "$nic_dump" ] || [ ${#nics[@]} -gt 0 ] || die "--nic-dump needs a --nic to dump"
 interactive=0
 if [ ${#cmd[@]} -eq 0 ]; then
     [ -t 0 ] || die "no guest command given: boot.sh [options] -- CMD... (or run it from a terminal for a shell)"
@@ -86,7 +138,11 @@ fi
 
 # --- set-up (both idempotent) --------------------------------------------------------------
 bash "$here/setup.sh"
-base_initrd=$(bash "$here/build-initramfs.sh")
+if [ $rxe = 1 ]; then
+    base_initrd=$(bash "$here/build-rxe-guest.sh")
+else
+    base_initrd=$(bash "$here/build-initramfs.sh")
+fi
 busybox=$GUEST_KIT/busybox
 
 if qemu_in_root; then
@@ -135,6 +191,9 @@ cleanup() {
         stop_pid "$rnicd_pid" rnicd
         wait "$rnicd_pid" 2>/dev/null
     fi
+    if [ -n "$nic_dump" ] && [ -f "$run_dir/eth0.pcap" ]; then
+        mv "$run_dir/eth0.pcap" "$nic_dump" || log "cannot move eth0's pcap to $nic_dump (it stays in $run_dir)"
+    fi
     rm -f "$run_dir/vmlinuz" "$run_dir/initrd.gz"
 }
 trap cleanup EXIT
@@ -174,8 +233,9 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
         done
     else
         rnicd=${RNIC_RNICD:-}
+        target_dir=${CARGO_TARGET_DIR:-$repo/target}
         if [ -z "$rnicd" ]; then
-            for c in "$repo/target/debug/rnicd" "$repo/target/release/rnicd"; do
+            for c in "$target_dir/debug/rnicd" "$target_dir/release/rnicd"; do
                 if [ -x "$c" ] && { [ -z "$rnicd" ] || [ "$c" -nt "$rnicd" ]; }; then
                     rnicd=$c
                 fi
@@ -185,7 +245,7 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
             log "no rnicd binary yet: cargo build -p rnic-device --bin rnicd"
             (cd "$repo" && cargo build -p rnic-device --bin rnicd) ||
                 die "building rnicd failed (see above); fix the build or point RNIC_RNICD at a binary"
-            rnicd=$repo/target/debug/rnicd
+            rnicd=$target_dir/debug/rnicd
         fi
         [ -x "$rnicd" ] || die "rnicd binary $rnicd is not executable; build it: cargo build -p rnic-device --bin rnicd"
         nvfs=0
@@ -242,8 +302,20 @@ qemu_args=(
     -chardev "stdio,id=con,mux=on,logfile=$(qemu_path "$console_log")"
     -serial chardev:con -monitor chardev:con
     -kernel "$(qemu_path "$run_dir/vmlinuz")" -initrd "$(qemu_path "$run_dir/initrd.gz")"
-    -append "console=ttyS0 quiet panic=-1${RNIC_BOOT_APPEND:+ $RNIC_BOOT_APPEND}"
 )
+append="console=ttyS0 quiet panic=-1"
+for i in "${!nics[@]}"; do
+    # shellcheck disable=SC2054 # the commas are QEMU's
+    qemu_args+=(
+        -netdev "dgram,id=nic$i,local.type=inet,local.host=127.0.0.1,local.port=${nic_lports[$i]},remote.type=inet,remote.host=127.0.0.1,remote.port=${nic_rports[$i]}"
+        -device "virtio-net-pci,netdev=nic$i,mac=${nic_macs[$i]},romfile="
+    )
+    [ -z "${ips[$i]:-}" ] || append+=" rnic_eth${i}_ip=${ips[$i]}"
+done
+if [ -n "$nic_dump" ]; then
+    qemu_args+=(-object "filter-dump,id=dump0,netdev=nic0,file=$(qemu_path "$run_dir/eth0.pcap")")
+fi
+qemu_args+=(-append "$append${RNIC_BOOT_APPEND:+ $RNIC_BOOT_APPEND}")
 for i in "${!socks[@]}"; do
     qemu_args+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"${names[$i]}\",\"socket\":{\"path\":\"$(qemu_path "${socks[$i]}")\",\"type\":\"unix\"}}")
 done
@@ -251,7 +323,7 @@ read -ra extra <<<"${RNIC_BOOT_EXTRA_QEMU_ARGS:-}"
 qemu_args+=(${extra[@]+"${extra[@]}"})
 mapfile -t qemu_prefix < <(qemu_argv)
 
-log "booting (TCG; functions: ${names[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
+log "booting (TCG; $([ $rxe = 1 ] && echo "rxe guest" || echo "functions: ${names[*]:-none}"); NICs: ${nics[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
 start=$SECONDS
 if [ $interactive = 1 ]; then
     # --foreground keeps QEMU in our process group so it may use the terminal; <&0 keeps

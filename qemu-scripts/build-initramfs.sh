@@ -2,7 +2,11 @@
 # Builds the guest initramfs: $GUEST_KIT/initramfs.gz (default /var/cache/rnic/guest-kit).
 #   - busybox (static, from setup.sh) with a /bin symlink for each applet,
 #   - every bin of the rnic-driver package, built static, in /usr/bin,
-#   - an /init that mounts proc, sysfs and devtmpfs, runs /rnic-run.sh under sh if present
+#   - the virtio_net modules (from build-rxe-guest.sh, in $GUEST_KIT/net-modules) and
+#     guest-lib.sh, so a guest booted with boot.sh --nic has its eth0 (eth1, ...),
+#   - an /init that mounts proc, sysfs and devtmpfs, loads the virtio_net modules when a
+#     virtio-net device is present and brings up each ethN given an address by a kernel
+#     word rnic_ethN_ip=ADDR/PREFIX (boot.sh --ip), runs /rnic-run.sh under sh if present
 #     (stdin from /dev/null; else an interactive shell), prints `RNIC-GUEST-EXIT=<status>`
 #     on the console, syncs and powers off.
 # boot.sh appends a second cpio holding /rnic-run.sh, so this image is shared by all runs.
@@ -57,6 +61,13 @@ done
 if [ "$(id -u)" = 0 ]; then
     mknod -m 600 "$stage/dev/console" c 5 1
 fi
+mkdir -p "$stage/etc/rnic" "$stage/lib/modules/rnic-net"
+cp "$here/guest-lib.sh" "$stage/etc/rnic/guest-lib.sh"
+if [ -f "$GUEST_KIT/net-modules/load-order" ]; then
+    cp "$GUEST_KIT"/net-modules/* "$stage/lib/modules/rnic-net/"
+else
+    log "warning: no virtio_net modules in $GUEST_KIT/net-modules (run qemu-scripts/setup.sh): guests get no NIC"
+fi
 echo 'root:x:0:0:root:/root:/bin/sh' >"$stage/etc/passwd"
 echo 'root:x:0:' >"$stage/etc/group"
 
@@ -64,19 +75,28 @@ cat >"$stage/init" <<'INIT'
 #!/bin/sh
 # rnic guest init: see qemu-scripts/build-initramfs.sh.
 export PATH=/usr/bin:/bin HOME=/root TERM=${TERM:-linux}
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm
-mount -t devpts devpts /dev/pts
-mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
-[ -e /proc/self/fd/0 ] || exec </dev/console >/dev/console 2>&1
+. /etc/rnic/guest-lib.sh
+rnic_mount_fs
 hostname rnic-guest
 ip link set lo up 2>/dev/null
+# A NIC (boot.sh --nic) is a virtio-net device: 1af4:1000 (transitional) or 1af4:1041.
+net_ok=1
+for dev in /sys/bus/pci/devices/*; do
+    case "$(cat $dev/vendor 2>/dev/null):$(cat $dev/device 2>/dev/null)" in
+    0x1af4:0x1000 | 0x1af4:0x1041) has_nic=1 ;;
+    esac
+done
+if [ -n "${has_nic:-}" ]; then
+    for m in $(cat /lib/modules/rnic-net/load-order 2>/dev/null); do
+        insmod /lib/modules/rnic-net/$m || { echo "rnic guest: insmod $m failed"; net_ok=0; }
+    done
+fi
+[ $net_ok = 1 ] && rnic_net_up || net_ok=0
 cd /root
-if [ -f /rnic-run.sh ]; then
+if [ $net_ok = 0 ]; then
+    echo "rnic guest: network set-up failed, not running the command"
+    status=125
+elif [ -f /rnic-run.sh ]; then
     sh /rnic-run.sh </dev/null
     status=$?
 else
@@ -84,9 +104,7 @@ else
     setsid cttyhack sh -l
     status=$?
 fi
-echo "RNIC-GUEST-EXIT=$status"
-sync
-poweroff -f
+rnic_finish "$status"
 INIT
 chmod 755 "$stage/init"
 

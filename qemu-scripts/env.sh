@@ -5,6 +5,38 @@ RNIC_CACHE=${RNIC_CACHE:-/var/cache/rnic}
 TRIXIE_ROOT=$RNIC_CACHE/trixie-root
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_KIT=$RNIC_CACHE/guest-kit
+# The Soft-RoCE (rdma_rxe) guest: its debootstrapped root and its packed image.
+# shellcheck disable=SC2034
+RXE_ROOT=$RNIC_CACHE/rxe-root
+# shellcheck disable=SC2034
+RXE_KIT=$RNIC_CACHE/rxe-guest
+
+# The Debian mirror the host's own apt already uses, so no host name lives in the repo
+# (empty when none is found: debootstrap then picks Debian's default).
+host_mirror() {
+    local uri=""
+    if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
+        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
+            /etc/apt/sources.list.d/*.sources)
+    fi
+    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+        uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
+            /etc/apt/sources.list)
+    fi
+    echo "$uri"
+}
+
+# Installs the host packages among "$@" that are missing (the caller defines log()).
+apt_install_host() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing host packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
 
 # Runs the QEMU that has vfio-user-pci: the system one if it has it, else the one inside the
 # trixie root (paths given to it must then live inside $TRIXIE_ROOT, see qemu_path).

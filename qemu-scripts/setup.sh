@@ -3,7 +3,9 @@
 #   - a QEMU with the vfio-user-pci client (the system one if it has it, else Debian
 #     trixie-backports' QEMU inside a debootstrapped trixie root),
 #   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs,
-#   - tshark on the host, which the capture test decodes rnicd's pcap with.
+#   - tshark on the host, which the capture test decodes rnicd's pcap with,
+#   - the Soft-RoCE (rdma_rxe) guest image and the virtio_net modules of the busybox guest
+#     (build-rxe-guest.sh; its first build takes about two minutes).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
 # Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
 set -euo pipefail
@@ -19,31 +21,6 @@ need_root() {
         log "must run as root (debootstrap, chroot and apt-get need it); re-run with sudo"
         exit 1
     fi
-}
-
-host_mirror() {
-    # The Debian mirror the host's own apt already uses, so no host name lives in the repo.
-    local uri=""
-    if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
-        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
-            /etc/apt/sources.list.d/*.sources)
-    fi
-    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-        uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
-            /etc/apt/sources.list)
-    fi
-    echo "$uri"
-}
-
-apt_install_host() {
-    local missing=()
-    for pkg in "$@"; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    log "installing host packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 system_qemu_has_vfio_user() {
@@ -141,6 +118,7 @@ main() {
     ensure_tshark
     ensure_qemu
     ensure_guest_kit
+    bash "$here/build-rxe-guest.sh" >/dev/null
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"
 }
 

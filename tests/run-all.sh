@@ -8,7 +8,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 step() { echo "=== [run-all] $*" >&2; }
 
-step "set-up: QEMU with vfio-user-pci, guest kernel, busybox (skipped where present)"
+step "set-up: QEMU with vfio-user-pci, guest kernel, busybox, the Soft-RoCE guest (skipped where present)"
 bash qemu-scripts/setup.sh
 
 step "formatting and lints"
@@ -21,7 +21,9 @@ cargo build --workspace --bins
 step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
 
-step "VM tests (QEMU guests with rnic functions attached)"
-cargo test -p rnic-tests --test vm -- --ignored --test-threads=1
+step "VM tests (QEMU guests with rnic functions attached, and Soft-RoCE guests)"
+# rxe_interop needs rnicd's Ethernet port (--net eth:dgram:...) and rnic-pingpong
+# --ibv-compat: drop this --skip once both are in.
+cargo test -p rnic-tests --test vm -- --ignored --test-threads=1 --skip rxe_interop
 
 step "all tests passed"

@@ -5,6 +5,7 @@ pub mod net;
 pub mod ops;
 pub mod tshark;
 pub mod verbs_pair;
+pub mod vm;
 pub mod wire;
 
 use std::io::{Read, Write};

@@ -87,3 +87,19 @@ pub fn assert_nothing_flagged(pcap: &Path) {
     ]);
     assert!(flagged.trim().is_empty(), "tshark flags frames:\n{flagged}");
 }
+
+/// Asserts, by tshark, that the capture `pcap` holds more than `min_roce` RoCEv2 frames
+/// (Ethernet, IPv4, UDP 4791, InfiniBand transport) and no frame Wireshark calls malformed.
+pub fn assert_clean_roce_capture(pcap: &Path, min_roce: usize) {
+    let path = pcap.to_str().expect("UTF-8 path");
+    let roce = tshark(&["-r", path, "-Y", "infiniband"]).lines().count();
+    assert!(
+        roce > min_roce,
+        "{path}: {roce} RoCEv2 frames, expected more than {min_roce}"
+    );
+    let malformed = tshark(&["-r", path, "-Y", "_ws.malformed"]);
+    assert!(
+        malformed.is_empty(),
+        "{path}: malformed frames:\n{malformed}"
+    );
+}

@@ -1,6 +1,7 @@
 //! An implementation of the wire format independent of the device's, for checking
 //! captures (`rnicd --pcap`): the pcap format, the IPv4 header checksum, and the ICRC as
-//! Linux rxe defines it, with a bitwise CRC-32 that shares no code with rnicd.
+//! Linux rxe defines it, with a bitwise CRC-32 that shares no code with rnicd; and tshark,
+//! Wireshark's decoder, as a second opinion.
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) one bit at a time.
 pub fn crc32(data: &[u8]) -> u32 {

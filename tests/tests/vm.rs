@@ -2,30 +2,18 @@
 //! driver's tools run inside it. They boot VMs (seconds each, under TCG), so they are
 //! ignored by default; `tests/run-all.sh` runs them after `qemu-scripts/setup.sh`.
 
-use std::path::PathBuf;
+use rnic_tests::tshark::assert_clean_roce_capture;
+use rnic_tests::vm::{
+    console_lines, finished, repo, start_rnicd, Boot, DgramLink, GUEST_SH_RETRY_CONNECT,
+};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
-        .to_path_buf()
-}
-
-/// Boots a guest with `args` (functions to attach) running `guest_cmd`; returns the
-/// console output and the guest command's exit status.
+/// Boots the busybox rnic guest with `args` (functions to attach) running `guest_cmd`;
+/// returns the console output and the guest command's exit status.
 fn boot(args: &[&str], guest_cmd: &str) -> (String, Option<i32>) {
-    let out = Command::new("bash")
-        .arg(repo().join("qemu-scripts/boot.sh"))
-        .args(args)
-        .args(["--timeout", "300", "--"])
-        .arg(guest_cmd)
-        .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
-        .output()
-        .expect("run qemu-scripts/boot.sh");
-    let console = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{console}\n{}", String::from_utf8_lossy(&out.stderr));
-    (console, out.status.code())
+    args.iter()
+        .fold(Boot::rnic(), |b, a| b.arg(*a))
+        .run(guest_cmd)
 }
 
 #[test]
@@ -116,40 +104,6 @@ fn guest_command_failure_is_reported() {
     );
 }
 
-/// Where VM runs keep their files, as the qemu-scripts see it (inside the trixie root when
-/// QEMU runs there, so that QEMU reaches the sockets).
-fn vm_run_base() -> PathBuf {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg("source qemu-scripts/env.sh; if qemu_in_root; then echo $TRIXIE_ROOT/run/rnic-vm; else echo $RNIC_CACHE/run/rnic-vm; fi")
-        .current_dir(repo())
-        .output()
-        .expect("source qemu-scripts/env.sh");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// Starts an rnicd with `vfs` VFs whose sockets (and log, `rnicd.log`) are in a fresh
-/// folder named after `name` where QEMU reaches them; returns the folder and the process.
-fn start_rnicd(name: &str, vfs: u32) -> (PathBuf, std::process::Child) {
-    let dir = vm_run_base().join(format!("{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("socket dir");
-    let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
-    let rnicd = Command::new(rnic_tests::bin("rnicd"))
-        .args(["--socket-dir"])
-        .arg(&dir)
-        .args(["--vfs", &vfs.to_string()])
-        .env("RUST_LOG", "info")
-        .stderr(log)
-        .spawn()
-        .expect("start rnicd");
-    rnic_tests::wait_for(std::time::Duration::from_secs(10), "rnicd to serve", || {
-        std::fs::read_to_string(dir.join("rnicd.log"))
-            .unwrap_or_default()
-            .contains("serving the PF")
-    });
-    (dir, rnicd)
-}
-
 /// The GID of VF `vf` of an rnicd, as rnic-pingpong writes GIDs (32 hex digits):
 /// ::ffff:10.82.0.(vf + 2).
 fn vf_gid_hex(vf: u32) -> String {
@@ -162,7 +116,7 @@ fn two_guests_run_rnic_pingpong_against_each_other() {
     // One rnicd with two VFs; each guest gets one. The guests have no network between
     // them, so the test passes the connection parameters: a freshly opened function's
     // first QP is 0x11, and each side is given the PSNs.
-    let (dir, mut rnicd) = start_rnicd("two-guests", 2);
+    let (dir, mut rnicd) = start_rnicd("two-guests", 2, &[]);
 
     // Sizes below and above the 1024-byte path MTU; a long ACK timeout (code 20, about 4 s,
     // 7 retries) covers the guests booting at different speeds.
@@ -183,17 +137,11 @@ fn two_guests_run_rnic_pingpong_against_each_other() {
         s
     };
     let guest = |vf: u32, peer: u32, initiator: bool| {
-        Command::new("bash")
-            .arg(repo().join("qemu-scripts/boot.sh"))
-            .arg("--socket-dir")
-            .arg(&dir)
-            .args(["--vf", &vf.to_string(), "--timeout", "400", "--"])
-            .arg(script(peer, initiator))
-            .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("boot a guest")
+        Boot::rnic()
+            .socket_dir(&dir)
+            .vf(vf)
+            .timeout(400)
+            .spawn(&script(peer, initiator))
     };
     let a = guest(0, 1, true);
     let b = guest(1, 0, false);
@@ -254,35 +202,13 @@ fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest() {
     assert!(console.contains("demo: all done"));
 }
 
-/// A guest's console lines as they come, from a child's standard output.
-fn console_lines(
-    child: &mut std::process::Child,
-) -> (
-    std::sync::mpsc::Receiver<String>,
-    std::thread::JoinHandle<String>,
-) {
-    use std::io::BufRead;
-    let out = child.stdout.take().expect("guest stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let all = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
-            all += &line;
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    (rx, all)
-}
-
 #[test]
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn a_running_pingpong_follows_its_qp_from_vf0_to_vf1() {
     // One rnicd with three VFs. Guest A holds VF0 and VF1 (one guest, one memory), guest B
     // VF2. rnic-pingpong runs between VF0 and VF2; while it runs, `rnic-admin migrate` on
     // the host moves the connection to VF1, and the ping-pong follows it and finishes.
-    let (dir, mut rnicd) = start_rnicd("migrate", 3);
+    let (dir, mut rnicd) = start_rnicd("migrate", 3, &[]);
     const ITERS: u32 = 3000;
     // Guest A finds which of its functions is VF 0 and which VF 1.
     let script_a = format!(
@@ -303,24 +229,14 @@ rnic-pingpong --pci $vf0 --follow-pci $vf1 --peer 0x11:{}:0x300 --psn 0x100 --in
         "set -e\nrnic-pingpong --peer 0x11:{}:0x100 --psn 0x300 --op send --size 1000 --iters {ITERS} --mtu 1024 --timeout 20 --time-limit 300\n",
         vf_gid_hex(0)
     );
-    let guest = |vfs: &[&str], script: &str| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(repo().join("qemu-scripts/boot.sh"))
-            .arg("--socket-dir")
-            .arg(&dir);
-        for vf in vfs {
-            cmd.args(["--vf", vf]);
-        }
-        cmd.args(["--timeout", "400", "--"])
-            .arg(script)
-            .env("RNIC_RNICD", rnic_tests::bin("rnicd"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("boot a guest")
+    let guest = |vfs: &[u32], script: &str| {
+        vfs.iter()
+            .fold(Boot::rnic().socket_dir(&dir), |b, vf| b.vf(*vf))
+            .timeout(400)
+            .spawn(script)
     };
-    let mut a = guest(&["0", "1"], &script_a);
-    let b = guest(&["2"], &script_b);
+    let mut a = guest(&[0, 1], &script_a);
+    let b = guest(&[2], &script_b);
     let (a_lines, a_all) = console_lines(&mut a);
     // First guest A's tool must be up (it prints `remote:` once its QP is connected).
     let mut a_seen = Vec::new();
@@ -392,4 +308,300 @@ rnic-pingpong --pci $vf0 --follow-pci $vf1 --peer 0x11:{}:0x300 --psn 0x100 --in
         "guest A did not follow its QP: {a_console}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Message sizes of the verbs runs below: one below and one above the 1024-byte path MTU.
+const RXE_SIZES: [u32; 2] = [512, 4096];
+/// Iterations of each ibv_rc_pingpong run.
+const RXE_ITERS: u32 = 100;
+
+/// Guest script lines running the verbs tool command `run` (labelled `label` on the
+/// console): as the server when `peer` is empty, else as the client connecting to `peer`,
+/// retried until the server listens (see [`GUEST_SH_RETRY_CONNECT`]).
+fn verbs_run(label: &str, run: &str, peer: &str) -> String {
+    if peer.is_empty() {
+        format!("echo '=== {label} server'\n{run}\n")
+    } else {
+        format!("echo '=== {label} client'\nretry_connect {run} {peer}\n")
+    }
+}
+
+/// `ibv_rc_pingpong` (rdma-core's) on the rxe guest, one run per size in [`RXE_SIZES`],
+/// as in [`verbs_run`]. `$g` must hold the RoCEv2 GID index (`g=$(rxe-gid-index)`).
+fn rc_pingpong_runs(peer: &str) -> String {
+    RXE_SIZES
+        .iter()
+        .map(|size| {
+            verbs_run(
+                &format!("ibv_rc_pingpong -s {size}"),
+                &format!("ibv_rc_pingpong -d rxe0 -g $g -s {size} -m 1024 -n {RXE_ITERS}"),
+                peer,
+            )
+        })
+        .collect()
+}
+
+/// Asserts that `console` shows a finished ibv_rc_pingpong run for every size.
+fn assert_rc_pingpong_ran(name: &str, console: &str) {
+    for size in RXE_SIZES {
+        // ibv_rc_pingpong counts both directions.
+        let bytes = format!("{} bytes in ", 2 * size * RXE_ITERS);
+        assert!(
+            console.lines().any(|l| l.starts_with(&bytes)),
+            "{name}: no ibv_rc_pingpong result for {size}-byte messages ('{bytes}...')"
+        );
+    }
+    assert_eq!(
+        console
+            .lines()
+            .filter(|l| l.starts_with(&format!("{RXE_ITERS} iters in ")))
+            .count(),
+        RXE_SIZES.len(),
+        "{name}: one '{RXE_ITERS} iters in' line per size"
+    );
+}
+
+/// perftest's bandwidth tools on the rxe guests: message size and iterations.
+const PERFTEST_SIZE: u32 = 16384;
+const PERFTEST_ITERS: u32 = 200;
+
+/// Two Soft-RoCE guests (Debian trixie's rdma-core on rdma_rxe, `boot.sh --rxe`) joined by a
+/// QEMU dgram Ethernet link run ibv_rc_pingpong (sizes below and above the path MTU) and
+/// perftest's ib_write_bw and ib_read_bw against each other: proves the image and the
+/// NIC plumbing that the interop test builds on. rxe0's GID index for ::ffff:IPv4 is found
+/// in the guest by `rxe-gid-index` (it is 1: index 0 is the fe80:: link-local GID).
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn two_rxe_guests_run_rc_pingpong_and_perftest() {
+    let started = std::time::Instant::now();
+    let link = DgramLink::new();
+    let server_ip = "10.82.0.101";
+    let perftest = |tool: &str, peer: &str| {
+        let run = format!("{tool} -d rxe0 -x $g -F -m 1024 -s {PERFTEST_SIZE} -n {PERFTEST_ITERS}");
+        verbs_run(tool, &run, peer)
+    };
+    let script = |peer: &str| {
+        format!(
+            "set -e\n{GUEST_SH_RETRY_CONNECT}\ng=$(rxe-gid-index)\necho \"GID-INDEX $g\"\n{}{}{}",
+            rc_pingpong_runs(peer),
+            perftest("ib_write_bw", peer),
+            perftest("ib_read_bw", peer)
+        )
+    };
+    let pcap = std::env::temp_dir().join(format!("rxe-pair-{}.pcap", std::process::id()));
+    let server = Boot::rxe()
+        .nic(link.nic_a(), &format!("{server_ip}/24"))
+        .nic_dump(&pcap)
+        .timeout(240)
+        .spawn(&script(""));
+    let client = Boot::rxe()
+        .nic(link.nic_b(), "10.82.0.102/24")
+        .timeout(240)
+        .spawn(&script(server_ip));
+    let (server, client) = (
+        server.wait_with_output().expect("server guest"),
+        client.wait_with_output().expect("client guest"),
+    );
+    let (server, server_status) = finished("rxe server guest", &server);
+    let (client, client_status) = finished("rxe client guest", &client);
+    eprintln!("both guests done after {:?}", started.elapsed());
+    for (name, console, status) in [
+        ("server", &server, server_status),
+        ("client", &client, client_status),
+    ] {
+        assert_eq!(status, Some(0), "rxe {name} guest failed");
+        assert!(console.contains("GID-INDEX 1"), "{name}: {console}");
+        assert_rc_pingpong_ran(name, console);
+    }
+    // perftest's result row: "#bytes #iterations BW peak BW average MsgRate"; the client
+    // prints one per tool.
+    let rows = client
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 5 && f[0] == PERFTEST_SIZE.to_string() && f[1] == PERFTEST_ITERS.to_string()
+        })
+        .count();
+    assert_eq!(
+        rows, 2,
+        "ib_write_bw and ib_read_bw each report a result: {client}"
+    );
+    // The server's eth0 saw it all as well-formed RoCEv2: at least every ping-pong message
+    // and every perftest packet (16 per message at MTU 1024).
+    let packets =
+        2 * RXE_ITERS * RXE_SIZES.len() as u32 + 2 * PERFTEST_ITERS * PERFTEST_SIZE / 1024;
+    assert_clean_roce_capture(&pcap, packets as usize);
+    let _ = std::fs::remove_file(&pcap);
+}
+
+/// Interop with Linux's Soft-RoCE: rdma-core's ibv_rc_pingpong on rdma_rxe in guest B
+/// against `rnic-pingpong --ibv-compat` on rnic VF0 in guest A, both roles, messages
+/// below and above the path MTU, with RoCEv2 frames crossing a QEMU Ethernet segment
+/// between guest B's eth0 and rnicd's Ethernet port. The TCP exchange of connection
+/// parameters runs on a second segment (guest A eth0 <-> guest B eth1).
+///
+/// NEEDS (not in this branch when written; left for integration): rnicd's Ethernet port
+/// `--net eth:dgram:LADDR:LPORT:RADDR:RPORT` with `--net-ip` (default PF 10.82.0.1, so
+/// VF0 = 10.82.0.2) and ARP, and `rnic-pingpong --ibv-compat` (ibv_rc_pingpong's TCP
+/// exchange and flow; `--listen [PORT]` / `--connect HOST[:PORT]`, `--size`, `--iters`,
+/// `--mtu`).
+#[test]
+#[ignore = "needs rnicd's eth port and rnic-pingpong --ibv-compat; boots two QEMU guests"]
+fn rxe_interop() {
+    // roce: a = rnicd's Ethernet port, b = guest B's eth0; tcp: a = guest A's eth0, b =
+    // guest B's eth1.
+    let [roce, tcp] = DgramLink::distinct::<2>();
+    let (a_ip, b_ip) = ("10.83.0.1", "10.83.0.2");
+    let pcap = std::env::temp_dir().join(format!("rxe-interop-{}.pcap", std::process::id()));
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", roce.a, roce.b);
+    let (dir, mut rnicd) = start_rnicd(
+        "rxe-interop",
+        1,
+        &["--net", &net, "--pcap", pcap.to_str().expect("UTF-8 path")],
+    );
+    // rnic-pingpong --ibv-compat on VF0 ($bdf), as in verbs_run.
+    let compat = |peer: &str| -> String {
+        RXE_SIZES
+            .iter()
+            .map(|size| {
+                let role = if peer.is_empty() { "--listen" } else { "--connect" };
+                verbs_run(
+                    &format!("rnic-pingpong --ibv-compat -s {size}"),
+                    &format!("rnic-pingpong --ibv-compat --pci $bdf --size {size} --iters {RXE_ITERS} --mtu 1024 {role}"),
+                    peer,
+                )
+            })
+            .collect()
+    };
+    // B serves first (A's clients), then A serves (B's clients).
+    let script_a = format!(
+        r#"set -e
+{GUEST_SH_RETRY_CONNECT}
+for dev in /sys/bus/pci/devices/*; do
+    if [ "$(cat $dev/vendor)" = 0xf1c0 ]; then bdf=$(basename $dev); fi
+done
+echo "=== A clients"
+{}echo "=== A servers"
+{}"#,
+        compat(b_ip),
+        compat(""),
+    );
+    let script_b = format!(
+        "set -e\n{GUEST_SH_RETRY_CONNECT}\ng=$(rxe-gid-index)\necho \"GID-INDEX $g\"\n{}{}",
+        rc_pingpong_runs(""),
+        rc_pingpong_runs(a_ip)
+    );
+    let a = Boot::rnic()
+        .socket_dir(&dir)
+        .vf(0)
+        .nic(tcp.nic_a(), &format!("{a_ip}/24"))
+        .timeout(400)
+        .spawn(&script_a);
+    let b = Boot::rxe()
+        .nic(roce.nic_b(), "10.82.0.100/24")
+        .nic(tcp.nic_b(), &format!("{b_ip}/24"))
+        .timeout(400)
+        .spawn(&script_b);
+    let (a, b) = (
+        a.wait_with_output().expect("guest A"),
+        b.wait_with_output().expect("guest B"),
+    );
+    let _ = rnicd.kill();
+    let _ = rnicd.wait();
+    let (a_console, a_status) = finished("guest A (rnic VF0)", &a);
+    let (b_console, b_status) = finished("guest B (rxe)", &b);
+    eprintln!(
+        "--- rnicd ---\n{}",
+        std::fs::read_to_string(dir.join("rnicd.log")).unwrap_or_default()
+    );
+    assert_eq!(a_status, Some(0), "guest A failed");
+    assert_eq!(b_status, Some(0), "guest B failed");
+    assert!(
+        a_console.contains("=== A servers"),
+        "guest A's client runs finished (set -e) before it served"
+    );
+    // ibv_rc_pingpong ran each size once as server and once as client.
+    for size in RXE_SIZES {
+        // ibv_rc_pingpong counts both directions.
+        let bytes = format!("{} bytes in ", 2 * size * RXE_ITERS);
+        assert_eq!(
+            b_console.lines().filter(|l| l.starts_with(&bytes)).count(),
+            2,
+            "guest B: {size}-byte runs as server and as client"
+        );
+    }
+    // Each ping-pong iteration is at least one message and its ACK each way.
+    assert_clean_roce_capture(&pcap, 4 * RXE_ITERS as usize);
+    let _ = std::fs::remove_file(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The framing rnicd's Ethernet port relies on (`--net eth:dgram:...`): on a QEMU dgram
+/// link, every UDP datagram is exactly one Ethernet frame, no header, both ways. This test
+/// plays rnicd's part from a host socket: it sends ARP requests for the rxe guest's eth0
+/// address and gets the guest's ARP reply back, while the guest sees the host in its
+/// neighbour table.
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_host_socket_speaks_raw_ethernet_with_an_rxe_guest_over_dgram() {
+    const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+    const HOST_IP: [u8; 4] = [10, 82, 0, 1];
+    const GUEST_IP: [u8; 4] = [10, 82, 0, 100];
+    let link = DgramLink::new();
+    let host = std::net::UdpSocket::bind(("127.0.0.1", link.a)).expect("bind end A");
+    host.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .expect("timeout");
+    let script = "for i in $(seq 300); do
+    if ip neigh show 10.82.0.1 | grep -q 02:00:00:00:00:01; then echo NEIGH-OK; exit 0; fi
+    sleep 0.2
+done
+exit 1";
+    let guest = Boot::rxe()
+        .nic(link.nic_b(), "10.82.0.100/24")
+        .timeout(180)
+        .spawn(script);
+
+    // An ARP request: broadcast, Ethernet/IPv4, who has GUEST_IP, tell HOST_IP; padded to
+    // the 60-byte minimum frame.
+    let mut request = vec![0xff; 6];
+    request.extend_from_slice(&HOST_MAC);
+    request.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    request.extend_from_slice(&HOST_MAC);
+    request.extend_from_slice(&HOST_IP);
+    request.extend_from_slice(&[0; 6]);
+    request.extend_from_slice(&GUEST_IP);
+    request.resize(60, 0);
+    let guest_mac = format!("52:54:00:00:{:02x}:{:02x}", link.b >> 8, link.b & 0xff);
+    let started = std::time::Instant::now();
+    let reply = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(150),
+            "no ARP reply from the guest"
+        );
+        host.send_to(&request, ("127.0.0.1", link.b))
+            .expect("send the ARP request");
+        let mut buf = [0u8; 2048];
+        // Frames the guest sends on its own (IPv6 neighbour discovery, ...) come too.
+        if let Ok((n, _)) = host.recv_from(&mut buf) {
+            let f = &buf[..n];
+            if n >= 42 && f[12..14] == [0x08, 0x06] && f[20..22] == [0, 2] {
+                break f.to_vec();
+            }
+        }
+    };
+    let (console, status) = finished("rxe guest", &guest.wait_with_output().expect("rxe guest"));
+    assert_eq!(status, Some(0), "the guest never learnt the host's MAC");
+    assert!(console.contains("NEIGH-OK"));
+    let mac = |b: &[u8]| {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    assert_eq!(&reply[0..6], &HOST_MAC, "the reply goes to the host's MAC");
+    assert_eq!(mac(&reply[6..12]), guest_mac, "from the guest's eth0");
+    assert_eq!(mac(&reply[22..28]), guest_mac, "ARP sender MAC");
+    assert_eq!(&reply[28..32], &GUEST_IP, "ARP sender address");
+    assert_eq!(&reply[32..38], &HOST_MAC, "ARP target MAC");
+    assert_eq!(&reply[38..42], &HOST_IP, "ARP target address");
 }
