@@ -8,47 +8,20 @@
 //! It boots a VM (seconds under TCG), so it is ignored by default:
 //! `cargo build --workspace --bins && cargo test -p rnic-tests --test vm_rxe -- --ignored
 //! --test-threads=1` (as root, after qemu-scripts/setup.sh; qemu-scripts/boot.sh --rxe
-//! builds the guest image on first use). Every run keeps rnicd's capture of its port
+//! builds the guest image on first use; tests/run-all.sh runs it). Every run keeps rnicd's capture of its port
 //! (`rnicd-port.pcap` in rnicd's temporary directory, named on failure).
 
-use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use rnic_tests::tshark::{assert_clean_roce_capture, assert_nothing_flagged};
+use rnic_tests::vm::{Boot, DgramLink};
 use rnic_tests::{bin, finish_within, free_port, Rnicd};
 
 /// Small messages, and one above the path MTU (1024 on rxe over a 1500-byte NIC).
 const SIZES: [usize; 2] = [64, 4096];
 /// TCG is slow: few iterations.
 const ITERS: u64 = 20;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
-        .to_path_buf()
-}
-
-/// qemu-scripts/boot.sh, or `RNIC_BOOT_SH` (a boot.sh with `--rxe` and `--nic`).
-fn boot_sh() -> PathBuf {
-    let path = std::env::var_os("RNIC_BOOT_SH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("qemu-scripts/boot.sh"));
-    let text = std::fs::read_to_string(&path).expect("read boot.sh");
-    assert!(
-        text.contains("--rxe") && text.contains("--nic"),
-        "{} cannot boot the Soft-RoCE guest (no --rxe/--nic); set RNIC_BOOT_SH to one that can",
-        path.display()
-    );
-    path
-}
-
-/// A UDP port of 127.0.0.1 free right now.
-fn free_udp_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr").port()
-}
 
 /// rnic-perf --perftest on VF0 with `args`, waited for (at most 300 s).
 fn rnic_perf(rnicd: &Rnicd, test: &str, size: usize, args: &[&str]) -> Output {
@@ -112,23 +85,19 @@ server() { # TEST SIZE
 #[test]
 #[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
 fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
-    let boot = boot_sh();
-    let (rnicd_port, guest_port) = (free_udp_port(), free_udp_port());
+    // End A: rnicd's Ethernet port; end B: the guest's eth0.
+    let link = DgramLink::new();
     let pcap = std::env::temp_dir().join(format!("rnicd-port-{}.pcap", std::process::id()));
-    let net = format!("eth:dgram:127.0.0.1:{rnicd_port}:127.0.0.1:{guest_port}");
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", link.a, link.b);
     let rnicd = Rnicd::start(1, &["--net", &net, "--pcap", pcap.to_str().expect("utf-8")]);
     let server_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let forward = free_port();
 
-    let guest = Command::new("bash")
-        .arg(&boot)
-        .args([
-            "--rxe",
-            "--nic",
-            &format!("dgram:{guest_port}:{rnicd_port}"),
-        ])
-        .args(["--ip", "10.82.1.10/16", "--timeout", "900", "--"])
-        .arg(guest_script(&server_ports))
+    // eth1: QEMU's user network, for TCP with the host.
+    let guest = Boot::rxe()
+        .nic(link.nic_b(), "10.82.1.10/16")
+        .timeout(900)
+        .command(&guest_script(&server_ports))
         .env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
         .env(
             "RNIC_BOOT_EXTRA_QEMU_ARGS",
@@ -216,5 +185,9 @@ fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
         "{}",
         report("the guest failed")
     );
+    // rnicd's port saw it all as well-formed RoCEv2: at least one packet per message of
+    // each of the eight runs.
+    assert_clean_roce_capture(&pcap, 8 * ITERS as usize);
+    assert_nothing_flagged(&pcap);
     let _ = std::fs::remove_file(&pcap);
 }
