@@ -22,8 +22,9 @@ step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
 
 step "VM tests (QEMU guests with rnic functions attached, and Soft-RoCE guests)"
-# rxe_interop needs rnicd's Ethernet port (--net eth:dgram:...) and rnic-pingpong
-# --ibv-compat: drop this --skip once both are in.
-cargo test -p rnic-tests --test vm -- --ignored --test-threads=1 --skip rxe_interop
+cargo test -p rnic-tests --test vm -- --ignored --test-threads=1
+
+step "VM test: perftest on a Soft-RoCE guest against rnic-perf on the host (rnicd's Ethernet port)"
+cargo test -p rnic-tests --test vm_rxe -- --ignored --test-threads=1
 
 step "all tests passed"
