@@ -122,6 +122,9 @@ pub struct RequesterState {
     pub resend_from: Option<u32>,
     /// In SQD: the drain was reported (SQ_DRAINED posted).
     pub drained_reported: bool,
+    /// The SQ index of the first WQE that may not start yet (a DCI's WQE for another
+    /// target than the connected one, see `super::dc`); `None`: no hold.
+    pub hold_from: Option<u32>,
 }
 
 impl RequesterState {
@@ -268,6 +271,9 @@ pub fn run(
             continue;
         }
         let opcode = o.op.wqe.opcode;
+        if !o.assigned && qp.req.hold_from == Some(o.index) {
+            break;
+        }
         if qp.state == QpState::Sqd && !o.assigned {
             // Draining: what has not started waits for the return to RTS.
             break;
