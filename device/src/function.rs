@@ -97,7 +97,7 @@ impl Identity {
                 | CAP_SEND_VARIANTS
                 | CAP_SRQ
                 | CAP_UD
-            | CAP_DC
+                | CAP_DC
                 | CAP_ONE_SHOT_READ
                 | CAP_WQE_MMIO
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },

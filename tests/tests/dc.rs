@@ -121,7 +121,12 @@ fn exercise(a: &Side, targets: &[&Side]) {
         for (r, wc) in recvs.iter().enumerate() {
             assert_eq!(
                 (wc.wr_id, wc.status, wc.opcode, wc.byte_len as usize),
-                ((i * 100 + r) as u64, Ok(WcStatus::Success), WcOpcode::Recv, LEN)
+                (
+                    (i * 100 + r) as u64,
+                    Ok(WcStatus::Success),
+                    WcOpcode::Recv,
+                    LEN
+                )
             );
             assert!(read_mr(&t.mr, r * LEN, LEN) == data(i, r, 0), "SEND data");
             assert!(
@@ -129,8 +134,7 @@ fn exercise(a: &Side, targets: &[&Side]) {
                 "WRITE data"
             );
             assert!(
-                read_mr(&a.mr, READ_AREA + (r * targets.len() + i) * LEN, LEN)
-                    == data(i, r, 0x80),
+                read_mr(&a.mr, READ_AREA + (r * targets.len() + i) * LEN, LEN) == data(i, r, 0x80),
                 "READ data"
             );
         }
@@ -198,12 +202,17 @@ fn a_wrong_dc_key_fails_the_wr_with_remote_access_error_and_the_dci_goes_to_erro
             (2, Ok(WcStatus::WrFlushErr))
         ]
     );
-    assert_eq!(read_mr(&t.mr, WRITE_AREA, 64), vec![0x77; 64], "nothing written");
+    assert_eq!(
+        read_mr(&t.mr, WRITE_AREA, 64),
+        vec![0x77; 64],
+        "nothing written"
+    );
     assert!(poll_n(&t.cq, 1, Duration::from_millis(50)).is_empty());
     // The DCT still serves a DCI with the right key.
     let dci2 = dci_on(a, &o);
     a.mr.write(0, &[0x42; 64]);
-    dci2.post_dc_send(&write(3), &addr(t, &dct, key(0))).unwrap();
+    dci2.post_dc_send(&write(3), &addr(t, &dct, key(0)))
+        .unwrap();
     let got = poll_n(&a.cq, 1, T);
     assert_eq!((got[0].wr_id, got[0].status), (3, Ok(WcStatus::Success)));
     assert_eq!(read_mr(&t.mr, WRITE_AREA, 64), vec![0x42; 64]);

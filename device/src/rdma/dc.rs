@@ -25,7 +25,7 @@ use super::completer;
 use super::mr::MrTable;
 use super::qp::Qp;
 use super::recv::Drop;
-use super::requester::{self, OpState, RequesterState};
+use super::requester::{self, Admit, OpState, RequesterState};
 use super::responder::ResponderState;
 use super::wire::{psn, Route, Wire};
 use super::{Env, RdmaState};
@@ -52,11 +52,20 @@ pub struct Target {
 }
 
 impl Target {
+    /// The 16 bytes a WQE for this target carries (`SendWqe::reserved1`).
+    fn tag(self) -> [u8; 16] {
+        let mut t = [0u8; 16];
+        t[..4].copy_from_slice(&self.dctn.to_le_bytes());
+        t[4..8].copy_from_slice(&self.ip);
+        t[8..].copy_from_slice(&self.key.to_le_bytes());
+        t
+    }
+
     /// The target a DCI WQE names.
     pub fn of(op: &super::wqe::SendOp) -> Self {
         let wqe = DcSendWqe::read_from_bytes(op.wqe.as_bytes()).unwrap_or_default();
         Target {
-            dctn: wqe.dctn & 0xFF_FFFF,
+            dctn: wqe.dctn,
             ip: wqe.dest_ip,
             key: wqe.dc_key,
         }
@@ -109,13 +118,7 @@ impl DcTable {
 
     /// QP `qpn` is a DCT (key 0 until `SET_DC_KEY`).
     pub fn add_dct(&mut self, qpn: u32) {
-        self.roles.insert(
-            qpn,
-            Role::Dct {
-                key: 0,
-                peer: None,
-            },
-        );
+        self.roles.insert(qpn, Role::Dct { key: 0, peer: None });
     }
 
     /// QP `qpn` is gone.
@@ -173,14 +176,14 @@ fn send_handshake(qp: &Qp, wire: &mut Wire, opcode: u8, h: &Handshake) {
     wire.send_to(qp, &route(qp, h.target.ip, h.target.dctn), &hdrs, &[]);
 }
 
-/// The first WQE not yet started, with its SQ index and target.
-fn first_new(qp: &Qp, skip: Option<Target>) -> Option<(u32, Target)> {
+/// The target of the first WQE not yet started (that is not for `skip`).
+fn first_new(qp: &Qp, skip: Option<Target>) -> Option<Target> {
     qp.req
         .ops
         .iter()
         .filter(|o| !o.assigned && o.state == OpState::Queued)
-        .map(|o| (o.index, Target::of(&o.op)))
-        .find(|(_, t)| Some(*t) != skip)
+        .map(|o| Target::of(&o.op))
+        .find(|t| Some(*t) != skip)
 }
 
 /// Fails the first WQE not yet started (the one a handshake was for) with `status`.
@@ -225,21 +228,21 @@ fn step(link: &mut Link, qp: &mut Qp, wire: &mut Wire, now: Instant) -> bool {
     };
     match *link {
         Link::Idle => {
-            let Some((index, target)) = first_new(qp, None) else {
+            let Some(target) = first_new(qp, None) else {
                 return false;
             };
-            qp.req.hold_from = Some(index);
+            qp.req.admit = Admit::Nothing;
             *link = Link::Connecting(start(qp, target, op::DC_CONNECT, wire));
             true
         }
         Link::Connected(current) => {
             let next = first_new(qp, Some(current));
-            qp.req.hold_from = next.map(|(index, _)| index);
-            let busy = qp
-                .req
-                .ops
-                .iter()
-                .any(|o| o.assigned && o.state != OpState::Done);
+            qp.req.admit = Admit::Only(current.tag());
+            // Everything for the current target must be done first, started or not.
+            let busy =
+                qp.req.ops.iter().any(|o| {
+                    o.state != OpState::Done && (o.assigned || Target::of(&o.op) == current)
+                });
             if next.is_none() || busy || qp.req.unacked() {
                 return false;
             }
@@ -248,7 +251,7 @@ fn step(link: &mut Link, qp: &mut Qp, wire: &mut Wire, now: Instant) -> bool {
         }
         Link::Connecting(mut h) | Link::Disconnecting(mut h) => {
             let connecting = matches!(link, Link::Connecting(_));
-            qp.req.hold_from = first_new(qp, None).map(|(index, _)| index);
+            qp.req.admit = Admit::Nothing;
             // Wake the engine when the handshake is due (the completer ignores a timer
             // with nothing unacknowledged).
             qp.req.timer = Some(h.deadline);

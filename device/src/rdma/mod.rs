@@ -10,8 +10,8 @@
 //! - [`switch`]: carries packets between the functions of one device.
 
 pub mod completer;
-pub mod dc;
 pub mod cq;
+pub mod dc;
 pub mod handover;
 pub mod indirect;
 pub mod mmio;

@@ -270,7 +270,9 @@ mod tests {
         }
         assert_eq!(c.total(), (1..=17).sum::<u64>());
         assert!(c.to_string().starts_with("length=1 header=2 "));
-        assert!(c.to_string().ends_with(" psn=14 qkey=15 no_receive=16 dc_key=17"));
+        assert!(c
+            .to_string()
+            .ends_with(" psn=14 qkey=15 no_receive=16 dc_key=17"));
     }
 
     #[test]

@@ -449,7 +449,12 @@ pub const fn opcode_info(op: u8) -> Option<OpcodeInfo> {
             REQ_SEND | ONE | F_COMPLETES | F_CONSUMES_RWQE | F_DATAGRAM,
         ),
         DC_CONNECT => ("DC_CONNECT", DCETH, false, F_REQUEST | ONE | F_DC_CONTROL),
-        DC_DISCONNECT => ("DC_DISCONNECT", DCETH, false, F_REQUEST | ONE | F_DC_CONTROL),
+        DC_DISCONNECT => (
+            "DC_DISCONNECT",
+            DCETH,
+            false,
+            F_REQUEST | ONE | F_DC_CONTROL,
+        ),
         _ => return None,
     };
     Some(OpcodeInfo {
