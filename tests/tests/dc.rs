@@ -26,7 +26,7 @@ fn data(target: usize, round: usize, what: u8) -> Vec<u8> {
 }
 
 fn key(i: usize) -> u64 {
-    0xDC00_0000_0000_0000 | (i as u64 + 1) * 0x1111
+    0xDC00_0000_0000_0000 | ((i as u64 + 1) * 0x1111)
 }
 
 /// A DCT on `t` with key `key(i)`, its receives posted.
@@ -72,12 +72,11 @@ fn exercise(a: &Side, targets: &[&Side]) {
     let mut wrs: Vec<(SendWr, usize)> = Vec::new();
     let mut at = 0;
     for r in 0..ROUNDS {
-        for i in 0..targets.len() {
+        for (i, t) in targets.iter().enumerate() {
             a.mr.write(at, &data(i, r, 0));
             let send = signaled(0, WrOpcode::Send, vec![a.mr.sge(at, LEN)]);
             at += LEN;
             a.mr.write(at, &data(i, r, 0x80));
-            let t = targets[i];
             let write = signaled(
                 0,
                 WrOpcode::RdmaWrite {

@@ -3,7 +3,7 @@
 //!
 //! Both are ordinary [`Qp`]s that this module marks. A DCI runs the RC requester and
 //! completer unchanged; this module only decides which WQEs the requester may start
-//! (`RequesterState::hold_from`) and points the QP's address vector at the target of the
+//! (`RequesterState::admit`) and points the QP's address vector at the target of the
 //! connection. Between targets it runs a handshake of its own: `DC_CONNECT` (the DCT
 //! checks the DC access key, takes the DCI's PSN as its expected PSN and ACKs) and,
 //! once everything sent is acknowledged, `DC_DISCONNECT` (ACKed too). Handshake packets
@@ -176,14 +176,13 @@ fn send_handshake(qp: &Qp, wire: &mut Wire, opcode: u8, h: &Handshake) {
     wire.send_to(qp, &route(qp, h.target.ip, h.target.dctn), &hdrs, &[]);
 }
 
-/// The target of the first WQE not yet started (that is not for `skip`).
-fn first_new(qp: &Qp, skip: Option<Target>) -> Option<Target> {
+/// The target of the first WQE not yet started.
+fn first_new(qp: &Qp) -> Option<Target> {
     qp.req
         .ops
         .iter()
-        .filter(|o| !o.assigned && o.state == OpState::Queued)
+        .find(|o| !o.assigned && o.state == OpState::Queued)
         .map(|o| Target::of(&o.op))
-        .find(|t| Some(*t) != skip)
 }
 
 /// Fails the first WQE not yet started (the one a handshake was for) with `status`.
@@ -206,6 +205,8 @@ fn resume_after(qp: &mut Qp, p: u32) {
     qp.req.sent_end = next;
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
+    // The handshake's deadline: the requester arms its own timer for what it sends next.
+    qp.req.timer = None;
 }
 
 /// Advances a DCI's connection and gates its requester. Returns whether it sent anything.
@@ -228,7 +229,7 @@ fn step(link: &mut Link, qp: &mut Qp, wire: &mut Wire, now: Instant) -> bool {
     };
     match *link {
         Link::Idle => {
-            let Some(target) = first_new(qp, None) else {
+            let Some(target) = first_new(qp) else {
                 return false;
             };
             qp.req.admit = Admit::Nothing;
@@ -236,16 +237,21 @@ fn step(link: &mut Link, qp: &mut Qp, wire: &mut Wire, now: Instant) -> bool {
             true
         }
         Link::Connected(current) => {
-            let next = first_new(qp, Some(current));
-            qp.req.admit = Admit::Only(current.tag());
-            // Everything for the current target must be done first, started or not.
-            let busy =
-                qp.req.ops.iter().any(|o| {
-                    o.state != OpState::Done && (o.assigned || Target::of(&o.op) == current)
-                });
-            if next.is_none() || busy || qp.req.unacked() {
+            // The requester starts WQEs for this target in order and stops at the first
+            // one for another. The DCI moves on when that one is next and everything
+            // started is done and acknowledged; later WQEs for this target wait for
+            // the next connection to it.
+            let next = first_new(qp).filter(|t| *t != current);
+            let started = qp
+                .req
+                .ops
+                .iter()
+                .any(|o| o.assigned && o.state != OpState::Done);
+            if next.is_none() || started || qp.req.unacked() {
+                qp.req.admit = Admit::Only(current.tag());
                 return false;
             }
+            qp.req.admit = Admit::Nothing;
             *link = Link::Disconnecting(start(qp, current, op::DC_DISCONNECT, wire));
             true
         }
@@ -447,7 +453,11 @@ fn on_handshake(
     let p = pkt.hdrs.bth.psn;
     let from = |q: &Peer| q.ip == pkt.src_ip && q.dci == dci;
     if pkt.hdrs.bth.opcode == op::DC_DISCONNECT {
-        if peer.as_ref().is_some_and(from) {
+        // A disconnect older than the connect (a late copy) leaves the binding alone.
+        if peer
+            .as_ref()
+            .is_some_and(|q| from(q) && psn::diff(p, q.connect_psn) > 0)
+        {
             *peer = None;
             // Stray packets of the old connection now fail the source check.
             qp.attr.dgid = mapped([0; 4]);
