@@ -78,6 +78,8 @@ pub enum Opcode {
     QuerySrq = 0x0152,
     /// Destroy an SRQ (fails with [`Status::Busy`] while QPs use it): `verbs::ObjectReq`.
     DestroySrq = 0x0153,
+    /// Sets a DC target's access key ([`crate::dc::SetDcKeyReq`]).
+    SetDcKey = 0x0160,
     /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
     /// doorbell numbering): `migration::AdoptQpReq` -> `migration::AdoptQpResp`.
     AdoptQp = 0x0144,
@@ -138,6 +140,7 @@ impl Opcode {
             0x0151 => Self::ModifySrq,
             0x0152 => Self::QuerySrq,
             0x0153 => Self::DestroySrq,
+            0x0160 => Self::SetDcKey,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

@@ -166,6 +166,8 @@ pub const CAP_SEND_VARIANTS: u64 = 1 << 8;
 pub const CAP_SRQ: u64 = 1 << 9;
 /// Capability: unreliable datagram QPs ([`crate::ud`]).
 pub const CAP_UD: u64 = 1 << 10;
+/// Capability: Dynamically Connected transport ([`crate::dc`]).
+pub const CAP_DC: u64 = 1 << 13;
 /// Capability: one-shot READ grants, indirect keys that allow exactly one remote READ
 /// ([`crate::mkey::KEY_ONE_SHOT_READ`]).
 pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;

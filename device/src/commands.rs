@@ -44,7 +44,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::ModifyQp
         | Opcode::DestroyQp
         | Opcode::ModifySrq
-        | Opcode::DestroySrq => 0,
+        | Opcode::DestroySrq
+        | Opcode::SetDcKey => 0,
     }
 }
 

@@ -97,6 +97,7 @@ impl Identity {
                 | CAP_SEND_VARIANTS
                 | CAP_SRQ
                 | CAP_UD
+                | CAP_DC
                 | CAP_ONE_SHOT_READ
                 | CAP_WQE_MMIO
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
@@ -1207,6 +1208,7 @@ mod tests {
             | CAP_SEND_VARIANTS
             | CAP_SRQ
             | CAP_UD
+            | CAP_DC
             | CAP_ONE_SHOT_READ
             | CAP_WQE_MMIO;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);

@@ -51,6 +51,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_SEND_VARIANTS, "send-variants"),
     (regs::CAP_SRQ, "srq"),
     (regs::CAP_UD, "ud"),
+    (regs::CAP_DC, "dc"),
     (regs::CAP_ONE_SHOT_READ, "one-shot-read"),
     (regs::CAP_WQE_MMIO, "wqe-mmio"),
 ];

@@ -106,9 +106,11 @@ impl RdmaState {
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
-        // Nor do SRQs (a PD that has one stays), UD QPs and MMIO windows.
+        // Nor do SRQs (a PD that has one stays), UD and DC QPs and MMIO windows.
         if pd.users != 1
             || self.ud.qkey(qpn).is_some()
+            || self.dc.is_dci(qpn)
+            || self.dc.is_dct(qpn)
             || qp.sq.window.is_some()
             || self.mrs.indirect.count_in_pd(qp.pdn) > 0
             || self.srqs.count_in_pd(qp.pdn) > 0

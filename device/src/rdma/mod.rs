@@ -11,6 +11,7 @@
 
 pub mod completer;
 pub mod cq;
+pub mod dc;
 pub mod handover;
 pub mod indirect;
 pub mod mmio;
@@ -105,6 +106,7 @@ pub struct RdmaState {
     qps: BTreeMap<u32, Qp>,
     srqs: srq::SrqTable,
     ud: ud::UdTable,
+    dc: dc::DcTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -177,6 +179,7 @@ impl RdmaState {
             qps: BTreeMap::new(),
             srqs: Default::default(),
             ud: Default::default(),
+            dc: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -231,6 +234,7 @@ impl RdmaState {
             Opcode::ModifySrq => self.modify_srq(body),
             Opcode::QuerySrq => self.query_srq(body),
             Opcode::DestroySrq => self.destroy_srq(body),
+            Opcode::SetDcKey => self.set_dc_key(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -459,7 +463,13 @@ impl RdmaState {
     fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(Response::error(Status::BadParam, what));
-        if req.qp_type != QPT_RC && req.qp_type != rnic_abi::ud::QPT_UD {
+        let known = [
+            QPT_RC,
+            rnic_abi::ud::QPT_UD,
+            rnic_abi::dc::QPT_DCI,
+            rnic_abi::dc::QPT_DCT,
+        ];
+        if !known.contains(&req.qp_type) {
             return bad(u32::from(req.qp_type));
         }
         // On an SRQ the QP has no receive queue of its own (see `srq`).
@@ -566,8 +576,11 @@ impl RdmaState {
             pd.users += 1;
         }
         self.qps.insert(qpn, qp);
-        if req.qp_type == rnic_abi::ud::QPT_UD {
-            self.ud.add(qpn);
+        match req.qp_type {
+            rnic_abi::ud::QPT_UD => self.ud.add(qpn),
+            rnic_abi::dc::QPT_DCI => self.dc.add_dci(qpn),
+            rnic_abi::dc::QPT_DCT => self.dc.add_dct(qpn),
+            _ => {}
         }
         if !own_rq {
             self.attach_srq(qpn, u32::from(req.srqn));
@@ -701,6 +714,7 @@ impl RdmaState {
         self.free_slots_of(SlotOwner::Window(qp.qpn));
         self.srqs.detach(qp.qpn);
         self.ud.remove(qp.qpn);
+        self.dc.remove(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }
@@ -847,6 +861,15 @@ impl RdmaState {
             let mut retransmits = 0;
             let ran = match self.ud.qkey(qpn) {
                 Some(qkey) => ud::run_send(&mut qp, &self.mrs, env, wire, qkey),
+                None if self.dc.is_dci(qpn) || self.dc.is_dct(qpn) => dc::run(
+                    &mut self.dc,
+                    &mut qp,
+                    &mut self.mrs,
+                    env,
+                    wire,
+                    now,
+                    &mut retransmits,
+                ),
                 None => requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits),
             };
             self.counters.retransmits += retransmits;
@@ -894,13 +917,16 @@ impl RdmaState {
         let ud_qkey = self.ud.qkey(qpn);
         let taken = ud::check_transport(ud_qkey.is_some(), &pkt).and_then(|()| match ud_qkey {
             Some(qkey) => self.receive_datagram(&mut qp, &pkt, frame, env, qkey),
-            None => recv::check(&qp, &pkt).and_then(|()| {
-                if recv::is_request(pkt.hdrs.bth.opcode) {
-                    responder::on_request(self, &mut qp, &pkt, env, wire)
-                } else {
-                    completer::on_response(self, &mut qp, &pkt, env, now)
-                }
-            }),
+            None => match self.receive_dc(&mut qp, &pkt, env, wire, now) {
+                Some(taken) => taken,
+                None => recv::check(&qp, &pkt).and_then(|()| {
+                    if recv::is_request(pkt.hdrs.bth.opcode) {
+                        responder::on_request(self, &mut qp, &pkt, env, wire)
+                    } else {
+                        completer::on_response(self, &mut qp, &pkt, env, now)
+                    }
+                }),
+            },
         });
         if let Err(why) = taken {
             log::trace!(

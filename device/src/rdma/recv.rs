@@ -49,6 +49,8 @@ pub enum Drop {
     Qkey,
     /// A UD packet for a QP with no receive posted (UD is unreliable: no RNR).
     NoReceive,
+    /// A DC connect or disconnect with the wrong DC access key (answered with a NAK).
+    DcKey,
 }
 
 impl From<ParseError> for Drop {
@@ -111,6 +113,8 @@ pub struct DropCounters {
     pub qkey: u64,
     /// [`Drop::NoReceive`].
     pub no_receive: u64,
+    /// [`Drop::DcKey`].
+    pub dc_key: u64,
 }
 
 impl DropCounters {
@@ -137,11 +141,12 @@ impl DropCounters {
             Drop::Psn => &mut self.psn,
             Drop::Qkey => &mut self.qkey,
             Drop::NoReceive => &mut self.no_receive,
+            Drop::DcKey => &mut self.dc_key,
         }
     }
 
     /// Every counter with its name (as logged: `name=value`), in check order.
-    pub fn named(&self) -> [(&'static str, u64); 16] {
+    pub fn named(&self) -> [(&'static str, u64); 17] {
         [
             ("length", self.length),
             ("header", self.header),
@@ -159,6 +164,7 @@ impl DropCounters {
             ("psn", self.psn),
             ("qkey", self.qkey),
             ("no_receive", self.no_receive),
+            ("dc_key", self.dc_key),
         ]
     }
 
@@ -250,6 +256,7 @@ mod tests {
             Drop::Psn,
             Drop::Qkey,
             Drop::NoReceive,
+            Drop::DcKey,
         ];
         let mut c = DropCounters::default();
         for (i, why) in all.iter().enumerate() {
@@ -261,9 +268,11 @@ mod tests {
         for (i, (_, n)) in named.iter().enumerate() {
             assert_eq!(*n, i as u64 + 1, "{:?}", named[i]);
         }
-        assert_eq!(c.total(), (1..=16).sum::<u64>());
+        assert_eq!(c.total(), (1..=17).sum::<u64>());
         assert!(c.to_string().starts_with("length=1 header=2 "));
-        assert!(c.to_string().ends_with(" psn=14 qkey=15 no_receive=16"));
+        assert!(c
+            .to_string()
+            .ends_with(" psn=14 qkey=15 no_receive=16 dc_key=17"));
     }
 
     #[test]

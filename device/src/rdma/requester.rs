@@ -122,6 +122,30 @@ pub struct RequesterState {
     pub resend_from: Option<u32>,
     /// In SQD: the drain was reported (SQ_DRAINED posted).
     pub drained_reported: bool,
+    /// Which WQEs may start (a DCI's: those of the connected target, see `super::dc`).
+    pub admit: Admit,
+}
+
+/// Which WQEs the requester may start; the first one it may not holds back the rest.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Every WQE.
+    #[default]
+    All,
+    /// None.
+    Nothing,
+    /// Those whose last 16 bytes (`SendWqe::reserved1`, a DCI's target) are these.
+    Only([u8; 16]),
+}
+
+impl Admit {
+    fn admits(self, op: &SendOp) -> bool {
+        match self {
+            Admit::All => true,
+            Admit::Nothing => false,
+            Admit::Only(tag) => op.wqe.reserved1 == tag,
+        }
+    }
 }
 
 impl RequesterState {
@@ -268,6 +292,9 @@ pub fn run(
             continue;
         }
         let opcode = o.op.wqe.opcode;
+        if !o.assigned && !qp.req.admit.admits(&o.op) {
+            break;
+        }
         if qp.state == QpState::Sqd && !o.assigned {
             // Draining: what has not started waits for the return to RTS.
             break;

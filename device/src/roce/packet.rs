@@ -100,6 +100,10 @@ pub mod opcode {
     pub const UD_SEND_ONLY: u8 = 0x64;
     /// A UD SEND with immediate data (DETH, then ImmDt).
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: u8 = 0x65;
+    /// DC connect (manufacturer-specific range 0xC0-0xFF; carries the DCETH).
+    pub const DC_CONNECT: u8 = 0xC0;
+    /// DC disconnect (carries the DCETH).
+    pub const DC_DISCONNECT: u8 = 0xC1;
 }
 
 /// An extension header that follows the BTH.
@@ -119,6 +123,8 @@ pub enum ExtHeader {
     Ieth,
     /// Datagram Extended Transport Header: Q_Key and source QP (8 bytes, UD).
     Deth,
+    /// DC Extended Transport Header: DC access key and the initiator's QP (16 bytes).
+    Dceth,
 }
 
 impl ExtHeader {
@@ -132,6 +138,7 @@ impl ExtHeader {
             ExtHeader::Imm => 4,
             ExtHeader::Ieth => 4,
             ExtHeader::Deth => 8,
+            ExtHeader::Dceth => 16,
         }
     }
 
@@ -145,6 +152,7 @@ impl ExtHeader {
             ExtHeader::Imm => "ImmDt",
             ExtHeader::Ieth => "IETH",
             ExtHeader::Deth => "DETH",
+            ExtHeader::Dceth => "DCETH",
         }
     }
 }
@@ -184,6 +192,8 @@ const F_COMPLETES: u16 = 1 << 11;
 const F_CONSUMES_RWQE: u16 = 1 << 12;
 /// A UD (datagram) opcode; all the others are RC.
 const F_DATAGRAM: u16 = 1 << 13;
+/// A DC connection-management packet (DC_CONNECT, DC_DISCONNECT).
+const F_DC_CONTROL: u16 = 1 << 14;
 
 /// What one opcode carries and what kind of packet it is; from [`opcode_info`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,6 +299,10 @@ impl OpcodeInfo {
     pub const fn is_datagram(&self) -> bool {
         self.has(F_DATAGRAM)
     }
+    /// A DC connect or disconnect.
+    pub const fn is_dc_control(&self) -> bool {
+        self.has(F_DC_CONTROL)
+    }
     /// Carries immediate data.
     pub fn has_immediate(&self) -> bool {
         self.carries(ExtHeader::Imm)
@@ -319,6 +333,7 @@ const ATOMIC: &[ExtHeader] = &[ExtHeader::AtomicEth];
 const IETH: &[ExtHeader] = &[ExtHeader::Ieth];
 const DETH: &[ExtHeader] = &[ExtHeader::Deth];
 const DETH_IMM: &[ExtHeader] = &[ExtHeader::Deth, ExtHeader::Imm];
+const DCETH: &[ExtHeader] = &[ExtHeader::Dceth];
 
 /// The opcode table: the extension headers (in wire order), payload and classification
 /// of every RC opcode, as in rxe_opcode.c. `None` for opcodes this device does not speak
@@ -432,6 +447,13 @@ pub const fn opcode_info(op: u8) -> Option<OpcodeInfo> {
             DETH_IMM,
             true,
             REQ_SEND | ONE | F_COMPLETES | F_CONSUMES_RWQE | F_DATAGRAM,
+        ),
+        DC_CONNECT => ("DC_CONNECT", DCETH, false, F_REQUEST | ONE | F_DC_CONTROL),
+        DC_DISCONNECT => (
+            "DC_DISCONNECT",
+            DCETH,
+            false,
+            F_REQUEST | ONE | F_DC_CONTROL,
         ),
         _ => return None,
     };
@@ -655,6 +677,17 @@ pub struct Headers {
     pub ieth: Option<u32>,
     /// DETH: UD SENDs.
     pub deth: Option<Deth>,
+    /// DCETH: DC connect and disconnect.
+    pub dceth: Option<Dceth>,
+}
+
+/// The DC Extended Transport Header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Dceth {
+    /// The DC access key the target must have.
+    pub dc_key: u64,
+    /// The initiating DCI (24 bits): where the target's answers go.
+    pub dci_qpn: u32,
 }
 
 /// The Datagram Extended Transport Header.
@@ -677,6 +710,7 @@ impl Headers {
             ExtHeader::Imm => self.imm.is_some(),
             ExtHeader::Ieth => self.ieth.is_some(),
             ExtHeader::Deth => self.deth.is_some(),
+            ExtHeader::Dceth => self.dceth.is_some(),
         }
     }
 }
@@ -842,6 +876,7 @@ pub fn build(
         ExtHeader::Imm,
         ExtHeader::Ieth,
         ExtHeader::Deth,
+        ExtHeader::Dceth,
     ] {
         match (info.carries(h), hdrs.has(h)) {
             (true, false) => {
@@ -880,6 +915,9 @@ pub fn build(
     }
     if let Some(deth) = &hdrs.deth {
         too_wide("DETH.src_qp", deth.src_qp, MASK_24)?;
+    }
+    if let Some(d) = &hdrs.dceth {
+        too_wide("DCETH.dci_qpn", d.dci_qpn, MASK_24)?;
     }
 
     let pad = (4 - payload.len() % 4) % 4;
@@ -975,6 +1013,14 @@ pub fn build(
                     out.extend_from_slice(&d.qkey.to_be_bytes());
                     // A reserved byte, then the 24-bit source QP.
                     out.extend_from_slice(&d.src_qp.to_be_bytes());
+                }
+            }
+            ExtHeader::Dceth => {
+                if let Some(d) = &hdrs.dceth {
+                    out.extend_from_slice(&d.dc_key.to_be_bytes());
+                    out.extend_from_slice(&d.dci_qpn.to_be_bytes());
+                    // Reserved.
+                    out.extend_from_slice(&[0; 4]);
                 }
             }
         }
@@ -1352,6 +1398,16 @@ pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
                     src_qp: r.u32().ok_or(truncated)? & MASK_24,
                 });
             }
+            ExtHeader::Dceth => {
+                let hi = r.u32().ok_or(truncated)?;
+                let lo = r.u32().ok_or(truncated)?;
+                let dci_qpn = r.u32().ok_or(truncated)? & MASK_24;
+                r.u32().ok_or(truncated)?;
+                hdrs.dceth = Some(Dceth {
+                    dc_key: u64::from(hi) << 32 | u64::from(lo),
+                    dci_qpn,
+                });
+            }
         }
     }
 
@@ -1428,6 +1484,12 @@ mod tests {
                         src_qp: 0x12,
                     })
                 }
+                ExtHeader::Dceth => {
+                    h.dceth = Some(Dceth {
+                        dc_key: 0x1122_3344_5566_7788,
+                        dci_qpn: 0x34,
+                    })
+                }
             }
         }
         h
@@ -1484,6 +1546,8 @@ mod tests {
             (RC_SEND_ONLY_WITH_INVALIDATE, IETH, true),
             (UD_SEND_ONLY, DETH, true),
             (UD_SEND_ONLY_WITH_IMMEDIATE, DETH_IMM, true),
+            (DC_CONNECT, DCETH, false),
+            (DC_DISCONNECT, DCETH, false),
         ];
         assert_eq!(all_opcodes().len(), expect.len());
         for &(op, ext, payload) in expect {
@@ -1693,6 +1757,7 @@ mod tests {
                     ExtHeader::Imm => hdrs.imm = None,
                     ExtHeader::Ieth => hdrs.ieth = None,
                     ExtHeader::Deth => hdrs.deth = None,
+                    ExtHeader::Dceth => hdrs.dceth = None,
                 }
                 assert_eq!(
                     build(&addressing(), &hdrs, &[], &mut out),
@@ -2073,6 +2138,10 @@ mod tests {
                             deth: c(ExtHeader::Deth).then_some(Deth {
                                 qkey: ieth,
                                 src_qp: ieth & MASK_24,
+                            }),
+                            dceth: c(ExtHeader::Dceth).then_some(Dceth {
+                                dc_key: u64::from(ieth) << 8,
+                                dci_qpn: ieth & MASK_24,
                             }),
                         };
                         (hdrs, payload)
