@@ -11,6 +11,7 @@ pub mod cmdq;
 pub mod device;
 mod dma_pagemap;
 pub mod error;
+pub mod features;
 pub mod ibv_compat;
 pub mod info;
 pub mod perf;

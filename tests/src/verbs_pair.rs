@@ -1,12 +1,11 @@
 //! Two connected RC QPs on two functions of one rnicd, driven through the host transport.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
-use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps, SendWr, Sge, Wc, WrOpcode};
-use rnic_driver::Device;
+use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps};
+use rnic_driver::{features, Device};
 
 /// Everything one side of a connection holds.
 pub struct Side {
@@ -45,6 +44,19 @@ pub struct PairOptions {
     pub min_rnr_timer: u8,
     /// READs and atomics each requester keeps outstanding at once.
     pub max_rd_atomic: u8,
+}
+
+impl Side {
+    /// This side as the feature scenarios take it ([`features::Endpoint`]).
+    pub fn endpoint(&self) -> features::Endpoint<'_> {
+        features::Endpoint {
+            ctx: &self.ctx,
+            pd: &self.pd,
+            cq: &self.cq,
+            mr: &self.mr,
+            gid: self.gid,
+        }
+    }
 }
 
 impl Default for PairOptions {
@@ -149,27 +161,13 @@ pub fn init_qp(side: &Side, cq: &Cq, o: &PairOptions, access: u32) -> Qp {
     qp
 }
 
-/// Registers `len` bytes in the middle of a fresh buffer of (at least)
-/// `guard + len + guard` bytes, in `pd`, with `access`. Every byte of the buffer is first
-/// set to `fill`, so the guard bytes around the region show whether anything reached
-/// outside it.
+/// Registers `len` bytes in the middle of a fresh guarded buffer of `side`
+/// ([`rnic_driver::features::guarded_mr`]).
 pub fn guarded_mr(side: &Side, pd: &Pd, guard: usize, len: usize, access: u32, fill: u8) -> Mr {
-    let buf = side
-        .ctx
-        .device()
-        .transport()
-        .alloc_dma(guard * 2 + len)
-        .expect("buffer");
-    buf.write(0, &vec![fill; buf.len()]);
-    pd.reg_mr(Arc::new(buf), guard, len, access).expect("mr")
+    features::guarded_mr(&side.ctx, pd, guard, len, access, fill).expect("guarded mr")
 }
 
-/// Every byte of `mr`'s whole buffer (region and guards).
-pub fn buffer_bytes(mr: &Mr) -> Vec<u8> {
-    let mut out = vec![0u8; mr.buffer().len()];
-    mr.buffer().read(0, &mut out);
-    out
-}
+pub use rnic_driver::features::{buffer_bytes, poll_n, read_mr, signaled};
 
 /// Two connected sides on functions `a` and `b` of `rnicd`.
 pub fn pair(rnicd: &crate::Rnicd, a: &str, b: &str, o: &PairOptions) -> (Side, Side) {
@@ -179,44 +177,12 @@ pub fn pair(rnicd: &crate::Rnicd, a: &str, b: &str, o: &PairOptions) -> (Side, S
     (sa, sb)
 }
 
-/// Polls `cq` until `n` completions arrived or `timeout` passed; returns what came.
-pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Vec<Wc> {
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.len() < n && start.elapsed() < timeout {
-        let batch = cq.poll(n - got.len());
-        if batch.is_empty() {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        got.extend(batch);
-    }
-    got
-}
-
 /// Deterministic test bytes: the same `seed` gives the same bytes.
 pub use rnic_driver::perf::pattern;
-
-/// `len` bytes of `mr` from `offset`.
-pub fn read_mr(mr: &Mr, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    mr.read(offset, &mut out);
-    out
-}
 
 /// The little-endian u64 at `offset` of `mr`.
 pub fn read_u64(mr: &Mr, offset: usize) -> u64 {
     let mut b = [0u8; 8];
     mr.read(offset, &mut b);
     u64::from_le_bytes(b)
-}
-
-/// A signaled send work request.
-pub fn signaled(wr_id: u64, opcode: WrOpcode, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        sges,
-        signaled: true,
-        ..SendWr::default()
-    }
 }

@@ -9,6 +9,9 @@ use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
 use rnic_abi::regs;
 use rnic_abi::verbs::{wc_flags, ObjectReq};
+use rnic_driver::features::{
+    self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
+};
 use rnic_driver::verbs::{
     self, AsyncEvent, KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Srq, UdAddress, Wc, WcOpcode,
     WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, GRH_LEN,
@@ -24,10 +27,6 @@ use rnic_tests::Rnicd;
 use zerocopy::IntoBytes;
 
 const T: Duration = Duration::from_secs(10);
-/// Guard bytes on each side of the regions the tests aim at.
-const GUARD: usize = 4096;
-/// What guarded buffers are filled with.
-const FILL: u8 = 0x5A;
 const LW_RW: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
 const LW_RR: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ;
 
@@ -62,15 +61,6 @@ fn expect(cq: &rnic_driver::verbs::Cq, wr_id: u64, status: WcStatus) -> Wc {
     got[0]
 }
 
-/// `mr`'s whole buffer as it must be: `FILL` everywhere except `data` at `offset` of the
-/// region.
-fn expected_buffer(mr: &Mr, offset: usize, data: &[u8]) -> Vec<u8> {
-    let mut want = vec![FILL; mr.buffer().len()];
-    let at = mr.offset() + offset;
-    want[at..at + data.len()].copy_from_slice(data);
-    want
-}
-
 /// A fresh pair of connected QPs on the sides' PDs and CQs, for a test whose error puts
 /// the QPs it uses in the error state.
 fn fresh_qps(a: &Side, b: &Side) -> (Qp, Qp) {
@@ -93,50 +83,16 @@ fn read(wr_id: u64, rkey: u32, remote_addr: u64, sge: Sge) -> SendWr {
 // ---------------------------------------------------------------------------------------
 // Indirect and pattern memory keys.
 
-/// Three regions of `b` with `access`, of 1000, 3000 and 700 bytes, guarded and filled.
+/// Three regions of `b` with `access` ([`features::three_regions`]).
 fn three_regions(b: &Side, access: [u32; 3]) -> [Mr; 3] {
-    [1000, 3000, 700]
-        .iter()
-        .zip(access)
-        .map(|(&len, acc)| guarded_mr(b, &b.pd, GUARD, len, acc, FILL))
-        .collect::<Vec<_>>()
-        .try_into()
-        .expect("three")
+    features::three_regions(&b.endpoint(), access).expect("three regions")
 }
 
-/// The ranges of the indirect key over [`three_regions`]: 900 + 3000 + 500 bytes.
-fn ranges(m: &[Mr; 3]) -> [KeyRange<'_>; 3] {
-    [
-        KeyRange {
-            mr: &m[0],
-            offset: 100,
-            len: 900,
-        },
-        KeyRange {
-            mr: &m[1],
-            offset: 0,
-            len: 3000,
-        },
-        KeyRange {
-            mr: &m[2],
-            offset: 200,
-            len: 500,
-        },
-    ]
-}
-
-const INDIRECT_LEN: usize = 4400;
-
-/// Checks the three regions hold `data` (4400 bytes) scattered as [`ranges`] says, and
-/// nothing else changed.
+/// Checks the three regions hold `data` scattered as [`ranges`] says, and nothing else
+/// changed.
 fn assert_scattered(m: &[Mr; 3], data: &[u8]) {
-    let parts = [(0, 100, 0..900), (1, 0, 900..3900), (2, 200, 3900..4400)];
-    for (i, offset, range) in parts {
-        assert!(
-            buffer_bytes(&m[i]) == expected_buffer(&m[i], offset, &data[range]),
-            "region {i} holds the wrong bytes"
-        );
-    }
+    let wrong = features::misscattered(m, data);
+    assert!(wrong.is_none(), "region {wrong:?} holds the wrong bytes");
 }
 
 fn assert_untouched(mrs: &[&Mr]) {
@@ -224,17 +180,6 @@ fn local_sges_through_indirect_keys_gather_and_scatter() {
         want.resize(INDIRECT_LEN, FILL);
         assert_scattered(&m, &want);
     });
-}
-
-/// A 16 x 256-byte matrix in a region of `b`; the pattern key of its column of bytes
-/// 64..128 of each row.
-const ROWS: usize = 16;
-const ROW: usize = 256;
-
-fn column(data: &[u8], from: usize, to: usize) -> Vec<u8> {
-    (0..ROWS)
-        .flat_map(|r| data[r * ROW + from..r * ROW + to].to_vec())
-        .collect()
 }
 
 #[test]
