@@ -599,3 +599,31 @@ exit 1";
     assert_eq!(&reply[32..38], &HOST_MAC, "ARP target MAC");
     assert_eq!(&reply[38..42], &HOST_IP, "ARP target address");
 }
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_guest_with_vf0_and_vf1_runs_rnic_features_dc_and_indirect_keys() {
+    // One guest, two VFs of one rnicd: the DC initiator and the requester on the first,
+    // the DC targets and the keyed regions on the second, all in guest memory.
+    let script = "set -e\nrnic-features dc\nrnic-features indirect-keys\n";
+    let (console, status) = boot(&["--vf", "0", "--vf", "1"], script);
+    eprintln!("{console}");
+    assert_eq!(status, Some(0), "rnic-features failed in the guest");
+    for (line, checks) in [
+        (
+            "ok: dc: a WR with a wrong DC key completes REM_ACCESS_ERR",
+            10,
+        ),
+        (
+            "ok: indirect-keys: the refused WRITE touched no byte, guards intact",
+            8,
+        ),
+    ] {
+        assert!(console.contains(line), "missing {line:?}");
+        assert!(
+            console.contains(&format!("rnic-features: all {checks} checks passed")),
+            "missing the final line of {checks} checks"
+        );
+    }
+    assert!(!console.contains("FAILED"));
+}
