@@ -143,6 +143,27 @@ fn figures_add_up_between_two_functions_of_one_rnicd() {
     every_test(&rnicd.socket("pf"), &rnicd.socket("vf0"));
 }
 
+/// 256 QP pairs need more doorbell slots than one doorbell page holds (two per QP): the
+/// driver spills to further pages, and every QP moves and checks its own data.
+#[test]
+fn every_one_of_256_qps_moves_its_data() {
+    let rnicd = Rnicd::start(1, &[]);
+    let (qps, iters) = (256u64, 8u64);
+    for test in ["write_bw", "send_bw"] {
+        let report = perf(
+            &rnicd.socket("pf"),
+            &rnicd.socket("vf0"),
+            &[test, "-s", "64", "-q", "256", "-t", "4", "-n", "8"],
+        );
+        check_bandwidth(&report, test, &[64], qps, iters);
+        let r = &report["results"][0];
+        let per_qp = r["messages_per_qp"].as_array().expect("messages_per_qp");
+        assert_eq!(per_qp.len() as u64, qps, "{r}");
+        assert!(per_qp.iter().all(|n| n.as_u64() == Some(iters)), "{r}");
+        assert_eq!(u(r, "qps_checked"), qps, "{test}: {r}");
+    }
+}
+
 #[test]
 fn figures_add_up_between_two_rnicd_over_udp() {
     let a = Rnicd::start(0, &["--net", "udp:127.0.61.1"]);

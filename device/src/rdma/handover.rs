@@ -222,6 +222,7 @@ impl RdmaState {
     /// [`RdmaState::plan_departure`] under the same lock.
     pub fn depart(&mut self, plan: &Plan, env: &Env) -> Option<Departed> {
         let qp = self.qps.remove(&plan.qpn)?;
+        self.schedule.forget(plan.qpn);
         let sq_pi = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
         let rq_pi = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
@@ -358,6 +359,8 @@ impl RdmaState {
         };
         self.departed.remove(&qpn);
         self.qps.insert(qpn, qp);
+        // Its timers and queued work came with it.
+        self.reschedule(qpn);
         self.post_event(env, event::QP_ARRIVED, qpn);
         resp
     }

@@ -557,6 +557,7 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     let elapsed = start.elapsed();
     let messages: u64 = completed.iter().sum();
     let mut checked = 0u64;
+    let mut qps_checked = 0u64;
     if cfg.check && cfg.test != Test::SendBw {
         // Every slot now holds what the last message through it carried: the source
         // slot's pattern, at the other end.
@@ -574,18 +575,25 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 }
                 checked += size as u64;
             }
+            qps_checked += u64::from(done > 0);
         }
     } else if cfg.check {
         checked = received_bytes;
+        // Every receive was compared as it completed.
+        qps_checked = recv_done.iter().filter(|&&n| n > 0).count() as u64;
     }
-    Ok(SizeResult::bandwidth(
-        size,
-        messages,
-        elapsed,
-        stats::peak_mb_per_s(&marks, PEAK_WINDOW),
-        if sends { received_bytes } else { done_bytes },
-        checked,
-    ))
+    Ok(SizeResult {
+        messages_per_qp: completed,
+        qps_checked,
+        ..SizeResult::bandwidth(
+            size,
+            messages,
+            elapsed,
+            stats::peak_mb_per_s(&marks, PEAK_WINDOW),
+            if sends { received_bytes } else { done_bytes },
+            checked,
+        )
+    })
 }
 
 /// Spins until `cq` yields a completion that `want` accepts; fails on an error

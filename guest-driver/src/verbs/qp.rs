@@ -20,7 +20,7 @@ use zerocopy::IntoBytes;
 use super::cq::{CqInner, Wc};
 use super::mr::{Pd, PdInner};
 use super::ring::{self, Doorbells, Ring};
-use super::{invalid, queue_full, Cq, DOORBELL_PAGE};
+use super::{invalid, queue_full, Cq};
 use crate::error::Result;
 use rnic_abi::migration::{AdoptQpReq, AdoptQpResp};
 
@@ -492,23 +492,25 @@ impl Pd {
             sq_stride(caps.max_send_sge, caps.max_inline_data),
         )?;
         let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
-        let req = CreateQpReq {
-            pdn: self.inner.pdn(),
-            send_cqn: send_cq.cqn(),
-            recv_cqn: recv_cq.cqn(),
-            sq_entries: caps.max_send_wr,
-            rq_entries: caps.max_recv_wr,
-            max_send_sge: caps.max_send_sge,
-            max_recv_sge: caps.max_recv_sge,
-            max_inline_data: caps.max_inline_data,
-            doorbell_page: DOORBELL_PAGE,
-            qp_type: QPT_RC,
-            sq_sig_all: u8::from(sq_sig_all),
-            reserved: 0,
-            sq: sq_ring.page_list(),
-            rq: rq_ring.page_list(),
-        };
-        let resp: CreateQpResp = ctx.command(Opcode::CreateQp, req.as_bytes())?;
+        let resp: CreateQpResp = ctx.with_doorbell_page(|doorbell_page| {
+            let req = CreateQpReq {
+                pdn: self.inner.pdn(),
+                send_cqn: send_cq.cqn(),
+                recv_cqn: recv_cq.cqn(),
+                sq_entries: caps.max_send_wr,
+                rq_entries: caps.max_recv_wr,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                max_inline_data: caps.max_inline_data,
+                doorbell_page,
+                qp_type: QPT_RC,
+                sq_sig_all: u8::from(sq_sig_all),
+                reserved: 0,
+                sq: sq_ring.page_list(),
+                rq: rq_ring.page_list(),
+            };
+            ctx.command(Opcode::CreateQp, req.as_bytes())
+        })?;
         let slots = Doorbells::check_slot(t, resp.sq_doorbell)
             .and_then(|sq| Ok((sq, Doorbells::check_slot(t, resp.rq_doorbell)?)));
         let (sq_slot, rq_slot) = match slots {
@@ -872,6 +874,8 @@ impl Drop for Qp {
         };
         if destroyed.is_err() {
             std::mem::forget(rings);
+        } else {
+            ctx.doorbell_slot_freed(self.sq_slot.page.min(self.rq_slot.page));
         }
     }
 }
