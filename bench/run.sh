@@ -114,16 +114,57 @@ echo >>"$out"
 perf "RDMA WRITE bandwidth, 64 KiB, 4096-byte MTU" "$udp_a" "$udp_b" write_bw -s 65536 -m 4096 -n "$bw_iters"
 perf "RDMA WRITE latency, 8 bytes" "$udp_a" "$udp_b" write_lat -s 8 -n "$lat_iters"
 
-echo "## Idle rnicd with 8 VFs (no clients attached)" >>"$out"
-echo >>"$out"
-pid="${pids[0]}"
-t0="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
-sleep 5
-t1="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
-hz="$(getconf CLK_TCK)"
+# cpu_ticks PID: utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# idle_figures PID SECONDS: one line of CPU share over SECONDS and resident memory.
+idle_figures() {
+    local pid="$1" secs="$2" t0 t1 hz
+    hz="$(getconf CLK_TCK)"
+    t0="$(cpu_ticks "$pid")"
+    sleep "$secs"
+    t1="$(cpu_ticks "$pid")"
+    echo "- CPU over $secs s: $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v s="$secs" \
+        'BEGIN { printf "%.2f%% of a core (target: under 1%%)", (b - a) / hz / s * 100 }')"
+    echo "- resident memory: $(awk '/VmRSS/ {printf "%.1f MiB (target: under 64 MiB)", $2 / 1024}' "/proc/$pid/status")"
+}
+
+echo "=== [bench] idle rnicd with 8 VFs" >&2
+start_rnicd idle --vfs 8
+idle_pid="${pids[-1]}"
+sleep 1
 {
-    echo "CPU over 5 s idle: $(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.2f%% of a core", (b - a) / hz / 5 * 100 }')"
-    echo "Resident memory: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
+    echo "## Idle rnicd with 8 VFs"
+    echo
+    echo "No clients attached:"
+    echo
+    idle_figures "$idle_pid" 10
+    echo
+} >>"$out"
+# Eight host vfio-user clients that opened a VF each, set up verbs (event queue with its
+# interrupt, CQ, QP with receives posted) and wait: rnic-pingpong listening for a peer
+# that never comes.
+for i in $(seq 0 7); do
+    "$bin/rnic-pingpong" --listen 0 --vfio-user "$work/idle/vf$i.sock" \
+        >"$work/idle-client$i.log" 2>&1 &
+    pids+=($!)
+done
+for i in $(seq 0 7); do
+    for _ in $(seq 100); do
+        grep -q "listening on port" "$work/idle-client$i.log" && break
+        sleep 0.1
+    done
+    grep -q "listening on port" "$work/idle-client$i.log" || {
+        echo "idle client $i did not come up; its log:" >&2
+        cat "$work/idle-client$i.log" >&2
+        exit 1
+    }
+done
+sleep 1
+{
+    echo "8 vfio-user clients attached (one per VF), verbs set up, idle:"
+    echo
+    idle_figures "$idle_pid" 10
     echo
 } >>"$out"
 

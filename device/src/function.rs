@@ -678,7 +678,7 @@ impl Function {
             }
         }
         let frames = if link_up { frames } else { Default::default() };
-        st.traffic.rx_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+        st.traffic.rx_bytes += frames.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
         let writable = self.dma.writable();
         let readable = self.dma.readable();
         let env = Env {
@@ -709,7 +709,7 @@ impl Function {
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
         if link_up {
-            st.traffic.tx_bytes += wire.out.iter().map(|f| f.len() as u64).sum::<u64>();
+            st.traffic.tx_bytes += wire.out.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
             for frame in wire.out {
                 port.switch.send(frame);
             }

@@ -427,7 +427,10 @@ impl RdmaState {
     /// Parses a frame that is not addressed to this function: it is for a QP that
     /// migrated here if it is addressed to that QP's home address and names it (the
     /// switch steered it here).
-    pub(super) fn parse_for_arrived<'a>(&self, frame: &'a [u8]) -> Option<Packet<'a>> {
+    pub(super) fn parse_for_arrived<'a>(
+        &self,
+        frame: &'a super::switch::Frame,
+    ) -> Option<Packet<'a>> {
         self.qps.values().find_map(|qp| {
             let pkt = super::recv::parse(frame, &qp.home?).ok()?;
             (pkt.hdrs.bth.dest_qp == qp.qpn).then_some(pkt)

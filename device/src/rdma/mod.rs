@@ -760,7 +760,7 @@ impl RdmaState {
     pub fn poll(
         &mut self,
         env: &Env,
-        frames: impl IntoIterator<Item = Vec<u8>>,
+        frames: impl IntoIterator<Item = switch::Frame>,
         wire: &mut wire::Wire,
         now: Instant,
     ) -> bool {
@@ -822,7 +822,7 @@ impl RdmaState {
     /// it was dropped (by the checks, or by the transport's PSN window).
     fn deliver(
         &mut self,
-        frame: &[u8],
+        frame: &switch::Frame,
         env: &Env,
         wire: &mut wire::Wire,
         now: Instant,

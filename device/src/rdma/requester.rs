@@ -485,7 +485,6 @@ fn send_op(
         }
         _ => {
             let total = o.op.length();
-            let mut payload = Vec::new();
             for pkt in o.next_pkt..o.npsn {
                 let p = psn::add(o.first_psn, pkt);
                 if !window.open(p) {
@@ -500,11 +499,6 @@ fn send_op(
                     last || (pkt + 1).is_multiple_of(ACK_INTERVAL) || !window.open(psn::add(p, 1));
                 let offset = u64::from(pkt) * u64::from(mtu);
                 let len = (total - offset.min(total)).min(u64::from(mtu));
-                payload.resize(len as usize, 0);
-                if let Err(status) = gather(&o.op, qp.pdn, mrs, env, offset, &mut payload) {
-                    qp.req.ops[i].fail(status);
-                    return true;
-                }
                 let opcode = request_opcode(w.opcode, first, last);
                 let mut hdrs = Headers {
                     bth: bth(opcode, p, ack_req, solicited && last),
@@ -524,7 +518,15 @@ fn send_op(
                 if last && w.opcode == wr::SEND_WITH_INV {
                     hdrs.ieth = Some(w.imm_or_inv);
                 }
-                wire.send(qp, &hdrs, &payload);
+                // The payload is gathered straight into the frame.
+                let op = &qp.req.ops[i].op;
+                let gathered = wire.send_with(qp, &hdrs, len as usize, |payload| {
+                    gather(op, qp.pdn, mrs, env, offset, payload)
+                });
+                if let Err(status) = gathered {
+                    qp.req.ops[i].fail(status);
+                    return true;
+                }
                 qp.req.sent_upto(psn::add(p, 1));
             }
         }

@@ -544,26 +544,9 @@ fn send_read_responses(
     from: u32,
 ) -> Result<(), Failure> {
     let mtu = mtu(&qp.attr);
-    let mut payload = Vec::new();
     for i in from..npsn {
         let offset = u64::from(i) * u64::from(mtu);
         let n = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu));
-        payload.resize(n as usize, 0);
-        let runs = if n == 0 {
-            // The single empty response of a zero-length READ (C9-88: no key check).
-            Vec::new()
-        } else {
-            rdma.mrs
-                .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
-                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?
-        };
-        let mut done = 0;
-        for (addr, run) in runs {
-            env.r
-                .read_slice(&mut payload[done..done + run], addr)
-                .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
-            done += run;
-        }
         let opcode = match (i == 0, i + 1 == npsn) {
             (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
             (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
@@ -577,7 +560,25 @@ fn send_read_responses(
             aeth,
             ..Headers::default()
         };
-        wire.send(qp, &hdrs, &payload);
+        // The payload is read from memory straight into the frame.
+        wire.send_with(qp, &hdrs, n as usize, |payload| {
+            if n == 0 {
+                // The single empty response of a zero-length READ (C9-88: no key check).
+                return Ok(());
+            }
+            let runs = rdma
+                .mrs
+                .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
+                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+            let mut done = 0;
+            for (addr, run) in runs {
+                env.r
+                    .read_slice(&mut payload[done..done + run], addr)
+                    .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+                done += run;
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }

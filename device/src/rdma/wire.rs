@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::roce::packet::{self, Addressing, Headers};
 
 use super::qp::Qp;
-use super::switch::Endpoint;
+use super::switch::{Endpoint, Frame};
 
 /// What a transport stage needs to put frames on the wire.
 pub struct Wire<'a> {
@@ -14,13 +14,31 @@ pub struct Wire<'a> {
     pub local: Endpoint,
     /// IPv4 to MAC, for destinations.
     pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
-    /// Frames to send, in order.
-    pub out: Vec<Vec<u8>>,
+    /// Frames to send, in order, unsealed (see [`super::switch`]).
+    pub out: Vec<Frame>,
 }
 
 impl Wire<'_> {
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
+        let copied: Result<(), std::convert::Infallible> =
+            self.send_with(qp, hdrs, payload.len(), |p| {
+                p.copy_from_slice(payload);
+                Ok(())
+            });
+        let Ok(()) = copied;
+    }
+
+    /// Builds a frame of `qp` to its peer with `len` bytes of payload that `fill` writes
+    /// in place (the requester gathers from memory straight into the frame), and queues
+    /// it; if `fill` fails, nothing is queued and its error is returned.
+    pub fn send_with<E>(
+        &mut self,
+        qp: &Qp,
+        hdrs: &Headers,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let dst_ip: [u8; 4] = qp.attr.dgid[12..16].try_into().unwrap_or([0; 4]);
         // A QP that migrated here keeps speaking as the address it was created with.
         let local = qp.home.unwrap_or(self.local);
@@ -40,15 +58,22 @@ impl Wire<'_> {
             tos: qp.attr.traffic_class,
             ip_id: 0,
         };
-        let mut frame = Vec::with_capacity(payload.len() + 96);
-        match packet::build(&addressing, hdrs, payload, &mut frame) {
-            Ok(()) => self.out.push(frame),
+        let mut frame = Vec::with_capacity(len + 96);
+        match packet::build_unsealed(&addressing, hdrs, len, &mut frame) {
+            Ok(at) => {
+                fill(&mut frame[at])?;
+                self.out.push(Frame {
+                    bytes: frame,
+                    sealed: false,
+                });
+            }
             Err(e) => log::error!(
                 "qp {:#x}: cannot build opcode {:#x}: {e}",
                 qp.qpn,
                 hdrs.bth.opcode
             ),
         }
+        Ok(())
     }
 }
 

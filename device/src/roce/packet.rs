@@ -763,6 +763,23 @@ pub fn build(
     payload: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), BuildError> {
+    let start = out.len();
+    let at = build_unsealed(addr, hdrs, payload.len(), out)?;
+    out[at].copy_from_slice(payload);
+    seal(&mut out[start..]);
+    Ok(())
+}
+
+/// [`build`] in two steps, for a caller that writes the payload in place: appends the
+/// frame with `payload_len` zero bytes of payload and a zero ICRC, and returns where in
+/// `out` the payload goes. [`seal`] then computes the ICRC; a frame that never leaves
+/// the process and is never captured need not be sealed (see [`crate::rdma::switch`]).
+pub fn build_unsealed(
+    addr: &Addressing,
+    hdrs: &Headers,
+    payload_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<std::ops::Range<usize>, BuildError> {
     let bth = &hdrs.bth;
     let info = opcode_info(bth.opcode).ok_or(BuildError::UnknownOpcode(bth.opcode))?;
 
@@ -791,10 +808,10 @@ pub fn build(
             _ => {}
         }
     }
-    if !info.has_payload && !payload.is_empty() {
+    if !info.has_payload && payload_len != 0 {
         return Err(BuildError::UnexpectedPayload {
             opcode: bth.opcode,
-            len: payload.len(),
+            len: payload_len,
         });
     }
     let too_wide = |field, value: u32, max: u32| {
@@ -811,8 +828,8 @@ pub fn build(
         too_wide("AETH.msn", aeth.msn, MASK_24)?;
     }
 
-    let pad = (4 - payload.len() % 4) % 4;
-    let udp_len = UDP_HEADER_LEN + info.header_len() + payload.len() + pad + ICRC_LEN;
+    let pad = (4 - payload_len % 4) % 4;
+    let udp_len = UDP_HEADER_LEN + info.header_len() + payload_len + pad + ICRC_LEN;
     let ip_len = IPV4_HEADER_LEN + udp_len;
     if ip_len > usize::from(u16::MAX) {
         return Err(BuildError::TooLong { ip_len });
@@ -902,11 +919,20 @@ pub fn build(
         }
     }
 
-    out.extend_from_slice(payload);
-    out.extend_from_slice(&[0u8; 3][..pad]);
-    let crc = icrc(&out[ip_start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(())
+    let payload_at = out.len()..out.len() + payload_len;
+    // Payload, pad and ICRC, zeroed: the caller writes the payload, [`seal`] the ICRC.
+    out.resize(payload_at.end + pad + ICRC_LEN, 0);
+    Ok(payload_at)
+}
+
+/// Computes the ICRC of `frame` (one whole frame from [`build_unsealed`], Ethernet
+/// header first) into its last four bytes.
+pub fn seal(frame: &mut [u8]) {
+    let Some(end) = frame.len().checked_sub(ICRC_LEN) else {
+        return;
+    };
+    let crc = icrc(&frame[ETH_HEADER_LEN.min(end)..end]);
+    frame[end..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// A frame that [`parse`] accepted: the addressing it arrived with, its transport
@@ -1076,6 +1102,17 @@ impl<'a> Reader<'a> {
 ///
 /// Every failure is a distinct [`ParseError`]; no input makes it panic.
 pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
+    parse_checked(frame, true)
+}
+
+/// [`parse`] without the ICRC check, for a frame built by this process that nothing
+/// outside it has seen or touched (an unsealed frame of the internal switch, whose ICRC
+/// was never computed). Every other check is made.
+pub fn parse_unsealed(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
+    parse_checked(frame, false)
+}
+
+fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseError> {
     // Ethernet.
     let Some((eth, after_eth)) = frame.split_first_chunk::<ETH_HEADER_LEN>() else {
         return Err(ParseError::TruncatedEthernet { len: frame.len() });
@@ -1204,9 +1241,11 @@ pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
     found.copy_from_slice(icrc_bytes);
     let found = u32::from_le_bytes(found);
     let covered_len = IPV4_HEADER_LEN + UDP_HEADER_LEN + covered_udp.len();
-    let computed = icrc(&ip_packet[..covered_len]);
-    if found != computed {
-        return Err(ParseError::Icrc { found, computed });
+    if check_icrc {
+        let computed = icrc(&ip_packet[..covered_len]);
+        if found != computed {
+            return Err(ParseError::Icrc { found, computed });
+        }
     }
 
     let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
@@ -1363,6 +1402,32 @@ mod tests {
         let end = frame.len() - ICRC_LEN;
         let c = icrc(&frame[ETH_HEADER_LEN..end]);
         frame[end..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    #[test]
+    fn an_unsealed_frame_sealed_is_the_built_frame_and_only_it_passes_the_icrc_check() {
+        let payload: Vec<u8> = (0..77u8).collect();
+        for op in [
+            opcode::RC_RDMA_WRITE_FIRST,
+            opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        ] {
+            let built = frame_for(op, &payload);
+            let mut unsealed = Vec::new();
+            let at = build_unsealed(
+                &addressing(),
+                &headers_for(op),
+                payload.len(),
+                &mut unsealed,
+            )
+            .unwrap();
+            unsealed[at].copy_from_slice(&payload);
+            assert_eq!(unsealed.len(), built.len());
+            assert!(matches!(parse(&unsealed), Err(ParseError::Icrc { .. })));
+            assert_eq!(parse_unsealed(&unsealed).unwrap().payload, &payload[..]);
+            seal(&mut unsealed);
+            assert_eq!(unsealed, built, "byte for byte what build makes");
+            assert_eq!(parse(&unsealed).unwrap(), parse_unsealed(&built).unwrap());
+        }
     }
 
     #[test]
