@@ -706,8 +706,10 @@ impl Function {
             local: self.endpoint(),
             neighbors: port.neighbors,
             out: Vec::new(),
+            spare: port.switch.take_spare(),
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
+        port.switch.put_spare(std::mem::take(&mut wire.spare));
         if link_up {
             st.traffic.tx_bytes += wire.out.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
             for frame in wire.out {

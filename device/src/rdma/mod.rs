@@ -776,6 +776,7 @@ impl RdmaState {
                     self.counters.drops.count(why);
                 }
             }
+            wire.recycle(frame.bytes);
         }
         if progress {
             // One ACK for what arrived together (see `responder::flush_ack`).

@@ -117,6 +117,9 @@ pub struct Switch {
     /// Frames for (destination IP, destination QPN) that go to another port than the
     /// IP's own: QPs that migrated away from the function whose address they keep.
     steering: HashMap<([u8; 4], u32), usize>,
+    /// Buffers of delivered frames, shared by all ports: one function's received frames
+    /// become another's next frames (see [`super::wire::Wire::spare`]).
+    spare: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -148,6 +151,7 @@ impl Switch {
             faults: None,
             uplink: None,
             steering: HashMap::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -318,6 +322,16 @@ impl Switch {
             .get_mut(port)
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Takes the spare frame buffers, for a function's turn.
+    pub fn take_spare(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Gives back the spare frame buffers after a function's turn.
+    pub fn put_spare(&mut self, spare: Vec<Vec<u8>>) {
+        self.spare = spare;
     }
 
     /// Whether any frame waits anywhere.

@@ -16,9 +16,22 @@ pub struct Wire<'a> {
     pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
     /// Frames to send, in order, unsealed (see [`super::switch`]).
     pub out: Vec<Frame>,
+    /// Buffers of frames already delivered, reused for the frames built next: a frame
+    /// costs no allocation (and no page faults) once the engine runs.
+    pub spare: Vec<Vec<u8>>,
 }
 
+/// Most frame buffers kept for reuse: a window's worth of MTU-sized frames.
+pub const MAX_SPARE: usize = 256;
+
 impl Wire<'_> {
+    /// Keeps a delivered frame's buffer for a frame to come.
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE {
+            self.spare.push(buffer);
+        }
+    }
+
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
         let copied: Result<(), std::convert::Infallible> =
@@ -58,7 +71,8 @@ impl Wire<'_> {
             tos: qp.attr.traffic_class,
             ip_id: 0,
         };
-        let mut frame = Vec::with_capacity(len + 96);
+        let mut frame = self.spare.pop().unwrap_or_default();
+        frame.clear();
         match packet::build_unsealed(&addressing, hdrs, len, &mut frame) {
             Ok(at) => {
                 fill(&mut frame[at])?;
