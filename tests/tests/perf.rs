@@ -164,6 +164,32 @@ fn every_one_of_256_qps_moves_its_data() {
     }
 }
 
+/// Repeated runs and several sizes use the same QPs: a SEND run leaves no receive
+/// posted for the next (which would overflow the receive queue) and every run moves
+/// and checks all its messages.
+#[test]
+fn send_bw_runs_again_on_the_same_qps() {
+    let rnicd = Rnicd::start(1, &[]);
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &[
+            "send_bw", "-s", "512", "-n", "40", "-t", "16", "--repeat", "3",
+        ],
+    );
+    check_bandwidth(&report, "send_bw", &[512], 1, 40);
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &[
+            "send_bw", "-s", "256", "-D", "0.05", "-t", "16", "--repeat", "2",
+        ],
+    );
+    let r = &report["results"][0];
+    assert!(u(r, "iterations") > 0, "{r}");
+    assert_eq!(u(r, "bytes_completed"), u(r, "iterations") * 256, "{r}");
+}
+
 #[test]
 fn figures_add_up_between_two_rnicd_over_udp() {
     let a = Rnicd::start(0, &["--net", "udp:127.0.61.1"]);

@@ -468,26 +468,35 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     let sends = cfg.test == Test::SendBw;
     let mut posted = vec![0u64; qps];
     let mut completed = vec![0u64; qps];
-    // Receives: posted and completed per QP of the remote end (send_bw).
-    let mut recv_posted = vec![if sends { depth } else { 0 }; qps];
+    // With a duration, posting stops when it has passed and the messages in flight finish.
+    let mut limit = cfg.duration.map_or(cfg.iters, |_| u64::MAX);
+    // Receives: posted and completed per QP of the remote end (send_bw). Never more are
+    // posted than messages will come, so none is left for the next run (the QPs serve
+    // every size and every repeat).
+    let first_receives = if sends { depth.min(limit) } else { 0 };
+    let mut recv_posted = vec![first_receives; qps];
     let mut recv_done = vec![0u64; qps];
     let mut received_bytes = 0u64;
-    if sends {
-        for (q, qp) in b.qps.iter().enumerate() {
-            let wrs: Vec<_> = (0..depth).map(|i| recv_wr(layout, b, size, q, i)).collect();
-            qp.post_recv_list(&wrs)?;
-        }
+    for (q, qp) in b.qps.iter().enumerate().filter(|_| sends) {
+        let wrs: Vec<_> = (0..first_receives)
+            .map(|i| recv_wr(layout, b, size, q, i))
+            .collect();
+        qp.post_recv_list(&wrs)?;
     }
     let start = Instant::now();
     let mut marks = vec![(Duration::ZERO, 0u64)];
     let mut done_bytes = 0u64;
     let mut last_progress = Instant::now();
-    // With a duration, posting stops when it has passed and the messages in flight finish.
-    let mut limit = cfg.duration.map_or(cfg.iters, |_| u64::MAX);
     loop {
         if let Some(d) = cfg.duration {
             if limit == u64::MAX && start.elapsed() >= d {
-                limit = posted.iter().copied().max().unwrap_or(0);
+                // As far as any QP posted, or posted receives for: every receive is used.
+                limit = posted
+                    .iter()
+                    .chain(&recv_posted)
+                    .copied()
+                    .max()
+                    .unwrap_or(0);
                 // Every QP ends on a signalled WR: post up to the next one.
                 limit = limit.next_multiple_of(signal_every(cfg.tx_depth));
             }
@@ -537,8 +546,10 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 }
                 recv_done[q] += 1;
                 let next = recv_posted[q];
-                b.qps[q].post_recv(&recv_wr(layout, b, size, q, next))?;
-                recv_posted[q] += 1;
+                if next < limit {
+                    b.qps[q].post_recv(&recv_wr(layout, b, size, q, next))?;
+                    recv_posted[q] += 1;
+                }
                 progressed = true;
             }
         }
