@@ -520,8 +520,8 @@ fn send_op(
                 }
                 // The payload is gathered straight into the frame.
                 let op = &qp.req.ops[i].op;
-                let gathered = wire.send_with(qp, &hdrs, len as usize, |payload| {
-                    gather(op, qp.pdn, mrs, env, offset, payload)
+                let gathered = wire.send_with(qp, &hdrs, len as usize, |frame| {
+                    gather(op, qp.pdn, mrs, env, offset, len, frame)
                 });
                 if let Err(status) = gathered {
                     qp.req.ops[i].fail(status);
@@ -572,19 +572,20 @@ fn check_local(op: &SendOp, pdn: u32, mrs: &MrTable, access: Access) -> Result<(
     Ok(())
 }
 
-/// Copies bytes `[offset, offset + out.len())` of the message out of its SGEs (or inline
-/// data).
+/// Appends bytes `[offset, offset + len)` of the message, from its SGEs (or inline
+/// data), to `out`.
 pub fn gather(
     op: &SendOp,
     pdn: u32,
     mrs: &MrTable,
     env: &Env,
     offset: u64,
-    out: &mut [u8],
+    len: u64,
+    out: &mut Vec<u8>,
 ) -> Result<(), WcStatus> {
     if let Some(data) = &op.inline {
         let start = offset as usize;
-        out.copy_from_slice(&data[start..start + out.len()]);
+        out.extend_from_slice(&data[start..start + len as usize]);
         return Ok(());
     }
     scatter_gather(
@@ -593,14 +594,26 @@ pub fn gather(
         mrs,
         Access::LocalRead,
         offset,
-        out.len() as u64,
-        |runs_offset, addr, n| {
-            use vm_memory::Bytes;
-            env.r
-                .read_slice(&mut out[runs_offset..runs_offset + n], addr)
-                .is_ok()
-        },
+        len,
+        |_, addr, n| append_from_memory(env.r, addr, n, out),
     )
+}
+
+/// Appends `n` bytes of guest memory at `addr` to `out` (no zeroing first); false if
+/// they are not all mapped.
+pub fn append_from_memory(
+    mem: &vm_memory::GuestMemoryMmap,
+    addr: vm_memory::GuestAddress,
+    n: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    use vm_memory::Bytes;
+    let before = out.len();
+    if mem.write_all_volatile_to(addr, out, n).is_ok() {
+        return true;
+    }
+    out.truncate(before);
+    false
 }
 
 /// Walks the SGE bytes `[offset, offset + len)` of `sges`, checking each SGE for `access`,

@@ -21,8 +21,8 @@ use vm_memory::{Bytes, GuestMemoryBackend};
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
-use super::requester::scatter_gather;
 use super::requester::ACK_INTERVAL;
+use super::requester::{append_from_memory, scatter_gather};
 use super::wire::{psn, Wire};
 use super::wqe::{read_recv, RecvOp};
 use super::{Env, RdmaState};
@@ -561,7 +561,7 @@ fn send_read_responses(
             ..Headers::default()
         };
         // The payload is read from memory straight into the frame.
-        wire.send_with(qp, &hdrs, n as usize, |payload| {
+        wire.send_with(qp, &hdrs, n as usize, |frame| {
             if n == 0 {
                 // The single empty response of a zero-length READ (C9-88: no key check).
                 return Ok(());
@@ -570,12 +570,10 @@ fn send_read_responses(
                 .mrs
                 .check(rkey, qp.pdn, Access::RemoteRead, va.wrapping_add(offset), n)
                 .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
-            let mut done = 0;
             for (addr, run) in runs {
-                env.r
-                    .read_slice(&mut payload[done..done + run], addr)
-                    .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
-                done += run;
+                if !append_from_memory(env.r, addr, run, frame) {
+                    return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+                }
             }
             Ok(())
         })?;

@@ -452,8 +452,9 @@ mod tests {
                 ..Headers::default()
             };
             let mut bytes = Vec::new();
-            let at = packet::build_unsealed(&addr, &hdrs, 8, &mut bytes).unwrap();
-            bytes[at].copy_from_slice(b"payload!");
+            packet::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
+            bytes.extend_from_slice(b"payload!");
+            packet::end_unsealed(&mut bytes, 8);
             Frame {
                 bytes,
                 sealed: false,

@@ -35,22 +35,23 @@ impl Wire<'_> {
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
         let copied: Result<(), std::convert::Infallible> =
-            self.send_with(qp, hdrs, payload.len(), |p| {
-                p.copy_from_slice(payload);
+            self.send_with(qp, hdrs, payload.len(), |frame| {
+                frame.extend_from_slice(payload);
                 Ok(())
             });
         let Ok(()) = copied;
     }
 
-    /// Builds a frame of `qp` to its peer with `len` bytes of payload that `fill` writes
-    /// in place (the requester gathers from memory straight into the frame), and queues
-    /// it; if `fill` fails, nothing is queued and its error is returned.
+    /// Builds a frame of `qp` to its peer with `len` bytes of payload that `fill` appends
+    /// to the frame's headers (the requester gathers from memory straight into the
+    /// frame, with no zeroing first), and queues it; if `fill` fails, nothing is queued
+    /// and its error is returned.
     pub fn send_with<E>(
         &mut self,
         qp: &Qp,
         hdrs: &Headers,
         len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
         let dst_ip: [u8; 4] = qp.attr.dgid[12..16].try_into().unwrap_or([0; 4]);
         // A QP that migrated here keeps speaking as the address it was created with.
@@ -73,9 +74,19 @@ impl Wire<'_> {
         };
         let mut frame = self.spare.pop().unwrap_or_default();
         frame.clear();
-        match packet::build_unsealed(&addressing, hdrs, len, &mut frame) {
-            Ok(at) => {
-                fill(&mut frame[at])?;
+        match packet::build_headers(&addressing, hdrs, len, &mut frame) {
+            Ok(()) => {
+                let headers = frame.len();
+                fill(&mut frame)?;
+                if frame.len() != headers + len {
+                    log::error!(
+                        "qp {:#x}: {} bytes of payload where the headers say {len}: frame dropped",
+                        qp.qpn,
+                        frame.len() - headers
+                    );
+                    return Ok(());
+                }
+                packet::end_unsealed(&mut frame, len);
                 self.out.push(Frame {
                     bytes: frame,
                     sealed: false,

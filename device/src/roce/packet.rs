@@ -764,22 +764,24 @@ pub fn build(
     out: &mut Vec<u8>,
 ) -> Result<(), BuildError> {
     let start = out.len();
-    let at = build_unsealed(addr, hdrs, payload.len(), out)?;
-    out[at].copy_from_slice(payload);
+    build_headers(addr, hdrs, payload.len(), out)?;
+    out.extend_from_slice(payload);
+    end_unsealed(out, payload.len());
     seal(&mut out[start..]);
     Ok(())
 }
 
-/// [`build`] in two steps, for a caller that writes the payload in place: appends the
-/// frame with `payload_len` zero bytes of payload and a zero ICRC, and returns where in
-/// `out` the payload goes. [`seal`] then computes the ICRC; a frame that never leaves
-/// the process and is never captured need not be sealed (see [`crate::rdma::switch`]).
-pub fn build_unsealed(
+/// [`build`] in steps, for a caller that appends the payload itself (straight from
+/// guest memory, with no zeroing first): appends the headers of a frame that will carry
+/// `payload_len` bytes of payload. The caller then appends exactly the payload and calls
+/// [`end_unsealed`]; [`seal`] computes the ICRC, which a frame that never leaves the
+/// process and is never captured does not need (see [`crate::rdma::switch`]).
+pub fn build_headers(
     addr: &Addressing,
     hdrs: &Headers,
     payload_len: usize,
     out: &mut Vec<u8>,
-) -> Result<std::ops::Range<usize>, BuildError> {
+) -> Result<(), BuildError> {
     let bth = &hdrs.bth;
     let info = opcode_info(bth.opcode).ok_or(BuildError::UnknownOpcode(bth.opcode))?;
 
@@ -919,14 +921,18 @@ pub fn build_unsealed(
         }
     }
 
-    let payload_at = out.len()..out.len() + payload_len;
-    // Payload, pad and ICRC, zeroed: the caller writes the payload, [`seal`] the ICRC.
-    out.resize(payload_at.end + pad + ICRC_LEN, 0);
-    Ok(payload_at)
+    Ok(())
 }
 
-/// Computes the ICRC of `frame` (one whole frame from [`build_unsealed`], Ethernet
-/// header first) into its last four bytes.
+/// Ends a frame from [`build_headers`] whose `payload_len` bytes of payload were
+/// appended: appends the pad and a zero ICRC.
+pub fn end_unsealed(out: &mut Vec<u8>, payload_len: usize) {
+    let pad = (4 - payload_len % 4) % 4;
+    out.extend_from_slice(&[0u8; 3 + ICRC_LEN][..pad + ICRC_LEN]);
+}
+
+/// Computes the ICRC of `frame` (one whole frame from [`build_headers`] and
+/// [`end_unsealed`], Ethernet header first) into its last four bytes.
 pub fn seal(frame: &mut [u8]) {
     let Some(end) = frame.len().checked_sub(ICRC_LEN) else {
         return;
@@ -1413,14 +1419,15 @@ mod tests {
         ] {
             let built = frame_for(op, &payload);
             let mut unsealed = Vec::new();
-            let at = build_unsealed(
+            build_headers(
                 &addressing(),
                 &headers_for(op),
                 payload.len(),
                 &mut unsealed,
             )
             .unwrap();
-            unsealed[at].copy_from_slice(&payload);
+            unsealed.extend_from_slice(&payload);
+            end_unsealed(&mut unsealed, payload.len());
             assert_eq!(unsealed.len(), built.len());
             assert!(matches!(parse(&unsealed), Err(ParseError::Icrc { .. })));
             assert_eq!(parse_unsealed(&unsealed).unwrap().payload, &payload[..]);
