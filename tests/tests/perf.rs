@@ -164,11 +164,11 @@ fn every_one_of_256_qps_moves_its_data() {
     }
 }
 
-/// Repeated runs and several sizes use the same QPs: a SEND run leaves no receive
-/// posted for the next (which would overflow the receive queue) and every run moves
-/// and checks all its messages.
+/// Repeated runs and several sizes use the same QPs: a SEND run (bandwidth or latency)
+/// leaves no receive posted for the next (which would overflow the receive queue) and
+/// every run moves and checks all its messages.
 #[test]
-fn send_bw_runs_again_on_the_same_qps() {
+fn sends_run_again_on_the_same_qps() {
     let rnicd = Rnicd::start(1, &[]);
     let report = perf(
         &rnicd.socket("pf"),
@@ -188,6 +188,12 @@ fn send_bw_runs_again_on_the_same_qps() {
     let r = &report["results"][0];
     assert!(u(r, "iterations") > 0, "{r}");
     assert_eq!(u(r, "bytes_completed"), u(r, "iterations") * 256, "{r}");
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &["send_lat", "-s", "64", "-n", "30", "--repeat", "3"],
+    );
+    check_latency(&report, "send_lat", 64, 30);
 }
 
 #[test]

@@ -741,7 +741,9 @@ fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Resu
     let what = "send_lat";
     let rounds = lat_rounds(cfg);
     let (src, dst) = (layout.src(0), layout.dst(0));
-    let depth = u64::from(cfg.tx_depth);
+    // One receive per round is posted in all, so none is left for the next run (the QPs
+    // serve every size and every repeat).
+    let depth = u64::from(cfg.tx_depth).min(rounds);
     for end in [a, b] {
         let wrs: Vec<_> = (0..depth)
             .map(|i| recv_wr(layout, end, size, 0, i))
@@ -777,7 +779,7 @@ fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Resu
             }
             checked += size as u64;
         }
-        for end in [a, b] {
+        for end in [a, b].into_iter().filter(|_| round + depth < rounds) {
             end.qps[0].post_recv(&recv_wr(layout, end, size, 0, 0))?;
         }
         retire_sends(a, what)?;
