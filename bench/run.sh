@@ -29,32 +29,10 @@ raw="$(dirname "$out")/raw"
 rm -rf "$raw"
 mkdir -p "$raw"
 
+source bench/lib.sh
 echo "=== [bench] building release binaries" >&2
-cargo build --release --workspace --bins
-bin="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
-
-work="$(mktemp -d /tmp/rnic-bench.XXXXXX)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# start_rnicd NAME ARGS...: an rnicd with its sockets in $work/NAME.
-start_rnicd() {
-    local name="$1"; shift
-    RUST_LOG=warn "$bin/rnicd" --socket-dir "$work/$name" "$@" 2>"$work/$name.log" &
-    pids+=($!)
-    for _ in $(seq 100); do
-        [ -S "$work/$name/pf.sock" ] && return 0
-        sleep 0.1
-    done
-    echo "rnicd $name did not start; its log:" >&2
-    cat "$work/$name.log" >&2
-    exit 1
-}
+bin="$(release_bin)"
+bench_workdir
 
 if [ "$quick" = 1 ]; then bw_iters=500; lat_iters=500; else bw_iters=5000; lat_iters=5000; fi
 
@@ -75,9 +53,9 @@ perf() {
     } >>"$out"
 }
 
-start_rnicd one --vfs 8
-start_rnicd udp-a --net udp:127.0.71.1
-start_rnicd udp-b --net udp:127.0.72.1
+start_rnicd "$bin" one --vfs 8
+start_rnicd "$bin" udp-a --net udp:127.0.71.1
+start_rnicd "$bin" udp-b --net udp:127.0.72.1
 one_a="$work/one/pf.sock"
 one_b="$work/one/vf0.sock"
 udp_a="$work/udp-a/pf.sock"
@@ -114,16 +92,54 @@ echo >>"$out"
 perf "RDMA WRITE bandwidth, 64 KiB, 4096-byte MTU" "$udp_a" "$udp_b" write_bw -s 65536 -m 4096 -n "$bw_iters"
 perf "RDMA WRITE latency, 8 bytes" "$udp_a" "$udp_b" write_lat -s 8 -n "$lat_iters"
 
-echo "## Idle rnicd with 8 VFs (no clients attached)" >>"$out"
-echo >>"$out"
-pid="${pids[0]}"
-t0="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
-sleep 5
-t1="$(awk '{print $14 + $15}' "/proc/$pid/stat")"
-hz="$(getconf CLK_TCK)"
+# idle_figures PID SECONDS: one line of CPU share over SECONDS and resident memory.
+idle_figures() {
+    local pid="$1" secs="$2" t0 t1 hz
+    hz="$(getconf CLK_TCK)"
+    t0="$(cpu_ticks "$pid")"
+    sleep "$secs"
+    t1="$(cpu_ticks "$pid")"
+    echo "- CPU over $secs s: $(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v s="$secs" \
+        'BEGIN { printf "%.2f%% of a core (target: under 1%%)", (b - a) / hz / s * 100 }')"
+    echo "- resident memory: $(awk '/VmRSS/ {printf "%.1f MiB (target: under 64 MiB)", $2 / 1024}' "/proc/$pid/status")"
+}
+
+echo "=== [bench] idle rnicd with 8 VFs" >&2
+start_rnicd "$bin" idle --vfs 8
+idle_pid="$started"
+sleep 1
 {
-    echo "CPU over 5 s idle: $(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.2f%% of a core", (b - a) / hz / 5 * 100 }')"
-    echo "Resident memory: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
+    echo "## Idle rnicd with 8 VFs"
+    echo
+    echo "No clients attached:"
+    echo
+    idle_figures "$idle_pid" 10
+    echo
+} >>"$out"
+# Eight host vfio-user clients that opened a VF each, set up verbs (event queue with its
+# interrupt, CQ, QP with receives posted) and wait: rnic-pingpong listening for a peer
+# that never comes.
+for i in $(seq 0 7); do
+    "$bin/rnic-pingpong" --listen 0 --vfio-user "$work/idle/vf$i.sock" \
+        >"$work/idle-client$i.log" 2>&1 &
+    pids+=($!)
+done
+for i in $(seq 0 7); do
+    for _ in $(seq 100); do
+        grep -q "listening on port" "$work/idle-client$i.log" && break
+        sleep 0.1
+    done
+    grep -q "listening on port" "$work/idle-client$i.log" || {
+        echo "idle client $i did not come up; its log:" >&2
+        cat "$work/idle-client$i.log" >&2
+        exit 1
+    }
+done
+sleep 1
+{
+    echo "8 vfio-user clients attached (one per VF), verbs set up, idle:"
+    echo
+    idle_figures "$idle_pid" 10
     echo
 } >>"$out"
 

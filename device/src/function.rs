@@ -696,7 +696,7 @@ impl Function {
             }
         }
         let frames = if link_up { frames } else { Default::default() };
-        st.traffic.rx_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+        st.traffic.rx_bytes += frames.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
         let writable = self.dma.writable();
         let readable = self.dma.readable();
         let env = Env {
@@ -724,10 +724,12 @@ impl Function {
             local: self.endpoint(),
             neighbors: port.neighbors,
             out: Vec::new(),
+            spare: port.switch.take_spare(),
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
+        port.switch.put_spare(std::mem::take(&mut wire.spare));
         if link_up {
-            st.traffic.tx_bytes += wire.out.iter().map(|f| f.len() as u64).sum::<u64>();
+            st.traffic.tx_bytes += wire.out.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
             for frame in wire.out {
                 port.switch.send(frame);
             }

@@ -143,6 +143,59 @@ fn figures_add_up_between_two_functions_of_one_rnicd() {
     every_test(&rnicd.socket("pf"), &rnicd.socket("vf0"));
 }
 
+/// 256 QP pairs need more doorbell slots than one doorbell page holds (two per QP): the
+/// driver spills to further pages, and every QP moves and checks its own data.
+#[test]
+fn every_one_of_256_qps_moves_its_data() {
+    let rnicd = Rnicd::start(1, &[]);
+    let (qps, iters) = (256u64, 8u64);
+    for test in ["write_bw", "send_bw"] {
+        let report = perf(
+            &rnicd.socket("pf"),
+            &rnicd.socket("vf0"),
+            &[test, "-s", "64", "-q", "256", "-t", "4", "-n", "8"],
+        );
+        check_bandwidth(&report, test, &[64], qps, iters);
+        let r = &report["results"][0];
+        let per_qp = r["messages_per_qp"].as_array().expect("messages_per_qp");
+        assert_eq!(per_qp.len() as u64, qps, "{r}");
+        assert!(per_qp.iter().all(|n| n.as_u64() == Some(iters)), "{r}");
+        assert_eq!(u(r, "qps_checked"), qps, "{test}: {r}");
+    }
+}
+
+/// Repeated runs and several sizes use the same QPs: a SEND run (bandwidth or latency)
+/// leaves no receive posted for the next (which would overflow the receive queue) and
+/// every run moves and checks all its messages.
+#[test]
+fn sends_run_again_on_the_same_qps() {
+    let rnicd = Rnicd::start(1, &[]);
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &[
+            "send_bw", "-s", "512", "-n", "40", "-t", "16", "--repeat", "3",
+        ],
+    );
+    check_bandwidth(&report, "send_bw", &[512], 1, 40);
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &[
+            "send_bw", "-s", "256", "-D", "0.05", "-t", "16", "--repeat", "2",
+        ],
+    );
+    let r = &report["results"][0];
+    assert!(u(r, "iterations") > 0, "{r}");
+    assert_eq!(u(r, "bytes_completed"), u(r, "iterations") * 256, "{r}");
+    let report = perf(
+        &rnicd.socket("pf"),
+        &rnicd.socket("vf0"),
+        &["send_lat", "-s", "64", "-n", "30", "--repeat", "3"],
+    );
+    check_latency(&report, "send_lat", 64, 30);
+}
+
 #[test]
 fn figures_add_up_between_two_rnicd_over_udp() {
     let a = Rnicd::start(0, &["--net", "udp:127.0.61.1"]);

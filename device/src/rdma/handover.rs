@@ -231,6 +231,7 @@ impl RdmaState {
     /// [`RdmaState::plan_departure`] under the same lock.
     pub fn depart(&mut self, plan: &Plan, env: &Env) -> Option<Departed> {
         let qp = self.qps.remove(&plan.qpn)?;
+        self.schedule.forget(plan.qpn);
         let sq_pi = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
         let rq_pi = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
         self.free_slots_of(SlotOwner::Sq(qp.qpn));
@@ -367,6 +368,8 @@ impl RdmaState {
         };
         self.departed.remove(&qpn);
         self.qps.insert(qpn, qp);
+        // Its timers and queued work came with it.
+        self.reschedule(qpn);
         self.post_event(env, event::QP_ARRIVED, qpn);
         resp
     }
@@ -433,7 +436,10 @@ impl RdmaState {
     /// Parses a frame that is not addressed to this function: it is for a QP that
     /// migrated here if it is addressed to that QP's home address and names it (the
     /// switch steered it here).
-    pub(super) fn parse_for_arrived<'a>(&self, frame: &'a [u8]) -> Option<Packet<'a>> {
+    pub(super) fn parse_for_arrived<'a>(
+        &self,
+        frame: &'a super::switch::Frame,
+    ) -> Option<Packet<'a>> {
         self.qps.values().find_map(|qp| {
             let pkt = super::recv::parse(frame, &qp.home?).ok()?;
             (pkt.hdrs.bth.dest_qp == qp.qpn).then_some(pkt)

@@ -21,6 +21,7 @@ pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod sched;
 pub mod srq;
 pub mod switch;
 pub mod ud;
@@ -108,6 +109,11 @@ pub struct RdmaState {
     ud: ud::UdTable,
     dc: dc::DcTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
+    /// Send and receive queue slots in each doorbell page: the pages whose rung bitmaps
+    /// the engine reads, found without walking every slot.
+    queue_slots_in_page: [u32; doorbell::PAGES as usize],
+    /// QPs that need a turn without a doorbell (queued work, armed timers).
+    schedule: sched::Schedule,
     next_pdn: u32,
     next_cqn: u32,
     next_qpn: u32,
@@ -181,6 +187,8 @@ impl RdmaState {
             ud: Default::default(),
             dc: Default::default(),
             slots: BTreeMap::new(),
+            queue_slots_in_page: [0; doorbell::PAGES as usize],
+            schedule: sched::Schedule::default(),
             next_pdn: 1,
             next_cqn: 1,
             next_qpn: FIRST_QPN,
@@ -257,6 +265,9 @@ impl RdmaState {
             self.charge(Resource::DoorbellPages, 1)?;
         }
         self.slots.insert((page, slot), owner);
+        if matches!(owner, SlotOwner::Sq(_) | SlotOwner::Rq(_)) {
+            self.queue_slots_in_page[page as usize] += 1;
+        }
         Ok((page, slot))
     }
 
@@ -275,6 +286,11 @@ impl RdmaState {
             .map(|((p, _), _)| *p)
             .collect();
         self.slots.retain(|_, o| *o != owner);
+        for &page in &pages {
+            if matches!(owner, SlotOwner::Sq(_) | SlotOwner::Rq(_)) {
+                self.queue_slots_in_page[page as usize] -= 1;
+            }
+        }
         for page in pages {
             if !self.page_in_use(page) {
                 self.release(Resource::DoorbellPages, 1);
@@ -668,6 +684,8 @@ impl RdmaState {
             }
             _ => {}
         }
+        // A reset clears the timers; RTS may find work queued.
+        self.reschedule(req.qpn);
         Ok(Response::ok(Vec::new()))
     }
 
@@ -715,6 +733,7 @@ impl RdmaState {
         self.srqs.detach(qp.qpn);
         self.ud.remove(qp.qpn);
         self.dc.remove(qp.qpn);
+        self.schedule.forget(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Response::ok(Vec::new()))
     }
@@ -731,14 +750,8 @@ impl RdmaState {
     /// The QP numbers whose send or receive doorbells were rung since the last look,
     /// taking the rung bits (the device only ever clears them).
     pub fn rung_send_queues(&self, doorbells: &DoorbellBar) -> Vec<u32> {
-        let mut pages: Vec<u32> = self
-            .slots
-            .iter()
-            .filter(|(_, o)| matches!(o, SlotOwner::Sq(_) | SlotOwner::Rq(_)))
-            .map(|((p, _), _)| *p)
-            .collect();
-        pages.dedup();
         let mut rung = Vec::new();
+        let pages = (0..doorbell::PAGES).filter(|&p| self.queue_slots_in_page[p as usize] > 0);
         for page in pages {
             let base = u64::from(page) * rnic_abi::PAGE_SIZE + doorbell::RUNG_BITMAP;
             for word in 0..SLOTS.div_ceil(32) {
@@ -767,6 +780,25 @@ impl RdmaState {
         if let Some(mut qp) = self.qps.remove(&qpn) {
             completer::flush_queues(self, &mut qp, env);
             self.qps.insert(qpn, qp);
+        }
+        self.reschedule(qpn);
+    }
+
+    /// Tells the schedule what QP `qpn` now waits for; called after every piece of work
+    /// that may have queued ops, started a resend or armed or cleared a timer.
+    pub(crate) fn reschedule(&mut self, qpn: u32) {
+        match self.qps.get(&qpn) {
+            Some(qp) => {
+                let pending = qp.req.resend_from.is_some()
+                    || qp
+                        .req
+                        .ops
+                        .iter()
+                        .any(|o| o.state == requester::OpState::Queued);
+                let deadline = [qp.req.timer, qp.req.rnr_until].into_iter().flatten().min();
+                self.schedule.update(qpn, pending, deadline);
+            }
+            None => self.schedule.forget(qpn),
         }
     }
 
@@ -816,20 +848,33 @@ impl RdmaState {
     pub fn poll(
         &mut self,
         env: &Env,
-        frames: impl IntoIterator<Item = Vec<u8>>,
+        frames: impl IntoIterator<Item = switch::Frame>,
         wire: &mut wire::Wire,
         now: Instant,
     ) -> bool {
         let mut progress = false;
+        // The QPs that received frames: only they can owe an ACK.
+        let mut received = Vec::new();
         for frame in frames {
             progress = true;
-            self.receive(&frame, env, wire, now);
+            match self.deliver(&frame, env, wire, now, &mut received) {
+                Ok(()) => self.counters.rx_packets += 1,
+                Err(why) => {
+                    self.counters.rx_dropped += 1;
+                    self.counters.drops.count(why);
+                }
+            }
+            wire.recycle(frame.bytes);
         }
         if progress {
             // One ACK for what arrived together (see `responder::flush_ack`).
             let before = wire.out.len();
-            for qp in self.qps.values_mut() {
-                responder::flush_ack(qp, wire);
+            received.sort_unstable();
+            received.dedup();
+            for qpn in received {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    responder::flush_ack(qp, wire);
+                }
             }
             self.counters.tx_packets += (wire.out.len() - before) as u64;
         }
@@ -837,19 +882,7 @@ impl RdmaState {
         progress |= !runnable.is_empty();
         // QPs with queued ops (behind a fence or the READ window, or due a resend) and
         // QPs whose timer is due also get a turn.
-        for (qpn, qp) in &self.qps {
-            let pending = qp.req.resend_from.is_some()
-                || qp
-                    .req
-                    .ops
-                    .iter()
-                    .any(|o| o.state == requester::OpState::Queued);
-            let timer_due = qp.req.timer.is_some_and(|t| now >= t);
-            let rnr_due = qp.req.rnr_until.is_some_and(|t| now >= t);
-            if pending || timer_due || rnr_due {
-                runnable.push(*qpn);
-            }
-        }
+        self.schedule.due(now, &mut runnable);
         runnable.sort_unstable();
         runnable.dedup();
         for qpn in runnable {
@@ -880,28 +913,21 @@ impl RdmaState {
             }
             progress |= ran;
             self.qps.insert(qpn, qp);
+            self.reschedule(qpn);
             self.report_drained(qpn, env);
         }
         progress
-    }
-
-    fn receive(&mut self, frame: &[u8], env: &Env, wire: &mut wire::Wire, now: Instant) {
-        if let Err(why) = self.deliver(frame, env, wire, now) {
-            self.counters.rx_dropped += 1;
-            self.counters.drops.count(why);
-        } else {
-            self.counters.rx_packets += 1;
-        }
     }
 
     /// Validates `frame` and hands it to its QP's responder or completer; `Err` says why
     /// it was dropped (by the checks, or by the transport's PSN window).
     fn deliver(
         &mut self,
-        frame: &[u8],
+        frame: &switch::Frame,
         env: &Env,
         wire: &mut wire::Wire,
         now: Instant,
+        received: &mut Vec<u32>,
     ) -> Result<(), recv::Drop> {
         let pkt = match recv::parse(frame, &wire.local) {
             // Not addressed here: steered here for a QP that migrated in?
@@ -913,10 +939,11 @@ impl RdmaState {
         })?;
         let qpn = pkt.hdrs.bth.dest_qp;
         let mut qp = self.qps.remove(&qpn).ok_or(recv::Drop::UnknownQp)?;
+        received.push(qpn);
         let before = wire.out.len();
         let ud_qkey = self.ud.qkey(qpn);
         let taken = ud::check_transport(ud_qkey.is_some(), &pkt).and_then(|()| match ud_qkey {
-            Some(qkey) => self.receive_datagram(&mut qp, &pkt, frame, env, qkey),
+            Some(qkey) => self.receive_datagram(&mut qp, &pkt, &frame.bytes, env, qkey),
             None => match self.receive_dc(&mut qp, &pkt, env, wire, now) {
                 Some(taken) => taken,
                 None => recv::check(&qp, &pkt).and_then(|()| {
@@ -937,17 +964,14 @@ impl RdmaState {
         }
         self.counters.tx_packets += (wire.out.len() - before) as u64;
         self.qps.insert(qpn, qp);
+        self.reschedule(qpn);
         self.report_drained(qpn, env);
         taken
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.qps
-            .values()
-            .flat_map(|qp| [qp.req.timer, qp.req.rnr_until])
-            .flatten()
-            .min()
+        self.schedule.next_deadline()
     }
 
     /// The QP with `qpn`.

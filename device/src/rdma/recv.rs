@@ -6,7 +6,7 @@
 use rnic_abi::verbs::QpState;
 
 use super::qp::{mtu, Qp};
-use super::switch::Endpoint;
+use super::switch::{Endpoint, Frame};
 use crate::roce::packet::{self, opcode_info, Packet, ParseError, DEFAULT_PKEY};
 
 /// Why a frame was dropped. Each reason has its own counter in [`DropCounters`].
@@ -191,9 +191,14 @@ pub fn is_request(opcode: u8) -> bool {
     opcode_info(opcode).is_some_and(|i| i.is_request())
 }
 
-/// Parses `frame` and checks its addressing against `local`.
-pub fn parse<'a>(frame: &'a [u8], local: &Endpoint) -> Result<Packet<'a>, Drop> {
-    let pkt = packet::parse(frame)?;
+/// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
+/// the frame is an unsealed one of the internal switch ([`super::switch::Frame`]).
+pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Drop> {
+    let pkt = if frame.sealed {
+        packet::parse(&frame.bytes)?
+    } else {
+        packet::parse_unsealed(&frame.bytes)?
+    };
     if pkt.dst_mac != local.mac || pkt.dst_ip != local.ip {
         return Err(Drop::Address);
     }

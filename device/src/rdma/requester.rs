@@ -512,7 +512,6 @@ fn send_op(
         }
         _ => {
             let total = o.op.length();
-            let mut payload = Vec::new();
             for pkt in o.next_pkt..o.npsn {
                 let p = psn::add(o.first_psn, pkt);
                 if !window.open(p) {
@@ -527,11 +526,6 @@ fn send_op(
                     last || (pkt + 1).is_multiple_of(ACK_INTERVAL) || !window.open(psn::add(p, 1));
                 let offset = u64::from(pkt) * u64::from(mtu);
                 let len = (total - offset.min(total)).min(u64::from(mtu));
-                payload.resize(len as usize, 0);
-                if let Err(status) = gather(&o.op, qp.pdn, mrs, env, offset, &mut payload) {
-                    qp.req.ops[i].fail(status);
-                    return true;
-                }
                 let opcode = request_opcode(w.opcode, first, last);
                 let mut hdrs = Headers {
                     bth: bth(opcode, p, ack_req, solicited && last),
@@ -551,7 +545,15 @@ fn send_op(
                 if last && w.opcode == wr::SEND_WITH_INV {
                     hdrs.ieth = Some(w.imm_or_inv);
                 }
-                wire.send(qp, &hdrs, &payload);
+                // The payload is gathered straight into the frame.
+                let op = &qp.req.ops[i].op;
+                let gathered = wire.send_with(qp, &hdrs, len as usize, |frame| {
+                    gather(op, qp.pdn, mrs, env, offset, len, frame)
+                });
+                if let Err(status) = gathered {
+                    qp.req.ops[i].fail(status);
+                    return true;
+                }
                 qp.req.sent_upto(psn::add(p, 1));
             }
         }
@@ -597,19 +599,20 @@ fn check_local(op: &SendOp, pdn: u32, mrs: &MrTable, access: Access) -> Result<(
     Ok(())
 }
 
-/// Copies bytes `[offset, offset + out.len())` of the message out of its SGEs (or inline
-/// data).
+/// Appends bytes `[offset, offset + len)` of the message, from its SGEs (or inline
+/// data), to `out`.
 pub fn gather(
     op: &SendOp,
     pdn: u32,
     mrs: &MrTable,
     env: &Env,
     offset: u64,
-    out: &mut [u8],
+    len: u64,
+    out: &mut Vec<u8>,
 ) -> Result<(), WcStatus> {
     if let Some(data) = &op.inline {
         let start = offset as usize;
-        out.copy_from_slice(&data[start..start + out.len()]);
+        out.extend_from_slice(&data[start..start + len as usize]);
         return Ok(());
     }
     scatter_gather(
@@ -618,14 +621,26 @@ pub fn gather(
         mrs,
         Access::LocalRead,
         offset,
-        out.len() as u64,
-        |runs_offset, addr, n| {
-            use vm_memory::Bytes;
-            env.r
-                .read_slice(&mut out[runs_offset..runs_offset + n], addr)
-                .is_ok()
-        },
+        len,
+        |_, addr, n| append_from_memory(env.r, addr, n, out),
     )
+}
+
+/// Appends `n` bytes of guest memory at `addr` to `out` (no zeroing first); false if
+/// they are not all mapped.
+pub fn append_from_memory(
+    mem: &vm_memory::GuestMemoryMmap,
+    addr: vm_memory::GuestAddress,
+    n: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    use vm_memory::Bytes;
+    let before = out.len();
+    if mem.write_all_volatile_to(addr, out, n).is_ok() {
+        return true;
+    }
+    out.truncate(before);
+    false
 }
 
 /// Walks the SGE bytes `[offset, offset + len)` of `sges`, checking each SGE for `access`,

@@ -21,8 +21,8 @@ use vm_memory::{Bytes, GuestMemoryBackend};
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
-use super::requester::scatter_gather;
 use super::requester::ACK_INTERVAL;
+use super::requester::{append_from_memory, scatter_gather};
 use super::wire::{psn, Wire};
 use super::wqe::RecvOp;
 use super::{Env, RdmaState};
@@ -545,32 +545,9 @@ fn send_read_responses(
     from: u32,
 ) -> Result<(), Failure> {
     let mtu = mtu(&qp.attr);
-    let mut payload = Vec::new();
     for i in from..npsn {
         let offset = u64::from(i) * u64::from(mtu);
         let n = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu));
-        payload.resize(n as usize, 0);
-        let runs = if n == 0 {
-            // The single empty response of a zero-length READ (C9-88: no key check).
-            Vec::new()
-        } else {
-            rdma.mrs
-                .check(
-                    rkey,
-                    qp.pdn,
-                    Access::ReadResponse,
-                    va.wrapping_add(offset),
-                    n,
-                )
-                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?
-        };
-        let mut done = 0;
-        for (addr, run) in runs {
-            env.r
-                .read_slice(&mut payload[done..done + run], addr)
-                .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
-            done += run;
-        }
         let opcode = match (i == 0, i + 1 == npsn) {
             (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
             (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
@@ -584,7 +561,29 @@ fn send_read_responses(
             aeth,
             ..Headers::default()
         };
-        wire.send(qp, &hdrs, &payload);
+        // The payload is read from memory straight into the frame.
+        wire.send_with(qp, &hdrs, n as usize, |frame| {
+            if n == 0 {
+                // The single empty response of a zero-length READ (C9-88: no key check).
+                return Ok(());
+            }
+            let runs = rdma
+                .mrs
+                .check(
+                    rkey,
+                    qp.pdn,
+                    Access::ReadResponse,
+                    va.wrapping_add(offset),
+                    n,
+                )
+                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+            for (addr, run) in runs {
+                if !append_from_memory(env.r, addr, run, frame) {
+                    return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+                }
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }

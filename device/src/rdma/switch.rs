@@ -1,8 +1,16 @@
 //! The device's internal switch: Ethernet frames between the functions of one rnicd.
 //!
 //! Functions talk to each other exactly as they would over a network: whole
-//! Ethernet/IPv4/UDP/RoCEv2 frames, addressed by MAC, with the ICRC computed and checked.
-//! The switch forwards by destination MAC and, when asked, writes every frame to a pcap.
+//! Ethernet/IPv4/UDP/RoCEv2 frames, addressed by MAC. The switch forwards by destination
+//! MAC and, when asked, writes every frame to a pcap.
+//!
+//! The ICRC protects a frame on a wire; a frame that goes from one function of this
+//! process to another crosses none. So functions send [`Frame`]s *unsealed* (ICRC not
+//! computed), and the switch seals one (computes its ICRC) only when something outside
+//! the process will see its bytes or may change them: the pcap, the fault injector, the
+//! uplink. A receiver checks the ICRC of every sealed frame and trusts an unsealed one,
+//! which only this process's own functions can have built. What leaves the process, on
+//! the network or in a capture, is therefore byte for byte what it was before.
 //! With `--net-faults` every frame sent goes through a [`FaultInjector`] first, and the
 //! pcap shows what was delivered (copies, corrupted frames, the order of arrival).
 //!
@@ -17,6 +25,34 @@ use std::time::Instant;
 
 use crate::net::faults::{FaultCounters, FaultInjector};
 use crate::pcap::PcapWriter;
+
+/// A frame on the switch: a whole Ethernet frame, and whether its ICRC is computed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The frame's bytes; unsealed, its last four (the ICRC) are not meaningful.
+    pub bytes: Vec<u8>,
+    /// Whether the ICRC is in `bytes`. Only frames built by this process's functions
+    /// and seen by nothing else are unsealed; everything from the network is sealed.
+    pub sealed: bool,
+}
+
+impl Frame {
+    /// A frame whose ICRC is in its bytes (from the network, or built sealed).
+    pub fn sealed(bytes: Vec<u8>) -> Self {
+        Self {
+            bytes,
+            sealed: true,
+        }
+    }
+
+    /// Computes the ICRC into the bytes, if it is not there yet.
+    pub fn seal(&mut self) {
+        if !self.sealed {
+            crate::roce::packet::seal(&mut self.bytes);
+            self.sealed = true;
+        }
+    }
+}
 
 /// A function's address on the switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +145,7 @@ pub struct Switch {
     ports: Vec<Endpoint>,
     by_mac: HashMap<[u8; 6], usize>,
     by_ip: HashMap<[u8; 4], [u8; 6]>,
-    inbox: Vec<VecDeque<Vec<u8>>>,
+    inbox: Vec<VecDeque<Frame>>,
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     /// Frames with no port to go to.
     pub unroutable: u64,
@@ -122,6 +158,9 @@ pub struct Switch {
     /// Frames for (destination IP, destination QPN) that go to another port than the
     /// IP's own: QPs that migrated away from the function whose address they keep.
     steering: HashMap<([u8; 4], u32), usize>,
+    /// Buffers of delivered frames, shared by all ports: one function's received frames
+    /// become another's next frames (see [`super::wire::Wire::spare`]).
+    spare: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -154,6 +193,7 @@ impl Switch {
             uplink: None,
             uplink_captures: false,
             steering: HashMap::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -214,7 +254,7 @@ impl Switch {
                     capture(&mut self.pcap, &frame);
                 }
                 let to = steered(&self.steering, &frame).unwrap_or(port);
-                self.inbox[to].push_back(frame);
+                self.inbox[to].push_back(Frame::sealed(frame));
             }
         }
         self.capture_uplink();
@@ -240,7 +280,7 @@ impl Switch {
             }
             let (theirs, stay): (VecDeque<_>, VecDeque<_>) = inbox
                 .drain(..)
-                .partition(|f| roce_destination(f) == Some((ip, qpn)));
+                .partition(|f| roce_destination(&f.bytes) == Some((ip, qpn)));
             *inbox = stay;
             moved.extend(theirs);
         }
@@ -285,12 +325,14 @@ impl Switch {
     }
 
     /// Forwards `frame` to the port its destination MAC names, through the fault
-    /// injector if there is one (which may drop, copy, corrupt or hold it).
-    pub fn send(&mut self, frame: Vec<u8>) {
+    /// injector if there is one (which may drop, copy, corrupt or hold it: the frame is
+    /// sealed first, so that the receiver's ICRC check sees what it did).
+    pub fn send(&mut self, mut frame: Frame) {
         match &mut self.faults {
             Some(faults) => {
-                for frame in faults.apply(frame, Instant::now()) {
-                    self.forward(frame);
+                frame.seal();
+                for bytes in faults.apply(frame.bytes, Instant::now()) {
+                    self.forward(Frame::sealed(bytes));
                 }
             }
             None => self.forward(frame),
@@ -301,8 +343,8 @@ impl Switch {
     /// come.
     pub fn release_due(&mut self, now: Instant) {
         if let Some(faults) = &mut self.faults {
-            for frame in faults.due(now) {
-                self.forward(frame);
+            for bytes in faults.due(now) {
+                self.forward(Frame::sealed(bytes));
             }
         }
     }
@@ -321,22 +363,24 @@ impl Switch {
     /// is no port's, to the uplink.
     /// With an uplink that captures its own wire, frames for it are captured there, as
     /// they go out (with the destination MAC it resolved).
-    fn forward(&mut self, frame: Vec<u8>) {
-        let dst: Option<[u8; 6]> = frame.get(..6).and_then(|d| d.try_into().ok());
+    fn forward(&mut self, mut frame: Frame) {
+        let dst: Option<[u8; 6]> = frame.bytes.get(..6).and_then(|d| d.try_into().ok());
         let local = self
-            .steered(&frame)
+            .steered(&frame.bytes)
             .or_else(|| dst.and_then(|d| self.by_mac.get(&d).copied()));
-        if local.is_some() || !self.uplink_captures {
-            capture(&mut self.pcap, &frame);
+        if self.pcap.is_some() && (local.is_some() || !self.uplink_captures) {
+            frame.seal();
+            capture(&mut self.pcap, &frame.bytes);
         }
         if let Some(port) = local {
             self.inbox[port].push_back(frame);
             return;
         }
-        let dst_ip: Option<[u8; 4]> = frame.get(30..34).and_then(|d| d.try_into().ok());
+        let dst_ip: Option<[u8; 4]> = frame.bytes.get(30..34).and_then(|d| d.try_into().ok());
         match (&mut self.uplink, dst_ip) {
             (Some(uplink), Some(ip)) if !self.by_ip.contains_key(&ip) => {
-                uplink.send(&frame);
+                frame.seal();
+                uplink.send(&frame.bytes);
                 self.capture_uplink();
             }
             _ => self.unroutable += 1,
@@ -344,7 +388,7 @@ impl Switch {
     }
 
     /// Takes the frames waiting for `port`, with held frames that fell due delivered first.
-    pub fn take(&mut self, port: usize) -> VecDeque<Vec<u8>> {
+    pub fn take(&mut self, port: usize) -> VecDeque<Frame> {
         if self.faults.as_ref().is_some_and(|f| f.held() > 0) {
             self.release_due(Instant::now());
         }
@@ -352,6 +396,16 @@ impl Switch {
             .get_mut(port)
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Takes the spare frame buffers, for a function's turn.
+    pub fn take_spare(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Gives back the spare frame buffers after a function's turn.
+    pub fn put_spare(&mut self, spare: Vec<Vec<u8>>) {
+        self.spare = spare;
     }
 
     /// Whether any frame waits anywhere.
@@ -444,6 +498,67 @@ mod tests {
         f
     }
 
+    /// Ports 10.0.0.1 and 10.0.0.2.
+    fn two_ports() -> [Endpoint; 2] {
+        [1, 2].map(|n| Endpoint {
+            mac: [2, 0, 0, 0, 0, n],
+            ip: [10, 0, 0, n],
+        })
+    }
+
+    #[test]
+    fn frames_are_sealed_when_they_leave_the_process_and_not_before() {
+        use crate::roce::packet::{self, Addressing, Bth, Headers};
+        let [a, b] = two_ports();
+        let unsealed_to = |to: Endpoint| {
+            let addr = Addressing {
+                src_mac: a.mac,
+                dst_mac: to.mac,
+                src_ip: a.ip,
+                dst_ip: to.ip,
+                src_port: 0xc000,
+                ttl: 64,
+                tos: 0,
+                ip_id: 0,
+            };
+            let hdrs = Headers {
+                bth: Bth::new(packet::opcode::RC_SEND_ONLY, 0x11, 0),
+                ..Headers::default()
+            };
+            let mut bytes = Vec::new();
+            packet::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
+            bytes.extend_from_slice(b"payload!");
+            packet::end_unsealed(&mut bytes, 8);
+            Frame {
+                bytes,
+                sealed: false,
+            }
+        };
+        let mut s = Switch::new(vec![a, b], None);
+        let fake = Fake::default();
+        let sent = fake.sent.clone();
+        s.set_uplink(Box::new(fake));
+        // To a port of the switch, with no capture and no faults: as it was sent.
+        s.send(unsealed_to(b));
+        let got = s.take(1).pop_front().unwrap();
+        assert_eq!(got, unsealed_to(b));
+        // To the network: sealed, and the ICRC checks.
+        let far = Endpoint {
+            mac: [2, 0, 0, 0, 0, 9],
+            ip: [10, 9, 0, 1],
+        };
+        s.send(unsealed_to(far));
+        let out = sent.lock().unwrap().pop().unwrap();
+        assert_eq!(packet::parse(&out).unwrap().payload, b"payload!");
+        // Through a fault injector (which may corrupt it): sealed before.
+        let spec: crate::net::faults::FaultSpec = "loss=0,seed=1".parse().unwrap();
+        s.set_faults(FaultInjector::new(spec));
+        s.send(unsealed_to(b));
+        let got = s.take(1).pop_front().unwrap();
+        assert!(got.sealed);
+        assert!(packet::parse(&got.bytes).is_ok());
+    }
+
     #[test]
     fn steering_sends_one_qps_frames_to_another_port_and_moves_queued_ones() {
         let a = Endpoint {
@@ -460,15 +575,24 @@ mod tests {
             Some((a.ip, 0x11))
         );
         assert_eq!(roce_destination(&frame(a.mac, a.ip)), None, "not RoCE");
-        s.send(roce(a.mac, a.ip, 0x11, 1));
-        s.send(roce(a.mac, a.ip, 0x12, 2));
+        s.send(Frame::sealed(roce(a.mac, a.ip, 0x11, 1)));
+        s.send(Frame::sealed(roce(a.mac, a.ip, 0x12, 2)));
         s.steer(a.ip, 0x11, 1);
         // The queued frame of QP 0x11 moved; the other QP's stayed.
-        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [1]);
-        s.send(roce(a.mac, a.ip, 0x11, 3));
-        s.send(roce(a.mac, a.ip, 0x12, 4));
-        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [3]);
-        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [2, 4]);
+        assert_eq!(
+            s.take(1).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [1]
+        );
+        s.send(Frame::sealed(roce(a.mac, a.ip, 0x11, 3)));
+        s.send(Frame::sealed(roce(a.mac, a.ip, 0x12, 4)));
+        assert_eq!(
+            s.take(1).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(
+            s.take(0).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [2, 4]
+        );
         // Frames from the network are steered too.
         s.set_uplink(Box::new(Fake {
             arriving: vec![
@@ -478,30 +602,30 @@ mod tests {
             ..Fake::default()
         }));
         assert_eq!(s.poll_uplink(8), 2);
-        assert_eq!(s.take(1).iter().map(|f| f[59]).collect::<Vec<_>>(), [6]);
-        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [7]);
+        assert_eq!(
+            s.take(1).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [6]
+        );
+        assert_eq!(
+            s.take(0).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [7]
+        );
         // Steering back to the address's own port ends it.
         s.steer(a.ip, 0x11, 0);
-        s.send(roce(a.mac, a.ip, 0x11, 5));
-        assert_eq!(s.take(0).iter().map(|f| f[59]).collect::<Vec<_>>(), [5]);
+        s.send(Frame::sealed(roce(a.mac, a.ip, 0x11, 5)));
+        assert_eq!(
+            s.take(0).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
+            [5]
+        );
         assert!(s.steering.is_empty());
     }
 
     #[test]
     fn frames_for_other_addresses_go_to_the_uplink_and_arrivals_to_their_port() {
-        let ports = vec![
-            Endpoint {
-                mac: [2, 0, 0, 0, 0, 1],
-                ip: [10, 0, 0, 1],
-            },
-            Endpoint {
-                mac: [2, 0, 0, 0, 0, 2],
-                ip: [10, 0, 0, 2],
-            },
-        ];
+        let ports = two_ports().to_vec();
         let mut s = Switch::new(ports, None);
         // Without an uplink, an unknown destination is unroutable.
-        s.send(frame([0xff; 6], [10, 9, 0, 1]));
+        s.send(Frame::sealed(frame([0xff; 6], [10, 9, 0, 1])));
         assert_eq!(s.unroutable, 1);
         let fake = Fake {
             arriving: vec![(1, vec![1]), (0, vec![2]), (1, vec![3])],
@@ -509,19 +633,19 @@ mod tests {
         };
         let sent = fake.sent.clone();
         s.set_uplink(Box::new(fake));
-        s.send(frame([2, 0, 0, 0, 0, 2], [10, 0, 0, 2]));
-        s.send(frame([0xff; 6], [10, 9, 0, 1]));
+        s.send(Frame::sealed(frame([2, 0, 0, 0, 0, 2], [10, 0, 0, 2])));
+        s.send(Frame::sealed(frame([0xff; 6], [10, 9, 0, 1])));
         // A local IP with an unknown MAC is not sent out.
-        s.send(frame([0xff; 6], [10, 0, 0, 1]));
+        s.send(Frame::sealed(frame([0xff; 6], [10, 0, 0, 1])));
         assert_eq!(s.unroutable, 2);
         assert_eq!(sent.lock().unwrap().len(), 1);
         assert_eq!(sent.lock().unwrap()[0][30..34], [10, 9, 0, 1]);
         assert_eq!(s.take(1).len(), 1);
         assert_eq!(s.poll_uplink(1), 2, "one per port per pass");
-        assert_eq!(s.take(0), VecDeque::from([vec![2]]));
-        assert_eq!(s.take(1), VecDeque::from([vec![1]]));
+        assert_eq!(s.take(0), VecDeque::from([Frame::sealed(vec![2])]));
+        assert_eq!(s.take(1), VecDeque::from([Frame::sealed(vec![1])]));
         assert_eq!(s.poll_uplink(8), 1);
-        assert_eq!(s.take(1), VecDeque::from([vec![3]]));
+        assert_eq!(s.take(1), VecDeque::from([Frame::sealed(vec![3])]));
         assert_eq!(s.poll_uplink(8), 0);
     }
 }

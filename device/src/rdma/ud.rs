@@ -146,8 +146,8 @@ fn send_datagram(
     if len > u64::from(UD_MAX_PAYLOAD) {
         return WcStatus::LocLenErr;
     }
-    let mut payload = vec![0u8; len as usize];
-    if let Err(status) = gather(op, qp.pdn, mrs, env, 0, &mut payload) {
+    let mut payload = Vec::with_capacity(len as usize);
+    if let Err(status) = gather(op, qp.pdn, mrs, env, 0, len, &mut payload) {
         return status;
     }
     let qkey = if ud.remote_qkey & QKEY_USE_OWN != 0 {

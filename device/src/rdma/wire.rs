@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::roce::packet::{self, Addressing, Headers};
 
 use super::qp::Qp;
-use super::switch::Endpoint;
+use super::switch::{Endpoint, Frame};
 
 /// What a transport stage needs to put frames on the wire.
 pub struct Wire<'a> {
@@ -14,8 +14,11 @@ pub struct Wire<'a> {
     pub local: Endpoint,
     /// IPv4 to MAC, for destinations.
     pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
-    /// Frames to send, in order.
-    pub out: Vec<Vec<u8>>,
+    /// Frames to send, in order, unsealed (see [`super::switch`]).
+    pub out: Vec<Frame>,
+    /// Buffers of frames already delivered, reused for the frames built next: a frame
+    /// costs no allocation (and no page faults) once the engine runs.
+    pub spare: Vec<Vec<u8>>,
 }
 
 /// Where a packet goes: the address-vector fields of a frame.
@@ -46,7 +49,17 @@ impl Route {
     }
 }
 
+/// Most frame buffers kept for reuse: a window's worth of MTU-sized frames.
+pub const MAX_SPARE: usize = 256;
+
 impl Wire<'_> {
+    /// Keeps a delivered frame's buffer for a frame to come.
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE {
+            self.spare.push(buffer);
+        }
+    }
+
     /// Builds a frame of `qp` to its peer and queues it.
     pub fn send(&mut self, qp: &Qp, hdrs: &Headers, payload: &[u8]) {
         self.send_to(qp, &Route::of(qp), hdrs, payload);
@@ -54,6 +67,37 @@ impl Wire<'_> {
 
     /// Builds a frame of `qp` along `route` and queues it.
     pub fn send_to(&mut self, qp: &Qp, route: &Route, hdrs: &Headers, payload: &[u8]) {
+        let copied: Result<(), std::convert::Infallible> =
+            self.send_along_with(qp, route, hdrs, payload.len(), |frame| {
+                frame.extend_from_slice(payload);
+                Ok(())
+            });
+        let Ok(()) = copied;
+    }
+
+    /// Builds a frame of `qp` to its peer with `len` bytes of payload that `fill` appends
+    /// to the frame's headers (the requester gathers from memory straight into the
+    /// frame, with no zeroing first), and queues it; if `fill` fails, nothing is queued
+    /// and its error is returned.
+    pub fn send_with<E>(
+        &mut self,
+        qp: &Qp,
+        hdrs: &Headers,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.send_along_with(qp, &Route::of(qp), hdrs, len, fill)
+    }
+
+    /// [`Wire::send_with`] along `route` instead of the QP's own address vector.
+    pub fn send_along_with<E>(
+        &mut self,
+        qp: &Qp,
+        route: &Route,
+        hdrs: &Headers,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let dst_ip: [u8; 4] = route.dgid[12..16].try_into().unwrap_or([0; 4]);
         // A QP that migrated here keeps speaking as the address it was created with.
         let local = qp.home.unwrap_or(self.local);
@@ -73,15 +117,33 @@ impl Wire<'_> {
             tos: route.traffic_class,
             ip_id: 0,
         };
-        let mut frame = Vec::with_capacity(payload.len() + 96);
-        match packet::build(&addressing, hdrs, payload, &mut frame) {
-            Ok(()) => self.out.push(frame),
+        let mut frame = self.spare.pop().unwrap_or_default();
+        frame.clear();
+        match packet::build_headers(&addressing, hdrs, len, &mut frame) {
+            Ok(()) => {
+                let headers = frame.len();
+                fill(&mut frame)?;
+                if frame.len() != headers + len {
+                    log::error!(
+                        "qp {:#x}: {} bytes of payload where the headers say {len}: frame dropped",
+                        qp.qpn,
+                        frame.len() - headers
+                    );
+                    return Ok(());
+                }
+                packet::end_unsealed(&mut frame, len);
+                self.out.push(Frame {
+                    bytes: frame,
+                    sealed: false,
+                });
+            }
             Err(e) => log::error!(
                 "qp {:#x}: cannot build opcode {:#x}: {e}",
                 qp.qpn,
                 hdrs.bth.opcode
             ),
         }
+        Ok(())
     }
 }
 

@@ -864,6 +864,25 @@ pub fn build(
     payload: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), BuildError> {
+    let start = out.len();
+    build_headers(addr, hdrs, payload.len(), out)?;
+    out.extend_from_slice(payload);
+    end_unsealed(out, payload.len());
+    seal(&mut out[start..]);
+    Ok(())
+}
+
+/// [`build`] in steps, for a caller that appends the payload itself (straight from
+/// guest memory, with no zeroing first): appends the headers of a frame that will carry
+/// `payload_len` bytes of payload. The caller then appends exactly the payload and calls
+/// [`end_unsealed`]; [`seal`] computes the ICRC, which a frame that never leaves the
+/// process and is never captured does not need (see [`crate::rdma::switch`]).
+pub fn build_headers(
+    addr: &Addressing,
+    hdrs: &Headers,
+    payload_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), BuildError> {
     let bth = &hdrs.bth;
     let info = opcode_info(bth.opcode).ok_or(BuildError::UnknownOpcode(bth.opcode))?;
 
@@ -894,10 +913,10 @@ pub fn build(
             _ => {}
         }
     }
-    if !info.has_payload && !payload.is_empty() {
+    if !info.has_payload && payload_len != 0 {
         return Err(BuildError::UnexpectedPayload {
             opcode: bth.opcode,
-            len: payload.len(),
+            len: payload_len,
         });
     }
     let too_wide = |field, value: u32, max: u32| {
@@ -920,8 +939,8 @@ pub fn build(
         too_wide("DCETH.dci_qpn", d.dci_qpn, MASK_24)?;
     }
 
-    let pad = (4 - payload.len() % 4) % 4;
-    let udp_len = UDP_HEADER_LEN + info.header_len() + payload.len() + pad + ICRC_LEN;
+    let pad = (4 - payload_len % 4) % 4;
+    let udp_len = UDP_HEADER_LEN + info.header_len() + payload_len + pad + ICRC_LEN;
     let ip_len = IPV4_HEADER_LEN + udp_len;
     if ip_len > usize::from(u16::MAX) {
         return Err(BuildError::TooLong { ip_len });
@@ -1026,11 +1045,24 @@ pub fn build(
         }
     }
 
-    out.extend_from_slice(payload);
-    out.extend_from_slice(&[0u8; 3][..pad]);
-    let crc = icrc(&out[ip_start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
     Ok(())
+}
+
+/// Ends a frame from [`build_headers`] whose `payload_len` bytes of payload were
+/// appended: appends the pad and a zero ICRC.
+pub fn end_unsealed(out: &mut Vec<u8>, payload_len: usize) {
+    let pad = (4 - payload_len % 4) % 4;
+    out.extend_from_slice(&[0u8; 3 + ICRC_LEN][..pad + ICRC_LEN]);
+}
+
+/// Computes the ICRC of `frame` (one whole frame from [`build_headers`] and
+/// [`end_unsealed`], Ethernet header first) into its last four bytes.
+pub fn seal(frame: &mut [u8]) {
+    let Some(end) = frame.len().checked_sub(ICRC_LEN) else {
+        return;
+    };
+    let crc = icrc(&frame[ETH_HEADER_LEN.min(end)..end]);
+    frame[end..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// A frame that [`parse`] accepted: the addressing it arrived with, its transport
@@ -1200,6 +1232,17 @@ impl<'a> Reader<'a> {
 ///
 /// Every failure is a distinct [`ParseError`]; no input makes it panic.
 pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
+    parse_checked(frame, true)
+}
+
+/// [`parse`] without the ICRC check, for a frame built by this process that nothing
+/// outside it has seen or touched (an unsealed frame of the internal switch, whose ICRC
+/// was never computed). Every other check is made.
+pub fn parse_unsealed(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
+    parse_checked(frame, false)
+}
+
+fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseError> {
     // Ethernet.
     let Some((eth, after_eth)) = frame.split_first_chunk::<ETH_HEADER_LEN>() else {
         return Err(ParseError::TruncatedEthernet { len: frame.len() });
@@ -1328,9 +1371,11 @@ pub fn parse(frame: &[u8]) -> Result<Packet<'_>, ParseError> {
     found.copy_from_slice(icrc_bytes);
     let found = u32::from_le_bytes(found);
     let covered_len = IPV4_HEADER_LEN + UDP_HEADER_LEN + covered_udp.len();
-    let computed = icrc(&ip_packet[..covered_len]);
-    if found != computed {
-        return Err(ParseError::Icrc { found, computed });
+    if check_icrc {
+        let computed = icrc(&ip_packet[..covered_len]);
+        if found != computed {
+            return Err(ParseError::Icrc { found, computed });
+        }
     }
 
     let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
@@ -1515,6 +1560,33 @@ mod tests {
         let end = frame.len() - ICRC_LEN;
         let c = icrc(&frame[ETH_HEADER_LEN..end]);
         frame[end..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    #[test]
+    fn an_unsealed_frame_sealed_is_the_built_frame_and_only_it_passes_the_icrc_check() {
+        let payload: Vec<u8> = (0..77u8).collect();
+        for op in [
+            opcode::RC_RDMA_WRITE_FIRST,
+            opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        ] {
+            let built = frame_for(op, &payload);
+            let mut unsealed = Vec::new();
+            build_headers(
+                &addressing(),
+                &headers_for(op),
+                payload.len(),
+                &mut unsealed,
+            )
+            .unwrap();
+            unsealed.extend_from_slice(&payload);
+            end_unsealed(&mut unsealed, payload.len());
+            assert_eq!(unsealed.len(), built.len());
+            assert!(matches!(parse(&unsealed), Err(ParseError::Icrc { .. })));
+            assert_eq!(parse_unsealed(&unsealed).unwrap().payload, &payload[..]);
+            seal(&mut unsealed);
+            assert_eq!(unsealed, built, "byte for byte what build makes");
+            assert_eq!(parse(&unsealed).unwrap(), parse_unsealed(&built).unwrap());
+        }
     }
 
     #[test]

@@ -469,26 +469,35 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     let sends = cfg.test == Test::SendBw;
     let mut posted = vec![0u64; qps];
     let mut completed = vec![0u64; qps];
-    // Receives: posted and completed per QP of the remote end (send_bw).
-    let mut recv_posted = vec![if sends { depth } else { 0 }; qps];
+    // With a duration, posting stops when it has passed and the messages in flight finish.
+    let mut limit = cfg.duration.map_or(cfg.iters, |_| u64::MAX);
+    // Receives: posted and completed per QP of the remote end (send_bw). Never more are
+    // posted than messages will come, so none is left for the next run (the QPs serve
+    // every size and every repeat).
+    let first_receives = if sends { depth.min(limit) } else { 0 };
+    let mut recv_posted = vec![first_receives; qps];
     let mut recv_done = vec![0u64; qps];
     let mut received_bytes = 0u64;
-    if sends {
-        for (q, qp) in b.qps.iter().enumerate() {
-            let wrs: Vec<_> = (0..depth).map(|i| recv_wr(layout, b, size, q, i)).collect();
-            qp.post_recv_list(&wrs)?;
-        }
+    for (q, qp) in b.qps.iter().enumerate().filter(|_| sends) {
+        let wrs: Vec<_> = (0..first_receives)
+            .map(|i| recv_wr(layout, b, size, q, i))
+            .collect();
+        qp.post_recv_list(&wrs)?;
     }
     let start = Instant::now();
     let mut marks = vec![(Duration::ZERO, 0u64)];
     let mut done_bytes = 0u64;
     let mut last_progress = Instant::now();
-    // With a duration, posting stops when it has passed and the messages in flight finish.
-    let mut limit = cfg.duration.map_or(cfg.iters, |_| u64::MAX);
     loop {
         if let Some(d) = cfg.duration {
             if limit == u64::MAX && start.elapsed() >= d {
-                limit = posted.iter().copied().max().unwrap_or(0);
+                // As far as any QP posted, or posted receives for: every receive is used.
+                limit = posted
+                    .iter()
+                    .chain(&recv_posted)
+                    .copied()
+                    .max()
+                    .unwrap_or(0);
                 // Every QP ends on a signalled WR: post up to the next one.
                 limit = limit.next_multiple_of(signal_every(cfg.tx_depth));
             }
@@ -538,8 +547,10 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 }
                 recv_done[q] += 1;
                 let next = recv_posted[q];
-                b.qps[q].post_recv(&recv_wr(layout, b, size, q, next))?;
-                recv_posted[q] += 1;
+                if next < limit {
+                    b.qps[q].post_recv(&recv_wr(layout, b, size, q, next))?;
+                    recv_posted[q] += 1;
+                }
                 progressed = true;
             }
         }
@@ -558,6 +569,7 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     let elapsed = start.elapsed();
     let messages: u64 = completed.iter().sum();
     let mut checked = 0u64;
+    let mut qps_checked = 0u64;
     if cfg.check && cfg.test != Test::SendBw {
         // Every slot now holds what the last message through it carried: the source
         // slot's pattern, at the other end.
@@ -575,18 +587,25 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 }
                 checked += size as u64;
             }
+            qps_checked += u64::from(done > 0);
         }
     } else if cfg.check {
         checked = received_bytes;
+        // Every receive was compared as it completed.
+        qps_checked = recv_done.iter().filter(|&&n| n > 0).count() as u64;
     }
-    Ok(SizeResult::bandwidth(
-        size,
-        messages,
-        elapsed,
-        stats::peak_mb_per_s(&marks, PEAK_WINDOW),
-        if sends { received_bytes } else { done_bytes },
-        checked,
-    ))
+    Ok(SizeResult {
+        messages_per_qp: completed,
+        qps_checked,
+        ..SizeResult::bandwidth(
+            size,
+            messages,
+            elapsed,
+            stats::peak_mb_per_s(&marks, PEAK_WINDOW),
+            if sends { received_bytes } else { done_bytes },
+            checked,
+        )
+    })
 }
 
 /// Spins until `cq` yields a completion that `want` accepts; fails on an error
@@ -723,7 +742,9 @@ fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Resu
     let what = "send_lat";
     let rounds = lat_rounds(cfg);
     let (src, dst) = (layout.src(0), layout.dst(0));
-    let depth = u64::from(cfg.tx_depth);
+    // One receive per round is posted in all, so none is left for the next run (the QPs
+    // serve every size and every repeat).
+    let depth = u64::from(cfg.tx_depth).min(rounds);
     for end in [a, b] {
         let wrs: Vec<_> = (0..depth)
             .map(|i| recv_wr(layout, end, size, 0, i))
@@ -759,7 +780,7 @@ fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Resu
             }
             checked += size as u64;
         }
-        for end in [a, b] {
+        for end in [a, b].into_iter().filter(|_| round + depth < rounds) {
             end.qps[0].post_recv(&recv_wr(layout, end, size, 0, 0))?;
         }
         retire_sends(a, what)?;

@@ -36,6 +36,12 @@ pub struct SizeResult {
     pub bytes_completed: u64,
     /// Bytes compared with what was sent, in checking mode (0 without).
     pub bytes_checked: u64,
+    /// Bandwidth tests: the messages each QP completed, in QP order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages_per_qp: Vec<u64>,
+    /// Bandwidth tests in checking mode: the QPs whose received bytes were compared (and
+    /// matched, or the run would have failed).
+    pub qps_checked: u64,
     /// Bandwidth tests.
     pub bandwidth: Option<Bandwidth>,
     /// Latency tests (half round trips; whole round trips for atomic_lat).

@@ -8,7 +8,7 @@ use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::ring::{self, Doorbells, Ring};
-use super::{Binding, ContextInner, DOORBELL_PAGE};
+use super::{Binding, ContextInner};
 use crate::error::Result;
 
 /// Offset in a CQ's doorbell slot of the consumer index (u32).
@@ -183,12 +183,14 @@ impl Cq {
         let entries = ring::ring_entries(entries, 2)?;
         let t = ctx.transport();
         let ring = Ring::new(t, entries, size_of::<Cqe>() as u32)?;
-        let req = CreateCqReq {
-            ring: ring.page_list(),
-            entries,
-            doorbell_page: DOORBELL_PAGE,
-        };
-        let resp: CreateCqResp = ctx.command(Opcode::CreateCq, req.as_bytes())?;
+        let resp: CreateCqResp = ctx.with_doorbell_page(|doorbell_page| {
+            let req = CreateCqReq {
+                ring: ring.page_list(),
+                entries,
+                doorbell_page,
+            };
+            ctx.command(Opcode::CreateCq, req.as_bytes())
+        })?;
         let slot = match Doorbells::check_slot(t, resp.doorbell) {
             Ok(s) => s,
             Err(e) => {
@@ -307,13 +309,14 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         // SAFETY: `ring` is not used again: this is the last use of `self`.
         let ring = unsafe { ManuallyDrop::take(&mut self.ring) };
-        if self
-            .bind
-            .ctx()
+        let ctx = self.bind.ctx();
+        if ctx
             .destroy(Opcode::DestroyCq, self.bind.num(), "completion queue")
             .is_err()
         {
             std::mem::forget(ring);
+        } else {
+            ctx.doorbell_slot_freed(self.bind.slot().page);
         }
     }
 }

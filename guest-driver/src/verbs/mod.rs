@@ -6,8 +6,10 @@
 //! MR its PD and its buffer), so Rust's ownership gives the destruction order the device
 //! wants: every object is destroyed on drop, after the objects that use it.
 //!
-//! Doorbells: page 0 of the doorbell BAR is the command queue's; every object of a context
-//! asks for its slots in page [`DOORBELL_PAGE`].
+//! Doorbells: page 0 of the doorbell BAR is the command queue's; the objects of a context
+//! ask for their slots from page [`DOORBELL_PAGE`] on, and spill to the next page when the
+//! device answers that a page's slots are all taken, up to the function's quota of
+//! doorbell pages (see [`ContextInner::with_doorbell_page`]).
 //!
 //! ```no_run
 //! # fn demo(device: rnic_driver::Device) -> rnic_driver::Result<()> {
@@ -40,10 +42,11 @@ mod ud;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rnic_abi::cmd::{Opcode, QueryDeviceResp};
+use rnic_abi::cmd::{Opcode, QueryDeviceResp, Status};
 use rnic_abi::regs;
 use rnic_abi::verbs::{event, CreateEqReq, CreateEqResp, DoorbellSlot, Eqe, ObjectReq};
 use zerocopy::{FromBytes, IntoBytes};
@@ -66,8 +69,8 @@ pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
 use ring::{Doorbells, Ring};
 
-/// The doorbell page that every object of a context asks for (page 0 belongs to the
-/// command queue).
+/// The first doorbell page that objects of a context ask for (page 0 belongs to the
+/// command queue); objects spill to the pages after it when it is full.
 pub const DOORBELL_PAGE: u32 = 1;
 /// Entries of the context's event queue: room for a completion event from each of many
 /// armed CQs plus async events, in 16 KiB. Fewer if the device's CQ limit (which bounds
@@ -191,6 +194,10 @@ pub(crate) struct ContextInner {
     /// The send and receive accounting of each live QP, by QP number, so that polling a CQ
     /// can give slots back to the QPs whose completions it reads.
     qps: Mutex<HashMap<u32, Arc<qp::QpTrack>>>,
+    /// The lowest doorbell page that may have a free slot: where the next object asks
+    /// first. It rises when the device reports a page full and falls when an object with
+    /// a slot in a lower page is destroyed.
+    doorbell_page: AtomicU32,
 }
 
 /// The driver's side of the event queue.
@@ -281,6 +288,7 @@ impl Context {
                 eq_ring: ManuallyDrop::new(eq_ring),
                 eq: Mutex::new(EqState::default()),
                 qps: Mutex::new(HashMap::new()),
+                doorbell_page: AtomicU32::new(DOORBELL_PAGE),
             }),
         })
     }
@@ -396,6 +404,51 @@ impl ContextInner {
     ) -> Result<()> {
         self.destroy(op, handle, what)
             .inspect_err(|_| std::mem::forget(memory))
+    }
+
+    /// Creates an object whose doorbell slots the device assigns in the page the request
+    /// names: `create(page)` is tried on the lowest page that may have room and, while the
+    /// device answers `NO_RESOURCES` (the page's slots are taken, or its quota of doorbell
+    /// pages does not reach a fresh page), on the pages after it, up to the last doorbell
+    /// page the function has and the transport mapped. The first answer that is not
+    /// `NO_RESOURCES`, or the last page's, is the result.
+    pub(crate) fn with_doorbell_page<R>(
+        &self,
+        mut create: impl FnMut(u32) -> Result<R>,
+    ) -> Result<R> {
+        let mapped = (self.transport().doorbells().len() as u64 / rnic_abi::PAGE_SIZE) as u32;
+        let pages = self
+            .attr
+            .limits
+            .doorbell_pages
+            .min(mapped)
+            .min(rnic_abi::doorbell::PAGES);
+        let first = self
+            .doorbell_page
+            .load(Ordering::Relaxed)
+            .max(DOORBELL_PAGE);
+        let mut page = first.min(pages.saturating_sub(1)).max(DOORBELL_PAGE);
+        loop {
+            match create(page) {
+                Err(Error::Command { status, .. })
+                    if status == Status::NoResources as u16 && page + 1 < pages =>
+                {
+                    page += 1;
+                }
+                result => {
+                    if result.is_ok() && page > first {
+                        self.doorbell_page.fetch_max(page, Ordering::Relaxed);
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    /// An object with a doorbell slot in `page` was destroyed: that page has room again.
+    pub(crate) fn doorbell_slot_freed(&self, page: u32) {
+        self.doorbell_page
+            .fetch_min(page.max(DOORBELL_PAGE), Ordering::Relaxed);
     }
 
     pub(crate) fn qps(&self) -> MutexGuard<'_, HashMap<u32, Arc<qp::QpTrack>>> {

@@ -20,7 +20,7 @@ use zerocopy::IntoBytes;
 use super::cq::{CqInner, Wc};
 use super::mr::{Pd, PdInner};
 use super::ring::{self, Doorbells, Ring};
-use super::{invalid, queue_full, Cq, DOORBELL_PAGE};
+use super::{invalid, queue_full, Cq};
 use crate::error::Result;
 use rnic_abi::migration::{AdoptQpReq, AdoptQpResp};
 
@@ -564,28 +564,30 @@ impl Pd {
         // On an SRQ the device gets no receive queue (the driver keeps a one-entry ring it
         // never uses, so that every QP has the same shape).
         let own_rq = srq.is_none();
-        let req = CreateQpReq {
-            pdn: self.inner.pdn(),
-            send_cqn: send_cq.cqn(),
-            recv_cqn: recv_cq.cqn(),
-            sq_entries: caps.max_send_wr,
-            rq_entries: if own_rq { caps.max_recv_wr } else { 0 },
-            max_send_sge: caps.max_send_sge,
-            max_recv_sge: caps.max_recv_sge,
-            max_inline_data: caps.max_inline_data,
-            doorbell_page: DOORBELL_PAGE,
-            qp_type,
-            sq_sig_all: u8::from(sq_sig_all),
-            // SRQ numbers fit 16 bits (checked when the SRQ was created).
-            srqn: srq.map_or(0, |q| q.srqn() as u16),
-            sq: sq_ring.page_list(),
-            rq: if own_rq {
-                rq_ring.page_list()
-            } else {
-                Default::default()
-            },
-        };
-        let resp: CreateQpResp = ctx.command(Opcode::CreateQp, req.as_bytes())?;
+        let resp: CreateQpResp = ctx.with_doorbell_page(|doorbell_page| {
+            let req = CreateQpReq {
+                pdn: self.inner.pdn(),
+                send_cqn: send_cq.cqn(),
+                recv_cqn: recv_cq.cqn(),
+                sq_entries: caps.max_send_wr,
+                rq_entries: if own_rq { caps.max_recv_wr } else { 0 },
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                max_inline_data: caps.max_inline_data,
+                doorbell_page,
+                qp_type,
+                sq_sig_all: u8::from(sq_sig_all),
+                // SRQ numbers fit 16 bits (checked when the SRQ was created).
+                srqn: srq.map_or(0, |q| q.srqn() as u16),
+                sq: sq_ring.page_list(),
+                rq: if own_rq {
+                    rq_ring.page_list()
+                } else {
+                    Default::default()
+                },
+            };
+            ctx.command(Opcode::CreateQp, req.as_bytes())
+        })?;
         let slots = Doorbells::check_slot(t, resp.sq_doorbell)
             .and_then(|sq| Ok((sq, Doorbells::check_slot(t, resp.rq_doorbell)?)));
         let (sq_slot, rq_slot) = match slots {
@@ -973,6 +975,8 @@ impl Drop for Qp {
         };
         if destroyed.is_err() {
             std::mem::forget(rings);
+        } else {
+            ctx.doorbell_slot_freed(self.sq_slot.page.min(self.rq_slot.page));
         }
     }
 }
