@@ -84,6 +84,13 @@ pub enum Opcode {
     /// Give a QP a window for send WQEs by MMIO: `verbs::ObjectReq` (QPN) ->
     /// `mmio::SqWindowResp`.
     CreateSqWindow = 0x0145,
+    /// Create a control queue: `ctrlq::CreateCtrlqReq` -> `ctrlq::CreateCtrlqResp`.
+    CreateCtrlq = 0x0170,
+    /// Destroy a control queue: `verbs::ObjectReq`.
+    DestroyCtrlq = 0x0171,
+    /// Reserve pending memory keys: `ctrlq::ReserveMkeysReq` -> `ctrlq::ReserveMkeysResp`.
+    /// `DEREG_MR` releases a key in any state.
+    ReserveMkeys = 0x0172,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -138,6 +145,9 @@ impl Opcode {
             0x0151 => Self::ModifySrq,
             0x0152 => Self::QuerySrq,
             0x0153 => Self::DestroySrq,
+            0x0170 => Self::CreateCtrlq,
+            0x0171 => Self::DestroyCtrlq,
+            0x0172 => Self::ReserveMkeys,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

@@ -171,6 +171,8 @@ pub const CAP_UD: u64 = 1 << 10;
 pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
 /// Capability: send WQEs written into a window of the doorbell BAR ([`crate::mmio`]).
 pub const CAP_WQE_MMIO: u64 = 1 << 12;
+/// Pipelined memory registration through control queues ([`crate::ctrlq`], ABI 1.4).
+pub const CAP_PIPELINED_REG: u64 = 1 << 14;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

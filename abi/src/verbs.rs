@@ -172,6 +172,8 @@ pub mod wc {
     pub const BIND_MW: u8 = 5;
     /// Local invalidate completed.
     pub const LOCAL_INV: u8 = 6;
+    /// A control queue's memory registration completed (as the kernel's `IB_WC_REG_MR`).
+    pub const REG_MR: u8 = 8;
     /// A receive completed (SEND in).
     pub const RECV: u8 = 128;
     /// A receive consumed by an RDMA WRITE with immediate.

@@ -24,6 +24,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
         Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
+        Opcode::CreateCtrlq => size_of::<rnic_abi::ctrlq::CreateCtrlqResp>(),
+        Opcode::ReserveMkeys => size_of::<rnic_abi::ctrlq::ReserveMkeysResp>(),
         Opcode::CreateSqWindow => size_of::<rnic_abi::mmio::SqWindowResp>(),
         Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
@@ -44,7 +46,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::ModifyQp
         | Opcode::DestroyQp
         | Opcode::ModifySrq
-        | Opcode::DestroySrq => 0,
+        | Opcode::DestroySrq
+        | Opcode::DestroyCtrlq => 0,
     }
 }
 

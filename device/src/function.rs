@@ -99,6 +99,7 @@ impl Identity {
                 | CAP_UD
                 | CAP_ONE_SHOT_READ
                 | CAP_WQE_MMIO
+                | CAP_PIPELINED_REG
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1208,7 +1209,8 @@ mod tests {
             | CAP_SRQ
             | CAP_UD
             | CAP_ONE_SHOT_READ
-            | CAP_WQE_MMIO;
+            | CAP_WQE_MMIO
+            | CAP_PIPELINED_REG;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -11,6 +11,7 @@
 
 pub mod completer;
 pub mod cq;
+pub mod ctrlq;
 pub mod handover;
 pub mod indirect;
 pub mod mmio;
@@ -92,6 +93,7 @@ enum SlotOwner {
     Rq(u32),
     Srq(u32),
     Window(u32),
+    Ctrlq(u32),
 }
 
 /// All RDMA objects of one function.
@@ -105,6 +107,7 @@ pub struct RdmaState {
     qps: BTreeMap<u32, Qp>,
     srqs: srq::SrqTable,
     ud: ud::UdTable,
+    ctrlqs: ctrlq::CtrlqTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -177,6 +180,7 @@ impl RdmaState {
             qps: BTreeMap::new(),
             srqs: Default::default(),
             ud: Default::default(),
+            ctrlqs: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -231,6 +235,9 @@ impl RdmaState {
             Opcode::ModifySrq => self.modify_srq(body),
             Opcode::QuerySrq => self.query_srq(body),
             Opcode::DestroySrq => self.destroy_srq(body),
+            Opcode::CreateCtrlq => self.create_ctrlq(body, env),
+            Opcode::DestroyCtrlq => self.destroy_ctrlq(body),
+            Opcode::ReserveMkeys => self.reserve_mkeys(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -352,8 +359,8 @@ impl RdmaState {
         Ok(Response::ok(Vec::new()))
     }
 
-    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: RegMrReq = decode(body)?;
+    /// Checks a registration and loads its pages, charging them: the region it describes.
+    fn load_region(&self, req: &RegMrReq, env: &Env) -> Result<Mr, Response> {
         if !self.pds.contains_key(&req.pdn) {
             return Err(Response::error(Status::NotFound, req.pdn));
         }
@@ -372,19 +379,24 @@ impl RdmaState {
         let offset = req.iova % rnic_abi::PAGE_SIZE;
         let buffer =
             PagedBuffer::load(&req.pages, offset, req.length, mem).map_err(page_list_error)?;
-        let pages = buffer.page_count() as u64;
-        self.charge(Resource::MrPages, pages)?;
-        if let Err(e) = self.charge(Resource::Mr, 1) {
-            self.release(Resource::MrPages, pages);
-            return Err(e);
-        }
-        let mr = Mr {
+        self.charge(Resource::MrPages, buffer.page_count() as u64)?;
+        Ok(Mr {
             pdn: req.pdn,
             access: req.access,
             iova: req.iova,
             buffer,
             valid: true,
-        };
+        })
+    }
+
+    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: RegMrReq = decode(body)?;
+        let mr = self.load_region(&req, env)?;
+        let pages = mr.buffer.page_count() as u64;
+        if let Err(e) = self.charge(Resource::Mr, 1) {
+            self.release(Resource::MrPages, pages);
+            return Err(e);
+        }
         let Some(key) = self.mrs.insert(mr) else {
             self.release(Resource::MrPages, pages);
             self.release(Resource::Mr, 1);
@@ -404,6 +416,12 @@ impl RdmaState {
         // An indirect or pattern key names it: that key must go first.
         if self.mrs.indirect.references(req.handle) {
             return Err(Response::error(Status::Busy, req.handle));
+        }
+        // A reserved key without a region (pending or failed): release the reservation;
+        // WRs waiting for it fail with an access error.
+        if self.mrs.unreserve(req.handle) {
+            self.release(Resource::Mr, 1);
+            return Ok(Response::ok(Vec::new()));
         }
         // rnic has no memory windows, the only thing that makes a deregistration wait in
         // the IB spec; in-flight WRs that still name the key fail with an access error.
@@ -859,6 +877,8 @@ impl RdmaState {
             self.qps.insert(qpn, qp);
             self.report_drained(qpn, env);
         }
+        // After the QPs: a WQE that found its key pending runs on the next pass.
+        progress |= self.run_ctrlqs(env);
         progress
     }
 

@@ -293,6 +293,11 @@ pub fn run(
         if !window.open(next) {
             break;
         }
+        // Its memory is still being registered through a control queue: the send queue
+        // waits (in order) until the registration ran.
+        if !o.assigned && super::ctrlq::waits_for_key(&o.op, mrs) {
+            break;
+        }
         match opcode {
             wr::LOCAL_INV => {
                 let key = o.op.wqe.imm_or_inv;

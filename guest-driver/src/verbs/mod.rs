@@ -28,6 +28,7 @@
 //! ```
 
 mod cq;
+mod ctrlq;
 mod mkey;
 mod mmio;
 mod mr;
@@ -52,6 +53,7 @@ use crate::error::{Error, Result};
 use crate::transport::Transport;
 
 pub use cq::{Cq, Wc, WcOpcode};
+pub use ctrlq::CtrlQueue;
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use qp::{init_attr, mtu, rtr_attr, rts_attr, Qp, QpCaps, RecvWr, SendWr, WrOpcode};

@@ -439,6 +439,19 @@ impl QpTrack {
         }
     }
 
+    /// The accounting of a queue whose every WQE completes on CQ `cqn`, in order (a
+    /// control queue): a receive-style count under `id`.
+    pub(crate) fn counting(id: u32, cqn: u32, count: Arc<Mutex<RqState>>) -> Self {
+        Self {
+            qpn: id,
+            send_cqn: AtomicU32::new(u32::MAX),
+            recv_cqn: AtomicU32::new(cqn),
+            sq_sig_all: false,
+            sq: Mutex::new(SqState::new(1)),
+            rq: count,
+        }
+    }
+
     /// Frees the queue entries that a completion read from CQ `cqn` says are done.
     pub(crate) fn credit(&self, cqn: u32, wc: &Wc) {
         let matched = match self.is_send(cqn, wc) {
