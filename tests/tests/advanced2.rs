@@ -134,11 +134,23 @@ fn a_write_posted_before_its_registration_waits_for_it() {
 /// A control WQE registering `len` bytes of `buf` (whose pages `pages` names) under `key`
 /// for local write.
 fn reg_wqe(wr_id: u64, key: u32, buf: &DmaBuffer, len: usize, pages: PageList) -> CtrlWqe {
+    reg_wqe_for(ACCESS_LOCAL_WRITE, wr_id, key, buf, len, pages)
+}
+
+/// [`reg_wqe`] with `access`.
+fn reg_wqe_for(
+    access: u32,
+    wr_id: u64,
+    key: u32,
+    buf: &DmaBuffer,
+    len: usize,
+    pages: PageList,
+) -> CtrlWqe {
     CtrlWqe {
         wr_id,
         opcode: ctrl_op::REG_MR,
         key,
-        access: ACCESS_LOCAL_WRITE,
+        access,
         iova: buf.device_addr(0),
         length: len as u64,
         pages,
@@ -223,5 +235,52 @@ fn a_failed_registration_fails_the_waiting_write_and_nothing_else() {
         expect_reg(&ctrl_cq, &ctrl, 8, mr.lkey(), WcStatus::Success);
         assert!(buffer_bytes(&b.mr)[b.mr.offset()..][..data.len()] == data[..]);
         release(a, key);
+    });
+}
+
+#[test]
+fn a_remote_write_to_a_pending_rkey_is_answered_rnr_until_the_registration_ran() {
+    on_both_paths(126, |a, b| {
+        let (ctrl, ctrl_cq) = ctrl_queue(b);
+        let len = 6000;
+        let target = dma_buffer(b, &vec![0u8; len]);
+        let key = ctrl.reserve_key().expect("a pending key on the target");
+        let data = pattern(len, 11);
+        let wr = signaled(
+            1,
+            WrOpcode::RdmaWrite {
+                remote_addr: target.device_addr(0),
+                rkey: key,
+            },
+            vec![a.mr.sge(0, len)],
+        );
+        a.mr.write(0, &data);
+        a.qp.post_send(&wr).expect("post");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            a.cq.poll(1).is_empty(),
+            "the WRITE waits (RNR) for the rkey"
+        );
+        let mut now = vec![0u8; len];
+        target.read(0, &mut now);
+        assert!(now.iter().all(|&x| x == 0), "nothing was written yet");
+        let list = page_list(b, target.pages());
+        let wqe = reg_wqe_for(
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+            3,
+            key,
+            &target,
+            len,
+            list.1,
+        );
+        ctrl.post_raw(&wqe).expect("post the registration");
+        expect_reg(&ctrl_cq, &ctrl, 3, key, WcStatus::Success);
+        expect(&a.cq, 1, WcStatus::Success);
+        target.read(0, &mut now);
+        assert!(
+            now == data,
+            "the WRITE arrived once the rkey was registered"
+        );
+        release(b, key);
     });
 }

@@ -19,12 +19,14 @@ use rnic_abi::doorbell::slot_offset;
 use rnic_abi::verbs::{wc, Cqe, DoorbellSlot, ObjectReq, RegMrReq, WcStatus};
 use zerocopy::FromZeros;
 
+use super::mr::{Access, KeyError, MrTable};
 use super::pages::PagedBuffer;
 use super::qp::WorkQueue;
 use super::wqe::SendOp;
 use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
 use crate::cmdq::Response;
 use crate::resources::Resource;
+use crate::roce::packet::Headers;
 
 /// Control queues one function may have.
 const MAX_CTRLQS: usize = 16;
@@ -54,8 +56,24 @@ impl CtrlqTable {
 
 /// Whether `op` must wait: one of its local SGEs names a key whose registration is still
 /// queued on a control queue.
-pub fn waits_for_key(op: &SendOp, mrs: &super::mr::MrTable) -> bool {
+pub fn waits_for_key(op: &SendOp, mrs: &MrTable) -> bool {
     op.inline.is_none() && op.sges.iter().any(|s| mrs.is_pending(s.lkey))
+}
+
+/// Whether a request with `hdrs` must wait: the rkey of its RETH or AtomicETH is a key of
+/// `pdn` whose registration is still queued on a control queue. The responder answers it
+/// with an RNR NAK, and the requester asks again after its RNR timer.
+pub fn remote_key_pending(mrs: &MrTable, pdn: u32, hdrs: &Headers) -> bool {
+    let rkey = match (hdrs.reth, hdrs.atomic) {
+        // A zero-length READ or WRITE names no memory (IB C9-88): it never waits.
+        (Some(reth), _) if reth.dma_len != 0 => reth.rkey,
+        (_, Some(atomic)) => atomic.rkey,
+        _ => return false,
+    };
+    matches!(
+        mrs.check(rkey, pdn, Access::LocalRead, 0, 0),
+        Err(KeyError::Pending)
+    )
 }
 
 impl RdmaState {
