@@ -297,6 +297,14 @@ impl MrTable {
             + self.indirect.count_in_pd(pdn)
     }
 
+    /// Keys reserved in `pdn` that hold no region (pending or failed).
+    pub fn reserved_in_pd(&self, pdn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.reserved.is_some_and(|r| r.pdn == pdn))
+            .count()
+    }
+
     /// Number of registered regions.
     pub fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.mr.is_some()).count()
@@ -448,8 +456,10 @@ mod tests {
         assert!(t.fulfil(keys[1], None));
         assert_eq!(check(&t, keys[1]).unwrap_err(), KeyError::NoSuchKey);
         assert!(!t.is_pending(keys[1]));
+        assert_eq!(t.reserved_in_pd(1), 1);
         assert!(t.unreserve(keys[1]));
         assert_eq!(t.count_in_pd(1), 1);
+        assert_eq!(t.reserved_in_pd(1), 0);
         // The released slot is handed out again under a new key.
         let k = t.insert(region(1, 0)).unwrap();
         assert_eq!(k >> 8, keys[1] >> 8);
