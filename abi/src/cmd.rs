@@ -91,6 +91,12 @@ pub enum Opcode {
     /// Reserve pending memory keys: `ctrlq::ReserveMkeysReq` -> `ctrlq::ReserveMkeysResp`.
     /// `DEREG_MR` releases a key in any state.
     ReserveMkeys = 0x0172,
+    /// Create a shared send queue: `shared_sq::CreateSharedSqReq` ->
+    /// `shared_sq::CreateSharedSqResp`.
+    CreateSharedSq = 0x0173,
+    /// Destroy a shared send queue: `verbs::ObjectReq`. WQEs its QPs still hold complete
+    /// with nothing.
+    DestroySharedSq = 0x0174,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -148,6 +154,8 @@ impl Opcode {
             0x0170 => Self::CreateCtrlq,
             0x0171 => Self::DestroyCtrlq,
             0x0172 => Self::ReserveMkeys,
+            0x0173 => Self::CreateSharedSq,
+            0x0174 => Self::DestroySharedSq,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

@@ -25,6 +25,7 @@ pub mod mkey;
 pub mod mmio;
 pub mod pci;
 pub mod regs;
+pub mod shared_sq;
 pub mod srq;
 pub mod ud;
 pub mod verbs;

@@ -173,6 +173,8 @@ pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
 pub const CAP_WQE_MMIO: u64 = 1 << 12;
 /// Pipelined memory registration through control queues ([`crate::ctrlq`], ABI 1.4).
 pub const CAP_PIPELINED_REG: u64 = 1 << 14;
+/// Shared send queues ([`crate::shared_sq`], ABI 1.4).
+pub const CAP_SHARED_SQ: u64 = 1 << 15;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -26,6 +26,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
         Opcode::CreateCtrlq => size_of::<rnic_abi::ctrlq::CreateCtrlqResp>(),
         Opcode::ReserveMkeys => size_of::<rnic_abi::ctrlq::ReserveMkeysResp>(),
+        Opcode::CreateSharedSq => size_of::<rnic_abi::shared_sq::CreateSharedSqResp>(),
         Opcode::CreateSqWindow => size_of::<rnic_abi::mmio::SqWindowResp>(),
         Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
@@ -47,7 +48,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DestroyQp
         | Opcode::ModifySrq
         | Opcode::DestroySrq
-        | Opcode::DestroyCtrlq => 0,
+        | Opcode::DestroyCtrlq
+        | Opcode::DestroySharedSq => 0,
     }
 }
 

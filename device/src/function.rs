@@ -100,6 +100,7 @@ impl Identity {
                 | CAP_ONE_SHOT_READ
                 | CAP_WQE_MMIO
                 | CAP_PIPELINED_REG
+                | CAP_SHARED_SQ
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -1210,7 +1211,8 @@ mod tests {
             | CAP_UD
             | CAP_ONE_SHOT_READ
             | CAP_WQE_MMIO
-            | CAP_PIPELINED_REG;
+            | CAP_PIPELINED_REG
+            | CAP_SHARED_SQ;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

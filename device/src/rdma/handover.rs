@@ -110,6 +110,7 @@ impl RdmaState {
         // for a control queue (rnic 1.4).
         if pd.users != 1
             || self.mrs.reserved_in_pd(qp.pdn) > 0
+            || qp.req.ops.iter().any(|o| o.shared.is_some())
             || self.ud.qkey(qpn).is_some()
             || qp.sq.window.is_some()
             || self.mrs.indirect.count_in_pd(qp.pdn) > 0

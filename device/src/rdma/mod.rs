@@ -21,6 +21,7 @@ pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod shared_sq;
 pub mod srq;
 pub mod switch;
 pub mod ud;
@@ -94,6 +95,7 @@ enum SlotOwner {
     Srq(u32),
     Window(u32),
     Ctrlq(u32),
+    SharedSq(u32),
 }
 
 /// All RDMA objects of one function.
@@ -108,6 +110,7 @@ pub struct RdmaState {
     srqs: srq::SrqTable,
     ud: ud::UdTable,
     ctrlqs: ctrlq::CtrlqTable,
+    shared_sqs: shared_sq::SharedSqTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -181,6 +184,7 @@ impl RdmaState {
             srqs: Default::default(),
             ud: Default::default(),
             ctrlqs: Default::default(),
+            shared_sqs: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -228,7 +232,7 @@ impl RdmaState {
             Opcode::CreateQp => self.create_qp(body, env),
             Opcode::ModifyQp => self.modify_qp(body, env),
             Opcode::QueryQp => self.query_qp(body),
-            Opcode::DestroyQp => self.destroy_qp(body),
+            Opcode::DestroyQp => self.destroy_qp(body, env),
             Opcode::AdoptQp => self.adopt_qp(body, env),
             Opcode::CreateSqWindow => self.create_sq_window(body, env),
             Opcode::CreateSrq => self.create_srq(body, env),
@@ -238,6 +242,8 @@ impl RdmaState {
             Opcode::CreateCtrlq => self.create_ctrlq(body, env),
             Opcode::DestroyCtrlq => self.destroy_ctrlq(body),
             Opcode::ReserveMkeys => self.reserve_mkeys(body),
+            Opcode::CreateSharedSq => self.create_shared_sq(body, env),
+            Opcode::DestroySharedSq => self.destroy_shared_sq(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -651,8 +657,12 @@ impl RdmaState {
                 }
                 qp.sq.taken = 0;
                 qp.rq.taken = 0;
+                let ops = std::mem::take(&mut qp.req.ops);
                 qp.req = Default::default();
                 qp.resp = Default::default();
+                // Shared send queue entries it held complete there, flushed.
+                let qpn = req.qpn;
+                self.abandon_shared(&ops, qpn, env);
             }
             QpState::Rtr if from == QpState::Init => qp.resp.start(qp.attr.rq_psn),
             QpState::Rts if from == QpState::Rtr => {
@@ -700,12 +710,13 @@ impl RdmaState {
         }))
     }
 
-    fn destroy_qp(&mut self, body: &[u8]) -> Result<Response, Response> {
+    fn destroy_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: ObjectReq = decode(body)?;
         let qp = self
             .qps
             .remove(&req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
+        self.abandon_shared(&qp.req.ops, qp.qpn, env);
         for cqn in [qp.send_cqn, qp.recv_cqn] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
@@ -837,6 +848,8 @@ impl RdmaState {
             }
             self.counters.tx_packets += (wire.out.len() - before) as u64;
         }
+        // Shared send queues hand their WQEs to their QPs first, which then run below.
+        progress |= self.run_shared_sqs(env);
         let mut runnable: Vec<u32> = self.rung_send_queues(env.doorbells);
         progress |= !runnable.is_empty();
         // QPs with queued ops (behind a fence or the READ window, or due a resend) and

@@ -68,6 +68,9 @@ pub struct Op {
     pub holds_rd_atomic: bool,
     /// Whether it was ever sent (PSNs assigned).
     pub assigned: bool,
+    /// The shared send queue entry it is, if it came from one (its completion goes
+    /// there).
+    pub shared: Option<super::shared_sq::SharedRef>,
 }
 
 impl Op {
@@ -392,6 +395,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
             read_pkts: 0,
             holds_rd_atomic: false,
             assigned: false,
+            shared: None,
         });
     }
     any

@@ -34,6 +34,7 @@ mod mmio;
 mod mr;
 mod qp;
 mod ring;
+mod shared_sq;
 mod srq;
 mod ud;
 
@@ -61,6 +62,7 @@ pub use rnic_abi::verbs::{
     attr, mtu_bytes, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL, ACCESS_LOCAL_WRITE,
     ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
+pub use shared_sq::SharedSq;
 pub use srq::Srq;
 pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 

@@ -306,9 +306,9 @@ pub(super) fn post_recv_wqes(
 
 /// What the driver remembers of a posted send WR until it completes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct SendSlot {
-    wr_id: u64,
-    signaled: bool,
+pub(crate) struct SendSlot {
+    pub(crate) wr_id: u64,
+    pub(crate) signaled: bool,
 }
 
 /// Send-queue accounting.
@@ -331,16 +331,21 @@ impl SqState {
         }
     }
 
-    fn entries(&self) -> u32 {
+    pub(crate) fn entries(&self) -> u32 {
         self.slots.len() as u32
     }
 
+    /// WQEs posted in all (free-running): the send doorbell value.
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted
+    }
+
     /// Entries free for new WQEs.
-    fn free(&self) -> u32 {
+    pub(crate) fn free(&self) -> u32 {
         self.entries() - self.posted.wrapping_sub(self.completed)
     }
 
-    fn push(&mut self, slot: SendSlot) {
+    pub(crate) fn push(&mut self, slot: SendSlot) {
         let n = self.entries();
         self.slots[(self.posted % n) as usize] = slot;
         self.posted = self.posted.wrapping_add(1);
@@ -418,7 +423,20 @@ pub(crate) struct QpTrack {
 }
 
 impl QpTrack {
-    fn sq(&self) -> MutexGuard<'_, SqState> {
+    /// The accounting of a send queue of `entries` entries whose completions go to CQ
+    /// `cqn` under `id` (a shared send queue).
+    pub(crate) fn sending(id: u32, cqn: u32, entries: u32) -> Self {
+        Self {
+            qpn: id,
+            send_cqn: AtomicU32::new(cqn),
+            recv_cqn: AtomicU32::new(u32::MAX),
+            sq_sig_all: false,
+            sq: Mutex::new(SqState::new(entries)),
+            rq: Default::default(),
+        }
+    }
+
+    pub(crate) fn sq(&self) -> MutexGuard<'_, SqState> {
         self.sq.lock().unwrap_or_else(|e| e.into_inner())
     }
 
