@@ -118,6 +118,8 @@ pub enum Opcode {
     /// Admin: move a QP between members: `migration::MigrateQpReq` ->
     /// `migration::MigrateQpResp`.
     MigrateQp = 0x1008,
+    /// Admin: set a member's sessions (UDP source ports): `session::SetSessionsReq`.
+    SetSessions = 0x1010,
 }
 
 impl Opcode {
@@ -165,6 +167,7 @@ impl Opcode {
             0x1006 => Self::GetStats,
             0x1007 => Self::ResetVf,
             0x1008 => Self::MigrateQp,
+            0x1010 => Self::SetSessions,
             _ => return None,
         })
     }

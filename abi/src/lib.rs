@@ -25,6 +25,7 @@ pub mod mkey;
 pub mod mmio;
 pub mod pci;
 pub mod regs;
+pub mod session;
 pub mod shared_sq;
 pub mod srq;
 pub mod ud;

@@ -175,6 +175,8 @@ pub const CAP_WQE_MMIO: u64 = 1 << 12;
 pub const CAP_PIPELINED_REG: u64 = 1 << 14;
 /// Shared send queues ([`crate::shared_sq`], ABI 1.4).
 pub const CAP_SHARED_SQ: u64 = 1 << 15;
+/// Sessions bound to UDP source ports, and multipath ([`crate::session`], ABI 1.4).
+pub const CAP_SESSIONS: u64 = 1 << 16;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -684,8 +684,11 @@ pub struct SendWqe {
     pub compare_add: u64,
     /// Swap value (compare and swap).
     pub swap: u64,
+    /// Sessions the message may leave from (bit i = session i, [`crate::session`]; ABI
+    /// 1.4, formerly reserved). 0: the QP's own UDP source port.
+    pub session_group: u16,
     /// Must be 0.
-    pub reserved1: [u8; 16],
+    pub reserved1: [u8; 14],
 }
 
 /// A receive work-queue entry's fixed part (16 bytes), followed by `num_sge` [`Sge`]s.

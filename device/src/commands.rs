@@ -49,7 +49,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::ModifySrq
         | Opcode::DestroySrq
         | Opcode::DestroyCtrlq
-        | Opcode::DestroySharedSq => 0,
+        | Opcode::DestroySharedSq
+        | Opcode::SetSessions => 0,
     }
 }
 

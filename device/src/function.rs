@@ -101,6 +101,7 @@ impl Identity {
                 | CAP_WQE_MMIO
                 | CAP_PIPELINED_REG
                 | CAP_SHARED_SQ
+                | CAP_SESSIONS
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -619,8 +620,11 @@ impl Function {
         // Every object goes with the old state, and so do its charges. The numbers of QPs
         // that migrated away stay reserved: the switch still steers their frames.
         let departed = st.rdma.departed_qpns();
+        // The sessions are the PF's to give, not the function's: they survive its reset.
+        let sessions = st.rdma.sessions.ports().to_vec();
         st.rdma = RdmaState::with_pool(self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
+        st.rdma.sessions.set(&sessions);
         self.pool.release_all(self.member);
         st.cmdq.reset();
         admin.reset();
@@ -725,6 +729,7 @@ impl Function {
             local: self.endpoint(),
             neighbors: port.neighbors,
             out: Vec::new(),
+            src_port: None,
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
         if link_up {
@@ -1212,7 +1217,8 @@ mod tests {
             | CAP_ONE_SHOT_READ
             | CAP_WQE_MMIO
             | CAP_PIPELINED_REG
-            | CAP_SHARED_SQ;
+            | CAP_SHARED_SQ
+            | CAP_SESSIONS;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -337,6 +337,7 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
             holds_rd_atomic: false,
             assigned: false,
             shared: None,
+            session_port: None,
         });
     }
     for o in qp.req.ops.iter_mut() {

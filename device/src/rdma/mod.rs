@@ -21,6 +21,7 @@ pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod session;
 pub mod shared_sq;
 pub mod srq;
 pub mod switch;
@@ -111,6 +112,8 @@ pub struct RdmaState {
     ud: ud::UdTable,
     ctrlqs: ctrlq::CtrlqTable,
     shared_sqs: shared_sq::SharedSqTable,
+    /// The sessions (UDP source ports) the PF gave the function.
+    pub sessions: session::Sessions,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     next_pdn: u32,
     next_cqn: u32,
@@ -185,6 +188,7 @@ impl RdmaState {
             ud: Default::default(),
             ctrlqs: Default::default(),
             shared_sqs: Default::default(),
+            sessions: Default::default(),
             slots: BTreeMap::new(),
             next_pdn: 1,
             next_cqn: 1,
@@ -874,6 +878,13 @@ impl RdmaState {
                 continue;
             };
             completer::on_timer(self, &mut qp, env, now);
+            // Messages that name a session group get their session before their first
+            // packet: take new WQEs now (the requester would take them itself).
+            let sends = !matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr);
+            if sends && !self.sessions.ports().is_empty() && self.ud.qkey(qpn).is_none() {
+                requester::fetch(&mut qp, env);
+                self.sessions.assign(&mut qp.req.ops);
+            }
             let before = wire.out.len();
             let mut retransmits = 0;
             let ran = match self.ud.qkey(qpn) {

@@ -71,6 +71,9 @@ pub struct Op {
     /// The shared send queue entry it is, if it came from one (its completion goes
     /// there).
     pub shared: Option<super::shared_sq::SharedRef>,
+    /// The UDP source port of the session its packets leave from, if its WQE named a
+    /// session group (chosen before its first packet, kept for resends).
+    pub session_port: Option<u16>,
 }
 
 impl Op {
@@ -333,7 +336,9 @@ pub fn run(
             qp.req.ops[i].holds_rd_atomic = true;
             qp.req.rd_atomic_outstanding += 1;
         }
+        wire.src_port = qp.req.ops[i].session_port;
         progress |= send_op(qp, i, mrs, env, wire, mtu, window);
+        wire.src_port = None;
         if qp.req.ops[i].state != OpState::Sent {
             // A local error (nothing after it may go out), or the window is full.
             break;
@@ -396,6 +401,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
             holds_rd_atomic: false,
             assigned: false,
             shared: None,
+            session_port: None,
         });
     }
     any

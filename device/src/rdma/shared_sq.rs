@@ -307,5 +307,6 @@ fn shared_op(op: SendOp, ssqn: u32, index: u32) -> Op {
         holds_rd_atomic: false,
         assigned: false,
         shared: Some(SharedRef { ssqn, index }),
+        session_port: None,
     }
 }

@@ -16,6 +16,9 @@ pub struct Wire<'a> {
     pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
     /// Frames to send, in order.
     pub out: Vec<Vec<u8>>,
+    /// The UDP source port of the frames built now, instead of the QP's own: the session
+    /// of the message being sent ([`rnic_abi::session`]).
+    pub src_port: Option<u16>,
 }
 
 /// Where a packet goes: the address-vector fields of a frame.
@@ -64,7 +67,9 @@ impl Wire<'_> {
             dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
             src_ip: local.ip,
             dst_ip,
-            src_port: packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn),
+            src_port: self
+                .src_port
+                .unwrap_or_else(|| packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn)),
             ttl: if route.hop_limit == 0 {
                 64
             } else {

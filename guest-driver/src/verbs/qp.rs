@@ -839,6 +839,25 @@ impl Qp {
         Ok(by_mmio)
     }
 
+    /// Posts one send work request whose message leaves from a session of `group` (bit i
+    /// = session i of the function, as the PF assigned them; [`rnic_abi::session`]): the
+    /// device picks one per message. Otherwise as [`Qp::post_send`].
+    pub fn post_send_on_sessions(&self, wr: &SendWr, group: u16) -> Result<()> {
+        if self.pd.ctx().attr.caps & rnic_abi::regs::CAP_SESSIONS == 0 {
+            return Err(crate::Error::Unsupported(
+                "sessions: the device does not report CAP_SESSIONS (an rnicd older than ABI 1.4?)",
+            ));
+        }
+        let mut wqe = encode_send_wqe(wr, &self.caps)?;
+        let fixed = size_of::<SendWqe>();
+        let mut w = <SendWqe as zerocopy::FromBytes>::read_from_bytes(&wqe[..fixed])
+            .expect("an encoded WQE starts with a SendWqe");
+        w.session_group = group;
+        wqe[..fixed].copy_from_slice(w.as_bytes());
+        self.post_encoded_sends(std::slice::from_ref(wr), &[wqe], None)
+            .map(drop)
+    }
+
     /// Posts one receive work request. Refused in RESET, as ibverbs does; from INIT on the
     /// receive queue takes work.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
