@@ -55,6 +55,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_WQE_MMIO, "wqe-mmio"),
     (regs::CAP_PIPELINED_REG, "pipelined-reg"),
     (regs::CAP_SHARED_SQ, "shared-sq"),
+    (regs::CAP_SESSIONS, "sessions"),
 ];
 
 impl Report {
