@@ -395,6 +395,36 @@ fn shared_sq_completes_in_posting_order(a: &Side, peers: &[Side]) {
         ]
     );
     assert_eq!(wcs[1].src_qp, stranger.qp_num());
+    // A QP that enters ERR while it holds an entry (a SEND waiting in RNR, peer 0 has no
+    // receive) completes it flushed, in its place; the entry behind it, on another QP,
+    // waited for it and then completes.
+    ssq.post_send(
+        &qps[0],
+        &signaled(300, WrOpcode::Send, vec![a.mr.sge(0, 64)]),
+    )
+    .expect("post");
+    ssq.post_send(&qps[1], &write(301, &peers[1], a.mr.sge(0, 64)))
+        .expect("post");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(cq.poll(1).is_empty(), "the SEND holds the order");
+    let err = rnic_driver::verbs::QpAttr {
+        qp_state: rnic_driver::verbs::QpState::Err as u8,
+        ..Default::default()
+    };
+    qps[0]
+        .modify(&err, rnic_driver::verbs::attr::STATE)
+        .expect("to ERR");
+    let got: Vec<(u64, Result<WcStatus, u8>)> = poll_n(&cq, 2, T)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (300, Ok(WcStatus::WrFlushErr)),
+            (301, Ok(WcStatus::Success))
+        ]
+    );
     assert_eq!(ssq.free_slots(), 16, "every completion freed its slot");
 }
 

@@ -879,10 +879,13 @@ impl RdmaState {
             };
             completer::on_timer(self, &mut qp, env, now);
             // Messages that name a session group get their session before their first
-            // packet: take new WQEs now (the requester would take them itself).
+            // packet: take new WQEs now (the requester would take them itself, and hold
+            // one it takes later until the next pass gives it its session).
             let sends = !matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr);
-            if sends && !self.sessions.ports().is_empty() && self.ud.qkey(qpn).is_none() {
-                requester::fetch(&mut qp, env);
+            if sends && self.ud.qkey(qpn).is_none() {
+                if !self.sessions.ports().is_empty() {
+                    requester::fetch(&mut qp, env);
+                }
                 self.sessions.assign(&mut qp.req.ops);
             }
             let before = wire.out.len();

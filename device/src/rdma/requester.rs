@@ -72,7 +72,8 @@ pub struct Op {
     /// there).
     pub shared: Option<super::shared_sq::SharedRef>,
     /// The UDP source port of the session its packets leave from, if its WQE named a
-    /// session group (chosen before its first packet, kept for resends).
+    /// session group (chosen before its first packet, kept for resends;
+    /// `session::OWN_PORT`: the group named no assigned session).
     pub session_port: Option<u16>,
 }
 
@@ -299,9 +300,12 @@ pub fn run(
         if !window.open(next) {
             break;
         }
-        // Its memory is still being registered through a control queue: the send queue
-        // waits (in order) until the registration ran.
-        if !o.assigned && super::ctrlq::waits_for_key(&o.op, mrs) {
+        // Its memory is still being registered through a control queue, or it names
+        // sessions and was taken after the engine chose them: the send queue waits (in
+        // order) for the registration, or the engine's next pass.
+        if !o.assigned
+            && (super::ctrlq::waits_for_key(&o.op, mrs) || super::session::needs_session(o))
+        {
             break;
         }
         match opcode {
@@ -336,7 +340,9 @@ pub fn run(
             qp.req.ops[i].holds_rd_atomic = true;
             qp.req.rd_atomic_outstanding += 1;
         }
-        wire.src_port = qp.req.ops[i].session_port;
+        wire.src_port = qp.req.ops[i]
+            .session_port
+            .filter(|&p| p != super::session::OWN_PORT);
         progress |= send_op(qp, i, mrs, env, wire, mtu, window);
         wire.src_port = None;
         if qp.req.ops[i].state != OpState::Sent {

@@ -46,18 +46,25 @@ impl Sessions {
         Some(port)
     }
 
-    /// Gives every op of `ops` not yet sent whose WQE names a session group its session.
+    /// Gives every op of `ops` not yet sent whose WQE names a session group its session:
+    /// `Some(port)`, or `Some(OWN_PORT)` when the group names no assigned session. The
+    /// requester holds such an op until it has one ([`needs_session`]).
     pub fn assign(&mut self, ops: &mut VecDeque<Op>) {
-        if self.ports.is_empty() {
-            return;
-        }
         for o in ops.iter_mut() {
-            let group = o.op.wqe.session_group;
-            if group != 0 && o.session_port.is_none() && !o.assigned && o.state == OpState::Queued {
-                o.session_port = self.pick(group);
+            if needs_session(o) && o.state == OpState::Queued {
+                o.session_port = Some(self.pick(o.op.wqe.session_group).unwrap_or(OWN_PORT));
             }
         }
     }
+}
+
+/// [`Op::session_port`] of a message that names a group without assigned sessions: it
+/// leaves from the QP's own port.
+pub const OWN_PORT: u16 = 0;
+
+/// Whether `o` waits for [`Sessions::assign`] before its first packet.
+pub fn needs_session(o: &Op) -> bool {
+    o.op.wqe.session_group != 0 && o.session_port.is_none() && !o.assigned
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ const MAX_SHARED_SQS: usize = 64;
 pub struct SharedRef {
     /// The shared send queue.
     pub ssqn: u32,
+    /// Which queue of that number (numbers are reused after `DESTROY_SHARED_SQ`).
+    pub generation: u64,
     /// The entry's index (free-running, as the doorbell counts).
     pub index: u32,
 }
@@ -48,6 +50,7 @@ struct Finished {
 /// A shared send queue.
 #[derive(Debug)]
 pub struct SharedSq {
+    generation: u64,
     pdn: u32,
     wq: WorkQueue,
     caps: QpCaps,
@@ -62,6 +65,8 @@ pub struct SharedSq {
 #[derive(Debug, Default)]
 pub struct SharedSqTable {
     queues: BTreeMap<u32, SharedSq>,
+    /// Queues created in all: the next one's generation.
+    created: u64,
 }
 
 /// What taking one entry came to.
@@ -112,7 +117,9 @@ impl RdmaState {
         if let Some(pd) = self.pds.get_mut(&req.pdn) {
             pd.users += 1;
         }
+        self.shared_sqs.created += 1;
         let q = SharedSq {
+            generation: self.shared_sqs.created,
             pdn: req.pdn,
             wq: WorkQueue {
                 ring,
@@ -176,14 +183,20 @@ impl RdmaState {
                         }
                     }
                     Taken::Refused(qpn, wr_id, status) => {
-                        let index = self.shared_sqs.queues[&ssqn].wq.taken.wrapping_sub(1);
+                        let q = &self.shared_sqs.queues[&ssqn];
+                        let (index, generation) = (q.wq.taken.wrapping_sub(1), q.generation);
                         let cqe = Cqe {
                             wr_id,
                             qp_num: qpn,
                             status: status as u8,
                             ..Cqe::default()
                         };
-                        self.finish_shared(SharedRef { ssqn, index }, cqe, true, env);
+                        let from = SharedRef {
+                            ssqn,
+                            generation,
+                            index,
+                        };
+                        self.finish_shared(from, cqe, true, env);
                     }
                 }
                 progress = true;
@@ -224,7 +237,14 @@ impl RdmaState {
                 refuse(WcStatus::LocQpOpErr)
             }
             (Ok(_), Some(qp)) if qp.req.ops.len() as u32 >= qp.sq.entries => Taken::Wait,
-            (Ok(op), Some(_)) => Taken::Queued(qpn, Box::new(shared_op(op, ssqn, index))),
+            (Ok(op), Some(_)) => {
+                let from = SharedRef {
+                    ssqn,
+                    generation: q.generation,
+                    index,
+                };
+                Taken::Queued(qpn, Box::new(shared_op(op, from)))
+            }
         };
         if !matches!(outcome, Taken::Wait) {
             let q = self
@@ -241,7 +261,13 @@ impl RdmaState {
     /// Records that the op from `from` finished with `cqe` (of the QP that carried it),
     /// and posts, in order, the completions of the shared queue that are due.
     pub(super) fn finish_shared(&mut self, from: SharedRef, cqe: Cqe, signaled: bool, env: &Env) {
-        let Some(q) = self.shared_sqs.queues.get_mut(&from.ssqn) else {
+        // A queue destroyed since (its number perhaps reused): the completion goes nowhere.
+        let Some(q) = self
+            .shared_sqs
+            .queues
+            .get_mut(&from.ssqn)
+            .filter(|q| q.generation == from.generation)
+        else {
             return;
         };
         let at = from.index.wrapping_sub(q.retired) as usize;
@@ -293,10 +319,10 @@ impl RdmaState {
     }
 }
 
-/// A requester op for `op`, entry `index` of shared send queue `ssqn`.
-fn shared_op(op: SendOp, ssqn: u32, index: u32) -> Op {
+/// A requester op for `op`, the shared send queue entry `from`.
+fn shared_op(op: SendOp, from: SharedRef) -> Op {
     Op {
-        index,
+        index: from.index,
         op,
         first_psn: 0,
         npsn: 0,
@@ -306,7 +332,7 @@ fn shared_op(op: SendOp, ssqn: u32, index: u32) -> Op {
         read_pkts: 0,
         holds_rd_atomic: false,
         assigned: false,
-        shared: Some(SharedRef { ssqn, index }),
+        shared: Some(from),
         session_port: None,
     }
 }
