@@ -15,7 +15,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Sessions a function may have.
-pub const MAX_SESSIONS: usize = 16;
+pub const MAX_SESSIONS: usize = 8;
 
 /// `SET_SESSIONS` request (admin queue): replaces member `member`'s sessions.
 #[derive(
@@ -37,6 +37,6 @@ mod tests {
 
     #[test]
     fn layouts_have_their_documented_sizes() {
-        assert_eq!(size_of::<SetSessionsReq>(), 40);
+        assert_eq!(size_of::<SetSessionsReq>(), 24);
     }
 }

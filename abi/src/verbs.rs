@@ -669,8 +669,9 @@ pub struct SendWqe {
     pub flags: u8,
     /// Number of SGEs.
     pub num_sge: u8,
-    /// Must be 0.
-    pub reserved0: u8,
+    /// Sessions the message may leave from (bit i = session i, [`crate::session`]; ABI
+    /// 1.4, formerly reserved). 0: the QP's own UDP source port.
+    pub session_group: u8,
     /// Immediate data (byte for byte onto the wire), or the rkey to invalidate (SEND with
     /// invalidate, LOCAL_INV).
     pub imm_or_inv: u32,
@@ -684,11 +685,8 @@ pub struct SendWqe {
     pub compare_add: u64,
     /// Swap value (compare and swap).
     pub swap: u64,
-    /// Sessions the message may leave from (bit i = session i, [`crate::session`]; ABI
-    /// 1.4, formerly reserved). 0: the QP's own UDP source port.
-    pub session_group: u16,
     /// Must be 0.
-    pub reserved1: [u8; 14],
+    pub reserved1: [u8; 16],
 }
 
 /// A receive work-queue entry's fixed part (16 bytes), followed by `num_sge` [`Sge`]s.

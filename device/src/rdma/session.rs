@@ -30,7 +30,7 @@ impl Sessions {
 
     /// The port of the next session of `group` (bit i = session i), round robin over all
     /// messages of the function; `None` when the group names no session.
-    pub fn pick(&mut self, group: u16) -> Option<u16> {
+    pub fn pick(&mut self, group: u8) -> Option<u16> {
         let members: Vec<u16> = self
             .ports
             .iter()
@@ -79,6 +79,9 @@ mod tests {
         let got: Vec<_> = (0..4).map(|_| s.pick(0b0101)).collect();
         assert_eq!(got, [Some(5000), Some(5002), Some(5000), Some(5002)]);
         assert_eq!(s.pick(0b1_0000), None, "session 4 is not assigned");
+        s.set(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(s.pick(0b1000_0000), Some(8));
+        s.set(&[5000, 5001, 5002, 5003]);
         assert_eq!(s.pick(0b1000), Some(5003));
     }
 }

@@ -79,7 +79,7 @@ enum Command {
         /// The member.
         #[arg(value_parser = member)]
         member: u32,
-        /// Up to 16 distinct non-zero UDP ports; session i is the i-th.
+        /// Up to 8 distinct non-zero UDP ports; session i is the i-th.
         ports: Vec<u16>,
     },
     /// Prints members' counters (all members without one named).

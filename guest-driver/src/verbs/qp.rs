@@ -842,7 +842,7 @@ impl Qp {
     /// Posts one send work request whose message leaves from a session of `group` (bit i
     /// = session i of the function, as the PF assigned them; [`rnic_abi::session`]): the
     /// device picks one per message. Otherwise as [`Qp::post_send`].
-    pub fn post_send_on_sessions(&self, wr: &SendWr, group: u16) -> Result<()> {
+    pub fn post_send_on_sessions(&self, wr: &SendWr, group: u8) -> Result<()> {
         if self.pd.ctx().attr.caps & rnic_abi::regs::CAP_SESSIONS == 0 {
             return Err(crate::Error::Unsupported(
                 "sessions: the device does not report CAP_SESSIONS (an rnicd older than ABI 1.4?)",
