@@ -86,6 +86,19 @@ pub enum Opcode {
     /// Give a QP a window for send WQEs by MMIO: `verbs::ObjectReq` (QPN) ->
     /// `mmio::SqWindowResp`.
     CreateSqWindow = 0x0145,
+    /// Create a control queue: `ctrlq::CreateCtrlqReq` -> `ctrlq::CreateCtrlqResp`.
+    CreateCtrlq = 0x0170,
+    /// Destroy a control queue: `verbs::ObjectReq`.
+    DestroyCtrlq = 0x0171,
+    /// Reserve pending memory keys: `ctrlq::ReserveMkeysReq` -> `ctrlq::ReserveMkeysResp`.
+    /// `DEREG_MR` releases a key in any state.
+    ReserveMkeys = 0x0172,
+    /// Create a shared send queue: `shared_sq::CreateSharedSqReq` ->
+    /// `shared_sq::CreateSharedSqResp`.
+    CreateSharedSq = 0x0173,
+    /// Destroy a shared send queue: `verbs::ObjectReq`. WQEs its QPs still hold complete
+    /// with nothing.
+    DestroySharedSq = 0x0174,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -107,6 +120,8 @@ pub enum Opcode {
     /// Admin: move a QP between members: `migration::MigrateQpReq` ->
     /// `migration::MigrateQpResp`.
     MigrateQp = 0x1008,
+    /// Admin: set a member's sessions (UDP source ports): `session::SetSessionsReq`.
+    SetSessions = 0x1010,
 }
 
 impl Opcode {
@@ -141,6 +156,11 @@ impl Opcode {
             0x0152 => Self::QuerySrq,
             0x0153 => Self::DestroySrq,
             0x0160 => Self::SetDcKey,
+            0x0170 => Self::CreateCtrlq,
+            0x0171 => Self::DestroyCtrlq,
+            0x0172 => Self::ReserveMkeys,
+            0x0173 => Self::CreateSharedSq,
+            0x0174 => Self::DestroySharedSq,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,
@@ -150,6 +170,7 @@ impl Opcode {
             0x1006 => Self::GetStats,
             0x1007 => Self::ResetVf,
             0x1008 => Self::MigrateQp,
+            0x1010 => Self::SetSessions,
             _ => return None,
         })
     }

@@ -18,6 +18,7 @@ compile_error!("rnic-abi lays structures out in native order and requires a litt
 
 pub mod admin;
 pub mod cmd;
+pub mod ctrlq;
 pub mod dc;
 pub mod doorbell;
 pub mod migration;
@@ -25,6 +26,8 @@ pub mod mkey;
 pub mod mmio;
 pub mod pci;
 pub mod regs;
+pub mod session;
+pub mod shared_sq;
 pub mod srq;
 pub mod ud;
 pub mod verbs;

@@ -173,6 +173,12 @@ pub const CAP_DC: u64 = 1 << 13;
 pub const CAP_ONE_SHOT_READ: u64 = 1 << 11;
 /// Capability: send WQEs written into a window of the doorbell BAR ([`crate::mmio`]).
 pub const CAP_WQE_MMIO: u64 = 1 << 12;
+/// Pipelined memory registration through control queues ([`crate::ctrlq`], ABI 1.4).
+pub const CAP_PIPELINED_REG: u64 = 1 << 14;
+/// Shared send queues ([`crate::shared_sq`], ABI 1.4).
+pub const CAP_SHARED_SQ: u64 = 1 << 15;
+/// Sessions bound to UDP source ports, and multipath ([`crate::session`], ABI 1.4).
+pub const CAP_SESSIONS: u64 = 1 << 16;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

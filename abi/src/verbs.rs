@@ -172,6 +172,8 @@ pub mod wc {
     pub const BIND_MW: u8 = 5;
     /// Local invalidate completed.
     pub const LOCAL_INV: u8 = 6;
+    /// A control queue's memory registration completed (as the kernel's `IB_WC_REG_MR`).
+    pub const REG_MR: u8 = 8;
     /// A receive completed (SEND in).
     pub const RECV: u8 = 128;
     /// A receive consumed by an RDMA WRITE with immediate.
@@ -667,8 +669,9 @@ pub struct SendWqe {
     pub flags: u8,
     /// Number of SGEs.
     pub num_sge: u8,
-    /// Must be 0.
-    pub reserved0: u8,
+    /// Sessions the message may leave from (bit i = session i, [`crate::session`]; ABI
+    /// 1.4, formerly reserved). 0: the QP's own UDP source port.
+    pub session_group: u8,
     /// Immediate data (byte for byte onto the wire), or the rkey to invalidate (SEND with
     /// invalidate, LOCAL_INV).
     pub imm_or_inv: u32,

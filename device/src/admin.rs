@@ -69,6 +69,7 @@ impl AdminContext<'_> {
             Some(Opcode::GetStats) => self.get_stats(body),
             Some(Opcode::ResetVf) => self.reset_vf(body),
             Some(Opcode::MigrateQp) => self.migrate_qp(body),
+            Some(Opcode::SetSessions) => self.set_sessions(body),
             // The admin queue runs admin commands only.
             _ => Err(Response::error(Status::BadOpcode, u32::from(header.opcode))),
         };
@@ -226,6 +227,24 @@ impl AdminContext<'_> {
             return Err(bad_param(0));
         }
         self.member(req.member)?.function_reset();
+        Ok(Response::ok(Vec::new()))
+    }
+
+    fn set_sessions(&mut self, body: &[u8]) -> Result<Response, Response> {
+        let req: rnic_abi::session::SetSessionsReq = decode(body)?;
+        let f = self.member(req.member)?.clone();
+        let count = req.count as usize;
+        if count > rnic_abi::session::MAX_SESSIONS {
+            return Err(bad_param(4));
+        }
+        let ports = &req.ports[..count];
+        if ports.contains(&0) || req.ports[count..].iter().any(|&p| p != 0) {
+            return Err(bad_param(8));
+        }
+        if (1..count).any(|i| ports[..i].contains(&ports[i])) {
+            return Err(bad_param(8));
+        }
+        f.lock_rdma().sessions.set(ports);
         Ok(Response::ok(Vec::new()))
     }
 

@@ -24,6 +24,9 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),
         Opcode::CreateSrq => size_of::<rnic_abi::srq::CreateSrqResp>(),
+        Opcode::CreateCtrlq => size_of::<rnic_abi::ctrlq::CreateCtrlqResp>(),
+        Opcode::ReserveMkeys => size_of::<rnic_abi::ctrlq::ReserveMkeysResp>(),
+        Opcode::CreateSharedSq => size_of::<rnic_abi::shared_sq::CreateSharedSqResp>(),
         Opcode::CreateSqWindow => size_of::<rnic_abi::mmio::SqWindowResp>(),
         Opcode::QuerySrq => size_of::<rnic_abi::srq::QuerySrqResp>(),
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
@@ -45,7 +48,10 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DestroyQp
         | Opcode::ModifySrq
         | Opcode::DestroySrq
-        | Opcode::SetDcKey => 0,
+        | Opcode::SetDcKey
+        | Opcode::DestroyCtrlq
+        | Opcode::DestroySharedSq
+        | Opcode::SetSessions => 0,
     }
 }
 

@@ -100,6 +100,9 @@ impl Identity {
                 | CAP_DC
                 | CAP_ONE_SHOT_READ
                 | CAP_WQE_MMIO
+                | CAP_PIPELINED_REG
+                | CAP_SHARED_SQ
+                | CAP_SESSIONS
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -618,8 +621,11 @@ impl Function {
         // Every object goes with the old state, and so do its charges. The numbers of QPs
         // that migrated away stay reserved: the switch still steers their frames.
         let departed = st.rdma.departed_qpns();
+        // The sessions are the PF's to give, not the function's: they survive its reset.
+        let sessions = st.rdma.sessions.ports().to_vec();
         st.rdma = RdmaState::with_pool(self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
+        st.rdma.sessions.set(&sessions);
         self.pool.release_all(self.member);
         st.cmdq.reset();
         admin.reset();
@@ -725,6 +731,7 @@ impl Function {
             neighbors: port.neighbors,
             out: Vec::new(),
             spare: port.switch.take_spare(),
+            src_port: None,
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
         port.switch.put_spare(std::mem::take(&mut wire.spare));
@@ -1212,7 +1219,10 @@ mod tests {
             | CAP_UD
             | CAP_DC
             | CAP_ONE_SHOT_READ
-            | CAP_WQE_MMIO;
+            | CAP_WQE_MMIO
+            | CAP_PIPELINED_REG
+            | CAP_SHARED_SQ
+            | CAP_SESSIONS;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -171,6 +171,27 @@ impl Device {
     pub fn migrate_qp(&self, req: &MigrateQpReq) -> Result<MigrateQpResp> {
         call(self, Opcode::MigrateQp, req.as_bytes())
     }
+
+    /// SET_SESSIONS: gives `member` the sessions `ports` (UDP source ports; none removes
+    /// them all).
+    pub fn set_sessions(&self, member: u32, ports: &[u16]) -> Result<()> {
+        let mut req = rnic_abi::session::SetSessionsReq {
+            member,
+            count: ports.len() as u32,
+            ..Default::default()
+        };
+        req.ports
+            .get_mut(..ports.len())
+            .ok_or_else(|| {
+                Error::Device(format!(
+                    "{} sessions; a function has at most {}",
+                    ports.len(),
+                    rnic_abi::session::MAX_SESSIONS
+                ))
+            })?
+            .copy_from_slice(ports);
+        call0(self, Opcode::SetSessions, req.as_bytes())
+    }
 }
 
 /// The counts of `q`, named as reports name them, in the order of [`Quota`].

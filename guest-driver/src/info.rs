@@ -54,6 +54,9 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_DC, "dc"),
     (regs::CAP_ONE_SHOT_READ, "one-shot-read"),
     (regs::CAP_WQE_MMIO, "wqe-mmio"),
+    (regs::CAP_PIPELINED_REG, "pipelined-reg"),
+    (regs::CAP_SHARED_SQ, "shared-sq"),
+    (regs::CAP_SESSIONS, "sessions"),
 ];
 
 impl Report {

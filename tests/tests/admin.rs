@@ -22,7 +22,7 @@ use zerocopy::IntoBytes;
 const T: Duration = Duration::from_secs(10);
 
 /// Every admin opcode.
-const ADMIN_OPCODES: [Opcode; 9] = [
+const ADMIN_OPCODES: [Opcode; 10] = [
     Opcode::AdminQuery,
     Opcode::SetNumVfs,
     Opcode::QueryMember,
@@ -32,6 +32,7 @@ const ADMIN_OPCODES: [Opcode; 9] = [
     Opcode::GetStats,
     Opcode::ResetVf,
     Opcode::MigrateQp,
+    Opcode::SetSessions,
 ];
 
 fn open(rnicd: &Rnicd, name: &str) -> Device {

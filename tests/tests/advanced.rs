@@ -13,11 +13,11 @@ use rnic_driver::features::{
     self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
 };
 use rnic_driver::verbs::{
-    self, AsyncEvent, KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Srq, UdAddress, Wc, WcOpcode,
+    self, AsyncEvent, Cq, KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Srq, UdAddress, Wc, WcOpcode,
     WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, GRH_LEN,
 };
 use rnic_driver::Error;
-use rnic_tests::net::two_rnicd;
+use rnic_tests::net::{expect_wc, on_both_paths, two_rnicd};
 use rnic_tests::verbs_pair::{
     buffer_bytes, connect_qps, guarded_mr, init_qp, pair, pattern, poll_n, read_mr, signaled,
     PairOptions, Side,
@@ -30,35 +30,10 @@ const T: Duration = Duration::from_secs(10);
 const LW_RW: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
 const LW_RR: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ;
 
-/// Runs `test` on two VFs of one rnicd, then on two rnicd over UDP (loopback addresses
-/// `127.0.<net>.1` and `127.0.<net + 1>.1`, distinct per test).
-fn on_both_paths(net: u8, test: impl Fn(&Side, &Side)) {
-    let o = PairOptions::default();
-    {
-        let rnicd = Rnicd::start(2, &[]);
-        let (a, b) = pair(&rnicd, "vf0", "vf1", &o);
-        test(&a, &b);
-    }
-    let nets = [
-        format!("udp:127.0.{net}.1"),
-        format!("udp:127.0.{}.1", net + 1),
-    ];
-    let (_ra, _rb, a, b) = two_rnicd([&nets[0], &nets[1]], &[], &o, (0x10, 0xFF_FFF0));
-    test(&a, &b);
-}
-
 /// The next completion of `cq`, which must come and must be for `wr_id` with `status`.
 #[track_caller]
-fn expect(cq: &rnic_driver::verbs::Cq, wr_id: u64, status: WcStatus) -> Wc {
-    let got = poll_n(cq, 1, T);
-    assert_eq!(got.len(), 1, "no completion within {T:?}");
-    assert_eq!(
-        (got[0].wr_id, got[0].status),
-        (wr_id, Ok(status)),
-        "{}",
-        got[0].status_str()
-    );
-    got[0]
+fn expect(cq: &Cq, wr_id: u64, status: WcStatus) -> Wc {
+    expect_wc(cq, wr_id, status, T)
 }
 
 /// A fresh pair of connected QPs on the sides' PDs and CQs, for a test whose error puts

@@ -235,7 +235,7 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
     qp.req.go_back_to(una);
 }
 
-fn send_completion(opcode: u8) -> u8 {
+pub(super) fn send_completion(opcode: u8) -> u8 {
     match opcode {
         wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => wc::RDMA_WRITE,
         wr::RDMA_READ => wc::RDMA_READ,
@@ -264,7 +264,9 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
             qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
         }
         let failed = o.status != WcStatus::Success;
-        if failed || o.op.signaled(qp.sq_sig_all) {
+        // A shared send queue's WQEs follow their own flag, not the QP's sq_sig_all.
+        let signaled = o.op.signaled(qp.sq_sig_all && o.shared.is_none());
+        if failed || signaled || o.shared.is_some() {
             let byte_len = match o.op.wqe.opcode {
                 wr::RDMA_READ => o.op.length().min(u64::from(u32::MAX)) as u32,
                 wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => 8,
@@ -278,7 +280,10 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
                 status: o.status as u8,
                 ..Cqe::default()
             };
-            if !rdma.complete(qp.send_cqn, cqe, env) {
+            if let Some(from) = o.shared {
+                // In posting order on the shared send queue's CQ.
+                rdma.finish_shared(from, cqe, signaled, env);
+            } else if !rdma.complete(qp.send_cqn, cqe, env) {
                 enter_error(rdma, qp, env);
                 return;
             }
@@ -331,6 +336,8 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
             read_pkts: 0,
             holds_rd_atomic: false,
             assigned: false,
+            shared: None,
+            session_port: None,
         });
     }
     for o in qp.req.ops.iter_mut() {
@@ -350,7 +357,12 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
             status: o.status as u8,
             ..Cqe::default()
         };
-        rdma.complete(qp.send_cqn, cqe, env);
+        match o.shared {
+            Some(from) => rdma.finish_shared(from, cqe, true, env),
+            None => {
+                rdma.complete(qp.send_cqn, cqe, env);
+            }
+        }
     }
     // A receive in progress (a SEND cut short: it was taken, and completes now), then
     // every posted receive; an SRQ's belong to its other QPs too, and stay.

@@ -106,8 +106,11 @@ impl RdmaState {
             .get(&qp.pdn)
             .ok_or(Response::error(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
-        // Nor do SRQs (a PD that has one stays), UD and DC QPs and MMIO windows.
+        // Nor do SRQs (a PD that has one stays), UD and DC QPs, MMIO windows and keys
+        // reserved for a control queue (rnic 1.4).
         if pd.users != 1
+            || self.mrs.reserved_in_pd(qp.pdn) > 0
+            || qp.req.ops.iter().any(|o| o.shared.is_some())
             || self.ud.qkey(qpn).is_some()
             || self.dc.is_dci(qpn)
             || self.dc.is_dct(qpn)

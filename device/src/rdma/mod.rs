@@ -11,6 +11,7 @@
 
 pub mod completer;
 pub mod cq;
+pub mod ctrlq;
 pub mod dc;
 pub mod handover;
 pub mod indirect;
@@ -22,6 +23,8 @@ pub mod recv;
 pub mod requester;
 pub mod responder;
 pub mod sched;
+pub mod session;
+pub mod shared_sq;
 pub mod srq;
 pub mod switch;
 pub mod ud;
@@ -94,6 +97,8 @@ enum SlotOwner {
     Rq(u32),
     Srq(u32),
     Window(u32),
+    Ctrlq(u32),
+    SharedSq(u32),
 }
 
 /// All RDMA objects of one function.
@@ -108,6 +113,10 @@ pub struct RdmaState {
     srqs: srq::SrqTable,
     ud: ud::UdTable,
     dc: dc::DcTable,
+    ctrlqs: ctrlq::CtrlqTable,
+    shared_sqs: shared_sq::SharedSqTable,
+    /// The sessions (UDP source ports) the PF gave the function.
+    pub sessions: session::Sessions,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     /// Send and receive queue slots in each doorbell page: the pages whose rung bitmaps
     /// the engine reads, found without walking every slot.
@@ -186,6 +195,9 @@ impl RdmaState {
             srqs: Default::default(),
             ud: Default::default(),
             dc: Default::default(),
+            ctrlqs: Default::default(),
+            shared_sqs: Default::default(),
+            sessions: Default::default(),
             slots: BTreeMap::new(),
             queue_slots_in_page: [0; doorbell::PAGES as usize],
             schedule: sched::Schedule::default(),
@@ -235,7 +247,7 @@ impl RdmaState {
             Opcode::CreateQp => self.create_qp(body, env),
             Opcode::ModifyQp => self.modify_qp(body, env),
             Opcode::QueryQp => self.query_qp(body),
-            Opcode::DestroyQp => self.destroy_qp(body),
+            Opcode::DestroyQp => self.destroy_qp(body, env),
             Opcode::AdoptQp => self.adopt_qp(body, env),
             Opcode::CreateSqWindow => self.create_sq_window(body, env),
             Opcode::CreateSrq => self.create_srq(body, env),
@@ -243,6 +255,11 @@ impl RdmaState {
             Opcode::QuerySrq => self.query_srq(body),
             Opcode::DestroySrq => self.destroy_srq(body),
             Opcode::SetDcKey => self.set_dc_key(body),
+            Opcode::CreateCtrlq => self.create_ctrlq(body, env),
+            Opcode::DestroyCtrlq => self.destroy_ctrlq(body),
+            Opcode::ReserveMkeys => self.reserve_mkeys(body),
+            Opcode::CreateSharedSq => self.create_shared_sq(body, env),
+            Opcode::DestroySharedSq => self.destroy_shared_sq(body),
             // Admin commands never reach a function's RDMA engine (commands::execute
             // refuses them); the rest are not RDMA commands.
             _ => Err(Response::error(Status::Internal, 0)),
@@ -372,8 +389,8 @@ impl RdmaState {
         Ok(Response::ok(Vec::new()))
     }
 
-    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: RegMrReq = decode(body)?;
+    /// Checks a registration and loads its pages, charging them: the region it describes.
+    fn load_region(&self, req: &RegMrReq, env: &Env) -> Result<Mr, Response> {
         if !self.pds.contains_key(&req.pdn) {
             return Err(Response::error(Status::NotFound, req.pdn));
         }
@@ -392,19 +409,24 @@ impl RdmaState {
         let offset = req.iova % rnic_abi::PAGE_SIZE;
         let buffer =
             PagedBuffer::load(&req.pages, offset, req.length, mem).map_err(page_list_error)?;
-        let pages = buffer.page_count() as u64;
-        self.charge(Resource::MrPages, pages)?;
-        if let Err(e) = self.charge(Resource::Mr, 1) {
-            self.release(Resource::MrPages, pages);
-            return Err(e);
-        }
-        let mr = Mr {
+        self.charge(Resource::MrPages, buffer.page_count() as u64)?;
+        Ok(Mr {
             pdn: req.pdn,
             access: req.access,
             iova: req.iova,
             buffer,
             valid: true,
-        };
+        })
+    }
+
+    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+        let req: RegMrReq = decode(body)?;
+        let mr = self.load_region(&req, env)?;
+        let pages = mr.buffer.page_count() as u64;
+        if let Err(e) = self.charge(Resource::Mr, 1) {
+            self.release(Resource::MrPages, pages);
+            return Err(e);
+        }
         let Some(key) = self.mrs.insert(mr) else {
             self.release(Resource::MrPages, pages);
             self.release(Resource::Mr, 1);
@@ -424,6 +446,12 @@ impl RdmaState {
         // An indirect or pattern key names it: that key must go first.
         if self.mrs.indirect.references(req.handle) {
             return Err(Response::error(Status::Busy, req.handle));
+        }
+        // A reserved key without a region (pending or failed): release the reservation;
+        // WRs waiting for it fail with an access error.
+        if self.mrs.unreserve(req.handle) {
+            self.release(Resource::Mr, 1);
+            return Ok(Response::ok(Vec::new()));
         }
         // rnic has no memory windows, the only thing that makes a deregistration wait in
         // the IB spec; in-flight WRs that still name the key fail with an access error.
@@ -662,8 +690,12 @@ impl RdmaState {
                 }
                 qp.sq.taken = 0;
                 qp.rq.taken = 0;
+                let ops = std::mem::take(&mut qp.req.ops);
                 qp.req = Default::default();
                 qp.resp = Default::default();
+                // Shared send queue entries it held complete there, flushed.
+                let qpn = req.qpn;
+                self.abandon_shared(&ops, qpn, env);
             }
             QpState::Rtr if from == QpState::Init => qp.resp.start(qp.attr.rq_psn),
             QpState::Rts if from == QpState::Rtr => {
@@ -713,12 +745,13 @@ impl RdmaState {
         }))
     }
 
-    fn destroy_qp(&mut self, body: &[u8]) -> Result<Response, Response> {
+    fn destroy_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
         let req: ObjectReq = decode(body)?;
         let qp = self
             .qps
             .remove(&req.handle)
             .ok_or(Response::error(Status::NotFound, req.handle))?;
+        self.abandon_shared(&qp.req.ops, qp.qpn, env);
         for cqn in [qp.send_cqn, qp.recv_cqn] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
@@ -878,6 +911,8 @@ impl RdmaState {
             }
             self.counters.tx_packets += (wire.out.len() - before) as u64;
         }
+        // Shared send queues hand their WQEs to their QPs first, which then run below.
+        progress |= self.run_shared_sqs(env);
         let mut runnable: Vec<u32> = self.rung_send_queues(env.doorbells);
         progress |= !runnable.is_empty();
         // QPs with queued ops (behind a fence or the READ window, or due a resend) and
@@ -890,6 +925,16 @@ impl RdmaState {
                 continue;
             };
             completer::on_timer(self, &mut qp, env, now);
+            // Messages that name a session group get their session before their first
+            // packet: take new WQEs now (the requester would take them itself, and hold
+            // one it takes later until the next pass gives it its session).
+            let sends = !matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr);
+            if sends && self.ud.qkey(qpn).is_none() {
+                if !self.sessions.ports().is_empty() {
+                    requester::fetch(&mut qp, env);
+                }
+                self.sessions.assign(&mut qp.req.ops);
+            }
             let before = wire.out.len();
             let mut retransmits = 0;
             let ran = match self.ud.qkey(qpn) {
@@ -916,6 +961,8 @@ impl RdmaState {
             self.reschedule(qpn);
             self.report_drained(qpn, env);
         }
+        // After the QPs: a WQE that found its key pending runs on the next pass.
+        progress |= self.run_ctrlqs(env);
         progress
     }
 

@@ -77,12 +77,32 @@ pub enum KeyError {
     NoAccess,
     /// The range is not inside the region.
     OutOfRange,
+    /// The key was reserved for a registration through a control queue that has not run
+    /// yet ([`crate::rdma::ctrlq`]): a local access waits for it.
+    Pending,
+}
+
+/// A key reserved with `RESERVE_MKEYS` that holds no region (yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// The protection domain the key was reserved in.
+    pub pdn: u32,
+    /// A registration under the key failed: accesses fail instead of waiting.
+    pub failed: bool,
 }
 
 #[derive(Debug, Default)]
 struct Slot {
     tag: u8,
     mr: Option<Mr>,
+    /// Set while the slot is reserved and holds no region.
+    reserved: Option<Reservation>,
+}
+
+impl Slot {
+    fn is_free(&self) -> bool {
+        self.mr.is_none() && self.reserved.is_none()
+    }
 }
 
 /// The MR table of one function.
@@ -106,7 +126,14 @@ impl MrTable {
 
     /// Registers `mr`; returns its key, or `None` when the table is full.
     pub fn insert(&mut self, mr: Mr) -> Option<u32> {
-        let index = match self.slots.iter().position(|s| s.mr.is_none()) {
+        let key = self.take_slot()?;
+        self.slots[(key >> 8) as usize].mr = Some(mr);
+        Some(key)
+    }
+
+    /// Reserves a slot under a fresh key (a new tag), or `None` when the table is full.
+    fn take_slot(&mut self) -> Option<u32> {
+        let index = match self.slots.iter().position(Slot::is_free) {
             Some(i) => i,
             None if self.slots.len() < self.limit && self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Slot::default());
@@ -117,8 +144,70 @@ impl MrTable {
         let slot = &mut self.slots[index];
         // Tag 0 is never handed out, so key 0 is never valid.
         slot.tag = slot.tag.wrapping_add(1).max(1);
-        slot.mr = Some(mr);
         Some((index as u32) << 8 | u32::from(slot.tag))
+    }
+
+    /// Reserves `count` pending keys in `pdn`: all of them, or none when the table has
+    /// too few free slots.
+    pub fn reserve(&mut self, pdn: u32, count: usize) -> Option<Vec<u32>> {
+        let mut keys = Vec::with_capacity(count);
+        for _ in 0..count {
+            let Some(key) = self.take_slot() else {
+                for k in keys {
+                    self.slots[(k >> 8) as usize].reserved = None;
+                }
+                return None;
+            };
+            self.slots[(key >> 8) as usize].reserved = Some(Reservation { pdn, failed: false });
+            keys.push(key);
+        }
+        Some(keys)
+    }
+
+    /// The reservation of `key`, if it is reserved and holds no region.
+    pub fn reservation(&self, key: u32) -> Option<Reservation> {
+        let slot = self.slots.get((key >> 8) as usize)?;
+        (slot.tag == key as u8).then_some(slot.reserved?)
+    }
+
+    /// Whether a local access with `key` must wait for a control-queue registration.
+    pub fn is_pending(&self, key: u32) -> bool {
+        self.reservation(key).is_some_and(|r| !r.failed)
+    }
+
+    /// Ends the reservation of `key` with `outcome`: the region registered under it, or
+    /// `None` for a failed registration (the key stays reserved, and accesses fail).
+    /// Returns false, changing nothing, unless `key` is reserved and not yet registered.
+    pub fn fulfil(&mut self, key: u32, outcome: Option<Mr>) -> bool {
+        let Some(slot) = self.slots.get_mut((key >> 8) as usize) else {
+            return false;
+        };
+        if slot.tag != key as u8 || slot.reserved.is_none_or(|r| r.failed) {
+            return false;
+        }
+        match outcome {
+            Some(mr) => {
+                slot.reserved = None;
+                slot.mr = Some(mr);
+            }
+            None => {
+                if let Some(r) = &mut slot.reserved {
+                    r.failed = true;
+                }
+            }
+        }
+        true
+    }
+
+    /// Releases the reservation of `key` (a pending or failed key); true if there was one.
+    pub fn unreserve(&mut self, key: u32) -> bool {
+        match self.slots.get_mut((key >> 8) as usize) {
+            Some(slot) if slot.tag == key as u8 && slot.reserved.is_some() => {
+                slot.reserved = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The region with `key`, whatever its state.
@@ -175,7 +264,7 @@ impl MrTable {
             && self
                 .slots
                 .get((key >> 8) as usize)
-                .is_none_or(|s| s.mr.is_none())
+                .is_none_or(Slot::is_free)
     }
 
     /// Registers `mr` under `key`, a key it already had on another function (it moved
@@ -200,9 +289,20 @@ impl MrTable {
     pub fn count_in_pd(&self, pdn: u32) -> usize {
         self.slots
             .iter()
-            .filter(|s| s.mr.as_ref().is_some_and(|m| m.pdn == pdn))
+            .filter(|s| {
+                s.mr.as_ref().is_some_and(|m| m.pdn == pdn)
+                    || s.reserved.is_some_and(|r| r.pdn == pdn)
+            })
             .count()
             + self.indirect.count_in_pd(pdn)
+    }
+
+    /// Keys reserved in `pdn` that hold no region (pending or failed).
+    pub fn reserved_in_pd(&self, pdn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.reserved.is_some_and(|r| r.pdn == pdn))
+            .count()
     }
 
     /// Number of registered regions.
@@ -228,7 +328,12 @@ impl MrTable {
         if IndirectTable::owns(key) {
             return self.indirect.check(self, key, pdn, access, addr, len);
         }
-        let mr = self.get(key).ok_or(KeyError::NoSuchKey)?;
+        let Some(mr) = self.get(key) else {
+            return Err(match self.reservation(key) {
+                Some(r) if !r.failed && r.pdn == pdn => KeyError::Pending,
+                _ => KeyError::NoSuchKey,
+            });
+        };
         admits(mr.valid, mr.pdn, mr.access, pdn, access)?;
         let offset = addr.checked_sub(mr.iova).ok_or(KeyError::OutOfRange)?;
         let runs = mr.buffer.runs(offset, len).ok_or(KeyError::OutOfRange)?;
@@ -329,6 +434,36 @@ mod tests {
             t.check(0, 1, Access::LocalRead, 0, 0).unwrap_err(),
             KeyError::NoSuchKey
         );
+    }
+
+    #[test]
+    fn reserved_keys_are_pending_until_fulfilled_and_fail_after_a_failure() {
+        let mut t = MrTable::new(3);
+        let keys = t.reserve(1, 2).unwrap();
+        assert!(t.reserve(1, 2).is_none(), "all or none");
+        assert_eq!(t.count_in_pd(1), 2);
+        let check = |t: &MrTable, k| t.check(k, 1, Access::LocalRead, 0x7000_0100, 1);
+        assert_eq!(check(&t, keys[0]).unwrap_err(), KeyError::Pending);
+        assert_eq!(
+            t.check(keys[0], 2, Access::LocalRead, 0x7000_0100, 1)
+                .unwrap_err(),
+            KeyError::NoSuchKey,
+            "another PD never waits"
+        );
+        assert!(t.fulfil(keys[0], Some(region(1, 0))));
+        assert!(check(&t, keys[0]).is_ok());
+        assert!(!t.fulfil(keys[0], Some(region(1, 0))), "once");
+        assert!(t.fulfil(keys[1], None));
+        assert_eq!(check(&t, keys[1]).unwrap_err(), KeyError::NoSuchKey);
+        assert!(!t.is_pending(keys[1]));
+        assert_eq!(t.reserved_in_pd(1), 1);
+        assert!(t.unreserve(keys[1]));
+        assert_eq!(t.count_in_pd(1), 1);
+        assert_eq!(t.reserved_in_pd(1), 0);
+        // The released slot is handed out again under a new key.
+        let k = t.insert(region(1, 0)).unwrap();
+        assert_eq!(k >> 8, keys[1] >> 8);
+        assert_ne!(k, keys[1]);
     }
 
     #[test]

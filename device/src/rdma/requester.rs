@@ -68,6 +68,13 @@ pub struct Op {
     pub holds_rd_atomic: bool,
     /// Whether it was ever sent (PSNs assigned).
     pub assigned: bool,
+    /// The shared send queue entry it is, if it came from one (its completion goes
+    /// there).
+    pub shared: Option<super::shared_sq::SharedRef>,
+    /// The UDP source port of the session its packets leave from, if its WQE named a
+    /// session group (chosen before its first packet, kept for resends;
+    /// `session::OWN_PORT`: the group named no assigned session).
+    pub session_port: Option<u16>,
 }
 
 impl Op {
@@ -320,6 +327,14 @@ pub fn run(
         if !window.open(next) {
             break;
         }
+        // Its memory is still being registered through a control queue, or it names
+        // sessions and was taken after the engine chose them: the send queue waits (in
+        // order) for the registration, or the engine's next pass.
+        if !o.assigned
+            && (super::ctrlq::waits_for_key(&o.op, mrs) || super::session::needs_session(o))
+        {
+            break;
+        }
         match opcode {
             wr::LOCAL_INV => {
                 let key = o.op.wqe.imm_or_inv;
@@ -352,7 +367,11 @@ pub fn run(
             qp.req.ops[i].holds_rd_atomic = true;
             qp.req.rd_atomic_outstanding += 1;
         }
+        wire.src_port = qp.req.ops[i]
+            .session_port
+            .filter(|&p| p != super::session::OWN_PORT);
         progress |= send_op(qp, i, mrs, env, wire, mtu, window);
+        wire.src_port = None;
         if qp.req.ops[i].state != OpState::Sent {
             // A local error (nothing after it may go out), or the window is full.
             break;
@@ -414,6 +433,8 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
             read_pkts: 0,
             holds_rd_atomic: false,
             assigned: false,
+            shared: None,
+            session_port: None,
         });
     }
     any

@@ -171,6 +171,13 @@ pub fn on_request(
         return Err(recv::Drop::Psn);
     }
     qp.resp.nak_sent = false;
+    if super::ctrlq::remote_key_pending(&rdma.mrs, qp.pdn, &pkt.hdrs) {
+        // The memory is still being registered through a control queue: not ready, as a
+        // missing receive is (nothing consumed, the PSN stays expected).
+        rdma.counters.rnr_naks_sent += 1;
+        send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
+        return Ok(());
+    }
     match execute(rdma, qp, pkt, env, wire) {
         Ok(Some(())) => {}
         // RNR: nothing was consumed and the PSN stays expected.

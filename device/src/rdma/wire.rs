@@ -19,6 +19,9 @@ pub struct Wire<'a> {
     /// Buffers of frames already delivered, reused for the frames built next: a frame
     /// costs no allocation (and no page faults) once the engine runs.
     pub spare: Vec<Vec<u8>>,
+    /// The UDP source port of the frames built now, instead of the QP's own: the session
+    /// of the message being sent ([`rnic_abi::session`]).
+    pub src_port: Option<u16>,
 }
 
 /// Where a packet goes: the address-vector fields of a frame.
@@ -108,7 +111,9 @@ impl Wire<'_> {
             dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
             src_ip: local.ip,
             dst_ip,
-            src_port: packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn),
+            src_port: self
+                .src_port
+                .unwrap_or_else(|| packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn)),
             ttl: if route.hop_limit == 0 {
                 64
             } else {

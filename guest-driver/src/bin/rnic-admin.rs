@@ -73,6 +73,15 @@ enum Command {
         #[arg(value_parser = ["up", "down"])]
         state: String,
     },
+    /// Gives a member its sessions: UDP source ports its messages may leave from
+    /// (multipath; none removes them).
+    Sessions {
+        /// The member.
+        #[arg(value_parser = member)]
+        member: u32,
+        /// Up to 8 distinct non-zero UDP ports; session i is the i-th.
+        ports: Vec<u16>,
+    },
     /// Prints members' counters (all members without one named).
     Stats {
         /// The member.
@@ -292,6 +301,13 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
         Command::Link { member, state } => {
             device.set_link(*member, state == "up")?;
             done(json, format!("link of {} {state}", member_name(*member)))
+        }
+        Command::Sessions { member, ports } => {
+            device.set_sessions(*member, ports)?;
+            done(
+                json,
+                format!("sessions of {}: {ports:?}", member_name(*member)),
+            )
         }
         Command::Stats { member } => {
             let members = match member {

@@ -39,6 +39,8 @@ pub enum WcOpcode {
     Recv,
     /// A receive was consumed by an RDMA WRITE with immediate.
     RecvRdmaWithImm,
+    /// A control queue's registration completed ([`rnic_abi::ctrlq`]).
+    RegMr,
     /// An opcode this driver does not know.
     Unknown(u8),
 }
@@ -56,6 +58,7 @@ impl WcOpcode {
             wc::LOCAL_INV => Self::LocalInv,
             wc::RECV => Self::Recv,
             wc::RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
+            wc::REG_MR => Self::RegMr,
             other => Self::Unknown(other),
         }
     }
@@ -77,6 +80,8 @@ pub struct Wc {
     pub imm_data: Option<u32>,
     /// The rkey a SEND with invalidate invalidated.
     pub invalidated_rkey: Option<u32>,
+    /// The key a control queue's registration was for ([`WcOpcode::RegMr`]).
+    pub reg_key: Option<u32>,
     /// The local QP.
     pub qp_num: u32,
     /// The remote QP (receives).
@@ -97,6 +102,7 @@ impl Wc {
             byte_len: c.byte_len,
             imm_data: (c.wc_flags & wc_flags::WITH_IMM != 0).then_some(c.imm_or_inv),
             invalidated_rkey: (c.wc_flags & wc_flags::WITH_INV != 0).then_some(c.imm_or_inv),
+            reg_key: (c.opcode == wc::REG_MR).then_some(c.imm_or_inv),
             qp_num: c.qp_num,
             src_qp: c.src_qp,
             wc_flags: c.wc_flags,

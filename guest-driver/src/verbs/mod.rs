@@ -30,12 +30,14 @@
 //! ```
 
 mod cq;
+mod ctrlq;
 mod dc;
 mod mkey;
 mod mmio;
 mod mr;
 mod qp;
 mod ring;
+mod shared_sq;
 mod srq;
 mod ud;
 
@@ -56,6 +58,7 @@ use crate::error::{Error, Result};
 use crate::transport::Transport;
 
 pub use cq::{Cq, Wc, WcOpcode};
+pub use ctrlq::CtrlQueue;
 pub use dc::DcAddress;
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
@@ -64,6 +67,7 @@ pub use rnic_abi::verbs::{
     attr, mtu_bytes, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL, ACCESS_LOCAL_WRITE,
     ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
+pub use shared_sq::SharedSq;
 pub use srq::Srq;
 pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 

@@ -98,17 +98,45 @@ impl Pd {
             pages: pages.list(),
         };
         let resp: RegMrResp = ctx.command(Opcode::RegMr, req.as_bytes())?;
-        Ok(Mr {
-            pd: self.inner.clone(),
+        let mut mr = Mr::from_parts(
+            self.inner.clone(),
             buf,
             offset,
             len,
             iova,
             access,
-            lkey: resp.lkey,
-            rkey: resp.rkey,
+            resp.lkey,
+            pages,
+        );
+        mr.rkey = resp.rkey;
+        Ok(mr)
+    }
+}
+
+impl Mr {
+    /// An MR registered (or, through a control queue, being registered) under `key`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        pd: Arc<PdInner>,
+        buf: Arc<DmaBuffer>,
+        offset: usize,
+        len: usize,
+        iova: u64,
+        access: u32,
+        key: u32,
+        pages: PageListBuf,
+    ) -> Mr {
+        Mr {
+            pd,
+            buf,
+            offset,
+            len,
+            iova,
+            access,
+            lkey: key,
+            rkey: key,
             pages: ManuallyDrop::new(pages),
-        })
+        }
     }
 }
 

@@ -306,9 +306,9 @@ pub(super) fn post_recv_wqes(
 
 /// What the driver remembers of a posted send WR until it completes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct SendSlot {
-    wr_id: u64,
-    signaled: bool,
+pub(crate) struct SendSlot {
+    pub(crate) wr_id: u64,
+    pub(crate) signaled: bool,
 }
 
 /// Send-queue accounting.
@@ -331,16 +331,21 @@ impl SqState {
         }
     }
 
-    fn entries(&self) -> u32 {
+    pub(crate) fn entries(&self) -> u32 {
         self.slots.len() as u32
     }
 
+    /// WQEs posted in all (free-running): the send doorbell value.
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted
+    }
+
     /// Entries free for new WQEs.
-    fn free(&self) -> u32 {
+    pub(crate) fn free(&self) -> u32 {
         self.entries() - self.posted.wrapping_sub(self.completed)
     }
 
-    fn push(&mut self, slot: SendSlot) {
+    pub(crate) fn push(&mut self, slot: SendSlot) {
         let n = self.entries();
         self.slots[(self.posted % n) as usize] = slot;
         self.posted = self.posted.wrapping_add(1);
@@ -418,7 +423,20 @@ pub(crate) struct QpTrack {
 }
 
 impl QpTrack {
-    fn sq(&self) -> MutexGuard<'_, SqState> {
+    /// The accounting of a send queue of `entries` entries whose completions go to CQ
+    /// `cqn` under `id` (a shared send queue).
+    pub(crate) fn sending(id: u32, cqn: u32, entries: u32) -> Self {
+        Self {
+            qpn: id,
+            send_cqn: AtomicU32::new(cqn),
+            recv_cqn: AtomicU32::new(u32::MAX),
+            sq_sig_all: false,
+            sq: Mutex::new(SqState::new(entries)),
+            rq: Default::default(),
+        }
+    }
+
+    pub(crate) fn sq(&self) -> MutexGuard<'_, SqState> {
         self.sq.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -436,6 +454,19 @@ impl QpTrack {
             (false, true) => Some(false),
             (true, true) => Some(!wc.is_recv()),
             (false, false) => None,
+        }
+    }
+
+    /// The accounting of a queue whose every WQE completes on CQ `cqn`, in order (a
+    /// control queue): a receive-style count under `id`.
+    pub(crate) fn counting(id: u32, cqn: u32, count: Arc<Mutex<RqState>>) -> Self {
+        Self {
+            qpn: id,
+            send_cqn: AtomicU32::new(u32::MAX),
+            recv_cqn: AtomicU32::new(cqn),
+            sq_sig_all: false,
+            sq: Mutex::new(SqState::new(1)),
+            rq: count,
         }
     }
 
@@ -808,6 +839,25 @@ impl Qp {
         ctx.doorbells()
             .ring_queue(ctx.transport(), self.sq_slot, sq.posted)?;
         Ok(by_mmio)
+    }
+
+    /// Posts one send work request whose message leaves from a session of `group` (bit i
+    /// = session i of the function, as the PF assigned them; [`rnic_abi::session`]): the
+    /// device picks one per message. Otherwise as [`Qp::post_send`].
+    pub fn post_send_on_sessions(&self, wr: &SendWr, group: u8) -> Result<()> {
+        if self.pd.ctx().attr.caps & rnic_abi::regs::CAP_SESSIONS == 0 {
+            return Err(crate::Error::Unsupported(
+                "sessions: the device does not report CAP_SESSIONS (an rnicd older than ABI 1.4?)",
+            ));
+        }
+        let mut wqe = encode_send_wqe(wr, &self.caps)?;
+        let fixed = size_of::<SendWqe>();
+        let mut w = <SendWqe as zerocopy::FromBytes>::read_from_bytes(&wqe[..fixed])
+            .expect("an encoded WQE starts with a SendWqe");
+        w.session_group = group;
+        wqe[..fixed].copy_from_slice(w.as_bytes());
+        self.post_encoded_sends(std::slice::from_ref(wr), &[wqe], None)
+            .map(drop)
     }
 
     /// Posts one receive work request. Refused in RESET, as ibverbs does; from INIT on the
