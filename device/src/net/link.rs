@@ -9,12 +9,12 @@ use std::io::{self, Read, Write};
 use std::net::{
     Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs, UdpSocket,
 };
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::net::udp::{setsockopt_int, sockaddr};
+use crate::net::udp::{bound_udp_socket, setsockopt_int, sockaddr};
 
 /// The largest frame a link carries (QEMU's own limit is 69,632 bytes; no IPv4 frame is
 /// longer than 14 + 65,535).
@@ -47,35 +47,12 @@ pub trait Link: Send {
 
 /// A non-blocking UDP socket bound to `addr`, with `SO_REUSEADDR` if `shared`.
 fn udp_socket(addr: SocketAddrV4, shared: bool) -> io::Result<UdpSocket> {
-    // SAFETY: plain socket creation; the descriptor is owned right after.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    if shared {
-        setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    }
-    let sa = sockaddr(addr);
-    // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
-    let r = unsafe {
-        libc::bind(
-            raw,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(UdpSocket::from(fd))
+    bound_udp_socket(addr, |raw| {
+        if shared {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        }
+        Ok(())
+    })
 }
 
 /// One frame per UDP datagram: `eth:dgram` (to one peer) and `eth:mcast` (to a group).

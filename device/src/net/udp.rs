@@ -245,6 +245,34 @@ enum Role {
 
 /// A non-blocking UDP socket bound to `addr`.
 fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
+    bound_udp_socket(addr, |raw| {
+        match role {
+            Role::Receive => {
+                setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+                setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+                grow_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+            }
+            Role::Send => {
+                setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+                setsockopt_int(
+                    raw,
+                    libc::IPPROTO_IP,
+                    libc::IP_MTU_DISCOVER,
+                    libc::IP_PMTUDISC_DO,
+                )?;
+                grow_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A non-blocking UDP socket that `configure` sets options on before it is bound to
+/// `addr` (options such as `SO_REUSEADDR` only count if set before `bind`).
+pub(crate) fn bound_udp_socket(
+    addr: SocketAddrV4,
+    configure: impl FnOnce(RawFd) -> io::Result<()>,
+) -> io::Result<UdpSocket> {
     // SAFETY: plain socket creation; the descriptor is owned right after.
     let raw = unsafe {
         libc::socket(
@@ -258,25 +286,9 @@ fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
     }
     // SAFETY: `raw` is a fresh descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    match role {
-        Role::Receive => {
-            setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
-            setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-            grow_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
-        }
-        Role::Send => {
-            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-            setsockopt_int(
-                raw,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
-            grow_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
-        }
-    }
+    configure(raw)?;
     let sa = sockaddr(addr);
-    // SAFETY: a sockaddr_in of the size given.
+    // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
     let r = unsafe {
         libc::bind(
             raw,

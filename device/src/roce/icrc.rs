@@ -116,14 +116,17 @@ mod tests {
         }
     }
 
+    impl Pieces {
+        /// The packet from the IP header on, without its ICRC.
+        fn packet(&self) -> Vec<u8> {
+            [&self.ip[..], &self.udp, &self.bth, &self.rest].concat()
+        }
+    }
+
     #[test]
     fn matches_bitwise_crc_over_hand_masked_bytes() {
         let p = pieces();
-        let mut packet = Vec::new();
-        packet.extend_from_slice(&p.ip);
-        packet.extend_from_slice(&p.udp);
-        packet.extend_from_slice(&p.bth);
-        packet.extend_from_slice(&p.rest);
+        let packet = p.packet();
 
         // Assemble the masked sequence by hand, field by field.
         let mut masked = vec![0xFF; 8]; // the masked LRH
@@ -148,11 +151,7 @@ mod tests {
     #[test]
     fn masked_fields_do_not_change_the_icrc_and_others_do() {
         let p = pieces();
-        let mut packet = Vec::new();
-        packet.extend_from_slice(&p.ip);
-        packet.extend_from_slice(&p.udp);
-        packet.extend_from_slice(&p.bth);
-        packet.extend_from_slice(&p.rest);
+        let packet = p.packet();
         let base = icrc(&packet);
         for i in 0..packet.len() {
             for bit in 0..8 {
