@@ -155,9 +155,11 @@ run_dir=$run_base/$(date +%Y%m%d-%H%M%S)-$$
 mkdir "$run_dir"
 ln -sfn "$(basename "$run_dir")" "$run_base/latest"
 log "run dir $run_dir"
-# Keep the newest 50 run directories (they hold only logs once a run is over).
-find "$run_base" -mindepth 1 -maxdepth 1 -type d -name '2*' | LC_ALL=C sort | head -n -50 |
-    xargs -r rm -rf --one-file-system --
+# Keep the newest 50 run directories (they hold only logs once a run is over). Boots that
+# start together prune together: a directory another one removed under find's feet is no
+# error (under pipefail it would end this boot before QEMU starts).
+find "$run_base" -mindepth 1 -maxdepth 1 -type d -name '2*' 2>/dev/null | LC_ALL=C sort |
+    head -n -50 | xargs -r rm -rf --one-file-system -- || true
 console_log=$run_dir/console.log
 
 # --- clean-up --------------------------------------------------------------------------------
