@@ -23,6 +23,9 @@ use crate::rdma::switch::{Switch, Uplink};
 /// does not starve the others or the doorbells.
 const UPLINK_BUDGET: usize = 256;
 
+/// Idle passes in the poll window between two looks at the eventfds.
+const EVENT_CHECK_PASSES: u32 = 32;
+
 /// Drains the wake-up eventfds; the loop itself decides what to do after a wake-up.
 struct Wakeups {
     functions: Vec<Arc<Function>>,
@@ -187,6 +190,8 @@ impl Engine {
                 (a, b) => a.or(b),
             };
         }
+        // What the functions sent to the network in this pass goes out together.
+        self.switch.flush_uplink();
         // Frames sent to functions that already had their turn are work for the next.
         all.progress |= self.switch.busy();
         // Held frames wake the engine when they are due, as transport timers do.
@@ -216,6 +221,7 @@ impl Engine {
             self.stop.as_raw_fd()
         );
         let mut last_work = Instant::now();
+        let mut idle_passes = 0u32;
         while !self.stopping.load(Ordering::Acquire) {
             let outcome = self.poll_all();
             if outcome.progress {
@@ -223,7 +229,12 @@ impl Engine {
                 continue;
             }
             if last_work.elapsed() < self.poll_window {
-                em.run_with_timeout(0)?;
+                // The eventfds only matter for a stop request while polling (kicks are
+                // not asked for): look at them now and then, not at every pass.
+                idle_passes += 1;
+                if idle_passes.is_multiple_of(EVENT_CHECK_PASSES) {
+                    em.run_with_timeout(0)?;
+                }
                 std::thread::yield_now();
                 continue;
             }

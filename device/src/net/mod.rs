@@ -14,6 +14,7 @@
 pub mod arp;
 pub mod eth;
 pub mod faults;
+pub mod gso;
 pub mod link;
 pub mod udp;
 

@@ -26,6 +26,8 @@ use std::time::Instant;
 use crate::net::faults::{FaultCounters, FaultInjector};
 use crate::pcap::PcapWriter;
 
+use super::wire::MAX_SPARE;
+
 /// A frame on the switch: a whole Ethernet frame, and whether its ICRC is computed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
@@ -89,9 +91,13 @@ impl std::fmt::Display for UplinkStats {
 
 /// The switch's link to a real network, for destinations that are no port of its own.
 pub trait Uplink: Send {
-    /// Sends `frame` (a whole Ethernet/IPv4/UDP/RoCEv2 frame) towards its destination IP.
-    /// Returns whether it went out; a frame that did not is counted by the uplink.
+    /// Sends `frame` (a whole Ethernet/IPv4/UDP/RoCEv2 frame) towards its destination IP,
+    /// now or at the next [`Uplink::flush`]. Returns whether it was taken; a frame that
+    /// was not, or that could not go out when flushed, is counted by the uplink.
     fn send(&mut self, frame: &[u8]) -> bool;
+    /// Sends what [`Uplink::send`] kept to send together; the engine calls it at the end
+    /// of every pass.
+    fn flush(&mut self) {}
     /// Appends to `out` up to `max` frames that arrived for switch port `port`; returns
     /// how many arrivals it read (dropped ones included), so 0 means none waited.
     fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize;
@@ -382,6 +388,10 @@ impl Switch {
                 frame.seal();
                 uplink.send(&frame.bytes);
                 self.capture_uplink();
+                // The uplink copied what it needs: the buffer serves the next frame built.
+                if self.spare.len() < MAX_SPARE {
+                    self.spare.push(frame.bytes);
+                }
             }
             _ => self.unroutable += 1,
         }
@@ -406,6 +416,13 @@ impl Switch {
     /// Gives back the spare frame buffers after a function's turn.
     pub fn put_spare(&mut self, spare: Vec<Vec<u8>>) {
         self.spare = spare;
+    }
+
+    /// Sends what the uplink kept to send together (see [`Uplink::flush`]).
+    pub fn flush_uplink(&mut self) {
+        if let Some(u) = &mut self.uplink {
+            u.flush();
+        }
     }
 
     /// Whether any frame waits anywhere.
