@@ -7,7 +7,9 @@
 #
 # Default: two functions of one rnicd, `write_bw -s 65536 -D 5`. --udp profiles two rnicd
 # over loopback UDP (the sending one). perf.data and report.txt go to DIR (default
-# target/bench/profile).
+# target/bench/profile). PERF_CALLGRAPH overrides perf's call-graph option (default -g,
+# frame pointers; `PERF_CALLGRAPH="--call-graph dwarf,16384"` also sees through libc,
+# e.g. which copies are memmove's callers).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,7 +49,7 @@ fi
 target="${pids[0]}"
 
 echo "=== [profile] rnic-perf ${perf_args[*]}, perf on rnicd $target" >&2
-perf record -e cpu-clock -F 2000 -g -p "$target" -o "$out/perf.data" 2>"$work/perf.log" &
+perf record -e cpu-clock -F 2000 ${PERF_CALLGRAPH:--g} -p "$target" -o "$out/perf.data" 2>"$work/perf.log" &
 recorder=$!
 sleep 0.3
 "$bin/rnic-perf" "${perf_args[@]}" --vfio-user "$local_sock" --remote-vfio-user "$remote_sock"

@@ -267,7 +267,7 @@ impl RdmaState {
         self.departed.insert(plan.qpn);
         self.post_event(env, event::QP_DEPARTED, plan.qpn);
         Some(Departed {
-            qp,
+            qp: *qp,
             mrs,
             cqs,
             sq_pi,
@@ -370,7 +370,7 @@ impl RdmaState {
             reserved: [0; 2],
         };
         self.departed.remove(&qpn);
-        self.qps.insert(qpn, qp);
+        self.qps.insert(qpn, Box::new(qp));
         // Its timers and queued work came with it.
         self.reschedule(qpn);
         self.post_event(env, event::QP_ARRIVED, qpn);

@@ -109,7 +109,7 @@ pub struct RdmaState {
     pds: BTreeMap<u32, Pd>,
     mrs: MrTable,
     cqs: BTreeMap<u32, CompletionQueue>,
-    qps: BTreeMap<u32, Qp>,
+    qps: BTreeMap<u32, Box<Qp>>,
     srqs: srq::SrqTable,
     ud: ud::UdTable,
     dc: dc::DcTable,
@@ -619,7 +619,7 @@ impl RdmaState {
         if let Some(pd) = self.pds.get_mut(&req.pdn) {
             pd.users += 1;
         }
-        self.qps.insert(qpn, qp);
+        self.qps.insert(qpn, Box::new(qp));
         match req.qp_type {
             rnic_abi::ud::QPT_UD => self.ud.add(qpn),
             rnic_abi::dc::QPT_DCI => self.dc.add_dci(qpn),
@@ -1023,7 +1023,7 @@ impl RdmaState {
 
     /// The QP with `qpn`.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
-        self.qps.get(&qpn)
+        self.qps.get(&qpn).map(|qp| &**qp)
     }
 
     /// Whether a CQ exists (for tests and queries).
