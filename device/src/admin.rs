@@ -6,7 +6,7 @@
 //! command locks what it touches). A VF's admin queue answers every command with
 //! `NotPermitted` ([`not_permitted`]).
 
-use std::collections::HashMap;
+use crate::rdma::switch::AddressTable;
 use std::sync::Arc;
 
 use rnic_abi::admin::{
@@ -29,7 +29,7 @@ pub struct AdminContext<'a> {
     /// The internal switch.
     pub switch: &'a mut Switch,
     /// The switch's IPv4-to-MAC table, kept in step with addresses that change.
-    pub neighbors: &'a mut HashMap<[u8; 4], [u8; 6]>,
+    pub neighbors: &'a mut AddressTable,
     /// The device's resource pool.
     pub pool: &'a ResourcePool,
 }
@@ -265,7 +265,7 @@ mod tests {
     struct Device {
         functions: Vec<Arc<Function>>,
         switch: Switch,
-        neighbors: HashMap<[u8; 4], [u8; 6]>,
+        neighbors: AddressTable,
         pool: Arc<ResourcePool>,
     }
 

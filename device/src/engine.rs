@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
 use vmm_sys_util::eventfd::EventFd;
 
-use std::collections::HashMap;
+use crate::rdma::switch::AddressTable;
 
 use crate::admin::AdminContext;
 use crate::function::{Function, PollOutcome, Port};
@@ -93,7 +93,7 @@ impl EngineHandle {
 pub struct Engine {
     functions: Vec<Arc<Function>>,
     switch: Switch,
-    neighbors: HashMap<[u8; 4], [u8; 6]>,
+    neighbors: AddressTable,
     poll_window: Duration,
     stop: Arc<EventFd>,
     stopping: Arc<AtomicBool>,

@@ -16,7 +16,7 @@ use rnic_abi::regs::*;
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
 use vmm_sys_util::eventfd::EventFd;
 
-use std::collections::HashMap;
+use crate::rdma::switch::AddressTable;
 use std::time::Instant;
 
 use crate::cmdq::{QueueBlock, Response, StartContext};
@@ -245,7 +245,7 @@ pub struct Port<'a> {
     /// This function's port number.
     pub index: usize,
     /// IPv4 to MAC for the switch's endpoints.
-    pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
+    pub neighbors: &'a AddressTable,
 }
 
 /// A function's RDMA objects under the function's lock ([`Function::lock_rdma`]).

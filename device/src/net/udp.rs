@@ -1126,6 +1126,24 @@ mod tests {
     }
 
     #[test]
+    fn without_segmentation_every_datagram_goes_on_its_own() {
+        let (a, b, mut ua, mut ub) = pair(8);
+        // As after a send the kernel could not segment.
+        ua.gso = false;
+        let sent = message(a, b, 7, 5, 2048);
+        for f in &sent {
+            assert!(ua.send(f));
+            assert!(ua.batch.is_none(), "sent at once, nothing kept");
+        }
+        assert_eq!(ua.stats().tx, sent.len() as u64);
+        let got = receive_n(&mut ub, 0, sent.len());
+        assert_eq!(got.len(), sent.len());
+        for (f, g) in sent.iter().zip(&got) {
+            assert_eq!(g[12..], f[12..]);
+        }
+    }
+
+    #[test]
     fn runs_of_interleaved_flows_keep_each_flows_order() {
         let (a, b, mut ua, mut ub) = pair(7);
         let first = message(a, b, 0, 3, 1024);

@@ -20,6 +20,7 @@
 //! [`Switch::poll_uplink`]. Faults, if any, are injected on the sending side only.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::RawFd;
 use std::time::Instant;
 
@@ -63,6 +64,31 @@ pub struct Endpoint {
     pub mac: [u8; 6],
     /// IPv4 address (the GID's last four bytes).
     pub ip: [u8; 4],
+}
+
+/// IPv4 address to MAC: the neighbours functions address their frames to.
+pub type AddressTable = HashMap<[u8; 4], [u8; 6], AddrHash>;
+
+/// The hasher of the switch's address tables, which are looked up for every frame: a
+/// multiply-and-rotate over the key's few bytes (as rustc's FxHash). SipHash's
+/// resistance to chosen keys buys nothing here: the tables hold the device's own
+/// functions, at most 256, whose addresses only the PF sets.
+pub type AddrHash = BuildHasherDefault<AddrHasher>;
+
+/// See [`AddrHash`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// What an uplink did.
@@ -149,8 +175,8 @@ fn capture(pcap: &mut Option<PcapWriter<std::io::BufWriter<std::fs::File>>>, fra
 /// Frames in flight between functions.
 pub struct Switch {
     ports: Vec<Endpoint>,
-    by_mac: HashMap<[u8; 6], usize>,
-    by_ip: HashMap<[u8; 4], [u8; 6]>,
+    by_mac: HashMap<[u8; 6], usize, AddrHash>,
+    by_ip: AddressTable,
     inbox: Vec<VecDeque<Frame>>,
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     /// Frames with no port to go to.
@@ -299,7 +325,7 @@ impl Switch {
     }
 
     /// The address table functions use to address frames (their ARP, on this switch).
-    pub fn neighbors(&self) -> HashMap<[u8; 4], [u8; 6]> {
+    pub fn neighbors(&self) -> AddressTable {
         self.by_ip.clone()
     }
 

@@ -1,7 +1,7 @@
 //! Addressing a QP's packets: from the QP's attributes and the function's endpoint to the
 //! Ethernet, IPv4 and UDP fields of a frame.
 
-use std::collections::HashMap;
+use super::switch::AddressTable;
 
 use crate::roce::packet::{self, Addressing, Headers};
 
@@ -13,7 +13,7 @@ pub struct Wire<'a> {
     /// This function's address.
     pub local: Endpoint,
     /// IPv4 to MAC, for destinations.
-    pub neighbors: &'a HashMap<[u8; 4], [u8; 6]>,
+    pub neighbors: &'a AddressTable,
     /// Frames to send, in order, unsealed (see [`super::switch`]).
     pub out: Vec<Frame>,
     /// Buffers of frames already delivered, reused for the frames built next: a frame

@@ -339,7 +339,24 @@ const DCETH: &[ExtHeader] = &[ExtHeader::Dceth];
 /// of every RC opcode, as in rxe_opcode.c. `None` for opcodes this device does not speak
 /// (other transports, RC FLUSH and ATOMIC WRITE, reserved values), which [`parse`]
 /// rejects.
-pub const fn opcode_info(op: u8) -> Option<OpcodeInfo> {
+pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
+    OPCODES[usize::from(op)]
+}
+
+/// [`describe`] of every opcode, worked out at compile time: every packet built or
+/// parsed looks its opcode up.
+static OPCODES: [Option<OpcodeInfo>; 256] = {
+    let mut table = [None; 256];
+    let mut op = 0;
+    while op < 256 {
+        table[op] = describe(op as u8);
+        op += 1;
+    }
+    table
+};
+
+/// What [`opcode_info`] says of `op`.
+const fn describe(op: u8) -> Option<OpcodeInfo> {
     use opcode::*;
     const REQ_SEND: u16 = F_REQUEST | F_SEND;
     const REQ_WRITE: u16 = F_REQUEST | F_WRITE;
