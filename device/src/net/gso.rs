@@ -95,8 +95,15 @@ impl Batch {
 
     /// The datagrams, one by one (for a socket that cannot segment).
     pub fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
-        self.bytes.chunks(self.segment.max(1))
+        datagrams(&self.bytes, self.segment)
     }
+}
+
+/// The datagrams a run of `segment`-byte datagrams (the last may be shorter) is made of,
+/// back to back in `bytes`; an empty `bytes` is one empty datagram.
+pub fn datagrams(bytes: &[u8], segment: usize) -> impl Iterator<Item = &[u8]> {
+    let empty = bytes.is_empty().then_some(bytes);
+    empty.into_iter().chain(bytes.chunks(segment.max(1)))
 }
 
 /// Sends `bytes` to `to` as datagrams of `segment` bytes (the last may be shorter), in

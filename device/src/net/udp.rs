@@ -869,15 +869,13 @@ impl Uplink for UdpUplink {
             // Without the ancillary data (never so on Linux) the values rnicd sends.
             let ttl = r.ttl.unwrap_or(64);
             let tos = r.tos.unwrap_or(0);
-            // A coalesced run is the datagrams it was made of, back to back; an empty
-            // datagram is still one.
-            let segment = r.segment.unwrap_or(payload.len()).max(1);
-            let datagrams = payload.chunks(segment);
+            // A coalesced run is the datagrams it was made of, back to back.
+            let segment = r.segment.unwrap_or(payload.len());
             let before = out.len();
-            if payload.is_empty() {
-                out.push(rebuild_frame(p.mac, r.from, p.ip, tos, ttl, payload));
-            }
-            out.extend(datagrams.map(|d| rebuild_frame(p.mac, r.from, p.ip, tos, ttl, d)));
+            out.extend(
+                gso::datagrams(payload, segment)
+                    .map(|d| rebuild_frame(p.mac, r.from, p.ip, tos, ttl, d)),
+            );
             let n = out.len() - before;
             read += n;
             self.stats.rx += n as u64;
