@@ -24,7 +24,7 @@ use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
 use crate::msix::Msix;
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
-use crate::rdma::switch::{Endpoint, Switch};
+use crate::rdma::switch::{Endpoint, Frame, Switch};
 use crate::rdma::wire::Wire;
 use crate::rdma::{Env, RdmaState};
 use crate::resources::{ResourcePool, DEFAULT_SHARE};
@@ -204,9 +204,9 @@ impl Identity {
 struct Traffic {
     tx_bytes: u64,
     rx_bytes: u64,
-    /// Frames that arrived while the link was down, or DMA was off: lost.
+    /// Packets that arrived while the link was down, or DMA was off: lost.
     rx_lost: u64,
-    /// Frames the function produced while its link was down: discarded.
+    /// Packets the function produced while its link was down: discarded.
     tx_link_down: u64,
 }
 
@@ -693,7 +693,7 @@ impl Function {
         if !st.config.bus_master() || !link_up {
             // No DMA without bus mastering, and nothing at all through a pulled cable:
             // whatever arrived is lost, as on a wire.
-            st.traffic.rx_lost += frames.len() as u64;
+            st.traffic.rx_lost += frames.iter().map(Frame::packets).sum::<u64>();
             if !st.config.bus_master() {
                 return PollOutcome {
                     progress: !frames.is_empty(),
@@ -702,7 +702,7 @@ impl Function {
             }
         }
         let frames = if link_up { frames } else { Default::default() };
-        st.traffic.rx_bytes += frames.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
+        st.traffic.rx_bytes += frames.iter().map(|f| f.wire_len() as u64).sum::<u64>();
         let writable = self.dma.writable();
         let readable = self.dma.readable();
         let env = Env {
@@ -732,17 +732,18 @@ impl Function {
             out: Vec::new(),
             spare: port.switch.take_spare(),
             src_port: None,
+            trains: port.switch.takes_trains(),
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
         port.switch.put_spare(std::mem::take(&mut wire.spare));
         if link_up {
-            st.traffic.tx_bytes += wire.out.iter().map(|f| f.bytes.len() as u64).sum::<u64>();
+            st.traffic.tx_bytes += wire.out.iter().map(|f| f.wire_len() as u64).sum::<u64>();
             for frame in wire.out {
                 port.switch.send(frame);
             }
         } else {
             // The QPs sent into a pulled cable: they will time out and retry.
-            st.traffic.tx_link_down += wire.out.len() as u64;
+            st.traffic.tx_link_down += wire.packets_since(0);
         }
         if std::mem::take(&mut st.rdma.eq_signal) {
             if let Some(vector) = st.rdma.eq_vector() {

@@ -408,6 +408,37 @@ fn counters_count_packets_and_bytes_per_member() {
     assert_eq!(pf.member_stats(0).unwrap().tx_packets, 0);
 }
 
+/// Between two functions of one rnicd the packets of a message travel as one train
+/// (device/src/rdma/train.rs); the counters still count every packet, and the bytes the
+/// packets would take on a wire.
+#[test]
+fn counters_count_each_packet_of_a_message_sent_as_a_train() {
+    let d = Rnicd::start(2, &[]);
+    let (a, b) = pair(&d, "vf0", "vf1", &PairOptions::default());
+    let pattern: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    a.mr.write(0, &pattern);
+    b.qp.post_recv(&verbs::RecvWr {
+        wr_id: 1,
+        sges: vec![b.mr.sge(0, 16384)],
+    })
+    .unwrap();
+    a.qp.post_send(&signaled(1, WrOpcode::Send, vec![a.mr.sge(0, 10_000)]))
+        .unwrap();
+    assert_eq!(completion(&a, 1), WcStatus::Success);
+    let mut got = vec![0u8; 10_000];
+    b.mr.read(0, &mut got);
+    assert!(got == pattern, "the message arrived whole");
+    let pf = open(&d, "pf");
+    let s = pf.member_stats(1).unwrap();
+    let r = pf.member_stats(2).unwrap();
+    // 10 000 bytes at MTU 1024: 10 packets, each with Ethernet, IPv4, UDP, BTH and ICRC
+    // (58 bytes); SEND FIRST, MIDDLE and LAST carry no other header.
+    assert_eq!((s.tx_packets, r.rx_packets), (10, 10), "{s:?} {r:?}");
+    assert_eq!(s.tx_bytes, 10 * 58 + 10_000, "{s:?}");
+    assert_eq!(r.rx_bytes, s.tx_bytes, "{r:?}");
+    assert_eq!((s.retransmits, r.rx_errors), (0, 0), "{s:?} {r:?}");
+}
+
 /// Objects of one VF, named from another, look exactly like objects that do not exist.
 #[test]
 fn another_vfs_objects_are_out_of_reach_of_every_command() {

@@ -115,6 +115,12 @@ pub fn on_response(
 fn acknowledge(qp: &mut Qp, p: u32) -> bool {
     let mut any = qp.req.acked_before(psn::add(p, 1));
     for o in qp.req.ops.iter_mut() {
+        // Ops get their PSNs in queue order: the first one that starts after `p` ends
+        // the walk (a READ response acknowledges per packet, with up to a whole send
+        // queue of ops behind it).
+        if o.assigned && psn::diff(o.first_psn, p) > 0 {
+            break;
+        }
         if o.assigned
             && o.state != OpState::Done
             && !o.is_rd_atomic()

@@ -460,7 +460,10 @@ mod tests {
             grant: Grant::Lasting,
         });
         assert!(IndirectTable::owns(key) && !IndirectTable::owns(rw));
-        let runs = t.check(key, 1, Access::RemoteRead, 0xF0, 0x20).unwrap();
+        let runs: Vec<_> = t
+            .check(key, 1, Access::RemoteRead, 0xF0, 0x20)
+            .unwrap()
+            .collect();
         assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 0x20);
         assert_eq!(runs.len(), 2);
         // The second region refuses writes: the whole access is refused.

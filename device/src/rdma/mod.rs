@@ -27,6 +27,7 @@ pub mod session;
 pub mod shared_sq;
 pub mod srq;
 pub mod switch;
+pub mod train;
 pub mod ud;
 pub mod wire;
 pub mod wqe;
@@ -890,13 +891,7 @@ impl RdmaState {
         let mut received = Vec::new();
         for frame in frames {
             progress = true;
-            match self.deliver(&frame, env, wire, now, &mut received) {
-                Ok(()) => self.counters.rx_packets += 1,
-                Err(why) => {
-                    self.counters.rx_dropped += 1;
-                    self.counters.drops.count(why);
-                }
-            }
+            self.deliver(&frame, env, wire, now, &mut received);
             wire.recycle(frame.bytes);
         }
         if progress {
@@ -909,7 +904,7 @@ impl RdmaState {
                     responder::flush_ack(qp, wire);
                 }
             }
-            self.counters.tx_packets += (wire.out.len() - before) as u64;
+            self.counters.tx_packets += wire.packets_since(before);
         }
         // Shared send queues hand their WQEs to their QPs first, which then run below.
         progress |= self.run_shared_sqs(env);
@@ -951,7 +946,7 @@ impl RdmaState {
                 None => requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits),
             };
             self.counters.retransmits += retransmits;
-            self.counters.tx_packets += (wire.out.len() - before) as u64;
+            self.counters.tx_packets += wire.packets_since(before);
             completer::retire(self, &mut qp, env, now);
             if qp.state == QpState::Err {
                 completer::flush_queues(self, &mut qp, env);
@@ -966,8 +961,9 @@ impl RdmaState {
         progress
     }
 
-    /// Validates `frame` and hands it to its QP's responder or completer; `Err` says why
-    /// it was dropped (by the checks, or by the transport's PSN window).
+    /// Validates `frame` and hands its packets (one, or a train's: see [`train`]) to
+    /// their QP's responder or completer, counting each packet received or dropped (by
+    /// the checks, or by the transport's PSN window).
     fn deliver(
         &mut self,
         frame: &switch::Frame,
@@ -975,45 +971,87 @@ impl RdmaState {
         wire: &mut wire::Wire,
         now: Instant,
         received: &mut Vec<u32>,
-    ) -> Result<(), recv::Drop> {
-        let pkt = match recv::parse(frame, &wire.local) {
+    ) {
+        let parsed = match recv::parse(frame, &wire.local) {
             // Not addressed here: steered here for a QP that migrated in?
             Err(why) => self.parse_for_arrived(frame).ok_or(why),
             parsed => parsed,
-        }
-        .inspect_err(|why| {
-            log::trace!("frame dropped: {why:?}");
-        })?;
-        let qpn = pkt.hdrs.bth.dest_qp;
-        let mut qp = self.qps.remove(&qpn).ok_or(recv::Drop::UnknownQp)?;
+        };
+        let qpn = parsed.as_ref().map_or(0, |pkt| pkt.hdrs.bth.dest_qp);
+        let qp = parsed.as_ref().ok().and_then(|_| self.qps.remove(&qpn));
+        let (pkt, mut qp) = match (parsed, qp) {
+            (Ok(pkt), Some(qp)) => (pkt, qp),
+            (parsed, _) => {
+                let why = parsed.err().unwrap_or(recv::Drop::UnknownQp);
+                log::trace!("frame dropped: {why:?}");
+                self.count_drops(why, frame.packets());
+                return;
+            }
+        };
         received.push(qpn);
         let before = wire.out.len();
-        let ud_qkey = self.ud.qkey(qpn);
-        let taken = ud::check_transport(ud_qkey.is_some(), &pkt).and_then(|()| match ud_qkey {
-            Some(qkey) => self.receive_datagram(&mut qp, &pkt, &frame.bytes, env, qkey),
-            None => match self.receive_dc(&mut qp, &pkt, env, wire, now) {
+        match frame.train.as_deref().map(|t| t.packets(pkt, &frame.bytes)) {
+            None => self.take_packet(&mut qp, &pkt, &frame.bytes, env, wire, now),
+            Some(Ok(packets)) => {
+                for pkt in packets {
+                    self.take_packet(&mut qp, &pkt, &frame.bytes, env, wire, now);
+                }
+            }
+            Some(Err(why)) => {
+                log::error!("qp {qpn:#x}: a train does not hold what it says: dropped");
+                self.count_drops(why, frame.packets());
+            }
+        }
+        self.counters.tx_packets += wire.packets_since(before);
+        self.qps.insert(qpn, qp);
+        self.reschedule(qpn);
+        self.report_drained(qpn, env);
+    }
+
+    /// Hands one packet to `qp`'s transport and counts it received or dropped.
+    fn take_packet(
+        &mut self,
+        qp: &mut Qp,
+        pkt: &crate::roce::packet::Packet,
+        frame: &[u8],
+        env: &Env,
+        wire: &mut wire::Wire,
+        now: Instant,
+    ) {
+        let ud_qkey = self.ud.qkey(qp.qpn);
+        let taken = ud::check_transport(ud_qkey.is_some(), pkt).and_then(|()| match ud_qkey {
+            Some(qkey) => self.receive_datagram(qp, pkt, frame, env, qkey),
+            None => match self.receive_dc(qp, pkt, env, wire, now) {
                 Some(taken) => taken,
-                None => recv::check(&qp, &pkt).and_then(|()| {
+                None => recv::check(qp, pkt).and_then(|()| {
                     if recv::is_request(pkt.hdrs.bth.opcode) {
-                        responder::on_request(self, &mut qp, &pkt, env, wire)
+                        responder::on_request(self, qp, pkt, env, wire)
                     } else {
-                        completer::on_response(self, &mut qp, &pkt, env, now)
+                        completer::on_response(self, qp, pkt, env, now)
                     }
                 }),
             },
         });
-        if let Err(why) = taken {
-            log::trace!(
-                "qp {qpn:#x}: packet {:#x} psn {} dropped: {why:?}",
-                pkt.hdrs.bth.opcode,
-                pkt.hdrs.bth.psn
-            );
+        match taken {
+            Ok(()) => self.counters.rx_packets += 1,
+            Err(why) => {
+                log::trace!(
+                    "qp {:#x}: packet {:#x} psn {} dropped: {why:?}",
+                    qp.qpn,
+                    pkt.hdrs.bth.opcode,
+                    pkt.hdrs.bth.psn
+                );
+                self.count_drops(why, 1);
+            }
         }
-        self.counters.tx_packets += (wire.out.len() - before) as u64;
-        self.qps.insert(qpn, qp);
-        self.reschedule(qpn);
-        self.report_drained(qpn, env);
-        taken
+    }
+
+    /// Counts `packets` packets dropped for `why`.
+    fn count_drops(&mut self, why: recv::Drop, packets: u64) {
+        for _ in 0..packets {
+            self.counters.rx_dropped += 1;
+            self.counters.drops.count(why);
+        }
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.

@@ -324,9 +324,12 @@ impl MrTable {
         access: Access,
         addr: u64,
         len: u64,
-    ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
+    ) -> Result<Runs<'_>, KeyError> {
         if IndirectTable::owns(key) {
-            return self.indirect.check(self, key, pdn, access, addr, len);
+            return self
+                .indirect
+                .check(self, key, pdn, access, addr, len)
+                .map(|runs| Runs::Listed(runs.into_iter()));
         }
         let Some(mr) = self.get(key) else {
             return Err(match self.reservation(key) {
@@ -337,7 +340,34 @@ impl MrTable {
         admits(mr.valid, mr.pdn, mr.access, pdn, access)?;
         let offset = addr.checked_sub(mr.iova).ok_or(KeyError::OutOfRange)?;
         let runs = mr.buffer.runs(offset, len).ok_or(KeyError::OutOfRange)?;
-        Ok(runs.collect())
+        Ok(Runs::Pages(runs))
+    }
+}
+
+/// The device-address runs of a checked range, in order (see [`MrTable::check`]).
+#[derive(Debug, Clone)]
+pub enum Runs<'a> {
+    /// Of a memory region: read off its page list as they are walked.
+    Pages(super::pages::PageRuns<'a>),
+    /// Of an indirect key: gathered from the regions it names.
+    Listed(std::vec::IntoIter<(GuestAddress, usize)>),
+}
+
+/// Two run lists are equal if they yield the same runs.
+impl PartialEq for Runs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.clone().eq(other.clone())
+    }
+}
+
+impl Iterator for Runs<'_> {
+    type Item = (GuestAddress, usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Runs::Pages(runs) => runs.next(),
+            Runs::Listed(runs) => runs.next(),
+        }
     }
 }
 
@@ -422,7 +452,7 @@ mod tests {
         let runs = t
             .check(k, 1, Access::RemoteRead, 0x7000_0110, 0x10)
             .unwrap();
-        assert_eq!(runs, vec![(GuestAddress(0x11110), 0x10)]);
+        assert_eq!(runs.collect::<Vec<_>>(), [(GuestAddress(0x11110), 0x10)]);
         assert_eq!(t.invalidate(k, 2).unwrap_err(), KeyError::OtherPd);
         t.invalidate(k, 1).unwrap();
         assert_eq!(
@@ -442,7 +472,7 @@ mod tests {
         let keys = t.reserve(1, 2).unwrap();
         assert!(t.reserve(1, 2).is_none(), "all or none");
         assert_eq!(t.count_in_pd(1), 2);
-        let check = |t: &MrTable, k| t.check(k, 1, Access::LocalRead, 0x7000_0100, 1);
+        let check = |t: &MrTable, k| t.check(k, 1, Access::LocalRead, 0x7000_0100, 1).map(drop);
         assert_eq!(check(&t, keys[0]).unwrap_err(), KeyError::Pending);
         assert_eq!(
             t.check(keys[0], 2, Access::LocalRead, 0x7000_0100, 1)

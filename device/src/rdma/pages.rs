@@ -20,6 +20,38 @@ pub enum PageListError {
     TooSmall,
 }
 
+/// The device-address runs of a range of a [`PagedBuffer`], in order: `(address,
+/// length)` for each stretch of pages that are contiguous in device memory.
+#[derive(Debug, Clone)]
+pub struct PageRuns<'a> {
+    pages: &'a [u64],
+    pos: u64,
+    stop: u64,
+}
+
+impl Iterator for PageRuns<'_> {
+    type Item = (GuestAddress, usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.stop {
+            return None;
+        }
+        let first = (self.pos / PAGE_SIZE) as usize;
+        let last = ((self.stop - 1) / PAGE_SIZE) as usize;
+        let start = *self.pages.get(first)? + self.pos % PAGE_SIZE;
+        let mut page = first;
+        while page < last
+            && self.pages.get(page + 1) == Some(&self.pages[page].wrapping_add(PAGE_SIZE))
+        {
+            page += 1;
+        }
+        let end = ((page as u64 + 1) * PAGE_SIZE).min(self.stop);
+        let n = end - self.pos;
+        self.pos = end;
+        Some((GuestAddress(start), n as usize))
+    }
+}
+
 /// Bytes `[0, len)` spread over `pages`, starting `offset` bytes into the first page.
 #[derive(Debug, Clone, Default)]
 pub struct PagedBuffer {
@@ -93,29 +125,18 @@ impl PagedBuffer {
     }
 
     /// The device-address runs that bytes `[at, at + len)` occupy, or `None` if the range
-    /// is not inside the buffer.
-    pub fn runs(
-        &self,
-        at: u64,
-        len: u64,
-    ) -> Option<impl Iterator<Item = (GuestAddress, usize)> + '_> {
+    /// is not inside the buffer. Pages that follow each other in device memory make one
+    /// run, so a buffer the driver allocated in one piece is copied in one piece.
+    pub fn runs(&self, at: u64, len: u64) -> Option<PageRuns<'_>> {
         let end = at.checked_add(len)?;
         if end > self.len {
             return None;
         }
-        let mut pos = self.offset + at;
-        let stop = self.offset + end;
-        Some(std::iter::from_fn(move || {
-            if pos >= stop {
-                return None;
-            }
-            let page = (pos / PAGE_SIZE) as usize;
-            let in_page = pos % PAGE_SIZE;
-            let n = (PAGE_SIZE - in_page).min(stop - pos);
-            let addr = self.pages[page] + in_page;
-            pos += n;
-            Some((GuestAddress(addr), n as usize))
-        }))
+        Some(PageRuns {
+            pages: &self.pages,
+            pos: self.offset + at,
+            stop: self.offset + end,
+        })
     }
 
     /// Copies bytes at `at` into `out`; false if out of range or unreachable.
@@ -201,6 +222,38 @@ mod tests {
         let mut back = vec![0u8; 0x20];
         assert!(b.read(&m, 0, &mut back));
         assert_eq!(back, data);
+    }
+
+    #[test]
+    fn pages_that_follow_each_other_in_memory_make_one_run() {
+        let m = mem();
+        // Pages 1 and 2 follow each other, page 3 does not follow page 2.
+        let l = list(&m, 0x10000, &[0x11000, 0x12000, 0x15000, 0x16000]);
+        let b = PagedBuffer::load(&l, 0x10, 0x3ff0, &m).unwrap();
+        let runs: Vec<_> = b.runs(0x8, 0x3fe0).unwrap().collect();
+        assert_eq!(
+            runs,
+            [
+                (GuestAddress(0x11018), 0x1fe8),
+                (GuestAddress(0x15000), 0x1ff8)
+            ]
+        );
+        // A range inside one page, and one ending where a page ends.
+        let runs: Vec<_> = b.runs(0x100, 0x10).unwrap().collect();
+        assert_eq!(runs, [(GuestAddress(0x11110), 0x10)]);
+        let runs: Vec<_> = b.runs(0, 0x1ff0).unwrap().collect();
+        assert_eq!(runs, [(GuestAddress(0x11010), 0x1ff0)]);
+        assert_eq!(b.runs(0x10, 0).unwrap().count(), 0);
+        assert!(b.runs(0x10, 0x3fe1).is_none());
+        // The data lands where the runs say.
+        let data: Vec<u8> = (0..0x3ff0u32).map(|i| i as u8).collect();
+        assert!(b.write(&m, 0, &data));
+        let mut back = vec![0u8; data.len()];
+        assert!(b.read(&m, 0, &mut back));
+        assert_eq!(back, data);
+        let mut third = [0u8; 4];
+        m.read_slice(&mut third, GuestAddress(0x15000)).unwrap();
+        assert_eq!(third, [0xf0, 0xf1, 0xf2, 0xf3]);
     }
 
     #[test]

@@ -183,6 +183,11 @@ impl RequesterState {
     /// its answer holds it back even if later PSNs were acknowledged: its answer went
     /// missing, and the timer must ask for it again.
     pub fn una(&self) -> u32 {
+        // Every READ or atomic that was sent holds a slot until it retires: with none
+        // held, none waits (and the ops need no walk, on every packet that arrives).
+        if self.rd_atomic_outstanding == 0 {
+            return self.acked_end;
+        }
         let waiting = self
             .ops
             .iter()
@@ -533,26 +538,24 @@ fn send_op(
         }
         _ => {
             let total = o.op.length();
-            for pkt in o.next_pkt..o.npsn {
+            let is_write = matches!(w.opcode, wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM);
+            // Asked for at the end, now and then, and when the window closes, so that an
+            // acknowledgement always comes to open it again.
+            let ack_req = |pkt: u32| {
                 let p = psn::add(o.first_psn, pkt);
-                if !window.open(p) {
-                    qp.req.ops[i].next_pkt = pkt;
-                    return pkt > o.next_pkt;
-                }
+                pkt + 1 == o.npsn
+                    || (pkt + 1).is_multiple_of(ACK_INTERVAL)
+                    || !window.open(psn::add(p, 1))
+            };
+            let headers = |pkt: u32| {
                 let first = pkt == 0;
                 let last = pkt + 1 == o.npsn;
-                // Asked for at the end, now and then, and when the window closes, so that
-                // an acknowledgement always comes to open it again.
-                let ack_req =
-                    last || (pkt + 1).is_multiple_of(ACK_INTERVAL) || !window.open(psn::add(p, 1));
-                let offset = u64::from(pkt) * u64::from(mtu);
-                let len = (total - offset.min(total)).min(u64::from(mtu));
                 let opcode = request_opcode(w.opcode, first, last);
+                let p = psn::add(o.first_psn, pkt);
                 let mut hdrs = Headers {
-                    bth: bth(opcode, p, ack_req, solicited && last),
+                    bth: bth(opcode, p, ack_req(pkt), solicited && last),
                     ..Headers::default()
                 };
-                let is_write = matches!(w.opcode, wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM);
                 if is_write && first {
                     hdrs.reth = Some(Reth {
                         va: w.remote_addr,
@@ -566,16 +569,35 @@ fn send_op(
                 if last && w.opcode == wr::SEND_WITH_INV {
                     hdrs.ieth = Some(w.imm_or_inv);
                 }
+                hdrs
+            };
+            // Up to a train's worth of packets in one frame when the peer is a function
+            // of this process; a train ends at the first packet that asks for an ACK.
+            let max_train = wire.max_train(qp, mtu);
+            let mut pkt = o.next_pkt;
+            while pkt < o.npsn {
+                if !window.open(psn::add(o.first_psn, pkt)) {
+                    qp.req.ops[i].next_pkt = pkt;
+                    return pkt > o.next_pkt;
+                }
+                let mut count = 1;
+                while count < max_train && pkt + count < o.npsn && !ack_req(pkt + count - 1) {
+                    count += 1;
+                }
+                let offset = u64::from(pkt) * u64::from(mtu);
+                let len = (total - offset.min(total)).min(u64::from(mtu) * u64::from(count));
+                let hdrs = headers(pkt);
                 // The payload is gathered straight into the frame.
                 let op = &qp.req.ops[i].op;
-                let gathered = wire.send_with(qp, &hdrs, len as usize, |frame| {
-                    gather(op, qp.pdn, mrs, env, offset, len, frame)
-                });
+                let fill = |frame: &mut Vec<u8>| gather(op, qp.pdn, mrs, env, offset, len, frame);
+                let last = || headers(pkt + count - 1);
+                let gathered = wire.send_packets(qp, &hdrs, last, count, mtu, len, fill);
                 if let Err(status) = gathered {
                     qp.req.ops[i].fail(status);
                     return true;
                 }
-                qp.req.sent_upto(psn::add(p, 1));
+                pkt += count;
+                qp.req.sent_upto(psn::add(o.first_psn, pkt));
             }
         }
     }

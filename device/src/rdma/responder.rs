@@ -552,9 +552,7 @@ fn send_read_responses(
     from: u32,
 ) -> Result<(), Failure> {
     let mtu = mtu(&qp.attr);
-    for i in from..npsn {
-        let offset = u64::from(i) * u64::from(mtu);
-        let n = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu));
+    let headers = |i: u32| {
         let opcode = match (i == 0, i + 1 == npsn) {
             (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
             (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
@@ -563,13 +561,22 @@ fn send_read_responses(
         };
         let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
             .then(|| Aeth::ack(AETH_CREDIT_INVALID).with_msn(qp.resp.msn));
-        let hdrs = Headers {
+        Headers {
             bth: reply_bth(qp, opcode, psn::add(first_psn, i)),
             aeth,
             ..Headers::default()
-        };
+        }
+    };
+    // To a function of this process, the responses go as trains (see `super::train`).
+    let max_train = wire.max_train(qp, mtu);
+    let mut i = from;
+    while i < npsn {
+        let count = max_train.min(npsn - i);
+        let offset = u64::from(i) * u64::from(mtu);
+        let n =
+            (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu) * u64::from(count));
         // The payload is read from memory straight into the frame.
-        wire.send_with(qp, &hdrs, n as usize, |frame| {
+        let fill = |frame: &mut Vec<u8>| {
             if n == 0 {
                 // The single empty response of a zero-length READ (C9-88: no key check).
                 return Ok(());
@@ -590,7 +597,10 @@ fn send_read_responses(
                 }
             }
             Ok(())
-        })?;
+        };
+        let last = || headers(i + count - 1);
+        wire.send_packets(qp, &headers(i), last, count, mtu, n, fill)?;
+        i += count;
     }
     Ok(())
 }
@@ -610,11 +620,11 @@ fn atomic(
     if a.va % 8 != 0 {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
-    let runs = rdma
+    let mut runs = rdma
         .mrs
         .check(a.rkey, qp.pdn, Access::RemoteAtomic, a.va, 8)
         .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
-    let [(addr, 8)] = runs[..] else {
+    let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     };
     let slice = env

@@ -27,9 +27,11 @@ use std::time::Instant;
 use crate::net::faults::{FaultCounters, FaultInjector};
 use crate::pcap::PcapWriter;
 
+use super::train::{self, Train};
 use super::wire::MAX_SPARE;
 
-/// A frame on the switch: a whole Ethernet frame, and whether its ICRC is computed.
+/// A frame on the switch: a whole Ethernet frame, whether its ICRC is computed, and,
+/// for a train, the packets it carries after its first ([`super::train`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     /// The frame's bytes; unsealed, its last four (the ICRC) are not meaningful.
@@ -37,6 +39,8 @@ pub struct Frame {
     /// Whether the ICRC is in `bytes`. Only frames built by this process's functions
     /// and seen by nothing else are unsealed; everything from the network is sealed.
     pub sealed: bool,
+    /// For a train (always unsealed): the packets after the first.
+    pub train: Option<Box<Train>>,
 }
 
 impl Frame {
@@ -45,14 +49,38 @@ impl Frame {
         Self {
             bytes,
             sealed: true,
+            train: None,
         }
     }
 
-    /// Computes the ICRC into the bytes, if it is not there yet.
+    /// A frame of one packet built by this process, its ICRC not computed.
+    pub fn unsealed(bytes: Vec<u8>) -> Self {
+        Self {
+            bytes,
+            sealed: false,
+            train: None,
+        }
+    }
+
+    /// Computes the ICRC into the bytes, if it is not there yet. A train must be cut
+    /// into its packets first ([`super::train::segment`]); it is left as it is.
     pub fn seal(&mut self) {
-        if !self.sealed {
+        if !self.sealed && self.train.is_none() {
             crate::roce::packet::seal(&mut self.bytes);
             self.sealed = true;
+        }
+    }
+
+    /// The packets the frame carries: 1, or a train's count.
+    pub fn packets(&self) -> u64 {
+        self.train.as_ref().map_or(1, |t| u64::from(t.count))
+    }
+
+    /// The bytes its packets take on a wire.
+    pub fn wire_len(&self) -> usize {
+        match &self.train {
+            Some(t) => t.wire_len(self.bytes.len()),
+            None => self.bytes.len(),
         }
     }
 }
@@ -359,7 +387,17 @@ impl Switch {
     /// Forwards `frame` to the port its destination MAC names, through the fault
     /// injector if there is one (which may drop, copy, corrupt or hold it: the frame is
     /// sealed first, so that the receiver's ICRC check sees what it did).
+    /// A train goes whole only to a port of the switch, with nothing watching; anywhere
+    /// else it goes as the frames of its packets.
     pub fn send(&mut self, mut frame: Frame) {
+        if frame.train.is_some()
+            && !(self.takes_trains() && self.local_port(&frame.bytes).is_some())
+        {
+            for packet in train::segment(frame, &mut self.spare) {
+                self.send(packet);
+            }
+            return;
+        }
         match &mut self.faults {
             Some(faults) => {
                 frame.seal();
@@ -396,10 +434,7 @@ impl Switch {
     /// With an uplink that captures its own wire, frames for it are captured there, as
     /// they go out (with the destination MAC it resolved).
     fn forward(&mut self, mut frame: Frame) {
-        let dst: Option<[u8; 6]> = frame.bytes.get(..6).and_then(|d| d.try_into().ok());
-        let local = self
-            .steered(&frame.bytes)
-            .or_else(|| dst.and_then(|d| self.by_mac.get(&d).copied()));
+        let local = self.local_port(&frame.bytes);
         if self.pcap.is_some() && (local.is_some() || !self.uplink_captures) {
             frame.seal();
             capture(&mut self.pcap, &frame.bytes);
@@ -421,6 +456,22 @@ impl Switch {
             }
             _ => self.unroutable += 1,
         }
+    }
+
+    /// Whether functions may send trains ([`super::train`]): nothing but the ports sees
+    /// frames (no capture, no fault injector), so a train needs cutting only when it
+    /// goes to the uplink.
+    pub fn takes_trains(&self) -> bool {
+        self.pcap.is_none() && self.faults.is_none()
+    }
+
+    /// The port a frame goes to: the one steering names, or the one with its
+    /// destination MAC.
+    fn local_port(&self, frame: &[u8]) -> Option<usize> {
+        self.steered(frame).or_else(|| {
+            let dst: [u8; 6] = frame.get(..6)?.try_into().ok()?;
+            self.by_mac.get(&dst).copied()
+        })
     }
 
     /// Takes the frames waiting for `port`, with held frames that fell due delivered first.
@@ -572,10 +623,7 @@ mod tests {
             packet::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
             bytes.extend_from_slice(b"payload!");
             packet::end_unsealed(&mut bytes, 8);
-            Frame {
-                bytes,
-                sealed: false,
-            }
+            Frame::unsealed(bytes)
         };
         let mut s = Switch::new(vec![a, b], None);
         let fake = Fake::default();

@@ -7,6 +7,7 @@ use crate::roce::packet::{self, Addressing, Headers};
 
 use super::qp::Qp;
 use super::switch::{Endpoint, Frame};
+use super::train::{Train, MAX_TRAIN_BYTES};
 
 /// What a transport stage needs to put frames on the wire.
 pub struct Wire<'a> {
@@ -22,6 +23,9 @@ pub struct Wire<'a> {
     /// The UDP source port of the frames built now, instead of the QP's own: the session
     /// of the message being sent ([`rnic_abi::session`]).
     pub src_port: Option<u16>,
+    /// Whether the switch takes trains ([`super::train`]): the requester sends the
+    /// packets of a message to another function of this process as trains.
+    pub trains: bool,
 }
 
 /// Where a packet goes: the address-vector fields of a frame.
@@ -101,7 +105,56 @@ impl Wire<'_> {
         len: usize,
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let dst_ip: [u8; 4] = route.dgid[12..16].try_into().unwrap_or([0; 4]);
+        self.build(qp, route, hdrs, None, len, fill)
+    }
+
+    /// How many packets of `qp` at path MTU `mtu` one frame may carry: a train's worth
+    /// ([`MAX_TRAIN_BYTES`]) when the switch takes trains and the peer is a function of
+    /// this process, else 1.
+    pub fn max_train(&self, qp: &Qp, mtu: u32) -> u32 {
+        if self.trains && self.neighbors.contains_key(&destination(&Route::of(qp))) {
+            (MAX_TRAIN_BYTES / mtu.max(1)).max(1)
+        } else {
+            1
+        }
+    }
+
+    /// Sends `count` consecutive packets of one message of `qp` to its peer, `len` bytes
+    /// of payload in all at `mtu` bytes per packet but the last: one frame with `first`'s
+    /// headers if `count` is 1, else a train (see [`super::train`]) whose last packet has
+    /// `last`'s. `fill` appends the payload; as [`Wire::send_with`] otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_packets<E>(
+        &mut self,
+        qp: &Qp,
+        first: &Headers,
+        last: impl FnOnce() -> Headers,
+        count: u32,
+        mtu: u32,
+        len: u64,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let train = (count > 1).then(|| Train {
+            count,
+            seg: mtu,
+            last_len: len.saturating_sub(u64::from(mtu) * u64::from(count - 1)) as u32,
+            last: last(),
+        });
+        self.build(qp, &Route::of(qp), first, train, len as usize, fill)
+    }
+
+    /// Builds a frame (or a train, whose headers are its first packet's) with `len`
+    /// bytes of payload from `fill`, and queues it.
+    fn build<E>(
+        &mut self,
+        qp: &Qp,
+        route: &Route,
+        hdrs: &Headers,
+        train: Option<Train>,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let dst_ip = destination(route);
         // A QP that migrated here keeps speaking as the address it was created with.
         let local = qp.home.unwrap_or(self.local);
         let addressing = Addressing {
@@ -124,7 +177,9 @@ impl Wire<'_> {
         };
         let mut frame = self.spare.pop().unwrap_or_default();
         frame.clear();
-        match packet::build_headers(&addressing, hdrs, len, &mut frame) {
+        // A train's headers are its first packet's, which carries one segment.
+        let first_len = train.as_ref().map_or(len, |t| t.seg as usize);
+        match packet::build_headers(&addressing, hdrs, first_len, &mut frame) {
             Ok(()) => {
                 let headers = frame.len();
                 fill(&mut frame)?;
@@ -140,6 +195,7 @@ impl Wire<'_> {
                 self.out.push(Frame {
                     bytes: frame,
                     sealed: false,
+                    train: train.map(Box::new),
                 });
             }
             Err(e) => log::error!(
@@ -150,6 +206,16 @@ impl Wire<'_> {
         }
         Ok(())
     }
+
+    /// The packets queued since `out` held `before` frames (a train counts its packets).
+    pub fn packets_since(&self, before: usize) -> u64 {
+        self.out[before..].iter().map(Frame::packets).sum()
+    }
+}
+
+/// The IPv4 address a route leads to.
+fn destination(route: &Route) -> [u8; 4] {
+    route.dgid[12..16].try_into().unwrap_or([0; 4])
 }
 
 /// 24-bit PSN arithmetic.

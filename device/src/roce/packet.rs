@@ -37,6 +37,8 @@ pub const UDP_HEADER_LEN: usize = 8;
 pub const BTH_LEN: usize = 12;
 /// Length of the invariant CRC that ends every packet.
 pub const ICRC_LEN: usize = 4;
+/// Offset of the IPv4 identification field in a frame.
+pub const IP_ID_OFFSET: usize = ETH_HEADER_LEN + 4;
 /// The IP protocol number of UDP.
 const IPPROTO_UDP: u8 = 17;
 /// IPv4 flags/fragment-offset word with only Don't Fragment set, as rxe sends: RoCE
@@ -1063,6 +1065,19 @@ pub fn build_headers(
     }
 
     Ok(())
+}
+
+/// Length of the frame [`build`] makes of `hdrs` and `payload_len` bytes of payload (0
+/// for an unknown opcode).
+pub fn frame_len(hdrs: &Headers, payload_len: usize) -> usize {
+    opcode_info(hdrs.bth.opcode).map_or(0, |info| {
+        ETH_HEADER_LEN
+            + IPV4_HEADER_LEN
+            + UDP_HEADER_LEN
+            + info.header_len()
+            + payload_len.next_multiple_of(4)
+            + ICRC_LEN
+    })
 }
 
 /// Ends a frame from [`build_headers`] whose `payload_len` bytes of payload were
