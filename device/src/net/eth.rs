@@ -620,7 +620,13 @@ impl Uplink for EthUplink {
         )
     }
 
-    fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize {
+    fn receive(
+        &mut self,
+        port: usize,
+        max: usize,
+        out: &mut Vec<Vec<u8>>,
+        _spare: &mut Vec<Vec<u8>>,
+    ) -> usize {
         let Some(inbox) = self.inbox.get_mut(port) else {
             return 0;
         };
@@ -845,11 +851,11 @@ mod tests {
         assert_eq!((c.not_for_us, c.other_protocol, c.looped), (1, 1, 1));
         assert_eq!(u.stats().rx_dropped, c.dropped());
         let mut out = Vec::new();
-        assert_eq!(u.receive(1, 16, &mut out), 2);
+        assert_eq!(u.receive(1, 16, &mut out, &mut Vec::new()), 2);
         assert_eq!(out[0], good);
         assert_eq!(out[1].len(), 58, "padding cut");
         packet::parse(&out[1]).expect("trimmed frame parses");
-        assert_eq!(u.receive(0, 16, &mut out), 0);
+        assert_eq!(u.receive(0, 16, &mut out, &mut Vec::new()), 0);
     }
 
     #[test]

@@ -482,8 +482,10 @@ pub fn canonical_ip_udp(
 }
 
 /// The canonical frame of a datagram received from `src` on `dst_ip` with `tos` and
-/// `ttl`, as the receiving function `dst_mac` sees it (see the module documentation).
+/// `ttl`, as the receiving function `dst_mac` sees it (see the module documentation),
+/// in `frame` (a buffer to reuse: whatever it holds is replaced).
 pub fn rebuild_frame(
+    mut frame: Vec<u8>,
     dst_mac: [u8; 6],
     src: SocketAddrV4,
     dst_ip: Ipv4Addr,
@@ -491,8 +493,8 @@ pub fn rebuild_frame(
     ttl: u8,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut frame =
-        Vec::with_capacity(ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN + payload.len());
+    frame.clear();
+    frame.reserve(ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN + payload.len());
     frame.extend_from_slice(&dst_mac);
     frame.extend_from_slice(&peer_mac(*src.ip()));
     frame.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
@@ -843,7 +845,13 @@ impl Uplink for UdpUplink {
         self.batch_buf = batch.bytes;
     }
 
-    fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize {
+    fn receive(
+        &mut self,
+        port: usize,
+        max: usize,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> usize {
         let mut read = 0;
         while read < max {
             let Some(p) = self.ports.get(port) else {
@@ -872,10 +880,10 @@ impl Uplink for UdpUplink {
             // A coalesced run is the datagrams it was made of, back to back.
             let segment = r.segment.unwrap_or(payload.len());
             let before = out.len();
-            out.extend(
-                gso::datagrams(payload, segment)
-                    .map(|d| rebuild_frame(p.mac, r.from, p.ip, tos, ttl, d)),
-            );
+            out.extend(gso::datagrams(payload, segment).map(|d| {
+                let buffer = spare.pop().unwrap_or_default();
+                rebuild_frame(buffer, p.mac, r.from, p.ip, tos, ttl, d)
+            }));
             let n = out.len() - before;
             read += n;
             self.stats.rx += n as u64;
@@ -970,6 +978,7 @@ mod tests {
         let out = Outgoing::of(&f).unwrap();
         assert_eq!(out.payload, &f[42..]);
         let rebuilt = rebuild_frame(
+            Vec::new(),
             rx_mac,
             SocketAddrV4::new(out.src_ip, out.src_port),
             out.dst_ip,
@@ -991,6 +1000,7 @@ mod tests {
         let payload = payload_for_port(&out, 40000);
         assert_ne!(payload, out.payload);
         let rebuilt = rebuild_frame(
+            Vec::new(),
             [0; 6],
             SocketAddrV4::new(out.src_ip, 40000),
             out.dst_ip,
@@ -1000,6 +1010,7 @@ mod tests {
         );
         packet::parse(&rebuilt).expect("ICRC over port 40000");
         let unchanged = rebuild_frame(
+            Vec::new(),
             [0; 6],
             SocketAddrV4::new(out.src_ip, 40000),
             out.dst_ip,
@@ -1044,7 +1055,7 @@ mod tests {
         let start = Instant::now();
         let mut got = Vec::new();
         while got.len() < n && start.elapsed() < Duration::from_secs(5) {
-            u.receive(port, 256, &mut got);
+            u.receive(port, 256, &mut got, &mut Vec::new());
             std::thread::sleep(Duration::from_micros(100));
         }
         got
@@ -1081,6 +1092,19 @@ mod tests {
         let got = receive_one(&mut ub, 0).expect("second datagram");
         assert_eq!(u16::from_be_bytes([got[34], got[35]]), second.src_port);
         assert_eq!(ua.flows.len(), 2);
+        // A frame arrives in a spare buffer when there is one (no allocation per frame).
+        assert!(ua.send(&f));
+        ua.flush();
+        let mut spare = vec![vec![0xEE; 9000]];
+        let buffer = spare[0].as_ptr();
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            ub.receive(0, 16, &mut got, &mut spare);
+        }
+        assert_eq!((got.len(), spare.len()), (1, 0));
+        assert_eq!(got[0].as_ptr(), buffer);
+        assert_eq!(got[0][12..], f[12..], "the buffer's old bytes are gone");
     }
 
     /// The frames of a message of `n` MTU-sized packets and a short last one, PSNs from
@@ -1120,7 +1144,7 @@ mod tests {
             packet::parse(g).expect("ICRC verifies");
         }
         assert_eq!(ub.stats().rx, 42);
-        assert_eq!(ub.receive(0, 16, &mut Vec::new()), 0);
+        assert_eq!(ub.receive(0, 16, &mut Vec::new(), &mut Vec::new()), 0);
     }
 
     #[test]
@@ -1241,7 +1265,7 @@ mod tests {
         let start = Instant::now();
         let mut got = Vec::new();
         while got.len() < 5 && start.elapsed() < Duration::from_secs(5) {
-            ub.receive(0, 16, &mut got);
+            ub.receive(0, 16, &mut got, &mut Vec::new());
         }
         let why: Vec<_> = got.iter().map(|f| packet::parse(f).unwrap_err()).collect();
         assert!(matches!(
@@ -1260,9 +1284,9 @@ mod tests {
         ));
         assert_eq!((ub.stats().rx, ub.stats().rx_dropped), (5, 0));
         // Nothing waits: the next receive reads nothing.
-        assert_eq!(ub.receive(0, 16, &mut got), 0);
+        assert_eq!(ub.receive(0, 16, &mut got, &mut Vec::new()), 0);
         // Out-of-range ports read nothing either.
-        assert_eq!(ub.receive(7, 16, &mut got), 0);
+        assert_eq!(ub.receive(7, 16, &mut got, &mut Vec::new()), 0);
     }
 
     #[test]

@@ -152,9 +152,17 @@ pub trait Uplink: Send {
     /// Sends what [`Uplink::send`] kept to send together; the engine calls it at the end
     /// of every pass.
     fn flush(&mut self) {}
-    /// Appends to `out` up to `max` frames that arrived for switch port `port`; returns
-    /// how many arrivals it read (dropped ones included), so 0 means none waited.
-    fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize;
+    /// Appends to `out` up to `max` frames that arrived for switch port `port`, built in
+    /// buffers taken from `spare` where it needs new ones (buffers of frames delivered
+    /// before); returns how many arrivals it read (dropped ones included), so 0 means
+    /// none waited.
+    fn receive(
+        &mut self,
+        port: usize,
+        max: usize,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> usize;
     /// The descriptors to sleep on, per switch port: readable when something arrived.
     fn fds(&self) -> Vec<RawFd>;
     /// What it did so far.
@@ -308,7 +316,7 @@ impl Switch {
         let mut read = uplink.poll(Instant::now());
         let mut frames = Vec::new();
         for port in 0..self.inbox.len() {
-            read += uplink.receive(port, max, &mut frames);
+            read += uplink.receive(port, max, &mut frames, &mut self.spare);
             for frame in frames.drain(..) {
                 if !self.uplink_captures {
                     capture(&mut self.pcap, &frame);
@@ -554,7 +562,13 @@ mod tests {
             self.sent.lock().unwrap().push(frame.to_vec());
             true
         }
-        fn receive(&mut self, port: usize, max: usize, out: &mut Vec<Vec<u8>>) -> usize {
+        fn receive(
+            &mut self,
+            port: usize,
+            max: usize,
+            out: &mut Vec<Vec<u8>>,
+            _spare: &mut Vec<Vec<u8>>,
+        ) -> usize {
             let mut n = 0;
             while n < max {
                 let Some(i) = self.arriving.iter().position(|(p, _)| *p == port) else {
