@@ -972,22 +972,24 @@ impl RdmaState {
         now: Instant,
         received: &mut Vec<u32>,
     ) {
-        let parsed = match recv::parse(frame, &wire.local) {
+        let found = match recv::parse(frame, &wire.local) {
             // Not addressed here: steered here for a QP that migrated in?
             Err(why) => self.parse_for_arrived(frame).ok_or(why),
             parsed => parsed,
-        };
-        let qpn = parsed.as_ref().map_or(0, |pkt| pkt.hdrs.bth.dest_qp);
-        let qp = parsed.as_ref().ok().and_then(|_| self.qps.remove(&qpn));
-        let (pkt, mut qp) = match (parsed, qp) {
-            (Ok(pkt), Some(qp)) => (pkt, qp),
-            (parsed, _) => {
-                let why = parsed.err().unwrap_or(recv::Drop::UnknownQp);
+        }
+        .and_then(|pkt| {
+            let qp = self.qps.remove(&pkt.hdrs.bth.dest_qp);
+            Ok((pkt, qp.ok_or(recv::Drop::UnknownQp)?))
+        });
+        let (pkt, mut qp) = match found {
+            Ok(found) => found,
+            Err(why) => {
                 log::trace!("frame dropped: {why:?}");
                 self.count_drops(why, frame.packets());
                 return;
             }
         };
+        let qpn = pkt.hdrs.bth.dest_qp;
         received.push(qpn);
         let before = wire.out.len();
         match frame.train.as_deref().map(|t| t.packets(pkt, &frame.bytes)) {

@@ -174,9 +174,7 @@ pub fn segment(frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
     for p in packets {
         let mut bytes = spare.pop().unwrap_or_default();
         bytes.clear();
-        let mut hdrs = p.hdrs;
-        hdrs.bth.pad = 0;
-        if let Err(e) = packet::build_headers(&addressing, &hdrs, p.payload.len(), &mut bytes) {
+        if let Err(e) = packet::build_headers(&addressing, &p.hdrs, p.payload.len(), &mut bytes) {
             log::error!("a train's packet cannot be rebuilt ({e}): train dropped");
             return Vec::new();
         }
