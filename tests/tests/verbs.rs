@@ -1481,16 +1481,17 @@ fn a_local_inv_of_a_responders_key_makes_remote_use_fail_rem_access_err() {
 #[test]
 fn a_receive_too_small_fails_loc_len_err_there_and_rem_inv_req_err_at_the_sender() {
     let (_d, a, b) = connected(&PairOptions::default());
-    // 1500 bytes of receive buffer in a guarded region; 3000 bytes sent (three packets).
+    // 1500 bytes of receive buffer in a guarded region; 6000 bytes sent (six packets,
+    // the four MIDDLEs taken as one run: the run, not its second packet, overflows).
     let rbuf = guarded_mr(&b, &b.pd, GUARD, 1500, verbs::ACCESS_ALL, FILL);
     b.qp.post_recv_list(&[
         recv(1, vec![rbuf.sge(0, 1500)]),
         recv(2, vec![b.mr.sge(0, 64)]),
     ])
     .unwrap();
-    a.mr.write(0, &pattern(3000, 9));
+    a.mr.write(0, &pattern(6000, 9));
     a.qp.post_send_list(&[
-        signaled(1, WrOpcode::Send, vec![a.mr.sge(0, 3000)]),
+        signaled(1, WrOpcode::Send, vec![a.mr.sge(0, 6000)]),
         signaled(2, WrOpcode::Send, vec![a.mr.sge(0, 10)]),
     ])
     .unwrap();

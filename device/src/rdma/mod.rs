@@ -992,11 +992,11 @@ impl RdmaState {
         let qpn = pkt.hdrs.bth.dest_qp;
         received.push(qpn);
         let before = wire.out.len();
-        match frame.train.as_deref().map(|t| t.packets(pkt, &frame.bytes)) {
+        match frame.train.as_deref().map(|t| t.runs(pkt, &frame.bytes)) {
             None => self.take_packet(&mut qp, &pkt, &frame.bytes, env, wire, now),
-            Some(Ok(packets)) => {
-                for pkt in packets {
-                    self.take_packet(&mut qp, &pkt, &frame.bytes, env, wire, now);
+            Some(Ok(runs)) => {
+                for run in runs {
+                    self.take_run(&mut qp, run, &frame.bytes, env, wire, now);
                 }
             }
             Some(Err(why)) => {
@@ -1008,6 +1008,44 @@ impl RdmaState {
         self.qps.insert(qpn, qp);
         self.reschedule(qpn);
         self.report_drained(qpn, env);
+    }
+
+    /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder
+    /// takes it so (see [`responder::takes_run`]), else packet by packet.
+    fn take_run(
+        &mut self,
+        qp: &mut Qp,
+        run: train::Run,
+        frame: &[u8],
+        env: &Env,
+        wire: &mut wire::Wire,
+        now: Instant,
+    ) {
+        let plain_rc =
+            || self.ud.qkey(qp.qpn).is_none() && !self.dc.is_dci(qp.qpn) && !self.dc.is_dct(qp.qpn);
+        if run.count == 1 || !plain_rc() || !responder::takes_run(qp, &run) {
+            for pkt in run.packets() {
+                self.take_packet(qp, &pkt, frame, env, wire, now);
+            }
+            return;
+        }
+        // The packets of a run differ only in PSN and payload: what the checks say of
+        // the first, they say of all.
+        let first = run.packets().next().unwrap_or(run.packet);
+        let taken =
+            recv::check(qp, &first).and_then(|()| responder::on_run(self, qp, run, env, wire));
+        match taken {
+            Ok(()) => self.counters.rx_packets += u64::from(run.count),
+            Err(why) => {
+                log::trace!(
+                    "qp {:#x}: {} packets from psn {} dropped: {why:?}",
+                    qp.qpn,
+                    run.count,
+                    run.packet.hdrs.bth.psn
+                );
+                self.count_drops(why, u64::from(run.count));
+            }
+        }
     }
 
     /// Hands one packet to `qp`'s transport and counts it received or dropped.
@@ -1050,10 +1088,8 @@ impl RdmaState {
 
     /// Counts `packets` packets dropped for `why`.
     fn count_drops(&mut self, why: recv::Drop, packets: u64) {
-        for _ in 0..packets {
-            self.counters.rx_dropped += 1;
-            self.counters.drops.count(why);
-        }
+        self.counters.rx_dropped += packets;
+        self.counters.drops.count(why, packets);
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.

@@ -118,9 +118,9 @@ pub struct DropCounters {
 }
 
 impl DropCounters {
-    /// Counts one drop for `why`.
-    pub fn count(&mut self, why: Drop) {
-        *self.slot(why) += 1;
+    /// Counts `packets` packets dropped for `why`.
+    pub fn count(&mut self, why: Drop, packets: u64) {
+        *self.slot(why) += packets;
     }
 
     fn slot(&mut self, why: Drop) -> &mut u64 {
@@ -266,7 +266,7 @@ mod tests {
         let mut c = DropCounters::default();
         for (i, why) in all.iter().enumerate() {
             for _ in 0..=i {
-                c.count(*why);
+                c.count(*why, 1);
             }
         }
         let named = c.named();

@@ -23,6 +23,7 @@ use super::qp::{mtu, Qp};
 use super::recv;
 use super::requester::ACK_INTERVAL;
 use super::requester::{append_from_memory, scatter_gather};
+use super::train::Run;
 use super::wire::{psn, Wire};
 use super::wqe::RecvOp;
 use super::{Env, RdmaState};
@@ -178,7 +179,46 @@ pub fn on_request(
         send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
         return Ok(());
     }
-    match execute(rdma, qp, pkt, env, wire) {
+    answer(rdma, qp, pkt, 1, env, wire);
+    Ok(())
+}
+
+/// Whether `qp` takes `run` (the MIDDLE packets of a train) as one: it expects the
+/// run's first PSN, is in the middle of a message of the run's kind, and the run's
+/// packets are its MTU long. Executing them one by one would then do the same.
+pub fn takes_run(qp: &Qp, run: &Run) -> bool {
+    let opcode = run.packet.hdrs.bth.opcode;
+    let kind = match qp.resp.cur {
+        Some(Inbound::Send { .. }) => op::RC_SEND_MIDDLE,
+        Some(Inbound::Write { .. }) => op::RC_RDMA_WRITE_MIDDLE,
+        None => return false,
+    };
+    opcode == kind
+        && psn::diff(run.packet.hdrs.bth.psn, qp.resp.epsn) == 0
+        && run.packet.payload.len() as u64 == u64::from(mtu(&qp.attr)) * u64::from(run.count)
+}
+
+/// Executes a run that [`takes_run`] said `qp` takes, as its packets one by one would
+/// be. A failure is answered as if at the run's first packet (the same message, so the
+/// same completions; the bytes of the run before the failing packet may or may not have
+/// been placed, which a failed message leaves undefined anyway).
+pub fn on_run(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    run: Run,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), recv::Drop> {
+    qp.resp.nak_sent = false;
+    answer(rdma, qp, &run.packet, run.count, env, wire);
+    Ok(())
+}
+
+/// Executes the expected request of `count` packets (see [`execute`]) and answers a
+/// failure: a NAK, the receive WQE's completion, the event, the error state.
+fn answer(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, env: &Env, wire: &mut Wire) {
+    let bth = pkt.hdrs.bth;
+    match execute(rdma, qp, pkt, count, env, wire) {
         Ok(Some(())) => {}
         // RNR: nothing was consumed and the PSN stays expected.
         Ok(None) => {}
@@ -208,14 +248,15 @@ pub fn on_request(
             super::completer::enter_error(rdma, qp, env);
         }
     }
-    Ok(())
 }
 
-/// Executes the expected request. `Ok(None)` means RNR (nothing consumed).
+/// Executes the expected request: one packet, or `count` MIDDLE packets of a train's
+/// run taken together. `Ok(None)` means RNR (nothing consumed).
 fn execute(
     rdma: &mut RdmaState,
     qp: &mut Qp,
     pkt: &Packet,
+    count: u32,
     env: &Env,
     wire: &mut Wire,
 ) -> Result<Option<()>, Failure> {
@@ -250,7 +291,7 @@ fn execute(
         opcode,
         op::RC_SEND_FIRST | op::RC_SEND_MIDDLE | op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_MIDDLE
     );
-    let mtu = u64::from(mtu(&qp.attr));
+    let mtu = u64::from(mtu(&qp.attr)) * u64::from(count);
     // The sequence of opcodes within a message must hold together.
     match (&qp.resp.cur, first) {
         (Some(_), true) | (None, false) => {
@@ -264,7 +305,7 @@ fn execute(
         }
         _ => {}
     }
-    // Every packet but the last of a message is exactly one MTU long.
+    // Every packet but the last of a message is exactly one MTU long (a run: `count`).
     if (!last && pkt.payload.len() as u64 != mtu) || pkt.payload.len() as u64 > mtu {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocLenErr));
     }
@@ -369,10 +410,10 @@ fn execute(
     if last {
         finish_message(qp, pkt);
     } else {
-        qp.resp.epsn = psn::add(qp.resp.epsn, 1);
-        qp.resp.unacked += 1;
+        qp.resp.epsn = psn::add(qp.resp.epsn, count);
+        qp.resp.unacked += count;
         if bth.ack_req || qp.resp.unacked >= ACK_INTERVAL {
-            qp.resp.ack_due = Some(bth.psn);
+            qp.resp.ack_due = Some(psn::add(bth.psn, count - 1));
         }
     }
     Ok(Some(()))

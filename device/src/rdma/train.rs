@@ -40,6 +40,37 @@ pub struct Train {
     pub last: Headers,
 }
 
+/// Consecutive packets of a train taken together: the first one's headers, all their
+/// payload. The receiver takes the MIDDLE packets of a train as one run when its QP
+/// would execute them one after the other anyway (see [`super::responder::takes_run`]),
+/// and packet by packet ([`Run::packets`]) otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run<'a> {
+    /// The run's first packet, with the payload of all of them.
+    pub packet: Packet<'a>,
+    /// Packets in the run, each but the last of a train `payload / count` bytes long:
+    /// 1, or the MIDDLE packets of a train.
+    pub count: u32,
+}
+
+impl<'a> Run<'a> {
+    /// The packets of the run, one by one.
+    pub fn packets(self) -> impl Iterator<Item = Packet<'a>> {
+        let seg = self.packet.payload.len() / self.count.max(1) as usize;
+        (0..self.count).map(move |i| {
+            if i == 0 && self.count == 1 {
+                return self.packet;
+            }
+            let at = i as usize * seg;
+            Packet {
+                hdrs: middle(&self.packet.hdrs, self.packet.hdrs.bth.opcode, i),
+                payload: &self.packet.payload[at..at + seg],
+                ..self.packet
+            }
+        })
+    }
+}
+
 /// The MIDDLE opcode of the message a FIRST or MIDDLE packet belongs to: the opcode of
 /// the packets between a train's first and last.
 pub fn middle_of(opcode: u8) -> Option<u8> {
@@ -53,8 +84,8 @@ pub fn middle_of(opcode: u8) -> Option<u8> {
     }
 }
 
-/// The headers of packet `i` (`0 < i < count - 1`) of a train whose first packet has
-/// `first`: a MIDDLE packet, its PSN counted on, no extension headers, no flags.
+/// The headers of the MIDDLE packet `i` packets after the one with `first`: its PSN
+/// counted on, no extension headers, no flags.
 fn middle(first: &Headers, middle_opcode: u8, i: u32) -> Headers {
     Headers {
         bth: packet::Bth {
@@ -84,6 +115,16 @@ impl Train {
         first: Packet<'a>,
         bytes: &'a [u8],
     ) -> Result<impl Iterator<Item = Packet<'a>> + 'a, Drop> {
+        Ok(self.runs(first, bytes)?.flat_map(Run::packets))
+    }
+
+    /// The packets of the train as [`Train::packets`], but its MIDDLE packets as one
+    /// [`Run`]: the first packet, the middle ones if any, the last.
+    pub fn runs<'a>(
+        &'a self,
+        first: Packet<'a>,
+        bytes: &'a [u8],
+    ) -> Result<impl Iterator<Item = Run<'a>> + 'a, Drop> {
         let middle_opcode = middle_of(first.hdrs.bth.opcode).ok_or(Drop::Opcode)?;
         // Where the first payload starts in the frame (both borrow the same bytes).
         let start = (first.payload.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
@@ -98,27 +139,34 @@ impl Train {
         if !fits {
             return Err(Drop::Length);
         }
-        let (count, seg) = (self.count, self.seg as usize);
-        Ok((0..count).map(move |i| {
-            let at = start + i as usize * seg;
-            if i == 0 {
-                first
-            } else if i + 1 < count {
-                Packet {
-                    hdrs: middle(&first.hdrs, middle_opcode, i),
-                    payload: &bytes[at..at + seg],
+        let seg = self.seg as usize;
+        let middles = self.count - 2;
+        let last_at = start + (self.count as usize - 1) * seg;
+        let mut last = self.last;
+        last.bth.pad = pad as u8;
+        let runs = [
+            Some(Run {
+                packet: first,
+                count: 1,
+            }),
+            (middles > 0).then(|| Run {
+                packet: Packet {
+                    hdrs: middle(&first.hdrs, middle_opcode, 1),
+                    payload: &bytes[start + seg..last_at],
                     ..first
-                }
-            } else {
-                let mut hdrs = self.last;
-                hdrs.bth.pad = pad as u8;
-                Packet {
-                    hdrs,
-                    payload: &bytes[at..at + self.last_len as usize],
+                },
+                count: middles,
+            }),
+            Some(Run {
+                packet: Packet {
+                    hdrs: last,
+                    payload: &bytes[last_at..last_at + self.last_len as usize],
                     ..first
-                }
-            }
-        }))
+                },
+                count: 1,
+            }),
+        ];
+        Ok(runs.into_iter().flatten())
     }
 
     /// Bytes the train's packets take as frames of their own (what a port counts), for
@@ -354,6 +402,12 @@ mod tests {
             .collect();
         assert_eq!(walked, parsed);
         assert_eq!(walked[2].hdrs.bth.psn, 0);
+        // As the receiver takes them: the first, the three MIDDLEs as one run, the last.
+        let runs: Vec<Run> = train.runs(first, &frame.bytes).unwrap().collect();
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), [1, 3, 1]);
+        assert_eq!(runs[1].packet.hdrs, parsed[1].hdrs);
+        assert_eq!(runs[1].packet.payload, &payload()[256..1024]);
+        assert_eq!(runs[1].packets().collect::<Vec<_>>(), parsed[1..4]);
         // What the switch cuts it into: the same frames, byte for byte.
         let mut spare = Vec::new();
         assert_eq!(segment(frame, &mut spare), each);
