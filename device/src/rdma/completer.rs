@@ -12,6 +12,7 @@ use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::requester::{scatter_gather, OpState};
+use super::train::Run;
 use super::wire::psn;
 use super::wqe::read_recv;
 use super::{Env, RdmaState};
@@ -94,19 +95,65 @@ pub fn on_response(
         | op::RC_RDMA_READ_RESPONSE_MIDDLE
         | op::RC_RDMA_READ_RESPONSE_LAST
         | op::RC_RDMA_READ_RESPONSE_ONLY => {
-            progress |= read_response(rdma, qp, pkt, env);
+            progress |= read_response(rdma, qp, pkt, 1, env);
         }
         op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
         _ => {}
     }
     if progress {
-        qp.req.retry_left = qp.attr.retry_cnt;
-        qp.req.rnr_left = qp.attr.rnr_retry;
-        qp.req.timer = None;
-        retire(rdma, qp, env, now);
-        qp.req.rearm(&qp.attr, now);
+        progressed(rdma, qp, env, now);
     }
     Ok(())
+}
+
+/// The answers are coming: the retry counts start over, the timer restarts, and what is
+/// done completes.
+fn progressed(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
+    qp.req.retry_left = qp.attr.retry_cnt;
+    qp.req.rnr_left = qp.attr.rnr_retry;
+    qp.req.timer = None;
+    retire(rdma, qp, env, now);
+    qp.req.rearm(&qp.attr, now);
+}
+
+/// Whether `qp` takes `run` (READ RESPONSE MIDDLE packets of a train) as one: they are
+/// the responses its READ expects next, all of it sent and MTU-long. Placing them one by
+/// one would then do the same.
+pub fn takes_run(qp: &Qp, run: &Run) -> bool {
+    let first = run.packet.hdrs.bth.psn;
+    let last = psn::add(first, run.count - 1);
+    run.packet.hdrs.bth.opcode == op::RC_RDMA_READ_RESPONSE_MIDDLE
+        && run.packet.payload.len() as u64 == u64::from(mtu(&qp.attr)) * u64::from(run.count)
+        && qp.req.was_sent(last).is_ok()
+        && reading(qp, first).is_some_and(|i| qp.req.ops[i].contains(last))
+}
+
+/// Places a run that [`takes_run`] said `qp` takes, as its packets one by one would be.
+pub fn on_run(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    run: Run,
+    env: &Env,
+    now: Instant,
+) -> Result<(), recv::Drop> {
+    if read_response(rdma, qp, &run.packet, run.count, env) {
+        progressed(rdma, qp, env, now);
+    }
+    Ok(())
+}
+
+/// The READ waiting for responses that PSN `p` falls in.
+fn read_op(qp: &Qp, p: u32) -> Option<usize> {
+    qp.req.ops.iter().position(|o| {
+        o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p)
+    })
+}
+
+/// The READ that the response with PSN `p` belongs to, if it is the one it expects next.
+fn reading(qp: &Qp, p: u32) -> Option<usize> {
+    let i = read_op(qp, p)?;
+    let o = &qp.req.ops[i];
+    (psn::add(o.first_psn, o.read_pkts) == p).then_some(i)
 }
 
 /// Acknowledges every PSN up to `p`: the window moves on, and every SEND and WRITE that
@@ -133,11 +180,10 @@ fn acknowledge(qp: &mut Qp, p: u32) -> bool {
     any
 }
 
-fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> bool {
+/// Places a READ response: one packet, or `count` MIDDLE packets of a train's run.
+fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, env: &Env) -> bool {
     let p = pkt.hdrs.bth.psn;
-    let Some(i) = qp.req.ops.iter().position(|o| {
-        o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p)
-    }) else {
+    let Some(i) = read_op(qp, p) else {
         return false;
     };
     let expected = psn::add(qp.req.ops[i].first_psn, qp.req.ops[i].read_pkts);
@@ -160,7 +206,7 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> 
         payload.len() as u64,
         |at, addr, n| env.w.write_slice(&payload[at..at + n], addr).is_ok(),
     );
-    o.read_pkts += 1;
+    o.read_pkts += count;
     if let Err(status) = placed {
         o.state = OpState::Done;
         o.status = if status == WcStatus::LocLenErr {
@@ -172,7 +218,7 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> 
         o.state = OpState::Done;
     }
     // Every earlier PSN is implicitly acknowledged by a READ response, and so is this one.
-    acknowledge(qp, p);
+    acknowledge(qp, psn::add(p, count - 1));
     true
 }
 

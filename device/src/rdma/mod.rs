@@ -1010,8 +1010,9 @@ impl RdmaState {
         self.report_drained(qpn, env);
     }
 
-    /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder
-    /// takes it so (see [`responder::takes_run`]), else packet by packet.
+    /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder or
+    /// completer takes it so (see [`responder::takes_run`], [`completer::takes_run`]),
+    /// else packet by packet.
     fn take_run(
         &mut self,
         qp: &mut Qp,
@@ -1023,7 +1024,15 @@ impl RdmaState {
     ) {
         let plain_rc =
             || self.ud.qkey(qp.qpn).is_none() && !self.dc.is_dci(qp.qpn) && !self.dc.is_dct(qp.qpn);
-        if run.count == 1 || !plain_rc() || !responder::takes_run(qp, &run) {
+        let request = recv::is_request(run.packet.hdrs.bth.opcode);
+        let as_one = || {
+            if request {
+                responder::takes_run(qp, &run)
+            } else {
+                completer::takes_run(qp, &run)
+            }
+        };
+        if run.count == 1 || !plain_rc() || !as_one() {
             for pkt in run.packets() {
                 self.take_packet(qp, &pkt, frame, env, wire, now);
             }
@@ -1032,8 +1041,14 @@ impl RdmaState {
         // The packets of a run differ only in PSN and payload: what the checks say of
         // the first, they say of all.
         let first = run.packets().next().unwrap_or(run.packet);
-        let taken =
-            recv::check(qp, &first).and_then(|()| responder::on_run(self, qp, run, env, wire));
+        let taken = recv::check(qp, &first).and_then(|()| {
+            if request {
+                responder::on_run(self, qp, run, env, wire)
+            } else {
+                completer::on_run(self, qp, run, env, now)
+            }
+        });
+
         match taken {
             Ok(()) => self.counters.rx_packets += u64::from(run.count),
             Err(why) => {
