@@ -144,9 +144,10 @@ pub fn on_run(
 
 /// The READ waiting for responses that PSN `p` falls in.
 fn read_op(qp: &Qp, p: u32) -> Option<usize> {
-    qp.req.ops.iter().position(|o| {
-        o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p)
-    })
+    qp.req
+        .ops
+        .iter()
+        .position(|o| o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p))
 }
 
 /// The READ that the response with PSN `p` belongs to, if it is the one it expects next.
