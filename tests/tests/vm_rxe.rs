@@ -25,11 +25,16 @@ const ITERS: u64 = 20;
 
 /// rnic-perf --perftest on VF0 with `args`, waited for (at most 300 s).
 fn rnic_perf(rnicd: &Rnicd, test: &str, size: usize, args: &[&str]) -> Output {
+    rnic_perf_within(rnicd, test, size, args, 280)
+}
+
+/// rnic-perf --perftest on VF0 with `args` and a time limit of `limit` seconds.
+fn rnic_perf_within(rnicd: &Rnicd, test: &str, size: usize, args: &[&str], limit: u64) -> Output {
     let child = Command::new(bin("rnic-perf"))
         .args(["--perftest", test, "--vfio-user"])
         .arg(rnicd.socket("vf0"))
         .args(["-s", &size.to_string(), "-n", &ITERS.to_string()])
-        .args(["--time-limit", "280"])
+        .args(["--time-limit", &limit.to_string()])
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -55,10 +60,17 @@ fn guest_script(ports: &[u16]) -> String {
     let mut s = String::from(
         r#"X=$(rxe-gid-index)
 client() { # TEST SIZE PORT
+    again=0
     for i in $(seq 120); do
         out=$(ib_$1 -d rxe0 -x $X -s $2 -n ITERS -p $3 10.0.2.2 2>&1); rc=$?
         if [ $rc != 0 ] && echo "$out" | grep -q "Couldn't connect"; then sleep 1; continue; fi
-        echo "$out"; echo "PERFTEST client $1 $2 rc=$rc"; return
+        echo "$out"
+        # perftest times its report with the TSC, calibrated against the clock, which a
+        # busy TCG guest can fail after a good test: the host serves the test again.
+        if [ $rc != 0 ] && [ $again -lt 2 ] && echo "$out" | grep -q "Can't produce a report"; then
+            again=$((again + 1)); echo "PERFTEST client $1 $2 clock calibration failed: again"; continue
+        fi
+        echo "PERFTEST client $1 $2 rc=$rc"; return
     done
     echo "PERFTEST client $1 $2 never connected"
 }
@@ -117,7 +129,20 @@ fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
     for test in ["write_bw", "read_bw"] {
         for size in SIZES {
             let p = port.next().expect("a port").to_string();
-            let out = rnic_perf(&rnicd, test, size, &["--listen", &p]);
+            let mut out = rnic_perf(&rnicd, test, size, &["--listen", &p]);
+            // A client that quit before the last handshake may be one whose clock
+            // calibration failed (see `guest_script`), which comes back for the same test:
+            // serve it again for a while; if it does not come, its first failure stands.
+            for _ in 0..2 {
+                if out.status.success() || !text(&out).contains("after the test") {
+                    break;
+                }
+                let again = rnic_perf_within(&rnicd, test, size, &["--listen", &p], 150);
+                if text(&again).contains("waiting for a client on TCP port") {
+                    break;
+                }
+                out = again;
+            }
             outputs.push((format!("rnic-perf server, ib_{test} -s {size} client"), out));
         }
     }
