@@ -123,7 +123,7 @@ pub fn takes_run(qp: &Qp, run: &Run) -> bool {
     let first = run.packet.hdrs.bth.psn;
     let last = psn::add(first, run.count - 1);
     run.packet.hdrs.bth.opcode == op::RC_RDMA_READ_RESPONSE_MIDDLE
-        && run.packet.payload.len() as u64 == u64::from(mtu(&qp.attr)) * u64::from(run.count)
+        && run.is_mtu_long(mtu(&qp.attr))
         && qp.req.was_sent(last).is_ok()
         && reading(qp, first).is_some_and(|i| qp.req.ops[i].contains(last))
 }

@@ -1048,7 +1048,6 @@ impl RdmaState {
                 completer::on_run(self, qp, run, env, now)
             }
         });
-
         match taken {
             Ok(()) => self.counters.rx_packets += u64::from(run.count),
             Err(why) => {

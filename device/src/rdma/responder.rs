@@ -195,7 +195,7 @@ pub fn takes_run(qp: &Qp, run: &Run) -> bool {
     };
     opcode == kind
         && psn::diff(run.packet.hdrs.bth.psn, qp.resp.epsn) == 0
-        && run.packet.payload.len() as u64 == u64::from(mtu(&qp.attr)) * u64::from(run.count)
+        && run.is_mtu_long(mtu(&qp.attr))
 }
 
 /// Executes a run that [`takes_run`] said `qp` takes, as its packets one by one would

@@ -54,6 +54,11 @@ pub struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// Whether every packet of the run is `mtu` bytes long, as MIDDLE packets are.
+    pub fn is_mtu_long(&self, mtu: u32) -> bool {
+        self.packet.payload.len() as u64 == u64::from(mtu) * u64::from(self.count)
+    }
+
     /// The packets of the run, one by one.
     pub fn packets(self) -> impl Iterator<Item = Packet<'a>> {
         let seg = self.packet.payload.len() / self.count.max(1) as usize;
