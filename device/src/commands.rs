@@ -149,11 +149,12 @@ mod tests {
 
     /// Runs a command on a function with no memory and no objects.
     fn execute(id: &Identity, h: &CmdHeader, body: &[u8]) -> Response {
-        let mem = vm_memory::GuestMemoryMmap::new();
+        let dma = crate::dma::DmaSpace::new();
+        let (r, w) = (dma.readable(), dma.writable());
         let doorbells = crate::doorbell::DoorbellBar::new(1).expect("doorbells");
         let env = Env {
-            r: &mem,
-            w: &mem,
+            r: &r,
+            w: &w,
             doorbells: &doorbells,
         };
         super::execute(id, &mut RdmaState::new(id.limits), &env, h, body, 4096)

@@ -300,14 +300,15 @@ fn remove(mem: &GuestMemoryMmap, iova: u64, size: u64) -> Option<GuestMemoryMmap
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
     use vm_memory::Bytes;
 
-    fn memfd(size: u64) -> File {
+    /// An anonymous memory file of `size` bytes, as a VMM's guest RAM.
+    pub(crate) fn memfd(size: u64) -> File {
         // SAFETY: memfd_create with a valid C string.
-        let fd = unsafe { libc::memfd_create(c"dma-test".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"dma-test".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(fd >= 0);
         // SAFETY: fd is a fresh descriptor we own.
         let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };

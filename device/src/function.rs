@@ -956,16 +956,6 @@ mod tests {
         Function::new(Identity::new(FunctionId::Pf, 4, None)).unwrap()
     }
 
-    fn memfd(size: u64) -> File {
-        // SAFETY: memfd_create with a valid C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"function-test".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0);
-        // SAFETY: a fresh descriptor that we own.
-        let f = unsafe { File::from_raw_fd(fd) };
-        f.set_len(size).unwrap();
-        f
-    }
-
     fn eventfd() -> File {
         // SAFETY: plain eventfd creation; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -1063,7 +1053,7 @@ mod tests {
 
     impl Guest {
         fn map(f: &Function) -> Self {
-            let ram = memfd(MEM_SIZE);
+            let ram = crate::dma::tests::memfd(MEM_SIZE);
             f.dma()
                 .map(IOVA, MEM_SIZE, 0, Some(ram.try_clone().unwrap()), true)
                 .unwrap();
@@ -1409,7 +1399,13 @@ mod tests {
         assert_eq!(status(&f), STATUS_READY);
         // Mapped, but only for the device to read.
         f.dma()
-            .map(IOVA, MEM_SIZE, 0, Some(memfd(MEM_SIZE)), false)
+            .map(
+                IOVA,
+                MEM_SIZE,
+                0,
+                Some(crate::dma::tests::memfd(MEM_SIZE)),
+                false,
+            )
             .unwrap();
         assert_eq!(enable(&f), ERR_CMDQ_ADDRESS);
         f.dma().unmap(IOVA, MEM_SIZE).unwrap();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
 use vm_memory::Bytes;
 
+use super::held::Payload;
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
@@ -95,7 +96,7 @@ pub fn on_response(
         | op::RC_RDMA_READ_RESPONSE_MIDDLE
         | op::RC_RDMA_READ_RESPONSE_LAST
         | op::RC_RDMA_READ_RESPONSE_ONLY => {
-            progress |= read_response(rdma, qp, pkt, 1, env);
+            progress |= read_response(rdma, qp, pkt, Payload::Bytes(pkt.payload), 1, env);
         }
         op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
         _ => {}
@@ -136,7 +137,7 @@ pub fn on_run(
     env: &Env,
     now: Instant,
 ) -> Result<(), recv::Drop> {
-    if read_response(rdma, qp, &run.packet, run.count, env) {
+    if read_response(rdma, qp, &run.packet, run.payload(), run.count, env) {
         progressed(rdma, qp, env, now);
     }
     Ok(())
@@ -181,8 +182,16 @@ fn acknowledge(qp: &mut Qp, p: u32) -> bool {
     any
 }
 
-/// Places a READ response: one packet, or `count` MIDDLE packets of a train's run.
-fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, env: &Env) -> bool {
+/// Places a READ response: one packet, or `count` MIDDLE packets of a train's run, whose
+/// payload is `payload`.
+fn read_response(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    payload: Payload,
+    count: u32,
+    env: &Env,
+) -> bool {
     let p = pkt.hdrs.bth.psn;
     let Some(i) = read_op(qp, p) else {
         return false;
@@ -197,7 +206,6 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, en
     }
     let o = &mut qp.req.ops[i];
     let offset = u64::from(o.read_pkts) * u64::from(mtu(&qp.attr));
-    let payload = pkt.payload;
     let placed = scatter_gather(
         &o.op.sges,
         qp.pdn,
@@ -205,7 +213,7 @@ fn read_response(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, en
         Access::LocalWrite,
         offset,
         payload.len() as u64,
-        |at, addr, n| env.w.write_slice(&payload[at..at + n], addr).is_ok(),
+        |at, addr, n| payload.write_to(at, n, env.w, addr),
     );
     o.read_pkts += count;
     if let Err(status) = placed {

@@ -14,6 +14,7 @@ pub mod cq;
 pub mod ctrlq;
 pub mod dc;
 pub mod handover;
+pub mod held;
 pub mod indirect;
 pub mod mmio;
 pub mod mr;
@@ -57,8 +58,9 @@ use qp::{Qp, QpCaps, WorkQueue};
 
 /// The DMA views and doorbells a piece of RDMA work runs against.
 pub struct Env<'a> {
-    /// Memory the device may read.
-    pub r: &'a GuestMemoryMmap,
+    /// Memory the device may read (a snapshot: a train's payload may hold on to it, see
+    /// [`held`]).
+    pub r: &'a crate::dma::MemorySnapshot,
     /// Memory the device may write.
     pub w: &'a GuestMemoryMmap,
     /// The function's doorbell BAR.
@@ -1033,15 +1035,31 @@ impl RdmaState {
             }
         };
         if run.count == 1 || !plain_rc() || !as_one() {
-            for pkt in run.packets() {
-                self.take_packet(qp, &pkt, frame, env, wire, now);
+            // A held payload is read into a buffer first, as the sender used to.
+            let mut buf = match run.held {
+                Some(_) => wire.spare.pop().unwrap_or_default(),
+                None => Vec::new(),
+            };
+            match run.in_bytes(&mut buf) {
+                Some(run) => {
+                    for pkt in run.packets() {
+                        self.take_packet(qp, &pkt, frame, env, wire, now);
+                    }
+                }
+                None => {
+                    log::error!("qp {:#x}: a train's held payload cannot be read", qp.qpn);
+                    self.count_drops(recv::Drop::Length, u64::from(run.count));
+                }
+            }
+            if buf.capacity() > 0 {
+                wire.recycle(buf);
             }
             return;
         }
         // The packets of a run differ only in PSN and payload: what the checks say of
         // the first, they say of all.
-        let first = run.packets().next().unwrap_or(run.packet);
-        let taken = recv::check(qp, &first).and_then(|()| {
+        let seg = run.payload().len() / run.count as usize;
+        let taken = recv::check_sized(qp, &run.packet, seg).and_then(|()| {
             if request {
                 responder::on_run(self, qp, run, env, wire)
             } else {

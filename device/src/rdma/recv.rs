@@ -207,6 +207,12 @@ pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Drop>
 
 /// Checks that `qp` takes `pkt`.
 pub fn check(qp: &Qp, pkt: &Packet) -> Result<(), Drop> {
+    check_sized(qp, pkt, pkt.payload.len())
+}
+
+/// Checks that `qp` takes `pkt` as if its payload were `payload_len` bytes long (the
+/// first packet of a run whose payload is held in the sender's memory).
+pub fn check_sized(qp: &Qp, pkt: &Packet, payload_len: usize) -> Result<(), Drop> {
     let bth = &pkt.hdrs.bth;
     if bth.pkey != DEFAULT_PKEY {
         return Err(Drop::Pkey);
@@ -227,12 +233,12 @@ pub fn check(qp: &Qp, pkt: &Packet) -> Result<(), Drop> {
     }
     // Every sender pads payloads to 4 bytes (InfiniBand packets are whole words long);
     // a pad count that does not do so was not written by one.
-    if !(pkt.payload.len() + usize::from(bth.pad)).is_multiple_of(4) {
+    if !(payload_len + usize::from(bth.pad)).is_multiple_of(4) {
         return Err(Drop::Pad);
     }
     // As a port drops frames beyond its MTU: a longer payload never reaches the
     // transport, whatever its PSN.
-    if pkt.payload.len() > mtu(&qp.attr) as usize {
+    if payload_len > mtu(&qp.attr) as usize {
         return Err(Drop::TooLong);
     }
     Ok(())

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
 
+use super::held::Held;
 use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
 use super::recv;
@@ -590,8 +591,13 @@ fn send_op(
                 // The payload is gathered straight into the frame.
                 let op = &qp.req.ops[i].op;
                 let fill = |frame: &mut Vec<u8>| gather(op, qp.pdn, mrs, env, offset, len, frame);
+                // Or, for a train's middle, left in memory for the receiver to copy.
+                let hold = op
+                    .inline
+                    .is_none()
+                    .then_some(|| hold(op, qp.pdn, mrs, env, offset, len));
                 let last = || headers(pkt + count - 1);
-                let gathered = wire.send_packets(qp, &hdrs, last, count, mtu, len, fill);
+                let gathered = wire.send_packets(qp, &hdrs, last, count, mtu, len, fill, hold);
                 if let Err(status) = gathered {
                     qp.req.ops[i].fail(status);
                     return true;
@@ -658,15 +664,40 @@ pub fn gather(
         out.extend_from_slice(&data[start..start + len as usize]);
         return Ok(());
     }
-    scatter_gather(
-        &op.sges,
-        pdn,
-        mrs,
-        Access::LocalRead,
-        offset,
-        len,
-        |_, addr, n| append_from_memory(env.r, addr, n, out),
-    )
+    source_runs(op, pdn, mrs, offset, len, |addr, n| {
+        append_from_memory(env.r, addr, n, out)
+    })
+}
+
+/// Bytes `[offset, offset + len)` of the message, from its SGEs, checked as [`gather`]
+/// checks them but left in memory (see [`super::held`]).
+fn hold(
+    op: &SendOp,
+    pdn: u32,
+    mrs: &MrTable,
+    env: &Env,
+    offset: u64,
+    len: u64,
+) -> Result<Held, WcStatus> {
+    let mut held = Held::new(env.r.clone());
+    source_runs(op, pdn, mrs, offset, len, |addr, n| held.push(addr, n))?;
+    Ok(held)
+}
+
+/// Calls `f` for the runs of device memory that hold bytes `[offset, offset + len)` of
+/// the message, each SGE checked for local read.
+fn source_runs(
+    op: &SendOp,
+    pdn: u32,
+    mrs: &MrTable,
+    offset: u64,
+    len: u64,
+    mut f: impl FnMut(vm_memory::GuestAddress, usize) -> bool,
+) -> Result<(), WcStatus> {
+    let sges = &op.sges;
+    scatter_gather(sges, pdn, mrs, Access::LocalRead, offset, len, |_, a, n| {
+        f(a, n)
+    })
 }
 
 /// Appends `n` bytes of guest memory at `addr` to `out` (no zeroing first); false if

@@ -16,8 +16,9 @@ use rnic_abi::verbs::{
     event, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
-use vm_memory::{Bytes, GuestMemoryBackend};
+use vm_memory::GuestMemoryBackend;
 
+use super::held::{Held, Payload};
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
@@ -179,7 +180,7 @@ pub fn on_request(
         send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
         return Ok(());
     }
-    answer(rdma, qp, pkt, 1, env, wire);
+    answer(rdma, qp, pkt, Payload::Bytes(pkt.payload), 1, env, wire);
     Ok(())
 }
 
@@ -210,15 +211,23 @@ pub fn on_run(
     wire: &mut Wire,
 ) -> Result<(), recv::Drop> {
     qp.resp.nak_sent = false;
-    answer(rdma, qp, &run.packet, run.count, env, wire);
+    answer(rdma, qp, &run.packet, run.payload(), run.count, env, wire);
     Ok(())
 }
 
 /// Executes the expected request of `count` packets (see [`execute`]) and answers a
 /// failure: a NAK, the receive WQE's completion, the event, the error state.
-fn answer(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, env: &Env, wire: &mut Wire) {
+fn answer(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    payload: Payload,
+    count: u32,
+    env: &Env,
+    wire: &mut Wire,
+) {
     let bth = pkt.hdrs.bth;
-    match execute(rdma, qp, pkt, count, env, wire) {
+    match execute(rdma, qp, pkt, payload, count, env, wire) {
         Ok(Some(())) => {}
         // RNR: nothing was consumed and the PSN stays expected.
         Ok(None) => {}
@@ -251,11 +260,13 @@ fn answer(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, count: u32, env: &Env
 }
 
 /// Executes the expected request: one packet, or `count` MIDDLE packets of a train's
-/// run taken together. `Ok(None)` means RNR (nothing consumed).
+/// run taken together, whose payload is `payload` (the packet's, or the run's).
+/// `Ok(None)` means RNR (nothing consumed).
 fn execute(
     rdma: &mut RdmaState,
     qp: &mut Qp,
     pkt: &Packet,
+    payload: Payload,
     count: u32,
     env: &Env,
     wire: &mut Wire,
@@ -306,7 +317,8 @@ fn execute(
         _ => {}
     }
     // Every packet but the last of a message is exactly one MTU long (a run: `count`).
-    if (!last && pkt.payload.len() as u64 != mtu) || pkt.payload.len() as u64 > mtu {
+    let len = payload.len() as u64;
+    if (!last && len != mtu) || len > mtu {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocLenErr));
     }
     let takes_recv = is_send || info.has_immediate();
@@ -330,7 +342,7 @@ fn execute(
                 _ => pkt.hdrs.reth.map_or(0, |r| u64::from(r.dma_len)),
             };
             if let Some(Inbound::Write { .. }) | None = &qp.resp.cur {
-                place_write(rdma, qp, pkt, env)?;
+                place_write(rdma, qp, pkt, payload, env)?;
             }
             // Taken only once the data is placed: a refused WRITE leaves the receive
             // posted, to be flushed with the rest, instead of consuming it without a
@@ -363,7 +375,7 @@ fn execute(
         }
     }
     if is_send {
-        place_send(rdma, qp, pkt, env)?;
+        place_send(rdma, qp, payload, env)?;
         if last {
             let Some(Inbound::Send { recv, offset }) = qp.resp.cur.take() else {
                 return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
@@ -402,7 +414,7 @@ fn execute(
             }
         }
     } else {
-        place_write(rdma, qp, pkt, env)?;
+        place_write(rdma, qp, pkt, payload, env)?;
         if last {
             qp.resp.cur = None;
         }
@@ -427,15 +439,19 @@ fn finish_message(qp: &mut Qp, pkt: &Packet) {
     qp.resp.ack_due = Some(pkt.hdrs.bth.psn);
 }
 
-fn place_send(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Result<(), Failure> {
+fn place_send(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    payload: Payload,
+    env: &Env,
+) -> Result<(), Failure> {
     let Some(Inbound::Send { recv, offset }) = &mut qp.resp.cur else {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     };
-    let len = pkt.payload.len() as u64;
+    let len = payload.len() as u64;
     if *offset + len > recv.capacity() {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocLenErr));
     }
-    let payload = pkt.payload;
     scatter_gather(
         &recv.sges,
         qp.pdn,
@@ -443,7 +459,7 @@ fn place_send(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Res
         Access::LocalWrite,
         *offset,
         len,
-        |at, addr, n| env.w.write_slice(&payload[at..at + n], addr).is_ok(),
+        |at, addr, n| payload.write_to(at, n, env.w, addr),
     )
     .map_err(|s| {
         if s == WcStatus::LocLenErr {
@@ -456,7 +472,13 @@ fn place_send(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Res
     Ok(())
 }
 
-fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Result<(), Failure> {
+fn place_write(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    payload: Payload,
+    env: &Env,
+) -> Result<(), Failure> {
     if let Some(reth) = pkt.hdrs.reth {
         qp.resp.cur = Some(Inbound::Write {
             va: reth.va,
@@ -476,7 +498,7 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
     else {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     };
-    let n = pkt.payload.len() as u64;
+    let n = payload.len() as u64;
     if *offset + n > *len {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
@@ -501,13 +523,13 @@ fn place_write(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> Re
         .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
     let mut done = 0usize;
     for (addr, run) in runs {
-        if done >= pkt.payload.len() {
+        if done >= payload.len() {
             break;
         }
-        let k = run.min(pkt.payload.len() - done);
-        env.w
-            .write_slice(&pkt.payload[done..done + k], addr)
-            .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+        let k = run.min(payload.len() - done);
+        if !payload.write_to(done, k, env.w, addr) {
+            return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+        }
         done += k;
     }
     *offset += n;
@@ -616,14 +638,10 @@ fn send_read_responses(
         let offset = u64::from(i) * u64::from(mtu);
         let n =
             (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu) * u64::from(count));
-        // The payload is read from memory straight into the frame.
-        let fill = |frame: &mut Vec<u8>| {
-            if n == 0 {
-                // The single empty response of a zero-length READ (C9-88: no key check).
-                return Ok(());
-            }
-            let runs = rdma
-                .mrs
+        // The payload is checked, then read from memory straight into the frame or, for
+        // a train's middle, left there for the requester's side to copy.
+        let runs = || {
+            rdma.mrs
                 .check(
                     rkey,
                     qp.pdn,
@@ -631,16 +649,32 @@ fn send_read_responses(
                     va.wrapping_add(offset),
                     n,
                 )
-                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
-            for (addr, run) in runs {
+                .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))
+        };
+        let unmapped = || fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr);
+        let fill = |frame: &mut Vec<u8>| {
+            if n == 0 {
+                // The single empty response of a zero-length READ (C9-88: no key check).
+                return Ok(());
+            }
+            for (addr, run) in runs()? {
                 if !append_from_memory(env.r, addr, run, frame) {
-                    return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+                    return Err(unmapped());
                 }
             }
             Ok(())
         };
+        let hold = || {
+            let mut held = Held::new(env.r.clone());
+            for (addr, run) in runs()? {
+                if !held.push(addr, run) {
+                    return Err(unmapped());
+                }
+            }
+            Ok(held)
+        };
         let last = || headers(i + count - 1);
-        wire.send_packets(qp, &headers(i), last, count, mtu, n, fill)?;
+        wire.send_packets(qp, &headers(i), last, count, mtu, n, fill, Some(hold))?;
         i += count;
     }
     Ok(())

@@ -19,6 +19,7 @@
 //! - the requester ends a train at every packet that asks for an acknowledgement, so the
 //!   packets inside a train never do.
 
+use super::held::{Held, Payload};
 use super::recv::Drop;
 use super::switch::Frame;
 use crate::roce::packet::{self, opcode as op, Addressing, Headers, Packet};
@@ -28,7 +29,7 @@ use crate::roce::packet::{self, opcode as op, Addressing, Headers, Packet};
 pub const MAX_TRAIN_BYTES: u32 = 64 * 1024;
 
 /// The packets after the first in a train frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Train {
     /// Packets in the frame, at least 2.
     pub count: u32,
@@ -38,6 +39,10 @@ pub struct Train {
     pub last_len: u32,
     /// Headers of the last packet.
     pub last: Headers,
+    /// The MIDDLE packets' payload, when it is still in the sender's memory (see
+    /// [`super::held`]): the frame then carries only the first and last packets'
+    /// payload.
+    pub middle: Option<Held>,
 }
 
 /// Consecutive packets of a train taken together: the first one's headers, all their
@@ -46,23 +51,60 @@ pub struct Train {
 /// and packet by packet ([`Run::packets`]) otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run<'a> {
-    /// The run's first packet, with the payload of all of them.
+    /// The run's first packet, with the payload of all of them if they are in the
+    /// frame (none if they are `held`).
     pub packet: Packet<'a>,
     /// Packets in the run, each but the last of a train `payload / count` bytes long:
     /// 1, or the MIDDLE packets of a train.
     pub count: u32,
+    /// The run's payload, if it is still in the sender's memory (see [`super::held`]).
+    pub held: Option<&'a Held>,
 }
 
 impl<'a> Run<'a> {
-    /// Whether every packet of the run is `mtu` bytes long, as MIDDLE packets are.
-    pub fn is_mtu_long(&self, mtu: u32) -> bool {
-        self.packet.payload.len() as u64 == u64::from(mtu) * u64::from(self.count)
+    /// The run's payload, wherever it is.
+    pub fn payload(&self) -> Payload<'a> {
+        match self.held {
+            Some(held) => Payload::Held(held),
+            None => Payload::Bytes(self.packet.payload),
+        }
     }
 
-    /// The packets of the run, one by one.
+    /// Whether every packet of the run is `mtu` bytes long, as MIDDLE packets are.
+    pub fn is_mtu_long(&self, mtu: u32) -> bool {
+        self.payload().len() as u64 == u64::from(mtu) * u64::from(self.count)
+    }
+
+    /// The run with its payload in bytes: itself, or, if its payload is held, the
+    /// same run with the payload copied into `buf`. `None` if the held payload cannot
+    /// be read (only this process builds held runs, so that would be a bug).
+    pub fn in_bytes<'b>(self, buf: &'b mut Vec<u8>) -> Option<Run<'b>>
+    where
+        'a: 'b,
+    {
+        let Some(held) = self.held else {
+            return Some(self);
+        };
+        buf.clear();
+        if !held.append_to(0, held.len(), buf) {
+            return None;
+        }
+        Some(Run {
+            packet: Packet {
+                payload: buf,
+                ..self.packet
+            },
+            count: self.count,
+            held: None,
+        })
+    }
+
+    /// The packets of the run, one by one; a held run ([`Run::in_bytes`] gives its
+    /// bytes) has none.
     pub fn packets(self) -> impl Iterator<Item = Packet<'a>> {
+        let count = if self.held.is_some() { 0 } else { self.count };
         let seg = self.packet.payload.len() / self.count.max(1) as usize;
-        (0..self.count).map(move |i| {
+        (0..count).map(move |i| {
             if i == 0 && self.count == 1 {
                 return self.packet;
             }
@@ -111,15 +153,25 @@ impl Train {
         (self.count as usize - 1) * self.seg as usize + self.last_len as usize
     }
 
+    /// Bytes of payload in the frame: all of it, or the first and last packets' if
+    /// the middle is held in the sender's memory.
+    fn framed_len(&self) -> usize {
+        self.payload_len() - self.middle.as_ref().map_or(0, Held::len)
+    }
+
     /// The packets of the train whose frame is `bytes`, given its first packet as
     /// parsed from the frame (the frame's headers describe only that one). Fails with
-    /// [`Drop::Length`] if the frame does not hold what the train says, and
-    /// [`Drop::Opcode`] if its first packet cannot begin a train.
+    /// [`Drop::Length`] if the frame does not hold what the train says (or its middle
+    /// is held: see [`materialize`]), and [`Drop::Opcode`] if its first packet cannot
+    /// begin a train.
     pub fn packets<'a>(
         &'a self,
         first: Packet<'a>,
         bytes: &'a [u8],
     ) -> Result<impl Iterator<Item = Packet<'a>> + 'a, Drop> {
+        if self.middle.is_some() {
+            return Err(Drop::Length);
+        }
         Ok(self.runs(first, bytes)?.flat_map(Run::packets))
     }
 
@@ -134,25 +186,30 @@ impl Train {
         // Where the first payload starts in the frame (both borrow the same bytes).
         let start = (first.payload.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
         let pad = (4 - self.last_len as usize % 4) % 4;
+        let seg = self.seg as usize;
+        let middles = self.count.saturating_sub(2);
         let fits = self.count >= 2
             && self.last_len >= 1
             && self.last_len <= self.seg
-            && first.payload.len() == self.seg as usize
+            && first.payload.len() == seg
+            && self
+                .middle
+                .as_ref()
+                .is_none_or(|held| held.len() == middles as usize * seg && middles > 0)
             && start
-                .checked_add(self.payload_len() + pad + packet::ICRC_LEN)
+                .checked_add(self.framed_len() + pad + packet::ICRC_LEN)
                 .is_some_and(|end| end == bytes.len());
         if !fits {
             return Err(Drop::Length);
         }
-        let seg = self.seg as usize;
-        let middles = self.count - 2;
-        let last_at = start + (self.count as usize - 1) * seg;
+        let last_at = bytes.len() - packet::ICRC_LEN - pad - self.last_len as usize;
         let mut last = self.last;
         last.bth.pad = pad as u8;
         let runs = [
             Some(Run {
                 packet: first,
                 count: 1,
+                held: None,
             }),
             (middles > 0).then(|| Run {
                 packet: Packet {
@@ -161,6 +218,7 @@ impl Train {
                     ..first
                 },
                 count: middles,
+                held: self.middle.as_ref(),
             }),
             Some(Run {
                 packet: Packet {
@@ -169,6 +227,7 @@ impl Train {
                     ..first
                 },
                 count: 1,
+                held: None,
             }),
         ];
         Ok(runs.into_iter().flatten())
@@ -176,23 +235,57 @@ impl Train {
 
     /// Bytes the train's packets take as frames of their own (what a port counts), for
     /// a train frame of `frame_len` bytes: the first packet's headers and every payload
-    /// byte are in the frame; each middle packet adds a BTH-only header and an ICRC, the
-    /// last its own headers and ICRC.
+    /// byte are in the frame or held; each middle packet adds a BTH-only header and an
+    /// ICRC, the last its own headers and ICRC.
     pub fn wire_len(&self, frame_len: usize) -> usize {
         let middle = packet::ETH_HEADER_LEN
             + packet::IPV4_HEADER_LEN
             + packet::UDP_HEADER_LEN
             + packet::BTH_LEN
             + packet::ICRC_LEN;
-        frame_len + (self.count as usize - 2) * middle + packet::frame_len(&self.last, 0)
+        frame_len
+            + self.middle.as_ref().map_or(0, Held::len)
+            + (self.count as usize - 2) * middle
+            + packet::frame_len(&self.last, 0)
     }
+}
+
+/// Puts a train's held middle (see [`super::held`]) into its frame, between the first
+/// and the last packets' payload, as a train built with its bytes. Returns false if the
+/// frame does not end as the train says or the held bytes cannot be read (only this
+/// process builds trains, so either is a bug); the frame is then left as it was.
+pub fn materialize(frame: &mut Frame) -> bool {
+    let Some(train) = frame.train.as_deref_mut() else {
+        return true;
+    };
+    let Some(held) = train.middle.take() else {
+        return true;
+    };
+    let pad = (4 - train.last_len as usize % 4) % 4;
+    let tail = train.last_len as usize + pad + packet::ICRC_LEN;
+    let Some(at) = frame.bytes.len().checked_sub(tail) else {
+        train.middle = Some(held);
+        return false;
+    };
+    let tail = frame.bytes.split_off(at);
+    // On failure the append leaves the frame as it was.
+    let read = held.append_to(0, held.len(), &mut frame.bytes);
+    frame.bytes.extend_from_slice(&tail);
+    if !read {
+        train.middle = Some(held);
+    }
+    read
 }
 
 /// Cuts the train `frame` into the unsealed frames of its packets, in order, taking
 /// their buffers from `spare` and giving the train's back. A frame that is no train
 /// comes back as it is; a train that does not parse (only this process builds them, so
 /// this is a bug) is dropped and logged.
-pub fn segment(frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
+pub fn segment(mut frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
+    if !materialize(&mut frame) {
+        log::error!("a train's held payload cannot be read: train dropped");
+        return Vec::new();
+    }
     let Some(train) = frame.train.as_deref() else {
         return vec![frame];
     };
@@ -245,6 +338,7 @@ pub fn segment(frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
 mod tests {
     use super::*;
     use crate::pcap::PcapWriter;
+    use crate::rdma::held::Held;
     use crate::rdma::pages::PagedBuffer;
     use crate::rdma::qp::{Qp, QpCaps, WorkQueue};
     use crate::rdma::switch::{AddressTable, Endpoint, Switch};
@@ -361,11 +455,13 @@ mod tests {
         let mut w = wire(neighbors);
         assert_eq!(w.max_train(&qp, 256), MAX_TRAIN_BYTES / 256);
         let last = || headers(4);
-        w.send_packets(&qp, &headers(0), last, 5, 256, LEN as u64, |f| {
+        let fill = |f: &mut Vec<u8>| {
             f.extend_from_slice(&data);
             Ok::<(), ()>(())
-        })
-        .unwrap();
+        };
+        let no_hold = None::<fn() -> Result<Held, ()>>;
+        w.send_packets(&qp, &headers(0), last, 5, 256, LEN as u64, fill, no_hold)
+            .unwrap();
         assert_eq!(*w.out[0].train.as_deref().unwrap(), train());
         assert_eq!(w.out.len(), 1);
         w.out.pop().unwrap()
@@ -378,6 +474,7 @@ mod tests {
             seg: 256,
             last_len: 78,
             last: headers(4),
+            middle: None,
         }
     }
 
@@ -419,6 +516,84 @@ mod tests {
         assert_eq!(spare.len(), 1, "the train's buffer is kept for reuse");
     }
 
+    /// The same train with its payload in a function's memory: the MIDDLEs are held.
+    fn held_train(neighbors: &AddressTable, memory: &crate::dma::DmaSpace) -> Frame {
+        const IOVA: u64 = 0x4000;
+        let mut file = crate::dma::tests::memfd(0x2000);
+        std::io::Write::write_all(&mut file, &payload()).unwrap();
+        memory.map(IOVA, 0x2000, 0, Some(file), false).unwrap();
+        let mut w = wire(neighbors);
+        let fill = |_: &mut Vec<u8>| -> Result<(), ()> { unreachable!("the payload is held") };
+        let hold = || {
+            let mut held = Held::new(memory.readable());
+            assert!(held.push(vm_memory::GuestAddress(IOVA), LEN));
+            Ok(held)
+        };
+        let last = || headers(4);
+        w.send_packets(
+            &qp(),
+            &headers(0),
+            last,
+            5,
+            256,
+            LEN as u64,
+            fill,
+            Some(hold),
+        )
+        .unwrap();
+        w.out.pop().unwrap()
+    }
+
+    #[test]
+    fn a_held_train_carries_the_same_packets() {
+        let neighbors = neighbors();
+        let memory = crate::dma::DmaSpace::new();
+        let each = one_at_a_time(&neighbors);
+        let whole = as_a_train(&neighbors);
+        let mut frame = held_train(&neighbors, &memory);
+        // The frame carries the first and last payloads only, and counts the same.
+        assert_eq!(frame.bytes.len(), whole.bytes.len() - 3 * 256);
+        assert_eq!(frame.wire_len(), whole.wire_len());
+        let train = frame.train.as_deref().unwrap();
+        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let runs: Vec<Run> = train.runs(first, &frame.bytes).unwrap().collect();
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), [1, 3, 1]);
+        assert!(runs[0].held.is_none() && runs[2].held.is_none());
+        assert_eq!(runs[0].packet.payload, &payload()[..256]);
+        assert_eq!(runs[2].packet.payload, &payload()[1024..]);
+        // The middle run is held: no packets until it is read into bytes.
+        assert!(runs[1].is_mtu_long(256));
+        assert_eq!(runs[1].packets().count(), 0);
+        let mut buf = Vec::new();
+        let read = runs[1].in_bytes(&mut buf).unwrap();
+        assert_eq!(read.packet.payload, &payload()[256..1024]);
+        let whole_first = packet::parse_unsealed(&whole.bytes).unwrap();
+        let whole_runs: Vec<Run> = whole
+            .train
+            .as_deref()
+            .unwrap()
+            .runs(whole_first, &whole.bytes)
+            .unwrap()
+            .collect();
+        assert_eq!(
+            read.packets().collect::<Vec<_>>(),
+            whole_runs[1].packets().collect::<Vec<_>>()
+        );
+        // Walking packet by packet needs the bytes; materialized, it is the whole train.
+        assert_eq!(train.packets(first, &frame.bytes).err(), Some(Drop::Length));
+        let mut copy = frame.clone();
+        assert!(materialize(&mut copy));
+        assert_eq!(copy, whole);
+        // The switch cuts it into the same frames.
+        assert_eq!(segment(frame.clone(), &mut Vec::new()), each);
+        // A held middle that does not match the train is refused.
+        let t = frame.train.as_deref_mut().unwrap();
+        t.middle = t.middle.take().map(|h| h.narrow(0, 256));
+        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let t = frame.train.as_deref().unwrap();
+        assert_eq!(t.runs(first, &frame.bytes).err(), Some(Drop::Length));
+    }
+
     #[test]
     fn a_train_that_does_not_hold_what_it_says_is_refused() {
         let neighbors = neighbors();
@@ -430,6 +605,7 @@ mod tests {
                 seg,
                 last_len,
                 last: headers(4),
+                middle: None,
             };
             assert_eq!(t.packets(first, &frame.bytes).err(), Some(Drop::Length));
         }

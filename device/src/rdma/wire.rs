@@ -5,6 +5,7 @@ use super::switch::AddressTable;
 
 use crate::roce::packet::{self, Addressing, Headers};
 
+use super::held::Held;
 use super::qp::Qp;
 use super::switch::{Endpoint, Frame};
 use super::train::{Train, MAX_TRAIN_BYTES};
@@ -105,7 +106,9 @@ impl Wire<'_> {
         len: usize,
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.build(qp, route, hdrs, None, len, fill)
+        self.build(qp, route, hdrs, None, len, |frame| {
+            fill(frame).map(|()| None)
+        })
     }
 
     /// How many packets of `qp` at path MTU `mtu` one frame may carry: a train's worth
@@ -122,7 +125,10 @@ impl Wire<'_> {
     /// Sends `count` consecutive packets of one message of `qp` to its peer, `len` bytes
     /// of payload in all at `mtu` bytes per packet but the last: one frame with `first`'s
     /// headers if `count` is 1, else a train (see [`super::train`]) whose last packet has
-    /// `last`'s. `fill` appends the payload; as [`Wire::send_with`] otherwise.
+    /// `last`'s. `fill` appends the payload to the frame; if the train has MIDDLE packets
+    /// and the payload is in guest memory, `hold` gives it as [`Held`] instead, and the
+    /// frame carries only the first and last packets' bytes (see [`super::held`]). As
+    /// [`Wire::send_with`] otherwise.
     #[allow(clippy::too_many_arguments)]
     pub fn send_packets<E>(
         &mut self,
@@ -133,26 +139,41 @@ impl Wire<'_> {
         mtu: u32,
         len: u64,
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        hold: Option<impl FnOnce() -> Result<Held, E>>,
     ) -> Result<(), E> {
+        let seg = mtu as usize;
+        let last_at = seg * count.saturating_sub(1) as usize;
         let train = (count > 1).then(|| Train {
             count,
             seg: mtu,
-            last_len: len.saturating_sub(u64::from(mtu) * u64::from(count - 1)) as u32,
+            last_len: (len as usize).saturating_sub(last_at) as u32,
             last: last(),
+            middle: None,
         });
+        let fill = |frame: &mut Vec<u8>| match hold {
+            Some(hold) if count > 2 => {
+                let held = hold()?;
+                // A short read leaves the frame short, which `build` refuses.
+                let _ = held.append_to(0, seg, frame)
+                    && held.append_to(last_at, held.len().saturating_sub(last_at), frame);
+                Ok(Some(held.narrow(seg, last_at - seg)))
+            }
+            _ => fill(frame).map(|()| None),
+        };
         self.build(qp, &Route::of(qp), first, train, len as usize, fill)
     }
 
     /// Builds a frame (or a train, whose headers are its first packet's) with `len`
-    /// bytes of payload from `fill`, and queues it.
+    /// bytes of payload from `fill` (which may hold a train's middle instead of
+    /// appending it), and queues it.
     fn build<E>(
         &mut self,
         qp: &Qp,
         route: &Route,
         hdrs: &Headers,
-        train: Option<Train>,
+        mut train: Option<Train>,
         len: usize,
-        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<Option<Held>, E>,
     ) -> Result<(), E> {
         let dst_ip = destination(route);
         // A QP that migrated here keeps speaking as the address it was created with.
@@ -182,14 +203,18 @@ impl Wire<'_> {
         match packet::build_headers(&addressing, hdrs, first_len, &mut frame) {
             Ok(()) => {
                 let headers = frame.len();
-                fill(&mut frame)?;
-                if frame.len() != headers + len {
+                let held = fill(&mut frame)?;
+                let held_len = held.as_ref().map_or(0, Held::len);
+                if frame.len() + held_len != headers + len {
                     log::error!(
                         "qp {:#x}: {} bytes of payload where the headers say {len}: frame dropped",
                         qp.qpn,
-                        frame.len() - headers
+                        frame.len() + held_len - headers
                     );
                     return Ok(());
+                }
+                if let Some(t) = train.as_mut() {
+                    t.middle = held;
                 }
                 packet::end_unsealed(&mut frame, len);
                 self.out.push(Frame {

@@ -1,0 +1,306 @@
+//! Payload held in the sending function's memory: the middle of a train between two
+//! functions of this process, copied once, by the receiver, straight into its memory.
+//!
+//! A NIC that loops a message back from one of its functions to another reads the payload
+//! from the sender's memory and writes it into the receiver's, each byte crossing the NIC
+//! once. rnicd's frames are its buffers, and a train's frame used to carry the whole
+//! payload: one copy out of the sender's memory into the frame, one out of the frame into
+//! the receiver's. A [`Held`] stands in the frame for the payload of a train's MIDDLE
+//! packets instead: the sending side (the requester, or the responder for READ responses)
+//! checks the memory against its MR table exactly as it would to copy it, and keeps the
+//! runs of device memory it found with a snapshot of its memory map; the receiving side
+//! (the responder, or the completer) copies from there into its own memory, through the
+//! same checks of its own as a payload in the frame goes through.
+//!
+//! What the receiver can do with a `Held` is copy the bytes it stands for, and nothing
+//! else: it gets neither the sender's addresses nor any other part of its memory, so one
+//! function's work still reaches another function's memory only through what that
+//! function offered to send. The snapshot keeps the sender's memory mapped while the frame
+//! exists, as it does for any DMA in flight: a frame lives for one engine pass, and a
+//! DMA_UNMAP meanwhile takes effect for the next DMA. The bytes are read when they are
+//! placed rather than when the frame is built, microseconds later; a message whose
+//! source changes while it is in flight has undefined contents in RDMA anyway, and its
+//! completion still comes only after it was placed and acknowledged.
+//!
+//! Where something needs the bytes themselves (the switch cutting a train into frames for
+//! a capture, the fault injector or the network; a receiver that takes the train packet
+//! by packet), [`Held::append_to`] copies them into a buffer, as the sender used to.
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+use crate::dma::MemorySnapshot;
+
+/// Bytes in the sending function's memory, checked, to be copied where they go.
+#[derive(Debug, Clone)]
+pub struct Held {
+    mem: MemorySnapshot,
+    /// Runs of device memory, each within one mapped region, in payload order.
+    runs: Vec<(GuestAddress, usize)>,
+    /// Bytes of the runs before the payload (see [`Held::narrow`]).
+    skip: usize,
+    len: usize,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq::<GuestMemoryMmap>(&*self.mem, &*other.mem)
+            && (self.skip, self.len) == (other.skip, other.len)
+            && self.runs == other.runs
+    }
+}
+
+impl Eq for Held {}
+
+impl Held {
+    /// No bytes yet, of the memory `mem`.
+    pub fn new(mem: MemorySnapshot) -> Self {
+        Self {
+            mem,
+            runs: Vec::new(),
+            skip: 0,
+            len: 0,
+        }
+    }
+
+    /// Adds the `n` bytes at `addr` to the end of the payload. Returns false, adding
+    /// nothing, if they are not all mapped.
+    pub fn push(&mut self, addr: GuestAddress, n: usize) -> bool {
+        let before = self.runs.len();
+        let mut at = addr;
+        for slice in self.mem.get_slices(addr, n) {
+            let Ok(slice) = slice else {
+                self.runs.truncate(before);
+                return false;
+            };
+            let k = slice.len();
+            // Consecutive within one region: one run.
+            let merged = match self.runs.last().copied() {
+                Some((a, m)) if a.0.checked_add(m as u64) == Some(at.0) => {
+                    self.mem.get_slice(a, m + k).is_ok()
+                }
+                _ => false,
+            };
+            match self.runs.last_mut() {
+                Some((_, m)) if merged => *m += k,
+                _ => self.runs.push((at, k)),
+            }
+            at = GuestAddress(at.0 + k as u64);
+        }
+        self.len += n;
+        true
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes `[at, at + n)` of the payload as a payload of their own.
+    pub fn narrow(mut self, at: usize, n: usize) -> Self {
+        let at = at.min(self.len);
+        self.skip += at;
+        self.len = n.min(self.len - at);
+        self
+    }
+
+    /// Calls `f(address, length)` for the runs of device memory of payload bytes
+    /// `[at, at + n)`, in order; false if `f` did, or the range is not in the payload.
+    fn walk(&self, at: usize, n: usize, mut f: impl FnMut(GuestAddress, usize) -> bool) -> bool {
+        if at.checked_add(n).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        let mut skip = self.skip + at;
+        let mut left = n;
+        for &(addr, run) in &self.runs {
+            if left == 0 {
+                break;
+            }
+            if skip >= run {
+                skip -= run;
+                continue;
+            }
+            let k = (run - skip).min(left);
+            if !f(GuestAddress(addr.0 + skip as u64), k) {
+                return false;
+            }
+            left -= k;
+            skip = 0;
+        }
+        left == 0
+    }
+
+    /// Appends payload bytes `[at, at + n)` to `out`; false (appending nothing) if the
+    /// range is not in the payload.
+    pub fn append_to(&self, at: usize, n: usize, out: &mut Vec<u8>) -> bool {
+        let before = out.len();
+        let done = self.walk(at, n, |addr, k| {
+            self.mem.write_all_volatile_to(addr, out, k).is_ok()
+        });
+        if !done {
+            out.truncate(before);
+        }
+        done
+    }
+
+    /// Copies payload bytes `[at, at + n)` into `dst` (another function's memory, or the
+    /// same function's) at `addr`, memory to memory. False if the range is not in the
+    /// payload or the destination is not all mapped in `dst`; bytes before the failure
+    /// may have been written.
+    pub fn write_to(&self, at: usize, n: usize, dst: &GuestMemoryMmap, addr: GuestAddress) -> bool {
+        let mut to = addr;
+        self.walk(at, n, |from, k| {
+            let Ok(src) = self.mem.get_slice(from, k) else {
+                return false;
+            };
+            let mut copied = 0;
+            for part in dst.get_slices(to, k) {
+                let Ok(part) = part else { return false };
+                let Ok(src) = src.subslice(copied, part.len()) else {
+                    return false;
+                };
+                // memmove: the two may be the same memory mapped twice.
+                src.copy_to_volatile_slice(part);
+                copied += part.len();
+            }
+            to = GuestAddress(to.0 + k as u64);
+            copied == k
+        })
+    }
+}
+
+/// A run's payload: bytes in the frame, or held in the sender's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// In the frame.
+    Bytes(&'a [u8]),
+    /// In the sending function's memory.
+    Held(&'a Held),
+}
+
+impl Payload<'_> {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Held(h) => h.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes payload bytes `[at, at + n)` into `dst` at `addr`; false if they are not
+    /// in the payload or the destination is not all mapped.
+    pub fn write_to(&self, at: usize, n: usize, dst: &GuestMemoryMmap, addr: GuestAddress) -> bool {
+        match self {
+            Payload::Bytes(b) => at
+                .checked_add(n)
+                .and_then(|end| b.get(at..end))
+                .is_some_and(|part| dst.write_slice(part, addr).is_ok()),
+            Payload::Held(h) => h.write_to(at, n, dst, addr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::DmaSpace;
+    use std::io::Write;
+
+    const PAGE: u64 = rnic_abi::PAGE_SIZE;
+
+    /// A function's memory: two regions of `pages` pages one after the other from
+    /// device address `iova`, page `p` filled with `p + fill`.
+    fn space(iova: u64, pages: u64, fill: u8) -> DmaSpace {
+        let dma = DmaSpace::new();
+        for region in 0..2 {
+            let mut file = crate::dma::tests::memfd(0);
+            for p in 0..pages {
+                let byte = fill.wrapping_add((region * pages + p) as u8);
+                file.write_all(&vec![byte; PAGE as usize]).unwrap();
+            }
+            dma.map(
+                iova + region * pages * PAGE,
+                pages * PAGE,
+                0,
+                Some(file),
+                true,
+            )
+            .unwrap();
+        }
+        dma
+    }
+
+    /// The bytes a `Held` stands for, read directly.
+    fn expected(mem: &GuestMemoryMmap, runs: &[(u64, usize)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &(a, n) in runs {
+            let mut b = vec![0; n];
+            mem.read_slice(&mut b, GuestAddress(a)).unwrap();
+            out.extend(b);
+        }
+        out
+    }
+
+    #[test]
+    fn copies_what_was_pushed_across_runs_and_regions() {
+        let a = space(0x10000, 4, 1);
+        let b = space(0x80000, 4, 100);
+        let mut held = Held::new(a.readable());
+        // Runs out of order, one crossing from the first region into the second.
+        let runs = [
+            (0x12000 + 100, 300usize),
+            (0x13000 + 4000, 5000),
+            (0x10000, 64),
+        ];
+        for &(addr, n) in &runs {
+            assert!(held.push(GuestAddress(addr), n));
+        }
+        assert_eq!(held.len(), 5364);
+        let want = expected(&a.readable(), &runs);
+
+        let mut out = vec![9];
+        assert!(held.append_to(0, held.len(), &mut out));
+        assert_eq!(out[1..], want[..]);
+
+        // Into B, across B's two regions, from the middle of the payload.
+        let dst = GuestAddress(0x80000 + 4 * PAGE - 1000);
+        assert!(held.write_to(200, 5000, &b.writable(), dst));
+        let mut got = vec![0; 5000];
+        b.readable().read_slice(&mut got, dst).unwrap();
+        assert_eq!(got[..], want[200..5200]);
+
+        let narrowed = held.clone().narrow(300, 64);
+        let mut out = Vec::new();
+        assert!(narrowed.append_to(0, 64, &mut out));
+        assert_eq!(out[..], want[300..364]);
+    }
+
+    #[test]
+    fn refuses_what_is_not_mapped_or_not_in_the_payload() {
+        let a = space(0x10000, 2, 1);
+        let b = space(0x80000, 2, 100);
+        let mut held = Held::new(a.readable());
+        // Runs past the end of A's memory add nothing.
+        assert!(!held.push(GuestAddress(0x10000 + 4 * PAGE - 10), 20));
+        assert!(held.is_empty());
+        assert!(held.push(GuestAddress(0x10000), 100));
+        let mut out = vec![7u8];
+        assert!(!held.append_to(50, 51, &mut out));
+        assert_eq!(out, [7]);
+        let w = b.writable();
+        assert!(!held.write_to(0, 101, &w, GuestAddress(0x80000)));
+        // A destination that runs out of B's memory.
+        assert!(!held.write_to(0, 100, &w, GuestAddress(0x80000 + 4 * PAGE - 10)));
+        assert!(!Payload::Bytes(&[1, 2, 3]).write_to(2, 2, &w, GuestAddress(0x80000)));
+        assert!(Payload::Held(&held).write_to(0, 100, &w, GuestAddress(0x80000)));
+    }
+}
