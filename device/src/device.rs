@@ -150,40 +150,13 @@ impl Device {
             sockets.push(path);
             servers.push(server);
         }
-        // The socket files are the device's to remove (see `vfio::bind`), also when it
-        // cannot start after all.
-        let started = Self::start_serving(config, &functions, servers, uplink);
-        let (handle, engine_thread) = match started {
-            Ok(started) => started,
-            Err(e) => {
-                sockets.iter().for_each(|p| remove_socket(p));
-                return Err(e);
-            }
-        };
-        Ok(Self {
-            functions,
-            sockets,
-            engine: handle,
-            engine_thread: std::sync::Mutex::new(Some(engine_thread)),
-            _lock: lock,
-            lock_path,
-        })
-    }
-
-    /// Starts the engine's thread and a thread per function serving its socket.
-    fn start_serving(
-        config: &DeviceConfig,
-        functions: &[Arc<Function>],
-        servers: Vec<vfio_user::Server>,
-        uplink: Option<Box<dyn crate::rdma::switch::Uplink>>,
-    ) -> Result<(EngineHandle, std::thread::JoinHandle<()>), StartError> {
         let pcap = match &config.pcap {
             Some(path) => {
                 Some(PcapWriter::create(path).map_err(|e| StartError::Pcap(path.clone(), e))?)
             }
             None => None,
         };
-        let engine = Engine::new(functions.to_vec(), config.poll_window, pcap)
+        let engine = Engine::new(functions.clone(), config.poll_window, pcap)
             .map_err(StartError::Create)?
             .with_faults(config.net_faults)
             .with_uplink(uplink);
@@ -196,14 +169,21 @@ impl Device {
                 }
             })
             .map_err(StartError::Create)?;
-        for (server, function) in servers.into_iter().zip(functions) {
+        for (server, function) in servers.into_iter().zip(&functions) {
             let function = function.clone();
             std::thread::Builder::new()
                 .name(format!("vfio-{}", function.identity().id))
                 .spawn(move || vfio::serve(server, function))
                 .map_err(StartError::Create)?;
         }
-        Ok((handle, engine_thread))
+        Ok(Self {
+            functions,
+            sockets,
+            engine: handle,
+            engine_thread: std::sync::Mutex::new(Some(engine_thread)),
+            _lock: lock,
+            lock_path,
+        })
     }
 
     /// The functions, PF first.

@@ -196,37 +196,16 @@ pub enum BindError {
 /// Binds the socket of `function` at `path`, replacing a stale socket file left by a
 /// process that died. The caller holds the directory's lock, so no other rnicd can be
 /// serving it; a socket that still answers belongs to something else, and is left alone.
-///
-/// The socket file appears only once it listens: a socket file exists from `bind`, a
-/// moment before `listen`, and a client that connects in that moment (one that waits for
-/// the file, as the test harness and the VM scripts do) is refused. So the socket is
-/// bound and listens under a temporary name, then is renamed into place, atomically.
 pub fn bind(path: &Path, function: &Function) -> Result<Server, BindError> {
-    let failed = |e: io::Error| BindError::Bind(path.to_path_buf(), e.to_string());
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(BindError::InUse(path.to_path_buf()));
         }
-        std::fs::remove_file(path).map_err(failed)?;
+        std::fs::remove_file(path)
+            .map_err(|e| BindError::Bind(path.to_path_buf(), e.to_string()))?;
     }
-    let mut binding = path.as_os_str().to_owned();
-    binding.push(".binding");
-    let binding = PathBuf::from(binding);
-    // Left by a process that died while binding; the directory's lock is ours.
-    let _ = std::fs::remove_file(&binding);
-    let listener = std::os::unix::net::UnixListener::bind(&binding).map_err(failed)?;
-    if let Err(e) = std::fs::rename(&binding, path) {
-        let _ = std::fs::remove_file(&binding);
-        return Err(failed(e));
-    }
-    // Without a path, the server leaves the socket file to the device, which removes it
-    // at shutdown.
-    Ok(Server::from_owned_fd(
-        listener.into(),
-        true,
-        irqs(),
-        regions(function),
-    ))
+    Server::new(path, true, irqs(), regions(function))
+        .map_err(|e| BindError::Bind(path.to_path_buf(), e.to_string()))
 }
 
 /// Serves `server` forever, one client at a time; each client that leaves, for whatever
@@ -251,29 +230,5 @@ pub fn serve(server: Server, function: Arc<Function>) {
             ),
         }
         function.disconnect();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::function::{FunctionId, Identity};
-
-    #[test]
-    fn a_socket_file_accepts_connections_as_soon_as_it_exists() {
-        let dir = std::env::temp_dir().join(format!("rnic-bind-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("pf.sock");
-        // Left behind by a process that died: a stale socket and a half-done binding.
-        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-        std::fs::write(dir.join("pf.sock.binding"), b"").unwrap();
-        let function = Function::new(Identity::new(FunctionId::Pf, 0, None)).unwrap();
-        let server = bind(&path, &function).unwrap();
-        assert!(UnixStream::connect(&path).is_ok());
-        assert!(!dir.join("pf.sock.binding").exists());
-        // A socket that answers is someone else's.
-        assert!(matches!(bind(&path, &function), Err(BindError::InUse(_))));
-        drop(server);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
