@@ -35,6 +35,19 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Whether a unix socket bound at `path` listens (accepts connections), as the kernel's
+/// table of unix sockets says: the flags of a listening socket are `__SO_ACCEPTCON`.
+pub fn listening(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let path = path.to_string_lossy();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(3) == Some(&"00010000") && fields.get(7) == Some(&&*path)
+    })
+}
+
 /// A running rnicd with its own socket directory; stopped (SIGTERM) on drop.
 pub struct Rnicd {
     child: Option<Child>,
@@ -70,13 +83,16 @@ impl Rnicd {
             dir,
             log,
         };
-        let last_name = if vfs > 0 {
-            format!("vf{}", vfs - 1)
-        } else {
-            "pf".to_string()
-        };
-        let last = me.socket(&last_name);
-        wait_for(Duration::from_secs(10), "rnicd's sockets", || last.exists());
+        // A socket file exists from `bind`, a moment before `listen`: a client that
+        // connected as soon as the file appeared could be refused. So wait, as
+        // qemu-scripts/boot.sh does, until every socket listens.
+        let sockets: Vec<PathBuf> = std::iter::once("pf".to_string())
+            .chain((0..vfs).map(|v| format!("vf{v}")))
+            .map(|name| me.socket(&name))
+            .collect();
+        wait_for(Duration::from_secs(10), "rnicd's sockets", || {
+            sockets.iter().all(|s| listening(s))
+        });
         me
     }
 
