@@ -338,7 +338,6 @@ pub fn segment(mut frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
 mod tests {
     use super::*;
     use crate::pcap::PcapWriter;
-    use crate::rdma::held::Held;
     use crate::rdma::pages::PagedBuffer;
     use crate::rdma::qp::{Qp, QpCaps, WorkQueue};
     use crate::rdma::switch::{AddressTable, Endpoint, Switch};
