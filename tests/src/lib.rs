@@ -258,10 +258,28 @@ impl RawClient {
     }
 }
 
-/// A TCP port of 127.0.0.1 that is free right now.
+/// A TCP port that is free right now, for a server a test starts next.
+///
+/// The port comes from below the kernel's ephemeral range (32768 and up by default), and
+/// each call of a test process gets another one: a port the kernel picked for a
+/// `bind(0)` could be picked again for another test's listener or outgoing connection
+/// between this check and the server's own bind (seen once: a test connected to a
+/// server that never got its port).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Test processes that run at once (nextest) start at different places.
+    let base = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + base.wrapping_add(n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {FIRST}..{}", FIRST + SPAN);
 }
 
 /// Waits for `child` and collects its output; kills it first if it runs longer than
