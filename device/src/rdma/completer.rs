@@ -38,6 +38,7 @@ pub fn on_response(
     rdma: &mut RdmaState,
     qp: &mut Qp,
     pkt: &Packet,
+    payload: Payload,
     env: &Env,
     now: Instant,
 ) -> Result<(), recv::Drop> {
@@ -96,7 +97,7 @@ pub fn on_response(
         | op::RC_RDMA_READ_RESPONSE_MIDDLE
         | op::RC_RDMA_READ_RESPONSE_LAST
         | op::RC_RDMA_READ_RESPONSE_ONLY => {
-            progress |= read_response(rdma, qp, pkt, Payload::Bytes(pkt.payload), 1, env);
+            progress |= read_response(rdma, qp, pkt, payload, 1, env);
         }
         op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
         _ => {}
@@ -137,7 +138,7 @@ pub fn on_run(
     env: &Env,
     now: Instant,
 ) -> Result<(), recv::Drop> {
-    if read_response(rdma, qp, &run.packet, run.payload(), run.count, env) {
+    if read_response(rdma, qp, &run.packet, run.payload, run.count, env) {
         progressed(rdma, qp, env, now);
     }
     Ok(())

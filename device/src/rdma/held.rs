@@ -1,12 +1,12 @@
-//! Payload held in the sending function's memory: the middle of a train between two
-//! functions of this process, copied once, by the receiver, straight into its memory.
+//! Payload held in the sending function's memory: a train between two functions of this
+//! process, its payload copied once, by the receiver, straight into its memory.
 //!
 //! A NIC that loops a message back from one of its functions to another reads the payload
 //! from the sender's memory and writes it into the receiver's, each byte crossing the NIC
 //! once. rnicd's frames are its buffers, and a train's frame used to carry the whole
 //! payload: one copy out of the sender's memory into the frame, one out of the frame into
-//! the receiver's. A [`Held`] stands in the frame for the payload of a train's MIDDLE
-//! packets instead: the sending side (the requester, or the responder for READ responses)
+//! the receiver's. A [`Held`] stands in the frame for the payload of a train's packets
+//! instead: the sending side (the requester, or the responder for READ responses)
 //! checks the memory against its MR table exactly as it would to copy it, and keeps the
 //! runs of device memory it found with a snapshot of its memory map; the receiving side
 //! (the responder, or the completer) copies from there into its own memory, through the
@@ -36,15 +36,13 @@ pub struct Held {
     mem: MemorySnapshot,
     /// Runs of device memory, each within one mapped region, in payload order.
     runs: Vec<(GuestAddress, usize)>,
-    /// Bytes of the runs before the payload (see [`Held::narrow`]).
-    skip: usize,
     len: usize,
 }
 
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
         std::ptr::eq::<GuestMemoryMmap>(&*self.mem, &*other.mem)
-            && (self.skip, self.len) == (other.skip, other.len)
+            && self.len == other.len
             && self.runs == other.runs
     }
 }
@@ -57,7 +55,6 @@ impl Held {
         Self {
             mem,
             runs: Vec::new(),
-            skip: 0,
             len: 0,
         }
     }
@@ -100,12 +97,15 @@ impl Held {
         self.len == 0
     }
 
-    /// The bytes `[at, at + n)` of the payload as a payload of their own.
-    pub fn narrow(mut self, at: usize, n: usize) -> Self {
+    /// The bytes `[at, at + n)` of the payload (as many of them as it has) as a payload
+    /// of their own: one packet's, or a run's.
+    pub fn part(&self, at: usize, n: usize) -> Payload<'_> {
         let at = at.min(self.len);
-        self.skip += at;
-        self.len = n.min(self.len - at);
-        self
+        Payload::Held {
+            held: self,
+            at,
+            len: n.min(self.len - at),
+        }
     }
 
     /// Calls `f(address, length)` for the runs of device memory of payload bytes
@@ -114,7 +114,7 @@ impl Held {
         if at.checked_add(n).is_none_or(|end| end > self.len) {
             return false;
         }
-        let mut skip = self.skip + at;
+        let mut skip = at;
         let mut left = n;
         for &(addr, run) in &self.runs {
             if left == 0 {
@@ -178,8 +178,16 @@ impl Held {
 pub enum Payload<'a> {
     /// In the frame.
     Bytes(&'a [u8]),
-    /// In the sending function's memory.
-    Held(&'a Held),
+    /// Bytes `[at, at + len)` of a payload in the sending function's memory (see
+    /// [`Held::part`]).
+    Held {
+        /// The whole payload held.
+        held: &'a Held,
+        /// Where this part starts in it.
+        at: usize,
+        /// Bytes in the part.
+        len: usize,
+    },
 }
 
 impl Payload<'_> {
@@ -187,7 +195,7 @@ impl Payload<'_> {
     pub fn len(&self) -> usize {
         match self {
             Payload::Bytes(b) => b.len(),
-            Payload::Held(h) => h.len(),
+            Payload::Held { len, .. } => *len,
         }
     }
 
@@ -204,7 +212,26 @@ impl Payload<'_> {
                 .checked_add(n)
                 .and_then(|end| b.get(at..end))
                 .is_some_and(|part| dst.write_slice(part, addr).is_ok()),
-            Payload::Held(h) => h.write_to(at, n, dst, addr),
+            Payload::Held {
+                held,
+                at: start,
+                len,
+            } => {
+                at.checked_add(n).is_some_and(|end| end <= *len)
+                    && held.write_to(start + at, n, dst, addr)
+            }
+        }
+    }
+
+    /// Appends the payload's bytes to `out`; false (appending nothing) if held bytes
+    /// cannot be read.
+    pub fn append_to(&self, out: &mut Vec<u8>) -> bool {
+        match self {
+            Payload::Bytes(b) => {
+                out.extend_from_slice(b);
+                true
+            }
+            Payload::Held { held, at, len } => held.append_to(*at, *len, out),
         }
     }
 }
@@ -278,10 +305,18 @@ mod tests {
         b.readable().read_slice(&mut got, dst).unwrap();
         assert_eq!(got[..], want[200..5200]);
 
-        let narrowed = held.clone().narrow(300, 64);
+        let part = held.part(300, 64);
         let mut out = Vec::new();
-        assert!(narrowed.append_to(0, 64, &mut out));
+        assert!(part.append_to(&mut out));
         assert_eq!(out[..], want[300..364]);
+        // A part copies its own bytes and no others.
+        let dst = GuestAddress(0x80000);
+        assert!(part.write_to(10, 54, &b.writable(), dst));
+        let mut got = vec![0; 54];
+        b.readable().read_slice(&mut got, dst).unwrap();
+        assert_eq!(got[..], want[310..364]);
+        assert!(!part.write_to(10, 55, &b.writable(), dst));
+        assert_eq!(held.part(5000, 1000).len(), 364);
     }
 
     #[test]
@@ -301,6 +336,8 @@ mod tests {
         // A destination that runs out of B's memory.
         assert!(!held.write_to(0, 100, &w, GuestAddress(0x80000 + 4 * PAGE - 10)));
         assert!(!Payload::Bytes(&[1, 2, 3]).write_to(2, 2, &w, GuestAddress(0x80000)));
-        assert!(Payload::Held(&held).write_to(0, 100, &w, GuestAddress(0x80000)));
+        assert!(held
+            .part(0, 100)
+            .write_to(0, 100, &w, GuestAddress(0x80000)));
     }
 }

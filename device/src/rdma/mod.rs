@@ -52,6 +52,7 @@ use crate::cmdq::Response;
 use crate::doorbell::DoorbellBar;
 use crate::resources::{Resource, ResourcePool};
 use cq::{CompletionQueue, EventQueue, Posted};
+use held::Payload;
 use mr::{Mr, MrTable};
 use pages::{PageListError, PagedBuffer};
 use qp::{Qp, QpCaps, WorkQueue};
@@ -1014,7 +1015,8 @@ impl RdmaState {
 
     /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder or
     /// completer takes it so (see [`responder::takes_run`], [`completer::takes_run`]),
-    /// else packet by packet.
+    /// else packet by packet. A single packet whose payload is held goes as a packet
+    /// whose payload is copied from where it is held.
     fn take_run(
         &mut self,
         qp: &mut Qp,
@@ -1034,11 +1036,17 @@ impl RdmaState {
                 completer::takes_run(qp, &run)
             }
         };
+        if run.count == 1 && run.is_held() && plain_rc() {
+            let taken = self.take_rc(qp, &run.packet, run.payload, env, wire, now);
+            self.count_taken(qp, &run.packet, taken);
+            return;
+        }
         if run.count == 1 || !plain_rc() || !as_one() {
             // A held payload is read into a buffer first, as the sender used to.
-            let mut buf = match run.held {
-                Some(_) => wire.spare.pop().unwrap_or_default(),
-                None => Vec::new(),
+            let mut buf = if run.is_held() {
+                wire.spare.pop().unwrap_or_default()
+            } else {
+                Vec::new()
             };
             match run.in_bytes(&mut buf) {
                 Some(run) => {
@@ -1058,7 +1066,7 @@ impl RdmaState {
         }
         // The packets of a run differ only in PSN and payload: what the checks say of
         // the first, they say of all.
-        let seg = run.payload().len() / run.count as usize;
+        let seg = run.payload.len() / run.count as usize;
         let taken = recv::check_sized(qp, &run.packet, seg).and_then(|()| {
             if request {
                 responder::on_run(self, qp, run, env, wire)
@@ -1095,15 +1103,38 @@ impl RdmaState {
             Some(qkey) => self.receive_datagram(qp, pkt, frame, env, qkey),
             None => match self.receive_dc(qp, pkt, env, wire, now) {
                 Some(taken) => taken,
-                None => recv::check(qp, pkt).and_then(|()| {
-                    if recv::is_request(pkt.hdrs.bth.opcode) {
-                        responder::on_request(self, qp, pkt, env, wire)
-                    } else {
-                        completer::on_response(self, qp, pkt, env, now)
-                    }
-                }),
+                None => self.take_rc(qp, pkt, Payload::Bytes(pkt.payload), env, wire, now),
             },
         });
+        self.count_taken(qp, pkt, taken);
+    }
+
+    /// Hands `pkt`, whose payload is `payload`, to the responder or the completer of
+    /// `qp`, a QP of the RC transport.
+    fn take_rc(
+        &mut self,
+        qp: &mut Qp,
+        pkt: &crate::roce::packet::Packet,
+        payload: Payload,
+        env: &Env,
+        wire: &mut wire::Wire,
+        now: Instant,
+    ) -> Result<(), recv::Drop> {
+        recv::check_sized(qp, pkt, payload.len())?;
+        if recv::is_request(pkt.hdrs.bth.opcode) {
+            responder::on_request(self, qp, pkt, payload, env, wire)
+        } else {
+            completer::on_response(self, qp, pkt, payload, env, now)
+        }
+    }
+
+    /// Counts a packet that `qp` took or dropped.
+    fn count_taken(
+        &mut self,
+        qp: &Qp,
+        pkt: &crate::roce::packet::Packet,
+        taken: Result<(), recv::Drop>,
+    ) {
         match taken {
             Ok(()) => self.counters.rx_packets += 1,
             Err(why) => {

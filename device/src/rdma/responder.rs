@@ -151,6 +151,7 @@ pub fn on_request(
     rdma: &mut RdmaState,
     qp: &mut Qp,
     pkt: &Packet,
+    payload: Payload,
     env: &Env,
     wire: &mut Wire,
 ) -> Result<(), recv::Drop> {
@@ -180,7 +181,7 @@ pub fn on_request(
         send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
         return Ok(());
     }
-    answer(rdma, qp, pkt, Payload::Bytes(pkt.payload), 1, env, wire);
+    answer(rdma, qp, pkt, payload, 1, env, wire);
     Ok(())
 }
 
@@ -211,7 +212,7 @@ pub fn on_run(
     wire: &mut Wire,
 ) -> Result<(), recv::Drop> {
     qp.resp.nak_sent = false;
-    answer(rdma, qp, &run.packet, run.payload(), run.count, env, wire);
+    answer(rdma, qp, &run.packet, run.payload, run.count, env, wire);
     Ok(())
 }
 

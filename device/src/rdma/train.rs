@@ -8,7 +8,9 @@
 //! *train*: one unsealed frame with the first packet's headers, the payload of all the
 //! packets one after the other, the last packet's pad and an ICRC slot, and a [`Train`]
 //! that says how many packets it holds and what the last one's headers are (the packets
-//! between are MIDDLE packets whose headers follow from the first's).
+//! between are MIDDLE packets whose headers follow from the first's). When the payload
+//! is in the sender's memory it stays there ([`super::held`]): the frame then holds the
+//! first packet's headers as if it had no payload, and the ICRC slot.
 //!
 //! A train is a way of carrying packets, not a different protocol:
 //! - the receiving function walks it packet by packet ([`Train::packets`]) through the
@@ -39,10 +41,9 @@ pub struct Train {
     pub last_len: u32,
     /// Headers of the last packet.
     pub last: Headers,
-    /// The MIDDLE packets' payload, when it is still in the sender's memory (see
-    /// [`super::held`]): the frame then carries only the first and last packets'
-    /// payload.
-    pub middle: Option<Held>,
+    /// The payload of all the packets, when it is still in the sender's memory (see
+    /// [`super::held`]): the frame then carries none of it.
+    pub held: Option<Held>,
 }
 
 /// Consecutive packets of a train taken together: the first one's headers, all their
@@ -52,27 +53,25 @@ pub struct Train {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run<'a> {
     /// The run's first packet, with the payload of all of them if they are in the
-    /// frame (none if they are `held`).
+    /// frame (none if they are held).
     pub packet: Packet<'a>,
     /// Packets in the run, each but the last of a train `payload / count` bytes long:
     /// 1, or the MIDDLE packets of a train.
     pub count: u32,
-    /// The run's payload, if it is still in the sender's memory (see [`super::held`]).
-    pub held: Option<&'a Held>,
+    /// The run's payload, wherever it is: `packet.payload`, or held in the sender's
+    /// memory (see [`super::held`]).
+    pub payload: Payload<'a>,
 }
 
 impl<'a> Run<'a> {
-    /// The run's payload, wherever it is.
-    pub fn payload(&self) -> Payload<'a> {
-        match self.held {
-            Some(held) => Payload::Held(held),
-            None => Payload::Bytes(self.packet.payload),
-        }
+    /// Whether the run's payload is in the sender's memory rather than in the frame.
+    pub fn is_held(&self) -> bool {
+        matches!(self.payload, Payload::Held { .. })
     }
 
     /// Whether every packet of the run is `mtu` bytes long, as MIDDLE packets are.
     pub fn is_mtu_long(&self, mtu: u32) -> bool {
-        self.payload().len() as u64 == u64::from(mtu) * u64::from(self.count)
+        self.payload.len() as u64 == u64::from(mtu) * u64::from(self.count)
     }
 
     /// The run with its payload in bytes: itself, or, if its payload is held, the
@@ -82,11 +81,11 @@ impl<'a> Run<'a> {
     where
         'a: 'b,
     {
-        let Some(held) = self.held else {
+        if !self.is_held() {
             return Some(self);
-        };
+        }
         buf.clear();
-        if !held.append_to(0, held.len(), buf) {
+        if !self.payload.append_to(buf) {
             return None;
         }
         Some(Run {
@@ -95,14 +94,14 @@ impl<'a> Run<'a> {
                 ..self.packet
             },
             count: self.count,
-            held: None,
+            payload: Payload::Bytes(buf),
         })
     }
 
     /// The packets of the run, one by one; a held run ([`Run::in_bytes`] gives its
     /// bytes) has none.
     pub fn packets(self) -> impl Iterator<Item = Packet<'a>> {
-        let count = if self.held.is_some() { 0 } else { self.count };
+        let count = if self.is_held() { 0 } else { self.count };
         let seg = self.packet.payload.len() / self.count.max(1) as usize;
         (0..count).map(move |i| {
             if i == 0 && self.count == 1 {
@@ -153,15 +152,14 @@ impl Train {
         (self.count as usize - 1) * self.seg as usize + self.last_len as usize
     }
 
-    /// Bytes of payload in the frame: all of it, or the first and last packets' if
-    /// the middle is held in the sender's memory.
-    fn framed_len(&self) -> usize {
-        self.payload_len() - self.middle.as_ref().map_or(0, Held::len)
+    /// Bytes of the last packet's pad.
+    fn pad(&self) -> usize {
+        (4 - self.last_len as usize % 4) % 4
     }
 
     /// The packets of the train whose frame is `bytes`, given its first packet as
     /// parsed from the frame (the frame's headers describe only that one). Fails with
-    /// [`Drop::Length`] if the frame does not hold what the train says (or its middle
+    /// [`Drop::Length`] if the frame does not hold what the train says (or its payload
     /// is held: see [`materialize`]), and [`Drop::Opcode`] if its first packet cannot
     /// begin a train.
     pub fn packets<'a>(
@@ -169,7 +167,7 @@ impl Train {
         first: Packet<'a>,
         bytes: &'a [u8],
     ) -> Result<impl Iterator<Item = Packet<'a>> + 'a, Drop> {
-        if self.middle.is_some() {
+        if self.held.is_some() {
             return Err(Drop::Length);
         }
         Ok(self.runs(first, bytes)?.flat_map(Run::packets))
@@ -185,58 +183,64 @@ impl Train {
         let middle_opcode = middle_of(first.hdrs.bth.opcode).ok_or(Drop::Opcode)?;
         // Where the first payload starts in the frame (both borrow the same bytes).
         let start = (first.payload.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
-        let pad = (4 - self.last_len as usize % 4) % 4;
+        let pad = self.pad();
         let seg = self.seg as usize;
         let middles = self.count.saturating_sub(2);
+        let last_at = seg * (self.count.max(1) as usize - 1);
+        // Held: the frame is the first packet's headers with no payload, and the ICRC
+        // slot. Else: every payload byte, the last packet's pad and the ICRC slot.
+        let (framed, first_len) = match &self.held {
+            Some(held) if held.len() == self.payload_len() => (0, 0),
+            Some(_) => return Err(Drop::Length),
+            None => (self.payload_len() + pad, seg),
+        };
         let fits = self.count >= 2
             && self.last_len >= 1
             && self.last_len <= self.seg
-            && first.payload.len() == seg
-            && self
-                .middle
-                .as_ref()
-                .is_none_or(|held| held.len() == middles as usize * seg && middles > 0)
+            && first.payload.len() == first_len
             && start
-                .checked_add(self.framed_len() + pad + packet::ICRC_LEN)
+                .checked_add(framed + packet::ICRC_LEN)
                 .is_some_and(|end| end == bytes.len());
         if !fits {
             return Err(Drop::Length);
         }
-        let last_at = bytes.len() - packet::ICRC_LEN - pad - self.last_len as usize;
+        // Payload bytes `[at, at + n)` of the train, as a run's.
+        let part = |at: usize, n: usize| match &self.held {
+            Some(held) => (&bytes[start..start], held.part(at, n)),
+            None => {
+                let b = &bytes[start + at..start + at + n];
+                (b, Payload::Bytes(b))
+            }
+        };
         let mut last = self.last;
         last.bth.pad = pad as u8;
+        let run = |hdrs: Headers, at: usize, n: usize, count: u32| {
+            let (bytes, payload) = part(at, n);
+            Run {
+                packet: Packet {
+                    hdrs,
+                    payload: bytes,
+                    ..first
+                },
+                count,
+                payload,
+            }
+        };
         let runs = [
-            Some(Run {
-                packet: first,
-                count: 1,
-                held: None,
+            Some(run(first.hdrs, 0, seg, 1)),
+            (middles > 0).then(|| {
+                let hdrs = middle(&first.hdrs, middle_opcode, 1);
+                run(hdrs, seg, middles as usize * seg, middles)
             }),
-            (middles > 0).then(|| Run {
-                packet: Packet {
-                    hdrs: middle(&first.hdrs, middle_opcode, 1),
-                    payload: &bytes[start + seg..last_at],
-                    ..first
-                },
-                count: middles,
-                held: self.middle.as_ref(),
-            }),
-            Some(Run {
-                packet: Packet {
-                    hdrs: last,
-                    payload: &bytes[last_at..last_at + self.last_len as usize],
-                    ..first
-                },
-                count: 1,
-                held: None,
-            }),
+            Some(run(last, last_at, self.last_len as usize, 1)),
         ];
         Ok(runs.into_iter().flatten())
     }
 
     /// Bytes the train's packets take as frames of their own (what a port counts), for
-    /// a train frame of `frame_len` bytes: the first packet's headers and every payload
-    /// byte are in the frame or held; each middle packet adds a BTH-only header and an
-    /// ICRC, the last its own headers and ICRC.
+    /// a train frame of `frame_len` bytes: the first packet's headers are in the frame,
+    /// every payload byte and the last packet's pad are in it or held; each middle
+    /// packet adds a BTH-only header and an ICRC, the last its own headers and ICRC.
     pub fn wire_len(&self, frame_len: usize) -> usize {
         let middle = packet::ETH_HEADER_LEN
             + packet::IPV4_HEADER_LEN
@@ -244,37 +248,64 @@ impl Train {
             + packet::BTH_LEN
             + packet::ICRC_LEN;
         frame_len
-            + self.middle.as_ref().map_or(0, Held::len)
+            + self.held.as_ref().map_or(0, |h| h.len() + self.pad())
             + (self.count as usize - 2) * middle
             + packet::frame_len(&self.last, 0)
     }
 }
 
-/// Puts a train's held middle (see [`super::held`]) into its frame, between the first
-/// and the last packets' payload, as a train built with its bytes. Returns false if the
-/// frame does not end as the train says or the held bytes cannot be read (only this
-/// process builds trains, so either is a bug); the frame is then left as it was.
+/// Puts a train's held payload (see [`super::held`]) into its frame, as a train built
+/// with its bytes. Returns false if the frame's first packet does not parse or the held
+/// bytes cannot be read (only this process builds trains, so either is a bug); the
+/// frame is then left as it was.
 pub fn materialize(frame: &mut Frame) -> bool {
     let Some(train) = frame.train.as_deref_mut() else {
         return true;
     };
-    let Some(held) = train.middle.take() else {
+    let Some(held) = train.held.take() else {
         return true;
     };
-    let pad = (4 - train.last_len as usize % 4) % 4;
-    let tail = train.last_len as usize + pad + packet::ICRC_LEN;
-    let Some(at) = frame.bytes.len().checked_sub(tail) else {
-        train.middle = Some(held);
-        return false;
-    };
-    let tail = frame.bytes.split_off(at);
-    // On failure the append leaves the frame as it was.
-    let read = held.append_to(0, held.len(), &mut frame.bytes);
-    frame.bytes.extend_from_slice(&tail);
-    if !read {
-        train.middle = Some(held);
+    // The first packet's headers again, now for a packet that carries its segment.
+    let rebuilt = packet::parse_unsealed(&frame.bytes).ok().and_then(|first| {
+        let mut bytes = Vec::new();
+        let seg = train.seg as usize;
+        packet::build_headers(
+            &addressing(&first, &frame.bytes),
+            &first.hdrs,
+            seg,
+            &mut bytes,
+        )
+        .ok()?;
+        held.append_to(0, held.len(), &mut bytes).then_some(())?;
+        packet::end_unsealed(&mut bytes, held.len());
+        Some(bytes)
+    });
+    match rebuilt {
+        Some(bytes) => {
+            frame.bytes = bytes;
+            true
+        }
+        None => {
+            train.held = Some(held);
+            false
+        }
     }
-    read
+}
+
+/// The addressing `first`, parsed from `frame`, was built with.
+fn addressing(first: &Packet, frame: &[u8]) -> Addressing {
+    Addressing {
+        src_mac: first.src_mac,
+        dst_mac: first.dst_mac,
+        src_ip: first.src_ip,
+        dst_ip: first.dst_ip,
+        src_port: first.src_port,
+        ttl: first.ttl,
+        tos: first.tos,
+        ip_id: frame
+            .get(packet::IP_ID_OFFSET..packet::IP_ID_OFFSET + 2)
+            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]])),
+    }
 }
 
 /// Cuts the train `frame` into the unsealed frames of its packets, in order, taking
@@ -297,19 +328,7 @@ pub fn segment(mut frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
             return out;
         }
     };
-    let addressing = Addressing {
-        src_mac: first.src_mac,
-        dst_mac: first.dst_mac,
-        src_ip: first.src_ip,
-        dst_ip: first.dst_ip,
-        src_port: first.src_port,
-        ttl: first.ttl,
-        tos: first.tos,
-        ip_id: frame
-            .bytes
-            .get(packet::IP_ID_OFFSET..packet::IP_ID_OFFSET + 2)
-            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]])),
-    };
+    let addressing = addressing(&first, &frame.bytes);
     let packets = match train.packets(first, &frame.bytes) {
         Ok(packets) => packets,
         Err(why) => {
@@ -473,7 +492,7 @@ mod tests {
             seg: 256,
             last_len: 78,
             last: headers(4),
-            middle: None,
+            held: None,
         }
     }
 
@@ -515,7 +534,7 @@ mod tests {
         assert_eq!(spare.len(), 1, "the train's buffer is kept for reuse");
     }
 
-    /// The same train with its payload in a function's memory: the MIDDLEs are held.
+    /// The same train with its payload in a function's memory: held.
     fn held_train(neighbors: &AddressTable, memory: &crate::dma::DmaSpace) -> Frame {
         const IOVA: u64 = 0x4000;
         let mut file = crate::dma::tests::memfd(0x2000);
@@ -550,34 +569,36 @@ mod tests {
         let each = one_at_a_time(&neighbors);
         let whole = as_a_train(&neighbors);
         let mut frame = held_train(&neighbors, &memory);
-        // The frame carries the first and last payloads only, and counts the same.
-        assert_eq!(frame.bytes.len(), whole.bytes.len() - 3 * 256);
+        // The frame carries no payload (and no pad), and counts the same.
+        assert_eq!(frame.bytes.len(), whole.bytes.len() - LEN - 2);
         assert_eq!(frame.wire_len(), whole.wire_len());
         let train = frame.train.as_deref().unwrap();
         let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        assert!(first.payload.is_empty());
         let runs: Vec<Run> = train.runs(first, &frame.bytes).unwrap().collect();
-        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), [1, 3, 1]);
-        assert!(runs[0].held.is_none() && runs[2].held.is_none());
-        assert_eq!(runs[0].packet.payload, &payload()[..256]);
-        assert_eq!(runs[2].packet.payload, &payload()[1024..]);
-        // The middle run is held: no packets until it is read into bytes.
-        assert!(runs[1].is_mtu_long(256));
-        assert_eq!(runs[1].packets().count(), 0);
-        let mut buf = Vec::new();
-        let read = runs[1].in_bytes(&mut buf).unwrap();
-        assert_eq!(read.packet.payload, &payload()[256..1024]);
         let whole_first = packet::parse_unsealed(&whole.bytes).unwrap();
-        let whole_runs: Vec<Run> = whole
-            .train
-            .as_deref()
-            .unwrap()
+        let whole_train = whole.train.as_deref().unwrap();
+        let whole_runs: Vec<Run> = whole_train
             .runs(whole_first, &whole.bytes)
             .unwrap()
             .collect();
-        assert_eq!(
-            read.packets().collect::<Vec<_>>(),
-            whole_runs[1].packets().collect::<Vec<_>>()
-        );
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), [1, 3, 1]);
+        // Every run is held: no packets until it is read into bytes, and then the same
+        // packets as the train built with its bytes.
+        for (run, want) in runs.iter().zip(&whole_runs) {
+            assert!(run.is_held() && !want.is_held());
+            assert_eq!(run.packet.hdrs, want.packet.hdrs);
+            assert_eq!(run.payload.len(), want.payload.len());
+            assert_eq!(run.packets().count(), 0);
+            let mut buf = Vec::new();
+            let read = run.in_bytes(&mut buf).unwrap();
+            assert_eq!(read.packet.payload, want.packet.payload);
+            assert_eq!(
+                read.packets().collect::<Vec<_>>(),
+                want.packets().collect::<Vec<_>>()
+            );
+        }
+        assert!(runs[1].is_mtu_long(256) && !runs[2].is_mtu_long(256));
         // Walking packet by packet needs the bytes; materialized, it is the whole train.
         assert_eq!(train.packets(first, &frame.bytes).err(), Some(Drop::Length));
         let mut copy = frame.clone();
@@ -585,9 +606,11 @@ mod tests {
         assert_eq!(copy, whole);
         // The switch cuts it into the same frames.
         assert_eq!(segment(frame.clone(), &mut Vec::new()), each);
-        // A held middle that does not match the train is refused.
+        // A held payload that does not match the train is refused.
         let t = frame.train.as_deref_mut().unwrap();
-        t.middle = t.middle.take().map(|h| h.narrow(0, 256));
+        let mut short = Held::new(memory.readable());
+        assert!(short.push(vm_memory::GuestAddress(0x4000), LEN - 4));
+        t.held = Some(short);
         let first = packet::parse_unsealed(&frame.bytes).unwrap();
         let t = frame.train.as_deref().unwrap();
         assert_eq!(t.runs(first, &frame.bytes).err(), Some(Drop::Length));
@@ -604,7 +627,7 @@ mod tests {
                 seg,
                 last_len,
                 last: headers(4),
-                middle: None,
+                held: None,
             };
             assert_eq!(t.packets(first, &frame.bytes).err(), Some(Drop::Length));
         }

@@ -106,9 +106,7 @@ impl Wire<'_> {
         len: usize,
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.build(qp, route, hdrs, None, len, |frame| {
-            fill(frame).map(|()| None)
-        })
+        self.build(qp, route, hdrs, None, len, fill)
     }
 
     /// How many packets of `qp` at path MTU `mtu` one frame may carry: a train's worth
@@ -125,10 +123,9 @@ impl Wire<'_> {
     /// Sends `count` consecutive packets of one message of `qp` to its peer, `len` bytes
     /// of payload in all at `mtu` bytes per packet but the last: one frame with `first`'s
     /// headers if `count` is 1, else a train (see [`super::train`]) whose last packet has
-    /// `last`'s. `fill` appends the payload to the frame; if the train has MIDDLE packets
-    /// and the payload is in guest memory, `hold` gives it as [`Held`] instead, and the
-    /// frame carries only the first and last packets' bytes (see [`super::held`]). As
-    /// [`Wire::send_with`] otherwise.
+    /// `last`'s. `fill` appends the payload to the frame; for a train whose payload is
+    /// in guest memory, `hold` gives it as [`Held`] instead, and the frame carries none
+    /// of it (see [`super::held`]). As [`Wire::send_with`] otherwise.
     #[allow(clippy::too_many_arguments)]
     pub fn send_packets<E>(
         &mut self,
@@ -141,39 +138,34 @@ impl Wire<'_> {
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         hold: Option<impl FnOnce() -> Result<Held, E>>,
     ) -> Result<(), E> {
-        let seg = mtu as usize;
-        let last_at = seg * count.saturating_sub(1) as usize;
-        let train = (count > 1).then(|| Train {
+        let last_at = mtu as usize * count.saturating_sub(1) as usize;
+        let mut train = (count > 1).then(|| Train {
             count,
             seg: mtu,
             last_len: (len as usize).saturating_sub(last_at) as u32,
             last: last(),
-            middle: None,
+            held: None,
         });
-        let fill = |frame: &mut Vec<u8>| match hold {
-            Some(hold) if count > 2 => {
-                let held = hold()?;
-                // A short read leaves the frame short, which `build` refuses.
-                let _ = held.append_to(0, seg, frame)
-                    && held.append_to(last_at, held.len().saturating_sub(last_at), frame);
-                Ok(Some(held.narrow(seg, last_at - seg)))
+        let route = Route::of(qp);
+        match (train.as_mut(), hold) {
+            (Some(t), Some(hold)) => {
+                t.held = Some(hold()?);
+                self.build(qp, &route, first, train, len as usize, |_| Ok(()))
             }
-            _ => fill(frame).map(|()| None),
-        };
-        self.build(qp, &Route::of(qp), first, train, len as usize, fill)
+            _ => self.build(qp, &route, first, train, len as usize, fill),
+        }
     }
 
     /// Builds a frame (or a train, whose headers are its first packet's) with `len`
-    /// bytes of payload from `fill` (which may hold a train's middle instead of
-    /// appending it), and queues it.
+    /// bytes of payload, those the train does not hold from `fill`, and queues it.
     fn build<E>(
         &mut self,
         qp: &Qp,
         route: &Route,
         hdrs: &Headers,
-        mut train: Option<Train>,
+        train: Option<Train>,
         len: usize,
-        fill: impl FnOnce(&mut Vec<u8>) -> Result<Option<Held>, E>,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
         let dst_ip = destination(route);
         // A QP that migrated here keeps speaking as the address it was created with.
@@ -198,25 +190,27 @@ impl Wire<'_> {
         };
         let mut frame = self.spare.pop().unwrap_or_default();
         frame.clear();
-        // A train's headers are its first packet's, which carries one segment.
-        let first_len = train.as_ref().map_or(len, |t| t.seg as usize);
+        // A train's headers are its first packet's, which carries one segment, or
+        // nothing if the train's payload is held.
+        let held = train.as_ref().and_then(|t| t.held.as_ref()).map(Held::len);
+        let (first_len, framed) = match (&train, held) {
+            (Some(_), Some(held)) => (0, len - held.min(len)),
+            (Some(t), None) => (t.seg as usize, len),
+            (None, _) => (len, len),
+        };
         match packet::build_headers(&addressing, hdrs, first_len, &mut frame) {
             Ok(()) => {
                 let headers = frame.len();
-                let held = fill(&mut frame)?;
-                let held_len = held.as_ref().map_or(0, Held::len);
-                if frame.len() + held_len != headers + len {
+                fill(&mut frame)?;
+                let got = frame.len() - headers + held.unwrap_or(0);
+                if got != len || frame.len() - headers != framed {
                     log::error!(
-                        "qp {:#x}: {} bytes of payload where the headers say {len}: frame dropped",
+                        "qp {:#x}: {got} bytes of payload where the headers say {len}: frame dropped",
                         qp.qpn,
-                        frame.len() + held_len - headers
                     );
                     return Ok(());
                 }
-                if let Some(t) = train.as_mut() {
-                    t.middle = held;
-                }
-                packet::end_unsealed(&mut frame, len);
+                packet::end_unsealed(&mut frame, framed);
                 self.out.push(Frame {
                     bytes: frame,
                     sealed: false,
