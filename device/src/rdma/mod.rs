@@ -1038,7 +1038,7 @@ impl RdmaState {
         };
         if run.count == 1 && run.is_held() && plain_rc() {
             let taken = self.take_rc(qp, &run.packet, run.payload, env, wire, now);
-            self.count_taken(qp, &run.packet, taken);
+            self.count_taken(qp, &run.packet, 1, taken);
             return;
         }
         if run.count == 1 || !plain_rc() || !as_one() {
@@ -1067,25 +1067,14 @@ impl RdmaState {
         // The packets of a run differ only in PSN and payload: what the checks say of
         // the first, they say of all.
         let seg = run.payload.len() / run.count as usize;
-        let taken = recv::check_sized(qp, &run.packet, seg).and_then(|()| {
+        let taken = recv::check(qp, &run.packet, seg).and_then(|()| {
             if request {
                 responder::on_run(self, qp, run, env, wire)
             } else {
                 completer::on_run(self, qp, run, env, now)
             }
         });
-        match taken {
-            Ok(()) => self.counters.rx_packets += u64::from(run.count),
-            Err(why) => {
-                log::trace!(
-                    "qp {:#x}: {} packets from psn {} dropped: {why:?}",
-                    qp.qpn,
-                    run.count,
-                    run.packet.hdrs.bth.psn
-                );
-                self.count_drops(why, u64::from(run.count));
-            }
-        }
+        self.count_taken(qp, &run.packet, run.count, taken);
     }
 
     /// Hands one packet to `qp`'s transport and counts it received or dropped.
@@ -1106,7 +1095,7 @@ impl RdmaState {
                 None => self.take_rc(qp, pkt, Payload::Bytes(pkt.payload), env, wire, now),
             },
         });
-        self.count_taken(qp, pkt, taken);
+        self.count_taken(qp, pkt, 1, taken);
     }
 
     /// Hands `pkt`, whose payload is `payload`, to the responder or the completer of
@@ -1120,7 +1109,7 @@ impl RdmaState {
         wire: &mut wire::Wire,
         now: Instant,
     ) -> Result<(), recv::Drop> {
-        recv::check_sized(qp, pkt, payload.len())?;
+        recv::check(qp, pkt, payload.len())?;
         if recv::is_request(pkt.hdrs.bth.opcode) {
             responder::on_request(self, qp, pkt, payload, env, wire)
         } else {
@@ -1128,23 +1117,25 @@ impl RdmaState {
         }
     }
 
-    /// Counts a packet that `qp` took or dropped.
+    /// Counts `count` packets from `pkt` on (one, or a run's) that `qp` took or
+    /// dropped.
     fn count_taken(
         &mut self,
         qp: &Qp,
         pkt: &crate::roce::packet::Packet,
+        count: u32,
         taken: Result<(), recv::Drop>,
     ) {
         match taken {
-            Ok(()) => self.counters.rx_packets += 1,
+            Ok(()) => self.counters.rx_packets += u64::from(count),
             Err(why) => {
                 log::trace!(
-                    "qp {:#x}: packet {:#x} psn {} dropped: {why:?}",
+                    "qp {:#x}: {count} packet(s) {:#x} from psn {} dropped: {why:?}",
                     qp.qpn,
                     pkt.hdrs.bth.opcode,
                     pkt.hdrs.bth.psn
                 );
-                self.count_drops(why, 1);
+                self.count_drops(why, u64::from(count));
             }
         }
     }

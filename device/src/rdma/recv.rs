@@ -205,14 +205,9 @@ pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Drop>
     Ok(pkt)
 }
 
-/// Checks that `qp` takes `pkt`.
-pub fn check(qp: &Qp, pkt: &Packet) -> Result<(), Drop> {
-    check_sized(qp, pkt, pkt.payload.len())
-}
-
-/// Checks that `qp` takes `pkt` as if its payload were `payload_len` bytes long (the
-/// first packet of a run whose payload is held in the sender's memory).
-pub fn check_sized(qp: &Qp, pkt: &Packet, payload_len: usize) -> Result<(), Drop> {
+/// Checks that `qp` takes `pkt`, whose payload is `payload_len` bytes long (its own, or
+/// each packet's of a run; in the frame or held in the sender's memory).
+pub fn check(qp: &Qp, pkt: &Packet, payload_len: usize) -> Result<(), Drop> {
     let bth = &pkt.hdrs.bth;
     if bth.pkey != DEFAULT_PKEY {
         return Err(Drop::Pkey);

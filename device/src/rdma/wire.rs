@@ -193,17 +193,18 @@ impl Wire<'_> {
         // A train's headers are its first packet's, which carries one segment, or
         // nothing if the train's payload is held.
         let held = train.as_ref().and_then(|t| t.held.as_ref()).map(Held::len);
-        let (first_len, framed) = match (&train, held) {
-            (Some(_), Some(held)) => (0, len - held.min(len)),
-            (Some(t), None) => (t.seg as usize, len),
-            (None, _) => (len, len),
+        let first_len = match (&train, held) {
+            (Some(_), Some(_)) => 0,
+            (Some(t), None) => t.seg as usize,
+            (None, _) => len,
         };
         match packet::build_headers(&addressing, hdrs, first_len, &mut frame) {
             Ok(()) => {
                 let headers = frame.len();
                 fill(&mut frame)?;
-                let got = frame.len() - headers + held.unwrap_or(0);
-                if got != len || frame.len() - headers != framed {
+                let framed = frame.len() - headers;
+                let got = framed + held.unwrap_or(0);
+                if got != len {
                     log::error!(
                         "qp {:#x}: {got} bytes of payload where the headers say {len}: frame dropped",
                         qp.qpn,
