@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
 use vm_memory::Bytes;
 
+use super::answers::Taken;
 use super::held::Payload;
 use super::mr::Access;
 use super::qp::{mtu, Qp};
@@ -25,6 +26,12 @@ const RNR_TIMER_US: [u32; 32] = [
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
     245_760, 327_680, 491_520,
 ];
+
+/// Answers that arrive this many PSNs past a missing READ response or atomic ACK mean it
+/// was lost, not overtaken: a network reorders by a packet or two if at all, and the
+/// responder sends its answers in PSN order. The READ or atomic is then asked again at
+/// once, for what is missing, instead of waiting for the retransmission timer.
+const REORDER_TOLERANCE: i32 = 3;
 
 /// How long an RNR NAK with timer `code` asks the requester to wait.
 pub fn rnr_delay(code: u8) -> Duration {
@@ -102,10 +109,34 @@ pub fn on_response(
         op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
         _ => {}
     }
+    ask_again_if_lost(qp, p);
     if progress {
         progressed(rdma, qp, env, now);
     }
     Ok(())
+}
+
+/// After an answer with PSN `p`: if the oldest READ or atomic still waiting misses an
+/// answer that `p` has overtaken by [`REORDER_TOLERANCE`], the requester asks for it
+/// again (once per missing PSN: the answers behind the gap that are still on their way
+/// must not ask again, and a repeat that is lost too is the timer's).
+fn ask_again_if_lost(qp: &mut Qp, p: u32) {
+    if qp.req.rd_atomic_outstanding == 0 {
+        return;
+    }
+    let oldest = qp
+        .req
+        .ops
+        .iter()
+        .find(|o| o.assigned && o.is_rd_atomic() && o.state != OpState::Done);
+    let Some(o) = oldest.filter(|o| o.state == OpState::Sent) else {
+        return;
+    };
+    let missing = psn::add(o.first_psn, o.answers.first_missing());
+    if psn::diff(p, missing) >= REORDER_TOLERANCE && qp.req.asked_again != Some(missing) {
+        qp.req.asked_again = Some(missing);
+        qp.req.ask_again = Some(o.first_psn);
+    }
 }
 
 /// The answers are coming: the retry counts start over, the timer restarts, and what is
@@ -138,25 +169,29 @@ pub fn on_run(
     env: &Env,
     now: Instant,
 ) -> Result<(), recv::Drop> {
-    if read_response(rdma, qp, &run.packet, run.payload, run.count, env) {
+    let last = psn::add(run.packet.hdrs.bth.psn, run.count - 1);
+    let placed = read_response(rdma, qp, &run.packet, run.payload, run.count, env);
+    ask_again_if_lost(qp, last);
+    if placed {
         progressed(rdma, qp, env, now);
     }
     Ok(())
 }
 
-/// The READ waiting for responses that PSN `p` falls in.
+/// The READ waiting for responses that PSN `p` falls in (sent, or queued to be asked
+/// again: a response still on its way from before is as good as one asked for again).
 fn read_op(qp: &Qp, p: u32) -> Option<usize> {
     qp.req
         .ops
         .iter()
-        .position(|o| o.op.wqe.opcode == wr::RDMA_READ && o.state == OpState::Sent && o.contains(p))
+        .position(|o| o.op.wqe.opcode == wr::RDMA_READ && o.state != OpState::Done && o.contains(p))
 }
 
 /// The READ that the response with PSN `p` belongs to, if it is the one it expects next.
 fn reading(qp: &Qp, p: u32) -> Option<usize> {
     let i = read_op(qp, p)?;
     let o = &qp.req.ops[i];
-    (psn::add(o.first_psn, o.read_pkts) == p).then_some(i)
+    (psn::add(o.first_psn, o.answers.first_missing()) == p).then_some(i)
 }
 
 /// Acknowledges every PSN up to `p`: the window moves on, and every SEND and WRITE that
@@ -184,7 +219,9 @@ fn acknowledge(qp: &mut Qp, p: u32) -> bool {
 }
 
 /// Places a READ response: one packet, or `count` MIDDLE packets of a train's run, whose
-/// payload is `payload`.
+/// payload is `payload`. A response after a gap is placed too (its PSN says where): the
+/// READ is asked again only for what is missing ([`ask_again_if_lost`], the timer), and
+/// responses to packets placed before are skipped.
 fn read_response(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -197,16 +234,12 @@ fn read_response(
     let Some(i) = read_op(qp, p) else {
         return false;
     };
-    let expected = psn::add(qp.req.ops[i].first_psn, qp.req.ops[i].read_pkts);
-    if p != expected {
-        if psn::diff(p, expected) > 0 {
-            // A response went missing: ask again from the first one not placed.
-            qp.req.go_back_to(qp.req.ops[i].first_psn);
-        }
+    let o = &mut qp.req.ops[i];
+    let k = p.wrapping_sub(o.first_psn) & 0xFF_FFFF;
+    if o.answers.take(k, count) == Taken::Repeat {
         return false;
     }
-    let o = &mut qp.req.ops[i];
-    let offset = u64::from(o.read_pkts) * u64::from(mtu(&qp.attr));
+    let offset = u64::from(k) * u64::from(mtu(&qp.attr));
     let placed = scatter_gather(
         &o.op.sges,
         qp.pdn,
@@ -216,7 +249,6 @@ fn read_response(
         payload.len() as u64,
         |at, addr, n| payload.write_to(at, n, env.w, addr),
     );
-    o.read_pkts += count;
     if let Err(status) = placed {
         o.state = OpState::Done;
         o.status = if status == WcStatus::LocLenErr {
@@ -224,7 +256,7 @@ fn read_response(
         } else {
             WcStatus::LocAccessErr
         };
-    } else if o.read_pkts == o.npsn {
+    } else if o.answers.complete(o.npsn) {
         o.state = OpState::Done;
     }
     // Every earlier PSN is implicitly acknowledged by a READ response, and so is this one.
@@ -237,7 +269,8 @@ fn atomic_ack(rdma: &mut RdmaState, qp: &mut Qp, pkt: &Packet, env: &Env) -> boo
     let Some(i) = qp.req.ops.iter().position(|o| {
         o.is_rd_atomic()
             && o.op.wqe.opcode != wr::RDMA_READ
-            && o.state == OpState::Sent
+            && o.assigned
+            && o.state != OpState::Done
             && o.first_psn == p
     }) else {
         return false;
@@ -395,7 +428,7 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
             next_pkt: 0,
             state: OpState::Done,
             status: WcStatus::WrFlushErr,
-            read_pkts: 0,
+            answers: Default::default(),
             holds_rd_atomic: false,
             assigned: false,
             shared: None,
@@ -411,6 +444,7 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
     qp.req.rd_atomic_outstanding = 0;
     qp.req.timer = None;
     qp.req.resend_from = None;
+    qp.req.ask_again = None;
     while let Some(o) = qp.req.ops.pop_front() {
         let cqe = Cqe {
             wr_id: o.op.wqe.wr_id,

@@ -9,6 +9,7 @@
 //! - [`recv`]: validates every incoming packet and hands it to the responder or completer;
 //! - [`switch`]: carries packets between the functions of one device.
 
+pub mod answers;
 pub mod completer;
 pub mod cq;
 pub mod ctrlq;
@@ -827,6 +828,7 @@ impl RdmaState {
         match self.qps.get(&qpn) {
             Some(qp) => {
                 let pending = qp.req.resend_from.is_some()
+                    || qp.req.ask_again.is_some()
                     || qp
                         .req
                         .ops

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
 
+use super::answers::Answers;
 use super::held::Held;
 use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
@@ -63,8 +64,9 @@ pub struct Op {
     pub state: OpState,
     /// Completion status (errors are decided on the way).
     pub status: WcStatus,
-    /// READ response packets received so far.
-    pub read_pkts: u32,
+    /// Which of a READ's response packets arrived (and so where a request for the rest
+    /// starts); an atomic's one answer is its op's `Done`.
+    pub answers: Answers,
     /// Whether the op holds a READ/atomic slot.
     pub holds_rd_atomic: bool,
     /// Whether it was ever sent (PSNs assigned).
@@ -128,6 +130,12 @@ pub struct RequesterState {
     pub rnr_until: Option<Instant>,
     /// Go-back-N point waiting to be resent.
     pub resend_from: Option<u32>,
+    /// A READ or atomic (by its first PSN) whose answer went missing while later ones
+    /// came: its request goes again, for what is missing, with nothing behind it.
+    pub ask_again: Option<u32>,
+    /// The PSN of the missing answer last asked for again, so that the answers still on
+    /// their way behind the gap do not ask for it once more.
+    pub asked_again: Option<u32>,
     /// In SQD: the drain was reported (SQ_DRAINED posted).
     pub drained_reported: bool,
     /// Which WQEs may start (a DCI's: those of the connected target, see `super::dc`).
@@ -193,7 +201,7 @@ impl RequesterState {
             .ops
             .iter()
             .find(|o| o.assigned && o.is_rd_atomic() && o.state != OpState::Done)
-            .map(|o| psn::add(o.first_psn, o.read_pkts));
+            .map(|o| psn::add(o.first_psn, o.answers.first_missing()));
         match waiting {
             Some(w) if psn::diff(self.acked_end, w) > 0 => w,
             _ => self.acked_end,
@@ -294,6 +302,19 @@ pub fn run(
         rewind(qp, if psn::diff(from, una) < 0 { una } else { from });
         *retransmits += 1;
         progress = true;
+    }
+    if let Some(first) = qp.req.ask_again.take() {
+        // Only while it waits (a go-back-N just now queued it whole, or it is done).
+        let waiting = qp.req.ops.iter().position(|o| {
+            o.assigned && o.is_rd_atomic() && o.first_psn == first && o.state == OpState::Sent
+        });
+        if let Some(i) = waiting {
+            if let Err(status) = ask(qp, i, mrs, wire) {
+                qp.req.ops[i].fail(status);
+            }
+            *retransmits += 1;
+            progress = true;
+        }
     }
     let mtu = mtu(&qp.attr);
     let max_rd_atomic = u32::from(qp.attr.max_rd_atomic).max(1);
@@ -436,7 +457,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
             next_pkt: 0,
             state,
             status,
-            read_pkts: 0,
+            answers: Answers::default(),
             holds_rd_atomic: false,
             assigned: false,
             shared: None,
@@ -453,19 +474,18 @@ fn rewind(qp: &mut Qp, from: u32) {
         if !o.assigned || o.state == OpState::Done {
             continue;
         }
+        // A READ's request goes again for the responses still missing (see `ask`): what
+        // arrived stays placed, whether before `from` or after a gap.
         if o.contains(from) {
             o.state = OpState::Queued;
-            // A READ is asked for again whole; its responses are placed again.
             o.next_pkt = if o.is_rd_atomic() {
                 0
             } else {
                 from.wrapping_sub(o.first_psn) & 0xFF_FFFF
             };
-            o.read_pkts = 0;
         } else if psn::diff(o.first_psn, from) > 0 && o.state != OpState::Done {
             o.state = OpState::Queued;
             o.next_pkt = 0;
-            o.read_pkts = 0;
         }
     }
 }
@@ -494,48 +514,11 @@ fn send_op(
         ..Bth::default()
     };
     match w.opcode {
-        wr::RDMA_READ => {
-            // Where the data will land must be writable before we ask for it.
-            if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
+        wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
+            if let Err(status) = ask(qp, i, mrs, wire) {
                 qp.req.ops[i].fail(status);
                 return true;
             }
-            let hdrs = Headers {
-                bth: bth(op::RC_RDMA_READ_REQUEST, o.first_psn, true, false),
-                reth: Some(Reth {
-                    va: w.remote_addr,
-                    rkey: w.rkey,
-                    dma_len: o.op.length().min(u64::from(u32::MAX)) as u32,
-                }),
-                ..Headers::default()
-            };
-            wire.send(qp, &hdrs, &[]);
-        }
-        wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
-            if o.op.length() < 8 {
-                qp.req.ops[i].fail(WcStatus::LocLenErr);
-                return true;
-            }
-            if let Err(status) = check_local(&o.op, qp.pdn, mrs, Access::LocalWrite) {
-                qp.req.ops[i].fail(status);
-                return true;
-            }
-            let (opcode, swap_add, compare) = if w.opcode == wr::ATOMIC_CMP_AND_SWP {
-                (op::RC_COMPARE_SWAP, w.swap, w.compare_add)
-            } else {
-                (op::RC_FETCH_ADD, w.compare_add, 0)
-            };
-            let hdrs = Headers {
-                bth: bth(opcode, o.first_psn, true, false),
-                atomic: Some(AtomicEth {
-                    va: w.remote_addr,
-                    rkey: w.rkey,
-                    swap_add,
-                    compare,
-                }),
-                ..Headers::default()
-            };
-            wire.send(qp, &hdrs, &[]);
         }
         _ => {
             let total = o.op.length();
@@ -614,6 +597,60 @@ fn send_op(
     o.next_pkt = o.npsn;
     o.state = OpState::Sent;
     true
+}
+
+/// Sends the request of READ or atomic op `i`: a READ asks for the responses from its
+/// first missing one on (the whole READ the first time), at the address and for the
+/// length that remain, with that response's PSN, as the InfiniBand spec has a requester
+/// resume a READ; an atomic asks again with its own PSN (the responder answers a repeat
+/// from what it kept, never executing it twice).
+fn ask(qp: &Qp, i: usize, mrs: &MrTable, wire: &mut Wire) -> Result<(), WcStatus> {
+    let o = &qp.req.ops[i];
+    let w = &o.op.wqe;
+    // Where the answer will land must be writable before we ask for it.
+    if w.opcode != wr::RDMA_READ && o.op.length() < 8 {
+        return Err(WcStatus::LocLenErr);
+    }
+    check_local(&o.op, qp.pdn, mrs, Access::LocalWrite)?;
+    let bth = |opcode: u8, p: u32| Bth {
+        opcode,
+        pkey: DEFAULT_PKEY,
+        dest_qp: qp.attr.dest_qp_num,
+        ack_req: true,
+        psn: p,
+        ..Bth::default()
+    };
+    let hdrs = if w.opcode == wr::RDMA_READ {
+        let skip = o.answers.first_missing();
+        let done = (u64::from(skip) * u64::from(mtu(&qp.attr))).min(o.op.length());
+        Headers {
+            bth: bth(op::RC_RDMA_READ_REQUEST, psn::add(o.first_psn, skip)),
+            reth: Some(Reth {
+                va: w.remote_addr.wrapping_add(done),
+                rkey: w.rkey,
+                dma_len: (o.op.length() - done).min(u64::from(u32::MAX)) as u32,
+            }),
+            ..Headers::default()
+        }
+    } else {
+        let (opcode, swap_add, compare) = if w.opcode == wr::ATOMIC_CMP_AND_SWP {
+            (op::RC_COMPARE_SWAP, w.swap, w.compare_add)
+        } else {
+            (op::RC_FETCH_ADD, w.compare_add, 0)
+        };
+        Headers {
+            bth: bth(opcode, o.first_psn),
+            atomic: Some(AtomicEth {
+                va: w.remote_addr,
+                rkey: w.rkey,
+                swap_add,
+                compare,
+            }),
+            ..Headers::default()
+        }
+    };
+    wire.send(qp, &hdrs, &[]);
+    Ok(())
 }
 
 /// The request opcode of packet (first, last) of a SEND or WRITE work request.

@@ -331,7 +331,7 @@ fn shared_op(op: SendOp, from: SharedRef) -> Op {
         next_pkt: 0,
         state: OpState::Queued,
         status: WcStatus::Success,
-        read_pkts: 0,
+        answers: Default::default(),
         holds_rd_atomic: false,
         assigned: false,
         shared: Some(from),
