@@ -160,6 +160,24 @@ impl Drop for Rnicd {
     }
 }
 
+/// The counter `name` (`tx`, `rx`, `dropped`, `retransmits`, `rnr_naks`) that rnicd
+/// logged for `function` (`pf`, `vf0`, ...) when it stopped: its last
+/// `FUNCTION: tx N rx N ...` line.
+pub fn exit_counter(log: &str, function: &str, name: &str) -> u64 {
+    let prefix = format!("{function}: tx ");
+    let line = log
+        .lines()
+        .rev()
+        .find_map(|l| l.find(&prefix).map(|i| &l[i + function.len() + 2..]))
+        .unwrap_or_else(|| panic!("no counters of {function} in the log:\n{log}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words
+        .iter()
+        .position(|w| *w == name)
+        .unwrap_or_else(|| panic!("no {name} in {line}"));
+    words[i + 1].parse().expect("a count")
+}
+
 /// Waits until `cond` holds, or panics naming `what`.
 pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

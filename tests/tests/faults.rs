@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rnic_driver::verbs::{mtu, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::verbs_pair::{connect, pattern, poll_n, side, signaled, PairOptions, Side};
 use rnic_tests::wire::pcap_frames;
-use rnic_tests::Rnicd;
+use rnic_tests::{exit_counter, Rnicd};
 
 const SPEC: &str = "loss=0.02,dup=0.01,reorder=0.01,corrupt=0.001,seed=7";
 
@@ -131,20 +131,7 @@ struct Counters {
 }
 
 fn counters(log: &str, function: &str) -> Counters {
-    let prefix = format!("{function}: tx ");
-    let line = log
-        .lines()
-        .rev()
-        .find_map(|l| l.find(&prefix).map(|i| &l[i + function.len() + 2..]))
-        .unwrap_or_else(|| panic!("no counters of {function} in the log:\n{log}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let field = |name: &str| -> u64 {
-        let i = words
-            .iter()
-            .position(|w| *w == name)
-            .unwrap_or_else(|| panic!("no {name} in {line}"));
-        words[i + 1].parse().expect("a count")
-    };
+    let field = |name| exit_counter(log, function, name);
     Counters {
         tx: field("tx"),
         rx: field("rx"),

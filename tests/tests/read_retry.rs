@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use rnic_driver::verbs::{mtu, WcOpcode, WcStatus, WrOpcode};
+use rnic_tests::exit_counter;
 use rnic_tests::net::two_rnicd_with;
 use rnic_tests::verbs_pair::{pattern, poll_n, read_mr, signaled, PairOptions, Side};
 use rnic_tests::wire::pcap_frames;
@@ -18,23 +19,6 @@ const SOURCE: usize = 2 * MIB;
 const STRIDE: usize = 4096 * 37 + 8;
 
 const RC_RDMA_READ_REQUEST: u8 = 0x0C;
-
-/// The function counter `name` (`tx`, `rx`, `retransmits`, ...) of `function` in an
-/// rnicd's exit log.
-fn exit_counter(log: &str, function: &str, name: &str) -> u64 {
-    let prefix = format!("{function}: tx ");
-    let line = log
-        .lines()
-        .rev()
-        .find_map(|l| l.find(&prefix).map(|i| &l[i + function.len() + 2..]))
-        .unwrap_or_else(|| panic!("no counters of {function} in the log:\n{log}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let i = words
-        .iter()
-        .position(|w| *w == name)
-        .unwrap_or_else(|| panic!("no {name} in {line}"));
-    words[i + 1].parse().expect("a count")
-}
 
 /// What a run showed.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use rnic_tests::verbs_pair::{
     PairOptions, Side,
 };
 use rnic_tests::wire::{datagram, reth, transport, Bth, ROCEV2_PORT};
-use rnic_tests::Rnicd;
+use rnic_tests::{exit_counter, Rnicd};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -155,19 +155,6 @@ fn logged_drops(log: &str, function: &str) -> BTreeMap<String, u64> {
             (k.to_string(), v.parse().expect("a count"))
         })
         .collect()
-}
-
-/// The `dropped` total rnicd logged for `function`.
-fn logged_dropped(log: &str, function: &str) -> u64 {
-    let prefix = format!("{function}: tx ");
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.contains(&prefix))
-        .expect("counters logged");
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let i = words.iter().position(|w| *w == "dropped").expect("dropped");
-    words[i + 1].parse().expect("a count")
 }
 
 /// xorshift64, for the fuzzer's choices.
@@ -488,7 +475,7 @@ fn hostile_packets_change_no_memory_and_no_qp_state_and_are_counted_by_reason() 
     }
     assert_eq!(
         drops.values().sum::<u64>(),
-        logged_dropped(&log_a, "vf0"),
+        exit_counter(&log_a, "vf0", "dropped"),
         "the reasons add up to the total"
     );
     // A answered the first request ahead of the window with a sequence NAK, which went
