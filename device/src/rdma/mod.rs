@@ -990,7 +990,7 @@ impl RdmaState {
     ) {
         let parsed = match recv::parse(frame, &wire.local) {
             // Not addressed here: steered here for a QP that migrated in?
-            Err(why) => self.parse_for_arrived(frame).ok_or(why),
+            Err(why) => self.parse_for_arrived(frame).unwrap_or(Err(why)),
             parsed => parsed,
         };
         let pkt = match parsed {
