@@ -1004,6 +1004,7 @@ impl RdmaState {
                 let (qpn, opcode) = (u.bth.dest_qp, u.bth.opcode);
                 let qp = self.qps.get(&qpn).map(|qp| &**qp);
                 let why = qp.map_or(recv::Drop::UnknownQp, |_| recv::unsupported(opcode));
+                log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: {why:?}");
                 let dropped = self.dropped(qpn, qp, opcode, u.src_ip, 0);
                 self.drop_explained(why, &dropped, frame.packets());
                 return;
@@ -1012,6 +1013,7 @@ impl RdmaState {
         let qpn = pkt.hdrs.bth.dest_qp;
         let Some(mut qp) = self.qps.remove(&qpn) else {
             let (opcode, len) = (pkt.hdrs.bth.opcode, pkt.payload.len());
+            log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: UnknownQp");
             let dropped = self.dropped(qpn, None, opcode, pkt.src_ip, len);
             self.drop_explained(recv::Drop::UnknownQp, &dropped, frame.packets());
             return;
