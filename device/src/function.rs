@@ -324,7 +324,7 @@ impl Function {
             config: ConfigSpace::new(identity.config_params()),
             msix: Msix::new(pci::MSIX_VECTORS),
             cmdq: QueueBlock::new(CMDQ_REGS),
-            rdma: RdmaState::with_pool(identity.limits, pool.clone(), member),
+            rdma: RdmaState::with_pool(identity.id, identity.limits, pool.clone(), member),
             traffic: Traffic::default(),
         };
         Ok(Self {
@@ -623,7 +623,8 @@ impl Function {
         let departed = st.rdma.departed_qpns();
         // The sessions are the PF's to give, not the function's: they survive its reset.
         let sessions = st.rdma.sessions.ports().to_vec();
-        st.rdma = RdmaState::with_pool(self.identity.limits, self.pool.clone(), self.member);
+        let id = self.identity.id;
+        st.rdma = RdmaState::with_pool(id, self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
         st.rdma.sessions.set(&sessions);
         self.pool.release_all(self.member);

@@ -111,6 +111,23 @@ impl Rnicd {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The first line of rnicd's log that holds `needle`, once it does: panics, showing
+    /// the log, if none does within `timeout`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(line) = log.lines().find(|l| l.contains(needle)) {
+                return line.to_string();
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "rnicd logged no line with {needle:?} within {timeout:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// rnicd's process ID.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()

@@ -141,6 +141,107 @@ fn a_dead_peer_ends_in_retry_exc_err_within_the_bound_and_the_device_stays_healt
     drop((qa, c));
 }
 
+/// What a user's mistake makes a peer send to an RC QP: a UC SEND (the peer's QP is UC),
+/// a UD SEND (it is UD), a CNP (it runs congestion control), a packet for a QPN the
+/// function does not have (a stale one), a WRITE longer than the QP's path MTU (the
+/// peer's is larger). Each, sent three times, is counted under its own reason, and
+/// explained at warn level once, within seconds, naming the QP, the peer and the remedy.
+#[test]
+fn drops_a_user_can_act_on_are_counted_by_reason_and_explained_once() {
+    let o = PairOptions::default();
+    let (mut rnicd_a, mut rnicd_b, a, b) = two_rnicd(
+        ["udp:127.0.146.1", "udp:127.0.147.1"],
+        &[],
+        &o,
+        (0x100, 0x200),
+    );
+    // A second RC QP on A, never connected: a transport mismatch is found before the
+    // QP's state or peer are looked at.
+    let idle = init_qp(&a, &a.cq, &o, o.access);
+    let (a_ip, b_ip) = (ip(a.gid), ip(b.gid));
+    let (qpn, idle_qpn) = (a.qp.qp_num(), idle.qp_num());
+    let stale = qpn + 1000;
+    let epsn = a.qp.query().expect("query").attr.rq_psn;
+    let (va, rkey) = (a.mr.addr(0), a.mr.rkey());
+    // The peer's address, so that the connected QP's source check passes.
+    let peer = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(b_ip), 0)).expect("bind");
+    let port = peer.local_addr().expect("addr").port();
+    let to = SocketAddrV4::new(Ipv4Addr::from(a_ip), ROCEV2_PORT);
+    let data = [0x5A; 64];
+    let deth = [0, 0, 0, 1, 0, 0, 0, 0x42];
+    let frames = [
+        transport(Bth::new(0x24, qpn, epsn), &[], &data),
+        transport(Bth::new(0x64, idle_qpn, 0), &deth, &data),
+        transport(Bth::new(0x80, qpn, 0), &[0; 16], &[]),
+        transport(Bth::new(op::SEND_ONLY, stale, epsn), &[], &data),
+        transport(
+            Bth::new(op::WRITE_ONLY, qpn, epsn),
+            &reth(va, rkey, 2048),
+            &[0x5A; 2048],
+        ),
+    ];
+    for _ in 0..3 {
+        for t in &frames {
+            peer.send_to(&datagram((b_ip, port), a_ip, t), to)
+                .expect("send");
+        }
+    }
+
+    let b_ip = Ipv4Addr::from(b_ip);
+    let warnings = [
+        format!(
+            "vf0: dropped a UC_SEND_ONLY from {b_ip} for RC QP {qpn:#x}: rnic has no UC QPs \
+             (the peer's QP is UC: create it as RC, as this one is)"
+        ),
+        format!(
+            "vf0: dropped a UD_SEND_ONLY from {b_ip} for RC QP {idle_qpn:#x}: the peer sends \
+             datagrams to a connected QP"
+        ),
+        format!("vf0: dropped a CNP from {b_ip} for RC QP {qpn:#x}: rnic does no congestion"),
+        format!(
+            "vf0: dropped an RC_SEND_ONLY from {b_ip} for QP {stale:#x}, which this function \
+             does not have (was the QP destroyed, or is the peer using a stale QPN?)"
+        ),
+        format!(
+            "vf0: dropped an RC_RDMA_WRITE_ONLY from {b_ip} for RC QP {qpn:#x}: its \
+             2048-byte payload is more than the QP's path MTU, 1024 (set the same MTU on \
+             both sides"
+        ),
+    ];
+    for w in &warnings {
+        let line = rnicd_a.wait_for_log(w, Duration::from_secs(5));
+        assert!(line.contains(" WARN "), "not a warning: {line}");
+    }
+    // The repeats arrived too (the counters below say so): still one warning each.
+    std::thread::sleep(Duration::from_millis(300));
+    let log = rnicd_a.log();
+    for w in &warnings {
+        let n = log.lines().filter(|l| l.contains(w.as_str())).count();
+        assert_eq!(n, 1, "{w:?} logged {n} times:\n{log}");
+    }
+    // The connection was not hurt.
+    write_checked(&a, &a.qp, &b, 0, 3000, 9);
+
+    drop(idle);
+    rnicd_a.stop_with(libc::SIGTERM);
+    rnicd_b.stop_with(libc::SIGTERM);
+    std::mem::forget((a, b));
+    let log = rnicd_a.log();
+    for line in log.lines().filter(|l| l.contains(" WARN ")) {
+        eprintln!("{line}");
+    }
+    let drops = logged_drops(&log, "vf0");
+    eprintln!("A's drops: {drops:?}");
+    for (reason, n) in [
+        ("transport", 6),
+        ("opcode", 3),
+        ("unknown_qp", 3),
+        ("too_long", 3),
+    ] {
+        assert_eq!(drops[reason], n, "{reason}: {drops:?}");
+    }
+}
+
 /// The per-reason drop counters rnicd logged for `function` when it stopped.
 fn logged_drops(log: &str, function: &str) -> BTreeMap<String, u64> {
     let prefix = format!("{function}: drops ");
@@ -288,11 +389,16 @@ fn hostile_packets_change_no_memory_and_no_qp_state_and_are_counted_by_reason() 
         )));
     }
     want.insert("version", 3);
-    // Opcodes of other transports and reserved ones: UC WRITE, UD SEND, CNP, 0x15.
-    for opcode in [0x2A, 0x64, 0x81, 0x15] {
+    // Opcodes of other transports (UC WRITE, UD SEND) and reserved ones (0x81 in the
+    // CNP's range, 0x15).
+    for opcode in [0x2A, 0x64] {
         send(&valid(&write(Bth { opcode, ..at_epsn }, &data)));
     }
-    want.insert("opcode", 4);
+    want.insert("transport", 2);
+    for opcode in [0x81, 0x15] {
+        send(&valid(&write(Bth { opcode, ..at_epsn }, &data)));
+    }
+    want.insert("opcode", 2);
     // Another partition.
     send(&valid(&write(
         Bth {

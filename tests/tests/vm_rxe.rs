@@ -11,11 +11,13 @@
 //! builds the guest image on first use; tests/run-all.sh runs it). Every run keeps rnicd's capture of its port
 //! (`rnicd-port.pcap` in rnicd's temporary directory, named on failure).
 
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use rnic_tests::tshark::{assert_clean_roce_capture, assert_nothing_flagged};
 use rnic_tests::vm::{Boot, DgramLink};
+use rnic_tests::wire::pcap_frames;
 use rnic_tests::{bin, finish_within, free_port, Rnicd};
 
 /// Small messages, and one above the path MTU (1024 on rxe over a 1500-byte NIC).
@@ -23,17 +25,20 @@ const SIZES: [usize; 2] = [64, 4096];
 /// TCG is slow: few iterations.
 const ITERS: u64 = 20;
 
+/// One perftest run: the test, the message size and the iterations.
+type Run = (&'static str, usize, u64);
+
 /// rnic-perf --perftest on VF0 with `args`, waited for (at most 300 s).
-fn rnic_perf(rnicd: &Rnicd, test: &str, size: usize, args: &[&str]) -> Output {
-    rnic_perf_within(rnicd, test, size, args, 280)
+fn rnic_perf(rnicd: &Rnicd, run: Run, args: &[&str]) -> Output {
+    rnic_perf_within(rnicd, run, args, 280)
 }
 
 /// rnic-perf --perftest on VF0 with `args` and a time limit of `limit` seconds.
-fn rnic_perf_within(rnicd: &Rnicd, test: &str, size: usize, args: &[&str], limit: u64) -> Output {
+fn rnic_perf_within(rnicd: &Rnicd, (test, size, iters): Run, args: &[&str], limit: u64) -> Output {
     let child = Command::new(bin("rnic-perf"))
         .args(["--perftest", test, "--vfio-user"])
         .arg(rnicd.socket("vf0"))
-        .args(["-s", &size.to_string(), "-n", &ITERS.to_string()])
+        .args(["-s", &size.to_string(), "-n", &iters.to_string()])
         .args(["--time-limit", &limit.to_string()])
         .args(args)
         .env("RUST_LOG", "warn")
@@ -53,16 +58,28 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// The guest's script: perftest clients against rnic-perf servers on the host (each
-/// retried while the server is not listening yet), then perftest servers for rnic-perf
-/// clients. Each run ends with a `PERFTEST ...` line.
-fn guest_script(ports: &[u16]) -> String {
+/// The runs of both directions of the first test: small messages and one above the path
+/// MTU.
+fn small_runs() -> Vec<Run> {
+    let mut runs = Vec::new();
+    for test in ["write_bw", "read_bw"] {
+        for size in SIZES {
+            runs.push((test, size, ITERS));
+        }
+    }
+    runs
+}
+
+/// The guest's script: perftest clients of `runs` against rnic-perf servers on the host
+/// (at `ports`, each retried while the server is not listening yet), then perftest
+/// servers of `runs` for rnic-perf clients. Each run ends with a `PERFTEST ...` line.
+fn guest_script(runs: &[Run], ports: &[u16]) -> String {
     let mut s = String::from(
         r#"X=$(rxe-gid-index)
-client() { # TEST SIZE PORT
+client() { # TEST SIZE ITERS PORT
     again=0
     for i in $(seq 120); do
-        out=$(ib_$1 -d rxe0 -x $X -s $2 -n ITERS -p $3 10.0.2.2 2>&1); rc=$?
+        out=$(ib_$1 -d rxe0 -x $X -s $2 -n $3 -p $4 10.0.2.2 2>&1); rc=$?
         if [ $rc != 0 ] && echo "$out" | grep -q "Couldn't connect"; then sleep 1; continue; fi
         echo "$out"
         # perftest times its report with the TSC, calibrated against the clock, which a
@@ -74,42 +91,56 @@ client() { # TEST SIZE PORT
     done
     echo "PERFTEST client $1 $2 never connected"
 }
-server() { # TEST SIZE
-    ib_$1 -d rxe0 -x $X -s $2 -n ITERS -p 18515 2>&1; echo "PERFTEST server $1 $2 rc=$?"
+server() { # TEST SIZE ITERS
+    ib_$1 -d rxe0 -x $X -s $2 -n $3 -p 18515 2>&1; echo "PERFTEST server $1 $2 rc=$?"
 }
 "#,
-    )
-    .replace("ITERS", &ITERS.to_string());
-    let mut port = ports.iter();
-    for test in ["write_bw", "read_bw"] {
-        for size in SIZES {
-            s += &format!("client {test} {size} {}\n", port.next().expect("a port"));
-        }
+    );
+    for ((test, size, iters), port) in runs.iter().zip(ports) {
+        s += &format!("client {test} {size} {iters} {port}\n");
     }
-    for test in ["write_bw", "read_bw"] {
-        for size in SIZES {
-            s += &format!("server {test} {size}\n");
-        }
+    for (test, size, iters) in runs {
+        s += &format!("server {test} {size} {iters}\n");
     }
     s
 }
 
-#[test]
-#[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
-fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
+/// What a session against the Soft-RoCE guest gave.
+struct Session {
+    /// rnic-perf's runs: as the server of the guest's clients, then as the client of its
+    /// servers, each named.
+    outputs: Vec<(String, Output)>,
+    /// The guest's console.
+    console: String,
+    /// boot.sh's exit and stderr.
+    guest: Output,
+    /// The rnicd (kept for its log).
+    rnicd: Rnicd,
+    /// rnicd's capture of its port.
+    pcap: PathBuf,
+}
+
+/// Boots the Soft-RoCE guest on rnicd's Ethernet port and runs `runs` in both roles: the
+/// guest's perftest clients against rnic-perf servers on VF0, then rnic-perf clients
+/// against the guest's perftest servers.
+fn against_soft_roce(runs: &[Run]) -> Session {
     // End A: rnicd's Ethernet port; end B: the guest's eth0.
     let link = DgramLink::new();
-    let pcap = std::env::temp_dir().join(format!("rnicd-port-{}.pcap", std::process::id()));
+    let pcap = std::env::temp_dir().join(format!(
+        "rnicd-port-{}-{}.pcap",
+        std::process::id(),
+        free_port()
+    ));
     let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", link.a, link.b);
     let rnicd = Rnicd::start(1, &["--net", &net, "--pcap", pcap.to_str().expect("utf-8")]);
-    let server_ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let server_ports: Vec<u16> = runs.iter().map(|_| free_port()).collect();
     let forward = free_port();
 
     // eth1: QEMU's user network, for TCP with the host.
     let guest = Boot::rxe()
         .nic(link.nic_b(), "10.82.1.10/16")
         .timeout(900)
-        .command(&guest_script(&server_ports))
+        .command(&guest_script(runs, &server_ports))
         .env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
         .env(
             "RNIC_BOOT_EXTRA_QEMU_ARGS",
@@ -125,94 +156,170 @@ fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
 
     // rnic-perf serves the guest's perftest clients, one test at a time.
     let mut outputs = Vec::new();
-    let mut port = server_ports.iter();
-    for test in ["write_bw", "read_bw"] {
-        for size in SIZES {
-            let p = port.next().expect("a port").to_string();
-            let mut out = rnic_perf(&rnicd, test, size, &["--listen", &p]);
-            // A client that quit before the last handshake may be one whose clock
-            // calibration failed (see `guest_script`), which comes back for the same test:
-            // serve it again for a while; if it does not come, its first failure stands.
-            for _ in 0..2 {
-                if out.status.success() || !text(&out).contains("after the test") {
-                    break;
-                }
-                let again = rnic_perf_within(&rnicd, test, size, &["--listen", &p], 150);
-                if text(&again).contains("waiting for a client on TCP port") {
-                    break;
-                }
-                out = again;
+    for (&run, port) in runs.iter().zip(&server_ports) {
+        let (test, size, _) = run;
+        let p = port.to_string();
+        let mut out = rnic_perf(&rnicd, run, &["--listen", &p]);
+        // A client that quit before the last handshake may be one whose clock
+        // calibration failed (see `guest_script`), which comes back for the same test:
+        // serve it again for a while; if it does not come, its first failure stands.
+        for _ in 0..2 {
+            if out.status.success() || !text(&out).contains("after the test") {
+                break;
             }
-            outputs.push((format!("rnic-perf server, ib_{test} -s {size} client"), out));
+            let again = rnic_perf_within(&rnicd, run, &["--listen", &p], 150);
+            if text(&again).contains("waiting for a client on TCP port") {
+                break;
+            }
+            out = again;
         }
+        outputs.push((format!("rnic-perf server, ib_{test} -s {size} client"), out));
     }
     // rnic-perf is the client of the guest's perftest servers; the forwarded port accepts
     // before the guest listens, so a run that finds nobody there is repeated.
     let target = format!("127.0.0.1:{forward}");
-    for test in ["write_bw", "read_bw"] {
-        for size in SIZES {
-            let mut tries = 0;
-            let out = loop {
-                let out = rnic_perf(&rnicd, test, size, &["--connect", &target]);
-                let err = String::from_utf8_lossy(&out.stderr);
-                let nobody = err.contains("version")
-                    && ["closed", "reset", "pipe"].iter().any(|w| err.contains(w));
-                tries += 1;
-                if out.status.success() || !nobody || tries >= 120 {
-                    break out;
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            };
-            outputs.push((
-                format!("rnic-perf client of ib_{test} -s {size} server"),
-                out,
-            ));
-        }
+    for &run in runs {
+        let (test, size, _) = run;
+        let mut tries = 0;
+        let out = loop {
+            let out = rnic_perf(&rnicd, run, &["--connect", &target]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            let nobody = err.contains("version")
+                && ["closed", "reset", "pipe"].iter().any(|w| err.contains(w));
+            tries += 1;
+            if out.status.success() || !nobody || tries >= 120 {
+                break out;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
+        outputs.push((
+            format!("rnic-perf client of ib_{test} -s {size} server"),
+            out,
+        ));
     }
     let guest = finish_within(guest, Duration::from_secs(960));
     let console = String::from_utf8_lossy(&guest.stdout).into_owned();
-    let report = |what: &str| {
-        format!(
-            "{what}\nguest console:\n{console}\nboot.sh: {}\nrnicd log: {}\ncapture: {}",
-            String::from_utf8_lossy(&guest.stderr),
-            rnicd.log(),
-            pcap.display()
-        )
-    };
-    for (name, out) in &outputs {
-        assert!(
-            out.status.success(),
-            "{}",
-            report(&format!("{name}: {}", text(out)))
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(" data check: "), "{name}: {stdout}");
-        assert!(
-            stdout.contains("GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:82:01:10"),
-            "{name}: the peer is the guest: {stdout}"
-        );
+    Session {
+        outputs,
+        console,
+        guest,
+        rnicd,
+        pcap,
     }
-    for role in ["client", "server"] {
-        for test in ["write_bw", "read_bw"] {
-            for size in SIZES {
+}
+
+impl Session {
+    /// What to show when something failed.
+    fn report(&self, what: &str) -> String {
+        format!(
+            "{what}\nguest console:\n{}\nboot.sh: {}\nrnicd log: {}\ncapture: {}",
+            self.console,
+            String::from_utf8_lossy(&self.guest.stderr),
+            self.rnicd.log(),
+            self.pcap.display()
+        )
+    }
+
+    /// Every run of `runs` passed in both roles, on both sides, against the guest, and
+    /// the guest finished well.
+    fn check(&self, runs: &[Run]) {
+        for (name, out) in &self.outputs {
+            assert!(
+                out.status.success(),
+                "{}",
+                self.report(&format!("{name}: {}", text(out)))
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains(" data check: "), "{name}: {stdout}");
+            assert!(
+                stdout.contains("GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:82:01:10"),
+                "{name}: the peer is the guest: {stdout}"
+            );
+        }
+        for role in ["client", "server"] {
+            for (test, size, _) in runs {
                 let want = format!("PERFTEST {role} {test} {size} rc=0");
                 assert!(
-                    console.contains(&want),
+                    self.console.contains(&want),
                     "{}",
-                    report(&format!("no `{want}`"))
+                    self.report(&format!("no `{want}`"))
                 );
             }
         }
+        assert_eq!(
+            self.guest.status.code(),
+            Some(0),
+            "{}",
+            self.report("the guest failed")
+        );
     }
-    assert_eq!(
-        guest.status.code(),
-        Some(0),
-        "{}",
-        report("the guest failed")
-    );
+
+    /// The average bandwidth (MiB/s) rnic-perf printed for run `name` (perftest's table:
+    /// `#bytes #iterations BW peak BW average MsgRate`; a server prints its client's).
+    fn average_mib_s(&self, name: &str, size: usize) -> f64 {
+        let (_, out) = self
+            .outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no run {name}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.len() >= 5 && w[0] == size.to_string())
+            .and_then(|w| w[3].parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no figures for {size} bytes in {stdout}"))
+    }
+}
+
+#[test]
+#[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
+fn perftest_on_soft_roce_against_rnic_perf_in_both_roles() {
+    let runs = small_runs();
+    let session = against_soft_roce(&runs);
+    session.check(&runs);
     // rnicd's port saw it all as well-formed RoCEv2: at least one packet per message of
     // each of the eight runs.
-    assert_clean_roce_capture(&pcap, 8 * ITERS as usize);
-    assert_nothing_flagged(&pcap);
-    let _ = std::fs::remove_file(&pcap);
+    assert_clean_roce_capture(&session.pcap, 8 * ITERS as usize);
+    assert_nothing_flagged(&session.pcap);
+    let _ = std::fs::remove_file(&session.pcap);
+}
+
+/// 1 MiB READs, 100 of them, in both roles against rxe (which used to fail with rnic as
+/// the requester: the Ethernet port's socket dropped responses, and every gap made the
+/// whole megabyte be asked for again), and 64 KiB READs in both directions at rates
+/// within 1.5x of each other. rnic, as the requester, sends fewer than 1.5 READ requests
+/// per READ (its port's capture).
+#[test]
+#[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
+fn large_reads_against_soft_roce_complete_in_both_roles() {
+    const MIB: usize = 1 << 20;
+    const SMALL: usize = 64 << 10;
+    const SMALL_ITERS: u64 = 400;
+    let runs = [("read_bw", MIB, 100), ("read_bw", SMALL, SMALL_ITERS)];
+    let session = against_soft_roce(&runs);
+    session.check(&runs);
+    // rnic's READ requests (VF0 is 10.82.0.2) against the READs it posted as a client.
+    let requests = pcap_frames(&std::fs::read(&session.pcap).expect("capture"))
+        .iter()
+        .filter(|f| f.len() > 42 && f[26..30] == [10, 82, 0, 2] && f[42] == 0x0C)
+        .count() as u64;
+    let reads = 100 + SMALL_ITERS;
+    eprintln!("rnic sent {requests} READ requests for {reads} READs");
+    assert!(
+        requests >= reads && requests * 2 < reads * 3,
+        "{}",
+        session.report(&format!("{requests} READ requests for {reads} READs"))
+    );
+    let rxe_reads = session.average_mib_s("rnic-perf server, ib_read_bw -s 65536 client", SMALL);
+    let rnic_reads = session.average_mib_s("rnic-perf client of ib_read_bw -s 65536 server", SMALL);
+    eprintln!("64 KiB READs: rxe reads from rnic at {rxe_reads} MiB/s, rnic from rxe at {rnic_reads} MiB/s");
+    let (low, high) = (rxe_reads.min(rnic_reads), rxe_reads.max(rnic_reads));
+    assert!(
+        high <= 1.5 * low,
+        "64 KiB READ rates differ by more than 1.5x: rxe as requester {rxe_reads} MiB/s, \
+         rnic as requester {rnic_reads} MiB/s"
+    );
+    assert_nothing_flagged(&session.pcap);
+    let _ = std::fs::remove_file(&session.pcap);
 }

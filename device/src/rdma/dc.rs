@@ -374,7 +374,7 @@ impl RdmaState {
             }
             Role::Dci(link) => {
                 if control {
-                    return Some(Err(Drop::Opcode));
+                    return Some(Err(Drop::Transport));
                 }
                 if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
                     return None;

@@ -20,6 +20,7 @@ use rnic_abi::verbs::{event, DoorbellSlot, ACCESS_LOCAL_WRITE};
 use super::cq::CompletionQueue;
 use super::mr::Mr;
 use super::qp::Qp;
+use super::recv::Refused;
 use super::switch::Endpoint;
 use super::{decode, reply, Env, Pd, RdmaState, SlotOwner};
 use crate::cmdq::Response;
@@ -438,14 +439,20 @@ impl RdmaState {
 
     /// Parses a frame that is not addressed to this function: it is for a QP that
     /// migrated here if it is addressed to that QP's home address and names it (the
-    /// switch steered it here).
+    /// switch steered it here). Then it is its packet, or one of an opcode the device
+    /// does not take, refused for that QP.
     pub(super) fn parse_for_arrived<'a>(
         &self,
         frame: &'a super::switch::Frame,
-    ) -> Option<Packet<'a>> {
-        self.qps.values().find_map(|qp| {
-            let pkt = super::recv::parse(frame, &qp.home?).ok()?;
-            (pkt.hdrs.bth.dest_qp == qp.qpn).then_some(pkt)
-        })
+    ) -> Option<Result<Packet<'a>, Refused>> {
+        self.qps
+            .values()
+            .find_map(|qp| match super::recv::parse(frame, &qp.home?) {
+                Ok(pkt) if pkt.hdrs.bth.dest_qp == qp.qpn => Some(Ok(pkt)),
+                Err(Refused::Foreign(u)) if u.bth.dest_qp == qp.qpn => {
+                    Some(Err(Refused::Foreign(u)))
+                }
+                _ => None,
+            })
     }
 }

@@ -51,6 +51,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::cmdq::Response;
 use crate::doorbell::DoorbellBar;
+use crate::function::FunctionId;
 use crate::resources::{Resource, ResourcePool};
 use cq::{CompletionQueue, EventQueue, Posted};
 use held::Payload;
@@ -142,6 +143,10 @@ pub struct RdmaState {
     /// QPNs of QPs that migrated away from this function (`MIGRATE_QP`) and whose frames
     /// the switch still steers to where they went: never handed to a new QP here.
     departed: std::collections::BTreeSet<u32>,
+    /// Which function this is, for its warnings.
+    function: FunctionId,
+    /// The drops explained so far (see [`recv::explain`]).
+    explained: recv::Explained,
 }
 
 use rnic_abi::verbs::FIRST_QPN;
@@ -173,7 +178,7 @@ fn page_list_error(e: PageListError) -> Response {
 
 impl RdmaState {
     /// No objects, and `limits` to enforce, with a pool of its own whose quota is the
-    /// object counts of `limits` (a function alone, as in unit tests).
+    /// object counts of `limits` (the PF alone, as in unit tests).
     pub fn new(limits: Limits) -> Self {
         let share = rnic_abi::admin::Quota {
             qps: limits.max_qp,
@@ -183,12 +188,18 @@ impl RdmaState {
             mr_pages: u32::MAX,
             doorbell_pages: limits.doorbell_pages,
         };
-        Self::with_pool(limits, std::sync::Arc::new(ResourcePool::new(1, share)), 0)
+        let pool = std::sync::Arc::new(ResourcePool::new(1, share));
+        Self::with_pool(FunctionId::Pf, limits, pool, 0)
     }
 
-    /// No objects; `limits` to enforce on each object, and the quota of function `member`
-    /// of `pool` on how many of them there are.
-    pub fn with_pool(limits: Limits, pool: std::sync::Arc<ResourcePool>, member: usize) -> Self {
+    /// The objects of `function`, none yet; `limits` to enforce on each object, and the
+    /// quota of function `member` of `pool` on how many of them there are.
+    pub fn with_pool(
+        function: FunctionId,
+        limits: Limits,
+        pool: std::sync::Arc<ResourcePool>,
+        member: usize,
+    ) -> Self {
         Self {
             limits,
             eq: None,
@@ -214,6 +225,8 @@ impl RdmaState {
             pool,
             member,
             departed: Default::default(),
+            function,
+            explained: Default::default(),
         }
     }
 
@@ -977,24 +990,36 @@ impl RdmaState {
         now: Instant,
         received: &mut Vec<u32>,
     ) {
-        let found = match recv::parse(frame, &wire.local) {
+        let parsed = match recv::parse(frame, &wire.local) {
             // Not addressed here: steered here for a QP that migrated in?
-            Err(why) => self.parse_for_arrived(frame).ok_or(why),
+            Err(why) => self.parse_for_arrived(frame).unwrap_or(Err(why)),
             parsed => parsed,
-        }
-        .and_then(|pkt| {
-            let qp = self.qps.remove(&pkt.hdrs.bth.dest_qp);
-            Ok((pkt, qp.ok_or(recv::Drop::UnknownQp)?))
-        });
-        let (pkt, mut qp) = match found {
-            Ok(found) => found,
-            Err(why) => {
+        };
+        let pkt = match parsed {
+            Ok(pkt) => pkt,
+            Err(recv::Refused::Drop(why)) => {
                 log::trace!("frame dropped: {why:?}");
                 self.count_drops(why, frame.packets());
                 return;
             }
+            Err(recv::Refused::Foreign(u)) => {
+                let (qpn, opcode) = (u.bth.dest_qp, u.bth.opcode);
+                let qp = self.qps.get(&qpn).map(|qp| &**qp);
+                let why = qp.map_or(recv::Drop::UnknownQp, |_| recv::unsupported(opcode));
+                log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: {why:?}");
+                let dropped = self.dropped(qpn, qp, opcode, u.src_ip, 0);
+                self.drop_explained(why, &dropped, frame.packets());
+                return;
+            }
         };
         let qpn = pkt.hdrs.bth.dest_qp;
+        let Some(mut qp) = self.qps.remove(&qpn) else {
+            let (opcode, len) = (pkt.hdrs.bth.opcode, pkt.payload.len());
+            log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: UnknownQp");
+            let dropped = self.dropped(qpn, None, opcode, pkt.src_ip, len);
+            self.drop_explained(recv::Drop::UnknownQp, &dropped, frame.packets());
+            return;
+        };
         received.push(qpn);
         let before = wire.out.len();
         match frame.train.as_deref().map(|t| t.runs(pkt, &frame.bytes)) {
@@ -1039,8 +1064,9 @@ impl RdmaState {
             }
         };
         if run.count == 1 && run.is_held() && plain_rc() {
+            let len = run.payload.len();
             let taken = self.take_rc(qp, &run.packet, run.payload, env, wire, now);
-            self.count_taken(qp, &run.packet, 1, taken);
+            self.count_taken(qp, &run.packet, (1, len), taken);
             return;
         }
         if run.count == 1 || !plain_rc() || !as_one() {
@@ -1076,7 +1102,7 @@ impl RdmaState {
                 completer::on_run(self, qp, run, env, now)
             }
         });
-        self.count_taken(qp, &run.packet, run.count, taken);
+        self.count_taken(qp, &run.packet, (run.count, seg), taken);
     }
 
     /// Hands one packet to `qp`'s transport and counts it received or dropped.
@@ -1089,15 +1115,15 @@ impl RdmaState {
         wire: &mut wire::Wire,
         now: Instant,
     ) {
-        let ud_qkey = self.ud.qkey(qp.qpn);
-        let taken = ud::check_transport(ud_qkey.is_some(), pkt).and_then(|()| match ud_qkey {
+        let checked = recv::check_transport(self.transport_of(qp.qpn), pkt.hdrs.bth.opcode);
+        let taken = checked.and_then(|()| match self.ud.qkey(qp.qpn) {
             Some(qkey) => self.receive_datagram(qp, pkt, frame, env, qkey),
             None => match self.receive_dc(qp, pkt, env, wire, now) {
                 Some(taken) => taken,
                 None => self.take_rc(qp, pkt, Payload::Bytes(pkt.payload), env, wire, now),
             },
         });
-        self.count_taken(qp, pkt, 1, taken);
+        self.count_taken(qp, pkt, (1, pkt.payload.len()), taken);
     }
 
     /// Hands `pkt`, whose payload is `payload`, to the responder or the completer of
@@ -1120,12 +1146,12 @@ impl RdmaState {
     }
 
     /// Counts `count` packets from `pkt` on (one, or a run's) that `qp` took or
-    /// dropped.
+    /// dropped, each with `payload_len` bytes of payload.
     fn count_taken(
         &mut self,
         qp: &Qp,
         pkt: &crate::roce::packet::Packet,
-        count: u32,
+        (count, payload_len): (u32, usize),
         taken: Result<(), recv::Drop>,
     ) {
         match taken {
@@ -1137,7 +1163,9 @@ impl RdmaState {
                     pkt.hdrs.bth.opcode,
                     pkt.hdrs.bth.psn
                 );
-                self.count_drops(why, u64::from(count));
+                let opcode = pkt.hdrs.bth.opcode;
+                let dropped = self.dropped(qp.qpn, Some(qp), opcode, pkt.src_ip, payload_len);
+                self.drop_explained(why, &dropped, u64::from(count));
             }
         }
     }
@@ -1146,6 +1174,70 @@ impl RdmaState {
     fn count_drops(&mut self, why: recv::Drop, packets: u64) {
         self.counters.rx_dropped += packets;
         self.counters.drops.count(why, packets);
+    }
+
+    /// Counts `packets` packets of `dropped` dropped for `why`, and if the user can act on
+    /// the reason ([`recv::explainable`]) and this is its first drop for the QP, explains
+    /// it at warn level; later ones are counted only.
+    fn drop_explained(&mut self, why: recv::Drop, dropped: &recv::Dropped, packets: u64) {
+        self.count_drops(why, packets);
+        if !recv::explainable(why, dropped.opcode) {
+            return;
+        }
+        let f = self.function;
+        match self.explained.note(dropped.qpn, why) {
+            recv::Verdict::Explain => {
+                if let Some(text) = recv::explain(why, dropped) {
+                    log::warn!("{f}: {text}");
+                }
+            }
+            recv::Verdict::Suppress => log::warn!(
+                "{f}: drops of {} QP and reason pairs explained: drops of further pairs are \
+                 only counted (see the drop counters at exit; RUST_LOG=trace logs each)",
+                recv::Explained::MAX
+            ),
+            recv::Verdict::Count => {}
+        }
+    }
+
+    /// A drop of an `opcode` packet with `payload_len` bytes of payload from `src_ip` for
+    /// QP `qpn`, which is `qp` if the function has it (a QP taking a packet is out of
+    /// `qps`), as [`recv::explain`] describes it.
+    fn dropped(
+        &self,
+        qpn: u32,
+        qp: Option<&Qp>,
+        opcode: u8,
+        src_ip: [u8; 4],
+        payload_len: usize,
+    ) -> recv::Dropped {
+        let transport = qp.map(|_| self.transport_of(qpn));
+        let max_payload = match (qp, transport) {
+            (_, Some(recv::QpTransport::Ud)) => rnic_abi::ud::UD_MAX_PAYLOAD,
+            (Some(qp), _) => qp::mtu(&qp.attr),
+            (None, _) => 0,
+        };
+        recv::Dropped {
+            qpn,
+            qp: transport,
+            opcode,
+            src_ip,
+            payload_len,
+            max_payload,
+        }
+    }
+
+    /// The transport of QP `qpn`.
+    fn transport_of(&self, qpn: u32) -> recv::QpTransport {
+        if self.ud.qkey(qpn).is_some() {
+            recv::QpTransport::Ud
+        } else if self.dc.is_dci(qpn) {
+            recv::QpTransport::DcInitiator
+        } else if self.dc.is_dct(qpn) {
+            recv::QpTransport::DcTarget
+        } else {
+            recv::QpTransport::Rc
+        }
     }
 
     /// The earliest moment a timer of any QP is due, for the engine's sleep.

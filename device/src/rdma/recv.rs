@@ -1,16 +1,21 @@
 //! Receive validation: every frame is checked before the transport acts on it, in rxe's
 //! order where it applies (length, addresses, version, QPN, opcode against QP state,
 //! source against the QP's address vector, P_Key, ICRC). A frame that fails is dropped
-//! and counted by reason ([`DropCounters`]), never acted on.
+//! and counted by reason ([`DropCounters`]), never acted on. A drop whose cause the user
+//! can remove (a peer of another transport, a stale QPN, another MTU: [`explain`]) is
+//! also explained with a warning, once per QP and reason ([`Explained`]).
+
+use std::collections::HashSet;
+use std::fmt::Write;
 
 use rnic_abi::verbs::QpState;
 
 use super::qp::{mtu, Qp};
 use super::switch::{Endpoint, Frame};
-use crate::roce::packet::{self, opcode_info, Packet, ParseError, DEFAULT_PKEY};
+use crate::roce::packet::{self, opcode_info, opcode_name, Packet, ParseError, DEFAULT_PKEY};
 
 /// Why a frame was dropped. Each reason has its own counter in [`DropCounters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Drop {
     /// Too short for a header it announces, or a length field that disagrees with the
     /// frame (IPv4 total length, UDP length, the opcode's headers and ICRC).
@@ -22,8 +27,8 @@ pub enum Drop {
     Checksum,
     /// BTH transport version other than 0.
     Version,
-    /// An opcode this device does not know (UC, CNP, reserved), or one of the other
-    /// transport than the QP's (a UD SEND to an RC QP, an RC opcode to a UD QP).
+    /// An opcode this device takes on no QP: a reserved value, a CNP (the device does no
+    /// congestion control), RC FLUSH or ATOMIC WRITE.
     Opcode,
     /// A pad count that does not fit the packet: more than the bytes after the headers,
     /// payload and pad not a multiple of 4, or payload on an opcode that carries none.
@@ -34,6 +39,10 @@ pub enum Drop {
     Address,
     /// No QP with the destination QPN.
     UnknownQp,
+    /// An opcode of another transport than the QP's: UC, RD or XRC (the device has no
+    /// such QPs), UD to a connected QP, RC to a UD QP, a DC connect or disconnect to a QP
+    /// that is no DC target.
+    Transport,
     /// P_Key other than the default.
     Pkey,
     /// The QP's state does not take this packet (opcode against QP state).
@@ -70,9 +79,20 @@ impl From<ParseError> for Drop {
             IpChecksum | UdpChecksum => Drop::Checksum,
             BthVersion(_) => Drop::Version,
             UnknownOpcode(_) => Drop::Opcode,
+            Unsupported(u) => unsupported(u.bth.opcode),
             BadPad { .. } | UnexpectedPayload { .. } => Drop::Pad,
             Icrc { .. } => Drop::Icrc,
         }
+    }
+}
+
+/// Why a QP drops a packet of `opcode`, one the device does not take
+/// ([`packet::foreign`]): an opcode of a transport it has no QPs of is another transport
+/// than the QP's; the rest it takes on no QP.
+pub fn unsupported(opcode: u8) -> Drop {
+    match packet::foreign(opcode) {
+        Some(f) if f.other_transport() => Drop::Transport,
+        _ => Drop::Opcode,
     }
 }
 
@@ -99,6 +119,8 @@ pub struct DropCounters {
     pub address: u64,
     /// [`Drop::UnknownQp`].
     pub unknown_qp: u64,
+    /// [`Drop::Transport`].
+    pub transport: u64,
     /// [`Drop::Pkey`].
     pub pkey: u64,
     /// [`Drop::State`].
@@ -134,6 +156,7 @@ impl DropCounters {
             Drop::Icrc => &mut self.icrc,
             Drop::Address => &mut self.address,
             Drop::UnknownQp => &mut self.unknown_qp,
+            Drop::Transport => &mut self.transport,
             Drop::Pkey => &mut self.pkey,
             Drop::State => &mut self.state,
             Drop::Source => &mut self.source,
@@ -146,7 +169,7 @@ impl DropCounters {
     }
 
     /// Every counter with its name (as logged: `name=value`), in check order.
-    pub fn named(&self) -> [(&'static str, u64); 17] {
+    pub fn named(&self) -> [(&'static str, u64); 18] {
         [
             ("length", self.length),
             ("header", self.header),
@@ -157,6 +180,7 @@ impl DropCounters {
             ("icrc", self.icrc),
             ("address", self.address),
             ("unknown_qp", self.unknown_qp),
+            ("transport", self.transport),
             ("pkey", self.pkey),
             ("state", self.state),
             ("source", self.source),
@@ -191,18 +215,224 @@ pub fn is_request(opcode: u8) -> bool {
     opcode_info(opcode).is_some_and(|i| i.is_request())
 }
 
+/// Why [`parse`] refused a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Dropped for this reason.
+    Drop(Drop),
+    /// A sound frame addressed here, of an opcode the device does not take
+    /// ([`packet::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
+    /// [`ParseError::Unsupported`]), or as [`Drop::UnknownQp`] if there is none.
+    Foreign(packet::Unsupported),
+}
+
 /// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
 /// the frame is an unsealed one of the internal switch ([`super::switch::Frame`]).
-pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Drop> {
-    let pkt = if frame.sealed {
-        packet::parse(&frame.bytes)?
+pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refused> {
+    let parsed = if frame.sealed {
+        packet::parse(&frame.bytes)
     } else {
-        packet::parse_unsealed(&frame.bytes)?
+        packet::parse_unsealed(&frame.bytes)
     };
-    if pkt.dst_mac != local.mac || pkt.dst_ip != local.ip {
-        return Err(Drop::Address);
+    let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && ip == local.ip;
+    match parsed {
+        Ok(pkt) if here(pkt.dst_mac, pkt.dst_ip) => Ok(pkt),
+        Err(ParseError::Unsupported(u)) if here(u.dst_mac, u.dst_ip) => Err(Refused::Foreign(u)),
+        Ok(_) | Err(ParseError::Unsupported(_)) => Err(Refused::Drop(Drop::Address)),
+        Err(e) => Err(Refused::Drop(e.into())),
     }
-    Ok(pkt)
+}
+
+/// The transport of a QP, as the receive checks and their warnings tell QPs apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpTransport {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable datagram ([`super::ud`]).
+    Ud,
+    /// A DC initiator ([`super::dc`]).
+    DcInitiator,
+    /// A DC target.
+    DcTarget,
+}
+
+impl QpTransport {
+    /// How a warning names a QP of this transport: "RC QP 0x11".
+    pub fn name(self) -> &'static str {
+        match self {
+            QpTransport::Rc => "RC",
+            QpTransport::Ud => "UD",
+            QpTransport::DcInitiator => "DC initiator",
+            QpTransport::DcTarget => "DC target",
+        }
+    }
+
+    /// The transport a peer's QP must have to talk to a QP of this one.
+    fn peer(self) -> &'static str {
+        match self {
+            QpTransport::Rc => "RC",
+            QpTransport::Ud => "UD",
+            QpTransport::DcInitiator | QpTransport::DcTarget => "DC",
+        }
+    }
+}
+
+/// Checks that a QP of transport `qp` takes packets of `opcode` (one [`opcode_info`]
+/// knows): a UD QP datagrams only, a connected QP no datagram, and only a DC target DC
+/// connects and disconnects.
+pub fn check_transport(qp: QpTransport, opcode: u8) -> Result<(), Drop> {
+    let Some(info) = opcode_info(opcode) else {
+        return Err(Drop::Opcode);
+    };
+    let takes = match qp {
+        QpTransport::Ud => info.is_datagram(),
+        QpTransport::DcTarget => !info.is_datagram(),
+        QpTransport::Rc | QpTransport::DcInitiator => !info.is_datagram() && !info.is_dc_control(),
+    };
+    if takes {
+        Ok(())
+    } else {
+        Err(Drop::Transport)
+    }
+}
+
+/// A dropped packet, as [`explain`] describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// The QPN it was for.
+    pub qpn: u32,
+    /// The transport of the QP with that number, if the function has one.
+    pub qp: Option<QpTransport>,
+    /// Its opcode.
+    pub opcode: u8,
+    /// Its source IPv4 address.
+    pub src_ip: [u8; 4],
+    /// Bytes of its payload.
+    pub payload_len: usize,
+    /// The most payload the QP takes in one packet: its path MTU, or a UD QP's limit.
+    pub max_payload: u32,
+}
+
+/// Whether [`explain`] explains a drop for `why` of an `opcode` packet: the reasons a
+/// user can act on. The others come of damage, hostility or timing (checksums, PSNs
+/// out of the window), or of a reserved opcode no sound peer sends; a capture shows them.
+pub fn explainable(why: Drop, opcode: u8) -> bool {
+    match why {
+        Drop::Transport | Drop::UnknownQp | Drop::TooLong => true,
+        Drop::Opcode => packet::foreign(opcode).is_some(),
+        _ => false,
+    }
+}
+
+/// The warning that explains a drop of `d` for `why`: what arrived, the likely cause and
+/// what to do about it; `None` unless [`explainable`].
+pub fn explain(why: Drop, d: &Dropped) -> Option<String> {
+    if !explainable(why, d.opcode) {
+        return None;
+    }
+    let name = opcode_name(d.opcode);
+    // "an RC_...", "an XRC_...", "a UC_...", "a UD_...", "a CNP", "a DC_...".
+    let article = if name.starts_with(['R', 'X']) {
+        "an"
+    } else {
+        "a"
+    };
+    let ip = std::net::Ipv4Addr::from(d.src_ip);
+    let mut text = format!("dropped {article} {name} from {ip} for ");
+    if let Some(qp) = d.qp {
+        let _ = write!(text, "{} ", qp.name());
+    }
+    let _ = write!(text, "QP {:#x}", d.qpn);
+    let info = opcode_info(d.opcode);
+    let foreign = packet::foreign(d.opcode);
+    let datagram = info.is_some_and(|i| i.is_datagram());
+    let control = info.is_some_and(|i| i.is_dc_control());
+    let qp = d.qp.unwrap_or(QpTransport::Rc);
+    let cause = match why {
+        Drop::Transport => match foreign {
+            Some(f) => format!(
+                ": rnic has no {t} QPs (the peer's QP is {t}: create it as {p}, as this one is)",
+                t = f.transport,
+                p = qp.peer()
+            ),
+            None if datagram => ": the peer sends datagrams to a connected QP (its QP is UD: \
+                 make both QPs RC, or both UD)"
+                .to_string(),
+            None if control => ": the peer is a DC initiator and this QP is no DC target \
+                 (address a DC target QP, with its DC access key)"
+                .to_string(),
+            None => ": the peer's QP is connected and this one takes datagrams (make both \
+                 QPs UD, or both RC)"
+                .to_string(),
+        },
+        Drop::Opcode => match foreign {
+            Some(f) if f.transport == "CNP" => ": rnic does no congestion control and \
+                 ignores CNPs (the peer runs ECN congestion control, e.g. DCQCN: turn it off \
+                 for this traffic to stop them)"
+                .to_string(),
+            _ => ": rnic does not do this operation (the peer posted a work request rnic \
+                 lacks: use SENDs, RDMA WRITEs and READs, and the two atomics)"
+                .to_string(),
+        },
+        Drop::UnknownQp => ", which this function does not have (was the QP destroyed, or \
+             is the peer using a stale QPN?)"
+            .to_string(),
+        Drop::TooLong if qp == QpTransport::Ud => format!(
+            ": its {}-byte payload is more than a UD packet carries here, {} (send \
+             smaller datagrams)",
+            d.payload_len, d.max_payload
+        ),
+        Drop::TooLong => format!(
+            ": its {}-byte payload is more than the QP's path MTU, {} (set the same MTU on \
+             both sides: path_mtu, or -m of the perftest tools)",
+            d.payload_len, d.max_payload
+        ),
+        _ => return None,
+    };
+    text.push_str(&cause);
+    Some(text)
+}
+
+/// The (QP, reason) pairs a function has explained ([`explain`]), so that it explains
+/// each once. Bounded: a peer can name any QPN, and each is a pair of its own. It goes
+/// with the function's other state at a reset.
+#[derive(Debug, Default)]
+pub struct Explained {
+    pairs: HashSet<(u32, Drop)>,
+    full: bool,
+}
+
+/// What to do about an explainable drop ([`Explained::note`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The first of its QP and reason: warn, with [`explain`]'s words.
+    Explain,
+    /// The first new pair after [`Explained::MAX`]: warn that new ones are no longer
+    /// explained.
+    Suppress,
+    /// Explained before, or new after the suppression: count only.
+    Count,
+}
+
+impl Explained {
+    /// The pairs remembered; drops of further ones are counted only.
+    pub const MAX: usize = 256;
+
+    /// Notes a drop for `why` of a packet for QP `qpn`, and says whether to explain it.
+    pub fn note(&mut self, qpn: u32, why: Drop) -> Verdict {
+        if self.pairs.contains(&(qpn, why)) {
+            return Verdict::Count;
+        }
+        if self.pairs.len() < Self::MAX {
+            self.pairs.insert((qpn, why));
+            return Verdict::Explain;
+        }
+        if self.full {
+            return Verdict::Count;
+        }
+        self.full = true;
+        Verdict::Suppress
+    }
 }
 
 /// Checks that `qp` takes `pkt`, whose payload is `payload_len` bytes long (its own, or
@@ -255,6 +485,7 @@ mod tests {
             Drop::Icrc,
             Drop::Address,
             Drop::UnknownQp,
+            Drop::Transport,
             Drop::Pkey,
             Drop::State,
             Drop::Source,
@@ -274,18 +505,40 @@ mod tests {
         for (i, (_, n)) in named.iter().enumerate() {
             assert_eq!(*n, i as u64 + 1, "{:?}", named[i]);
         }
-        assert_eq!(c.total(), (1..=17).sum::<u64>());
+        assert_eq!(c.total(), (1..=18).sum::<u64>());
         assert!(c.to_string().starts_with("length=1 header=2 "));
+        assert!(c.to_string().contains(" opcode=5 "));
+        assert!(c.to_string().contains(" unknown_qp=9 transport=10 "));
+        assert!(c.to_string().contains(" too_long=14 "));
         assert!(c
             .to_string()
-            .ends_with(" psn=14 qkey=15 no_receive=16 dc_key=17"));
+            .ends_with(" psn=15 qkey=16 no_receive=17 dc_key=18"));
     }
 
     #[test]
     fn parse_errors_map_to_their_reason() {
         assert_eq!(Drop::from(ParseError::IpChecksum), Drop::Checksum);
         assert_eq!(Drop::from(ParseError::BthVersion(1)), Drop::Version);
-        assert_eq!(Drop::from(ParseError::UnknownOpcode(0x64)), Drop::Opcode);
+        assert_eq!(Drop::from(ParseError::UnknownOpcode(0x15)), Drop::Opcode);
+        let unsupported = |opcode| {
+            ParseError::Unsupported(packet::Unsupported {
+                dst_mac: [0; 6],
+                src_ip: [0; 4],
+                dst_ip: [0; 4],
+                bth: packet::Bth::new(opcode, 0x11, 0),
+            })
+        };
+        // UC, RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are
+        // not taken on any QP.
+        for (opcode, why) in [
+            (0x24, Drop::Transport),
+            (0x44, Drop::Transport),
+            (0xA4, Drop::Transport),
+            (0x80, Drop::Opcode),
+            (0x1C, Drop::Opcode),
+        ] {
+            assert_eq!(Drop::from(unsupported(opcode)), why, "{opcode:#x}");
+        }
         assert_eq!(
             Drop::from(ParseError::BadPad {
                 pad: 3,
@@ -308,5 +561,117 @@ mod tests {
             }),
             Drop::Length
         );
+    }
+
+    #[test]
+    fn each_qp_transport_takes_its_own_opcodes_only() {
+        use packet::opcode as op;
+        use QpTransport::*;
+        let takes = |qp, opcode| check_transport(qp, opcode).is_ok();
+        for opcode in [
+            op::RC_SEND_ONLY,
+            op::RC_RDMA_READ_REQUEST,
+            op::RC_ACKNOWLEDGE,
+        ] {
+            assert!(takes(Rc, opcode) && takes(DcInitiator, opcode) && takes(DcTarget, opcode));
+            assert_eq!(check_transport(Ud, opcode), Err(Drop::Transport));
+        }
+        for opcode in [op::UD_SEND_ONLY, op::UD_SEND_ONLY_WITH_IMMEDIATE] {
+            assert!(takes(Ud, opcode));
+            for qp in [Rc, DcInitiator, DcTarget] {
+                assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
+            }
+        }
+        for opcode in [op::DC_CONNECT, op::DC_DISCONNECT] {
+            assert!(takes(DcTarget, opcode));
+            for qp in [Rc, Ud, DcInitiator] {
+                assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
+            }
+        }
+        // Nothing the table lacks reaches this check; were it to, it is no opcode here.
+        assert_eq!(check_transport(Rc, 0x24), Err(Drop::Opcode));
+    }
+
+    fn dropped(qp: Option<QpTransport>, opcode: u8) -> Dropped {
+        Dropped {
+            qpn: 0x11,
+            qp,
+            opcode,
+            src_ip: [10, 0, 0, 2],
+            payload_len: 4096,
+            max_payload: 1024,
+        }
+    }
+
+    #[test]
+    fn a_drop_the_user_can_act_on_is_explained_with_its_cause_and_remedy() {
+        use QpTransport::*;
+        let say = |why, qp, opcode| explain(why, &dropped(qp, opcode)).unwrap();
+        assert_eq!(
+            say(Drop::Transport, Some(Rc), 0x24),
+            "dropped a UC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: rnic has no UC QPs \
+             (the peer's QP is UC: create it as RC, as this one is)"
+        );
+        assert_eq!(
+            say(Drop::Transport, Some(Rc), 0x64),
+            "dropped a UD_SEND_ONLY from 10.0.0.2 for RC QP 0x11: the peer sends datagrams \
+             to a connected QP (its QP is UD: make both QPs RC, or both UD)"
+        );
+        assert!(say(Drop::Transport, Some(Ud), 0x04).starts_with(
+            "dropped an RC_SEND_ONLY from 10.0.0.2 for UD QP 0x11: the peer's QP is connected"
+        ));
+        assert!(say(Drop::Transport, Some(DcInitiator), 0xC0)
+            .contains("for DC initiator QP 0x11: the peer is a DC initiator"));
+        assert!(say(Drop::Transport, Some(DcTarget), 0xA4)
+            .contains("rnic has no XRC QPs (the peer's QP is XRC: create it as DC"));
+        assert!(say(Drop::Opcode, Some(Rc), 0x80)
+            .starts_with("dropped a CNP from 10.0.0.2 for RC QP 0x11: rnic does no congestion"));
+        assert!(say(Drop::Opcode, Some(Rc), 0x1C)
+            .starts_with("dropped an RC_FLUSH from 10.0.0.2 for RC QP 0x11: rnic does not do"));
+        assert_eq!(
+            say(Drop::UnknownQp, None, 0x04),
+            "dropped an RC_SEND_ONLY from 10.0.0.2 for QP 0x11, which this function does not \
+             have (was the QP destroyed, or is the peer using a stale QPN?)"
+        );
+        assert_eq!(
+            say(Drop::TooLong, Some(Rc), 0x04),
+            "dropped an RC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: its 4096-byte payload is \
+             more than the QP's path MTU, 1024 (set the same MTU on both sides: path_mtu, or \
+             -m of the perftest tools)"
+        );
+        assert!(say(Drop::TooLong, Some(Ud), 0x64).contains("more than a UD packet carries"));
+    }
+
+    #[test]
+    fn damage_hostility_and_reserved_opcodes_are_counted_not_explained() {
+        for why in [Drop::Icrc, Drop::Psn, Drop::Pkey, Drop::Source, Drop::Qkey] {
+            assert!(!explainable(why, 0x04), "{why:?}");
+            assert_eq!(explain(why, &dropped(Some(QpTransport::Rc), 0x04)), None);
+        }
+        assert!(!explainable(Drop::Opcode, 0x15));
+        assert!(explainable(Drop::Opcode, 0x80));
+    }
+
+    #[test]
+    fn each_qp_and_reason_is_explained_once_and_the_memory_is_bounded() {
+        let mut e = Explained::default();
+        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Explain);
+        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Count);
+        assert_eq!(e.note(0x11, Drop::TooLong), Verdict::Explain);
+        assert_eq!(e.note(0x12, Drop::Transport), Verdict::Explain);
+        // A peer spraying QPNs fills the memory; then one warning says so, and the
+        // rest are counted only, the pairs explained before included.
+        let mut explained = 3;
+        for qpn in 0x100.. {
+            match e.note(qpn, Drop::UnknownQp) {
+                Verdict::Explain => explained += 1,
+                Verdict::Suppress => break,
+                Verdict::Count => panic!("QP {qpn:#x} was never noted"),
+            }
+        }
+        assert_eq!(explained, Explained::MAX);
+        assert_eq!(e.note(0x1_0000, Drop::UnknownQp), Verdict::Count);
+        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Count);
+        assert_eq!(e.pairs.len(), Explained::MAX);
     }
 }

@@ -21,7 +21,7 @@ use super::wire::{psn, Route, Wire};
 use super::wqe::SendOp;
 use super::{Env, RdmaState};
 use crate::cmdq::Response;
-use crate::roce::packet::{opcode as op, opcode_info, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
+use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
 use rnic_abi::cmd::Status;
 
 /// Bytes of an Ethernet header: the IPv4 header follows it in a frame.
@@ -182,16 +182,6 @@ fn send_datagram(
     };
     wire.send_to(qp, &route, &hdrs, &payload);
     WcStatus::Success
-}
-
-/// Whether `pkt`'s transport (RC or UD) is the QP's: a UD packet to an RC QP, or the
-/// other way round, is dropped as a wrong opcode.
-pub fn check_transport(is_ud: bool, pkt: &Packet) -> Result<(), Drop> {
-    let datagram = opcode_info(pkt.hdrs.bth.opcode).is_some_and(|i| i.is_datagram());
-    if datagram != is_ud {
-        return Err(Drop::Opcode);
-    }
-    Ok(())
 }
 
 impl RdmaState {
@@ -383,7 +373,5 @@ mod tests {
         assert_eq!(&frame[bth + 24..bth + 26], b"hi");
         let pkt = parse(&frame).unwrap();
         assert_eq!(pkt.hdrs.deth, hdrs.deth);
-        assert_eq!(check_transport(true, &pkt), Ok(()));
-        assert_eq!(check_transport(false, &pkt), Err(Drop::Opcode));
     }
 }

@@ -485,6 +485,74 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
     })
 }
 
+/// An opcode the InfiniBand specification defines that this device does not take: of a
+/// transport it has no QPs of, or an operation it does not do. [`foreign`] tells one apart
+/// from a reserved value, which no sender writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    /// The transport: `"UC"`, `"RD"`, `"XRC"`, `"CNP"`, or `"RC"` for an RC operation
+    /// this device does not do.
+    pub transport: &'static str,
+    /// The operation as the specification names it after the transport (`"SEND_ONLY"`,
+    /// `"FLUSH"`); empty for a CNP, which is nothing else.
+    pub operation: &'static str,
+}
+
+impl Foreign {
+    /// Whether the opcode is of a transport this device has no QPs of (UC, RD, XRC), as
+    /// opposed to something it does on no QP (a CNP, RC FLUSH or ATOMIC WRITE).
+    pub fn other_transport(&self) -> bool {
+        matches!(self.transport, "UC" | "RD" | "XRC")
+    }
+}
+
+impl fmt::Display for Foreign {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.operation {
+            "" => f.write_str(self.transport),
+            op => write!(f, "{}_{op}", self.transport),
+        }
+    }
+}
+
+/// What `op` is if it is an opcode the specification defines that [`opcode_info`] does
+/// not know; `None` for a known opcode or a reserved one. Bits 7-5 of an opcode are its
+/// transport (RC 0, UC 1, RD 2, UD 3, CNP 4, XRC 5) and bits 4-0 its operation, which UC,
+/// RD and XRC number as RC does: UC has the SENDs and WRITEs, RD the RC set up to
+/// FETCH_ADD and RESYNC (0x15), XRC the whole RC set; the CNP is 0x80 alone.
+pub fn foreign(op: u8) -> Option<Foreign> {
+    if opcode_info(op).is_some() {
+        return None;
+    }
+    let low = op & 0x1F;
+    // The RC operation with the same low bits, without its "RC_".
+    let rc = || opcode_info(low).and_then(|i| i.name.strip_prefix("RC_"));
+    let (transport, operation) = match (op >> 5, low) {
+        (0, 0x1C) => ("RC", "FLUSH"),
+        (0, 0x1D) => ("RC", "ATOMIC_WRITE"),
+        (1, 0x00..=0x0B) => ("UC", rc()?),
+        (2, 0x00..=0x14) => ("RD", rc()?),
+        (2, 0x15) => ("RD", "RESYNC"),
+        (4, 0x00) => ("CNP", ""),
+        (5, _) => ("XRC", rc()?),
+        _ => return None,
+    };
+    Some(Foreign {
+        transport,
+        operation,
+    })
+}
+
+/// The name of opcode `op` as the specification gives it (`"RC_SEND_ONLY"`,
+/// `"UC_SEND_ONLY"`, `"CNP"`), or its value for a reserved one.
+pub fn opcode_name(op: u8) -> String {
+    match (opcode_info(op), foreign(op)) {
+        (Some(info), _) => info.name.to_string(),
+        (None, Some(f)) => f.to_string(),
+        (None, None) => format!("opcode {op:#04x}"),
+    }
+}
+
 /// The Base Transport Header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Bth {
@@ -1121,6 +1189,20 @@ pub struct Packet<'a> {
     pub payload: &'a [u8],
 }
 
+/// The addressing and BTH of a frame whose opcode this device does not take
+/// ([`ParseError::Unsupported`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// Source IPv4 address.
+    pub src_ip: [u8; 4],
+    /// Destination IPv4 address.
+    pub dst_ip: [u8; 4],
+    /// The BTH as received.
+    pub bth: Bth,
+}
+
 /// Why [`parse`] dropped a frame. Each reason is its own variant so that the device can
 /// count drops by reason; the checks run in the order listed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -1194,9 +1276,15 @@ pub enum ParseError {
     /// The BTH transport version is not 0.
     #[error("BTH transport version {0} is not 0")]
     BthVersion(u8),
-    /// The opcode is not in the opcode table.
+    /// The opcode is not in the opcode table, nor one the specification defines
+    /// ([`foreign`]): a reserved value.
     #[error("unknown opcode {0:#04x}")]
     UnknownOpcode(u8),
+    /// An opcode the specification defines that this device does not take ([`foreign`]),
+    /// in a frame whose ICRC holds (its headers are not checked: their layout is another
+    /// transport's). It says who sent it to whom, for the receiver to explain the drop.
+    #[error("{} ({:#04x}) is not an opcode this device takes", opcode_name(.0.bth.opcode), .0.bth.opcode)]
+    Unsupported(Unsupported),
     /// Too short for the opcode's extension headers and the ICRC.
     #[error("opcode {opcode:#04x} needs {need} bytes of headers and ICRC, {have} present")]
     TruncatedHeaders {
@@ -1372,7 +1460,15 @@ fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseErro
         return Err(ParseError::BthVersion(tver));
     }
     let op = bth[0];
-    let info = opcode_info(op).ok_or(ParseError::UnknownOpcode(op))?;
+    let Some(info) = opcode_info(op) else {
+        let bth = unsupported(bth, ip_packet, udp_payload, check_icrc)?;
+        return Err(ParseError::Unsupported(Unsupported {
+            dst_mac,
+            src_ip,
+            dst_ip,
+            bth,
+        }));
+    };
     let header_len = info.header_len();
     if udp_payload.len() < header_len + ICRC_LEN {
         return Err(ParseError::TruncatedHeaders {
@@ -1395,37 +1491,12 @@ fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseErro
             len: between,
         });
     }
-
-    // ICRC: over the IP packet up to the ICRC, as the sender computed it.
-    let icrc_at = udp_payload.len() - ICRC_LEN;
-    let (covered_udp, icrc_bytes) = udp_payload.split_at(icrc_at);
-    let mut found = [0u8; 4];
-    found.copy_from_slice(icrc_bytes);
-    let found = u32::from_le_bytes(found);
-    let covered_len = IPV4_HEADER_LEN + UDP_HEADER_LEN + covered_udp.len();
     if check_icrc {
-        let computed = icrc(&ip_packet[..covered_len]);
-        if found != computed {
-            return Err(ParseError::Icrc { found, computed });
-        }
+        verify_icrc(ip_packet, udp_payload)?;
     }
-
-    let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
-    let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
+    let covered_udp = &udp_payload[..udp_payload.len() - ICRC_LEN];
     let mut hdrs = Headers {
-        bth: Bth {
-            opcode: op,
-            solicited: bth[1] & 0x80 != 0,
-            mig_req: bth[1] & 0x40 != 0,
-            pad,
-            tver,
-            pkey: u16::from_be_bytes([bth[2], bth[3]]),
-            fecn: qpn_word & 0x8000_0000 != 0,
-            becn: qpn_word & 0x4000_0000 != 0,
-            dest_qp: qpn_word & MASK_24,
-            ack_req: psn_word & 0x8000_0000 != 0,
-            psn: psn_word & MASK_24,
-        },
+        bth: read_bth(bth),
         ..Headers::default()
     };
 
@@ -1500,6 +1571,68 @@ fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseErro
         hdrs,
         payload,
     })
+}
+
+/// The BTH of a frame whose opcode [`opcode_info`] does not know, if [`foreign`] says
+/// the specification defines it and the frame is sound as far as can be told without its
+/// headers' layout: room for a BTH and the ICRC, and the ICRC (unless `check_icrc` is
+/// false). Otherwise the error that drops it: the opcode is a reserved value, or the frame
+/// is short or damaged.
+fn unsupported(
+    bth: &[u8; BTH_LEN],
+    ip_packet: &[u8],
+    udp_payload: &[u8],
+    check_icrc: bool,
+) -> Result<Bth, ParseError> {
+    let op = bth[0];
+    if foreign(op).is_none() {
+        return Err(ParseError::UnknownOpcode(op));
+    }
+    if udp_payload.len() < BTH_LEN + ICRC_LEN {
+        return Err(ParseError::TruncatedHeaders {
+            opcode: op,
+            need: BTH_LEN + ICRC_LEN,
+            have: udp_payload.len(),
+        });
+    }
+    if check_icrc {
+        verify_icrc(ip_packet, udp_payload)?;
+    }
+    Ok(read_bth(bth))
+}
+
+/// Checks the ICRC of the RoCEv2 packet `udp_payload` (BTH to ICRC, at least four bytes)
+/// that ends `ip_packet`: computed over the IP packet up to the ICRC, as the sender did.
+fn verify_icrc(ip_packet: &[u8], udp_payload: &[u8]) -> Result<(), ParseError> {
+    let icrc_at = udp_payload.len() - ICRC_LEN;
+    let mut found = [0u8; ICRC_LEN];
+    found.copy_from_slice(&udp_payload[icrc_at..]);
+    let found = u32::from_le_bytes(found);
+    let covered_len = IPV4_HEADER_LEN + UDP_HEADER_LEN + icrc_at;
+    let computed = icrc(&ip_packet[..covered_len]);
+    if found != computed {
+        return Err(ParseError::Icrc { found, computed });
+    }
+    Ok(())
+}
+
+/// The fields of the 12 bytes of a BTH.
+fn read_bth(bth: &[u8; BTH_LEN]) -> Bth {
+    let qpn_word = u32::from_be_bytes([bth[4], bth[5], bth[6], bth[7]]);
+    let psn_word = u32::from_be_bytes([bth[8], bth[9], bth[10], bth[11]]);
+    Bth {
+        opcode: bth[0],
+        solicited: bth[1] & 0x80 != 0,
+        mig_req: bth[1] & 0x40 != 0,
+        pad: (bth[1] >> 4) & 0x03,
+        tver: bth[1] & 0x0F,
+        pkey: u16::from_be_bytes([bth[2], bth[3]]),
+        fecn: qpn_word & 0x8000_0000 != 0,
+        becn: qpn_word & 0x4000_0000 != 0,
+        dest_qp: qpn_word & MASK_24,
+        ack_req: psn_word & 0x8000_0000 != 0,
+        psn: psn_word & MASK_24,
+    }
 }
 
 #[cfg(test)]
@@ -1913,6 +2046,90 @@ mod tests {
         ));
         // Nothing was appended by any failed build.
         assert_eq!(out, vec![0xEE]);
+    }
+
+    #[test]
+    fn defined_opcodes_of_other_transports_are_told_apart_from_reserved_ones() {
+        let name = |op| foreign(op).map(|f| f.to_string());
+        assert_eq!(name(0x24).as_deref(), Some("UC_SEND_ONLY"));
+        assert_eq!(
+            name(0x2B).as_deref(),
+            Some("UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE")
+        );
+        assert_eq!(name(0x4C).as_deref(), Some("RD_RDMA_READ_REQUEST"));
+        assert_eq!(name(0x55).as_deref(), Some("RD_RESYNC"));
+        assert_eq!(name(0x80).as_deref(), Some("CNP"));
+        assert_eq!(name(0xB7).as_deref(), Some("XRC_SEND_ONLY_WITH_INVALIDATE"));
+        assert_eq!(name(0x1C).as_deref(), Some("RC_FLUSH"));
+        assert_eq!(name(0x1D).as_deref(), Some("RC_ATOMIC_WRITE"));
+        assert!(foreign(0x24).unwrap().other_transport());
+        assert!(!foreign(0x80).unwrap().other_transport());
+        assert!(!foreign(0x1C).unwrap().other_transport());
+        // Reserved: UC has no READ, RD no SEND with invalidate, the CNP range one opcode;
+        // and what this device takes is not foreign.
+        for op in [0x15, 0x2C, 0x56, 0x66, 0x81, 0xB5, 0xC2, 0xE0, 0xFF] {
+            assert_eq!(foreign(op), None, "{op:#x}");
+        }
+        for op in all_opcodes() {
+            assert_eq!(foreign(op), None, "{op:#x}");
+            assert_eq!(opcode_name(op), opcode_info(op).unwrap().name);
+        }
+        assert_eq!(opcode_name(0x24), "UC_SEND_ONLY");
+        assert_eq!(opcode_name(0x15), "opcode 0x15");
+    }
+
+    #[test]
+    fn a_sound_frame_of_a_foreign_opcode_says_whom_it_was_for_and_a_damaged_one_does_not() {
+        // A UC SEND is laid out as the RC one: turn an RC SEND into one.
+        let mut f = frame_for(opcode::RC_SEND_ONLY, b"hello");
+        let bth = ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
+        f[bth] = 0x24;
+        fix_icrc(&mut f);
+        let a = addressing();
+        let want = Unsupported {
+            dst_mac: a.dst_mac,
+            src_ip: a.src_ip,
+            dst_ip: a.dst_ip,
+            bth: Bth {
+                pad: 3,
+                ..Bth::new(0x24, 0x12, 100)
+            },
+        };
+        assert_eq!(parse(&f), Err(ParseError::Unsupported(want)));
+        assert_eq!(
+            ParseError::Unsupported(want).to_string(),
+            "UC_SEND_ONLY (0x24) is not an opcode this device takes"
+        );
+        // The ICRC still vouches for it.
+        let mut damaged = f.clone();
+        damaged[bth + BTH_LEN] ^= 1;
+        assert!(matches!(parse(&damaged), Err(ParseError::Icrc { .. })));
+        assert!(matches!(
+            parse_unsealed(&damaged),
+            Err(ParseError::Unsupported(_))
+        ));
+        // Too short for a BTH and an ICRC.
+        let mut cut = frame_for(opcode::RC_ACKNOWLEDGE, &[]);
+        cut[bth] = 0x80;
+        let n = cut.len() - 8;
+        cut.truncate(n);
+        let ip_len = (n - ETH_HEADER_LEN) as u16;
+        cut[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&ip_len.to_be_bytes());
+        cut[ETH_HEADER_LEN + IPV4_HEADER_LEN + 4..ETH_HEADER_LEN + IPV4_HEADER_LEN + 6]
+            .copy_from_slice(&(ip_len - IPV4_HEADER_LEN as u16).to_be_bytes());
+        fix_ip_checksum(&mut cut);
+        assert_eq!(
+            parse(&cut),
+            Err(ParseError::TruncatedHeaders {
+                opcode: 0x80,
+                need: BTH_LEN + ICRC_LEN,
+                have: BTH_LEN
+            })
+        );
+        // A reserved opcode is refused before the ICRC, as before.
+        let mut reserved = f.clone();
+        reserved[bth] = 0x2C;
+        assert_eq!(parse(&reserved), Err(ParseError::UnknownOpcode(0x2C)));
     }
 
     #[test]
