@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::net::socket::{count_drops, setsockopt_int, size_buffers};
+use crate::net::socket::{count_drops, setsockopt_int, size_buffers, KernelDrops};
 use crate::net::udp::{bound_udp_socket, recv_one, sockaddr};
 
 /// The largest frame a link carries (QEMU's own limit is 69,632 bytes; no IPv4 frame is
@@ -72,8 +72,8 @@ pub struct DatagramLink {
     socket: UdpSocket,
     to: SocketAddrV4,
     name: String,
-    /// The socket's drop count, as its latest datagram reported it.
-    kernel_drops: u64,
+    /// What the kernel dropped on the socket.
+    drops: KernelDrops,
 }
 
 impl DatagramLink {
@@ -83,7 +83,7 @@ impl DatagramLink {
             socket: udp_socket(local, false)?,
             to: remote,
             name: format!("dgram {local} -> {remote}"),
-            kernel_drops: 0,
+            drops: KernelDrops::default(),
         })
     }
 
@@ -99,7 +99,7 @@ impl DatagramLink {
             socket,
             to: group,
             name: format!("mcast {group}"),
-            kernel_drops: 0,
+            drops: KernelDrops::default(),
         })
     }
 }
@@ -119,9 +119,7 @@ impl Link for DatagramLink {
             Ok(r) => {
                 // A longer datagram is cut to the buffer, and fails the port's checks.
                 out.truncate(r.len.min(MAX_FRAME));
-                if let Some(drops) = r.kernel_drops {
-                    self.kernel_drops = u64::from(drops);
-                }
+                self.drops.update(r.kernel_drops);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
@@ -130,7 +128,7 @@ impl Link for DatagramLink {
     }
 
     fn kernel_drops(&self) -> u64 {
-        self.kernel_drops
+        self.drops.total
     }
 
     fn describe(&self) -> String {

@@ -142,6 +142,29 @@ pub fn count_drops(fd: RawFd, what: &str) {
     }
 }
 
+/// The drops one socket's kernel reported: `SO_RXQ_OVFL` gives, with each datagram
+/// queued after a drop, the socket's count since it was opened, a u32 that may wrap.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelDrops {
+    reported: u32,
+    /// Drops counted so far.
+    pub total: u64,
+}
+
+impl KernelDrops {
+    /// Takes the count a datagram came with (`None`: none came, no drop yet); returns
+    /// how many drops are new.
+    pub fn update(&mut self, reported: Option<u32>) -> u64 {
+        let Some(count) = reported else {
+            return 0;
+        };
+        let new = u64::from(count.wrapping_sub(self.reported));
+        self.reported = count;
+        self.total += new;
+        new
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +203,17 @@ mod tests {
             };
             assert_eq!(got, 2 * expected, "forced {forced}, cap {cap}");
         }
+    }
+
+    #[test]
+    fn kernel_drop_counts_add_up_across_the_wrap() {
+        let mut d = KernelDrops::default();
+        assert_eq!(d.update(None), 0);
+        assert_eq!(d.update(Some(5)), 5);
+        assert_eq!(d.update(Some(5)), 0);
+        assert_eq!(d.update(Some(u32::MAX)), u64::from(u32::MAX) - 5);
+        assert_eq!(d.update(Some(2)), 3);
+        assert_eq!(d.total, u64::from(u32::MAX) + 3);
     }
 
     #[test]

@@ -488,8 +488,8 @@ struct RxPort {
     ip: Ipv4Addr,
     mac: [u8; 6],
     socket: UdpSocket,
-    /// The socket's drop count, as its latest datagram reported it.
-    kernel_drops: u64,
+    /// What the kernel dropped on the socket.
+    drops: socket::KernelDrops,
 }
 
 /// A flow's send socket.
@@ -596,7 +596,7 @@ impl UdpUplink {
                     ip: *addr.ip(),
                     mac: e.mac,
                     socket,
-                    kernel_drops: 0,
+                    drops: socket::KernelDrops::default(),
                 })
             })
             .collect::<Result<Vec<_>, NetError>>()?;
@@ -832,13 +832,8 @@ impl Uplink for UdpUplink {
                     break;
                 }
             };
-            if let Some(drops) = r.kernel_drops {
-                self.stats.rx_kernel_dropped += u64::from(drops).saturating_sub(p.kernel_drops);
-                self.ports[port].kernel_drops = u64::from(drops);
-            }
-            let Some(p) = self.ports.get(port) else {
-                return read;
-            };
+            let (ip, mac) = (p.ip, p.mac);
+            self.stats.rx_kernel_dropped += self.ports[port].drops.update(r.kernel_drops);
             let payload = &self.buf[..r.len.min(self.buf.len())];
             if r.truncated {
                 read += 1;
@@ -855,7 +850,7 @@ impl Uplink for UdpUplink {
             let before = out.len();
             out.extend(gso::datagrams(payload, segment).map(|d| {
                 let buffer = spare.pop().unwrap_or_default();
-                rebuild_frame(buffer, p.mac, r.from, p.ip, tos, ttl, d)
+                rebuild_frame(buffer, mac, r.from, ip, tos, ttl, d)
             }));
             let n = out.len() - before;
             read += n;
