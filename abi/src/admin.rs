@@ -225,6 +225,122 @@ pub struct MemberStats {
     pub tx_link_down: u64,
 }
 
+/// [`PortStats::kind`]: the device has no network port (rnicd without `--net`); every
+/// counter reads 0.
+pub const PORT_NONE: u32 = 0;
+/// [`PortStats::kind`]: RoCEv2 over the host's UDP sockets (`--net udp:`).
+pub const PORT_UDP: u32 = 1;
+/// [`PortStats::kind`]: an Ethernet port on a network segment (`--net eth:`).
+pub const PORT_ETH: u32 = 2;
+
+/// Response of `GET_PORT_STATS` (no request body): the counters of the device's network
+/// port, the link that carries every function's frames to other hosts, since the device
+/// started. Frames between functions of the device never reach it. Every frame read off
+/// the link is counted in exactly one of `rx_delivered`, `rx_dropped`, `not_for_us`,
+/// `looped`, `other_protocol` and `arp_received`, whose sum is `rx_frames`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct PortStats {
+    /// [`PORT_NONE`], [`PORT_UDP`] or [`PORT_ETH`].
+    pub kind: u32,
+    /// Must be ignored.
+    pub reserved: u32,
+    /// Frames put on the link (the port's own ARP included).
+    pub tx_frames: u64,
+    /// Bytes of those frames, as on the link (`eth`: padded to 60; `udp`: the frame the
+    /// datagram carries, with its Ethernet, IPv4 and UDP headers).
+    pub tx_bytes: u64,
+    /// Frames for the link that never went out: a full socket buffer or stream backlog,
+    /// no peer connected, no ARP answer, not IPv4/UDP to a unicast address.
+    pub tx_dropped: u64,
+    /// Frames read off the link.
+    pub rx_frames: u64,
+    /// Bytes of those frames (counted as `tx_bytes` is).
+    pub rx_bytes: u64,
+    /// Frames handed to a function, whose receive checks then run.
+    pub rx_delivered: u64,
+    /// Frames dropped by the port as invalid: the sum of `runt` to `truncated`.
+    pub rx_dropped: u64,
+    /// Frames the host's kernel dropped before the device could read them, its socket
+    /// buffer being full (`SO_RXQ_OVFL`; not in `rx_frames`; 0 on a TCP stream, which
+    /// does not drop).
+    pub rx_kernel_dropped: u64,
+    /// Ignored: addressed to another MAC (or multicast, or broadcast other than ARP).
+    pub not_for_us: u64,
+    /// Ignored: the port's own frames, back from a hub.
+    pub looped: u64,
+    /// Ignored: another EtherType, or IPv4 that is not UDP to port 4791.
+    pub other_protocol: u64,
+    /// ARP packets received.
+    pub arp_received: u64,
+    /// ARP packets sent (requests, replies, announcements); also in `tx_frames`.
+    pub arp_sent: u64,
+    /// Frames dropped because their destination never answered ARP, or too many waited
+    /// for it; also in `tx_dropped`.
+    pub arp_unresolved: u64,
+    /// Dropped: shorter than its headers, or ARP that is not IPv4 over Ethernet.
+    pub runt: u64,
+    /// Dropped: IP version other than 4.
+    pub ip_version: u64,
+    /// Dropped: IPv4 header length under 5 words or past the frame.
+    pub ip_header_length: u64,
+    /// Dropped: wrong IPv4 header checksum.
+    pub ip_checksum: u64,
+    /// Dropped: IPv4 total length under its header or past the frame.
+    pub ip_total_length: u64,
+    /// Dropped: an IPv4 fragment.
+    pub ip_fragment: u64,
+    /// Dropped: UDP length under 8 or past the IP payload.
+    pub udp_length: u64,
+    /// Dropped: the function's receive queue in the port was full.
+    pub backlog: u64,
+    /// Dropped: a datagram larger than the receive buffer (`udp`).
+    pub truncated: u64,
+}
+
+impl PortStats {
+    /// The name of [`PortStats::kind`]: `none`, `udp`, `eth` (`unknown` for another).
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            PORT_NONE => "none",
+            PORT_UDP => "udp",
+            PORT_ETH => "eth",
+            _ => "unknown",
+        }
+    }
+
+    /// Every counter with its field name, in layout order, for reports and logs.
+    pub fn named(&self) -> [(&'static str, u64); 23] {
+        [
+            ("tx_frames", self.tx_frames),
+            ("tx_bytes", self.tx_bytes),
+            ("tx_dropped", self.tx_dropped),
+            ("rx_frames", self.rx_frames),
+            ("rx_bytes", self.rx_bytes),
+            ("rx_delivered", self.rx_delivered),
+            ("rx_dropped", self.rx_dropped),
+            ("rx_kernel_dropped", self.rx_kernel_dropped),
+            ("not_for_us", self.not_for_us),
+            ("looped", self.looped),
+            ("other_protocol", self.other_protocol),
+            ("arp_received", self.arp_received),
+            ("arp_sent", self.arp_sent),
+            ("arp_unresolved", self.arp_unresolved),
+            ("runt", self.runt),
+            ("ip_version", self.ip_version),
+            ("ip_header_length", self.ip_header_length),
+            ("ip_checksum", self.ip_checksum),
+            ("ip_total_length", self.ip_total_length),
+            ("ip_fragment", self.ip_fragment),
+            ("udp_length", self.udp_length),
+            ("backlog", self.backlog),
+            ("truncated", self.truncated),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +358,18 @@ mod tests {
         assert_eq!(size_of::<SetAddressReq>(), 32);
         assert_eq!(size_of::<SetLinkReq>(), 8);
         assert_eq!(size_of::<MemberStats>(), 64);
+        assert_eq!(size_of::<PortStats>(), 192);
+        assert_eq!(core::mem::offset_of!(PortStats, tx_frames), 8);
+        assert_eq!(core::mem::offset_of!(PortStats, rx_kernel_dropped), 64);
+        assert_eq!(core::mem::offset_of!(PortStats, arp_received), 96);
+        assert_eq!(core::mem::offset_of!(PortStats, truncated), 184);
+        // `named` lists every counter once, in layout order.
+        let mut p = PortStats::default();
+        for (i, word) in p.as_mut_bytes()[8..].chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        }
+        let expected: [u64; 23] = core::array::from_fn(|i| i as u64 + 1);
+        assert_eq!(p.named().map(|(_, v)| v), expected);
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub enum Opcode {
     /// Admin: move a QP between members: `migration::MigrateQpReq` ->
     /// `migration::MigrateQpResp`.
     MigrateQp = 0x1008,
+    /// Admin: read the counters of the device's network port: no body ->
+    /// `admin::PortStats`.
+    GetPortStats = 0x1009,
     /// Admin: set a member's sessions (UDP source ports): `session::SetSessionsReq`.
     SetSessions = 0x1010,
 }
@@ -170,6 +173,7 @@ impl Opcode {
             0x1006 => Self::GetStats,
             0x1007 => Self::ResetVf,
             0x1008 => Self::MigrateQp,
+            0x1009 => Self::GetPortStats,
             0x1010 => Self::SetSessions,
             _ => return None,
         })

@@ -67,6 +67,7 @@ impl AdminContext<'_> {
             Some(Opcode::SetAddress) => self.set_address(body),
             Some(Opcode::SetLink) => self.set_link(body),
             Some(Opcode::GetStats) => self.get_stats(body),
+            Some(Opcode::GetPortStats) => self.get_port_stats(body),
             Some(Opcode::ResetVf) => self.reset_vf(body),
             Some(Opcode::MigrateQp) => self.migrate_qp(body),
             Some(Opcode::SetSessions) => self.set_sessions(body),
@@ -215,6 +216,15 @@ impl AdminContext<'_> {
     fn get_stats(&mut self, body: &[u8]) -> Result<Response, Response> {
         let f = self.member_req(body)?;
         Ok(reply(&f.stats()))
+    }
+
+    /// The network port's counters: the port is the device's, no member's, so it has no
+    /// member id and no member's reset touches them.
+    fn get_port_stats(&mut self, body: &[u8]) -> Result<Response, Response> {
+        if !body.is_empty() {
+            return Err(bad_param(body.len() as u32));
+        }
+        Ok(reply(&self.switch.port_stats()))
     }
 
     fn reset_vf(&mut self, body: &[u8]) -> Result<Response, Response> {
@@ -382,6 +392,21 @@ mod tests {
         );
         // The limits a function reports follow its quota.
         assert_eq!(d.functions[0].limits().max_qp, 10);
+    }
+
+    #[test]
+    fn port_stats_come_from_the_uplink_and_take_no_body() {
+        let mut d = device(1);
+        let r = d.run(Opcode::GetPortStats, &[]);
+        assert_eq!(r.status, Status::Ok);
+        let none = rnic_abi::admin::PortStats::read_from_bytes(&r.body).unwrap();
+        assert_eq!(
+            none,
+            rnic_abi::admin::PortStats::default(),
+            "no port: kind 0"
+        );
+        let r = d.run(Opcode::GetPortStats, &[0; 8]);
+        assert_eq!((r.status, r.syndrome), (Status::BadParam, 8));
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::AdminQuery => size_of::<rnic_abi::admin::AdminQueryResp>(),
         Opcode::QueryMember => size_of::<rnic_abi::admin::MemberInfo>(),
         Opcode::GetStats => size_of::<rnic_abi::admin::MemberStats>(),
+        Opcode::GetPortStats => size_of::<rnic_abi::admin::PortStats>(),
         Opcode::MigrateQp => size_of::<rnic_abi::migration::MigrateQpResp>(),
         Opcode::AdoptQp => size_of::<rnic_abi::migration::AdoptQpResp>(),
         Opcode::SetNumVfs

@@ -197,7 +197,7 @@ impl Device {
     }
 
     /// Stops the engine and removes the sockets, and logs each function's transport
-    /// counters. Server threads blocked in the kernel end with the process.
+    /// counters (since its last reset, and since start). Server threads blocked in the kernel end with the process.
     pub fn shutdown(&self) {
         self.engine.stop();
         // The engine finishes its pass, so the counters are final, and says what the
@@ -218,6 +218,20 @@ impl Device {
                 c.rnr_naks_sent
             );
             log::info!("{}: drops {}", f.identity().id, c.drops);
+            // Counters since start: the ones above restart at every reset, and the last
+            // one is usually the VMM's going away.
+            let s = f.stats_since_start();
+            log::info!(
+                "{}: since start: tx_packets {} tx_bytes {} rx_packets {} rx_bytes {} \
+                 rx_errors {} tx_link_down {}",
+                f.identity().id,
+                s.tx_packets,
+                s.tx_bytes,
+                s.rx_packets,
+                s.rx_bytes,
+                s.rx_errors,
+                s.tx_link_down
+            );
         }
         self.sockets.iter().for_each(|p| remove_socket(p));
         remove_socket(&self.lock_path);

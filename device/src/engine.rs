@@ -267,6 +267,10 @@ impl Engine {
         }
         if let Some(report) = self.switch.uplink_report() {
             log::info!("network: {report}");
+            // The same counters as GET_PORT_STATS reads them, by their names there.
+            let p = self.switch.port_stats();
+            let counters: Vec<String> = p.named().iter().map(|(n, v)| format!("{n} {v}")).collect();
+            log::info!("port ({}): {}", p.kind_name(), counters.join(" "));
         }
         log::debug!("engine stopped");
         Ok(())

@@ -210,6 +210,36 @@ struct Traffic {
     tx_link_down: u64,
 }
 
+/// The counters of GET_STATS from the function's state.
+fn member_stats(st: &State) -> MemberStats {
+    let c = st.rdma.counters;
+    let t = st.traffic;
+    MemberStats {
+        tx_packets: c.tx_packets.saturating_sub(t.tx_link_down),
+        tx_bytes: t.tx_bytes,
+        rx_packets: c.rx_packets,
+        rx_bytes: t.rx_bytes,
+        rx_errors: c.rx_dropped + t.rx_lost,
+        retransmits: c.retransmits,
+        rnr_naks_sent: c.rnr_naks_sent,
+        tx_link_down: t.tx_link_down,
+    }
+}
+
+/// `a` + `b`, counter by counter.
+fn add_stats(a: &MemberStats, b: &MemberStats) -> MemberStats {
+    MemberStats {
+        tx_packets: a.tx_packets + b.tx_packets,
+        tx_bytes: a.tx_bytes + b.tx_bytes,
+        rx_packets: a.rx_packets + b.rx_packets,
+        rx_bytes: a.rx_bytes + b.rx_bytes,
+        rx_errors: a.rx_errors + b.rx_errors,
+        retransmits: a.retransmits + b.retransmits,
+        rnr_naks_sent: a.rnr_naks_sent + b.rnr_naks_sent,
+        tx_link_down: a.tx_link_down + b.tx_link_down,
+    }
+}
+
 /// State behind the function's lock.
 #[derive(Debug)]
 struct State {
@@ -218,6 +248,11 @@ struct State {
     cmdq: QueueBlock,
     rdma: RdmaState,
     traffic: Traffic,
+    /// What the function's counters held at each of its resets, summed: with the
+    /// counters since the last one, what it carried since rnicd started. A guest's driver
+    /// resets the function when it opens it and its VMM when it goes away, so the
+    /// counters GET_STATS reads (since the last reset) are 0 by the time rnicd exits.
+    before_resets: MemberStats,
 }
 
 /// The function's addresses: set at creation, changed by the PF (`SET_ADDRESS`).
@@ -326,6 +361,7 @@ impl Function {
             cmdq: QueueBlock::new(CMDQ_REGS),
             rdma: RdmaState::with_pool(identity.id, identity.limits, pool.clone(), member),
             traffic: Traffic::default(),
+            before_resets: MemberStats::default(),
         };
         Ok(Self {
             address: RwLock::new(Address {
@@ -624,6 +660,7 @@ impl Function {
         // The sessions are the PF's to give, not the function's: they survive its reset.
         let sessions = st.rdma.sessions.ports().to_vec();
         let id = self.identity.id;
+        st.before_resets = add_stats(&st.before_resets, &member_stats(st));
         st.rdma = RdmaState::with_pool(id, self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
         st.rdma.sessions.set(&sessions);
@@ -868,19 +905,13 @@ impl Function {
 
     /// The function's counters since its last reset.
     pub fn stats(&self) -> MemberStats {
+        member_stats(&self.lock())
+    }
+
+    /// The function's counters since rnicd started, across its resets.
+    pub fn stats_since_start(&self) -> MemberStats {
         let st = self.lock();
-        let c = st.rdma.counters;
-        let t = st.traffic;
-        MemberStats {
-            tx_packets: c.tx_packets.saturating_sub(t.tx_link_down),
-            tx_bytes: t.tx_bytes,
-            rx_packets: c.rx_packets,
-            rx_bytes: t.rx_bytes,
-            rx_errors: c.rx_dropped + t.rx_lost,
-            retransmits: c.retransmits,
-            rnr_naks_sent: c.rnr_naks_sent,
-            tx_link_down: t.tx_link_down,
-        }
+        add_stats(&st.before_resets, &member_stats(&st))
     }
 
     /// Function-level reset ordered by the PF (`RESET_VF`): as a PCIe FLR.
@@ -955,6 +986,26 @@ mod tests {
 
     fn pf() -> Function {
         Function::new(Identity::new(FunctionId::Pf, 4, None)).unwrap()
+    }
+
+    #[test]
+    fn counters_restart_at_a_reset_and_add_up_since_start() {
+        let f = vf();
+        let count = |tx, bytes| {
+            let mut st = f.lock();
+            st.rdma.counters.tx_packets += tx;
+            st.rdma.counters.rx_packets += tx;
+            st.traffic.tx_bytes += bytes;
+        };
+        count(5, 300);
+        f.disconnect();
+        assert_eq!(f.stats(), MemberStats::default(), "since the reset");
+        count(2, 100);
+        f.reset();
+        count(1, 60);
+        let s = f.stats_since_start();
+        assert_eq!((s.tx_packets, s.rx_packets, s.tx_bytes), (8, 8, 460));
+        assert_eq!((f.stats().tx_packets, f.stats().tx_bytes), (1, 60));
     }
 
     fn eventfd() -> File {

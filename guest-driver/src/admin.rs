@@ -6,9 +6,9 @@ use std::fmt::Write;
 use std::net::Ipv6Addr;
 
 use rnic_abi::admin::{
-    AdminQueryResp, MemberInfo, MemberReq, MemberStats, Quota, SetAddressReq, SetLinkReq,
-    SetNumVfsReq, SetQuotaReq, LINK_DOWN, LINK_UP, MEMBER_ENABLED, MEMBER_LINK_UP, SET_GID,
-    SET_MAC,
+    AdminQueryResp, MemberInfo, MemberReq, MemberStats, PortStats, Quota, SetAddressReq,
+    SetLinkReq, SetNumVfsReq, SetQuotaReq, LINK_DOWN, LINK_UP, MEMBER_ENABLED, MEMBER_LINK_UP,
+    SET_GID, SET_MAC,
 };
 use rnic_abi::cmd::Opcode;
 use rnic_abi::migration::{MigrateQpReq, MigrateQpResp};
@@ -156,6 +156,11 @@ impl Device {
             reserved: 0,
         };
         call(self, Opcode::GetStats, req.as_bytes())
+    }
+
+    /// GET_PORT_STATS: the counters of the device's network port.
+    pub fn port_stats(&self) -> Result<PortStats> {
+        call(self, Opcode::GetPortStats, &[])
     }
 
     /// RESET_VF: function-level reset of a VF.
@@ -390,6 +395,50 @@ impl StatsReport {
     }
 }
 
+/// The network port's counters, named for reports: `{"kind": "eth", "tx_frames": ...}`
+/// in JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortReport {
+    /// `none`, `udp` or `eth`.
+    pub kind: &'static str,
+    /// The counters by name.
+    #[serde(flatten)]
+    pub counters: std::collections::BTreeMap<&'static str, u64>,
+    /// The counters in layout order, for text.
+    #[serde(skip)]
+    order: Vec<(&'static str, u64)>,
+}
+
+impl PortReport {
+    /// The port counters of the PF `device`.
+    pub fn gather(device: &Device) -> Result<Self> {
+        Ok(Self::of(&device.port_stats()?))
+    }
+
+    /// The report of `p`.
+    pub fn of(p: &PortStats) -> Self {
+        let order = p.named().to_vec();
+        Self {
+            kind: p.kind_name(),
+            counters: order.iter().copied().collect(),
+            order,
+        }
+    }
+
+    /// One line: `port (KIND):` and the counters; a device without a port says so.
+    pub fn text(&self) -> String {
+        if self.kind == "none" {
+            return "port: none (rnicd runs without --net)\n".into();
+        }
+        let mut s = format!("port ({}):", self.kind);
+        for (name, value) in &self.order {
+            let _ = write!(s, " {name} {value}");
+        }
+        s.push('\n');
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +453,32 @@ mod tests {
         for m in 0..5 {
             assert_eq!(parse_member(&member_name(m)), Some(m));
         }
+    }
+
+    #[test]
+    fn port_reports_name_every_counter() {
+        let p = PortStats {
+            kind: rnic_abi::admin::PORT_ETH,
+            tx_frames: 7,
+            rx_kernel_dropped: 3,
+            ..PortStats::default()
+        };
+        let r = PortReport::of(&p);
+        let text = r.text();
+        assert!(
+            text.starts_with("port (eth): tx_frames 7 tx_bytes 0 "),
+            "{text}"
+        );
+        assert!(text.contains(" rx_kernel_dropped 3 "), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (json["kind"].as_str(), json["tx_frames"].as_u64()),
+            (Some("eth"), Some(7))
+        );
+        assert_eq!(
+            PortReport::of(&PortStats::default()).text(),
+            "port: none (rnicd runs without --net)\n"
+        );
     }
 
     #[test]

@@ -106,6 +106,23 @@ impl Rnicd {
         self.dir.path().join("sock")
     }
 
+    /// Runs `rnic-admin ARGS` on the PF's socket and returns what it printed; it must
+    /// succeed.
+    pub fn admin(&self, args: &[&str]) -> String {
+        let out = Command::new(bin("rnic-admin"))
+            .arg("--vfio-user")
+            .arg(self.socket("pf"))
+            .args(args)
+            .output()
+            .expect("run rnic-admin");
+        assert!(
+            out.status.success(),
+            "rnic-admin {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
     /// What rnicd logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

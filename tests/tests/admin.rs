@@ -649,38 +649,19 @@ fn another_vfs_keys_fail_in_wqes_as_garbage_keys_do() {
     assert_eq!(attempt(&write_with(b_addr, b_rkey)), WcStatus::Success);
 }
 
-fn admin_cli(d: &Rnicd, args: &[&str]) -> String {
-    let out = Command::new(bin("rnic-admin"))
-        .arg("--vfio-user")
-        .arg(d.socket("pf"))
-        .args(args)
-        .output()
-        .expect("run rnic-admin");
-    assert!(
-        out.status.success(),
-        "rnic-admin {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
 #[test]
 fn rnic_admin_prints_text_and_json() {
     let d = Rnicd::start(2, &[]);
-    let text = admin_cli(&d, &["vfs"]);
+    let text = d.admin(&["vfs"]);
     assert!(text.starts_with("VFs: 2 of 2 enabled\n"), "{text}");
     assert!(text.contains("vf1    enabled  up"), "{text}");
 
-    admin_cli(&d, &["vfs", "enable", "1"]);
-    admin_cli(&d, &["quota", "set", "vf0", "--qps", "10", "--mrs", "20"]);
-    admin_cli(&d, &["link", "vf0", "down"]);
-    admin_cli(
-        &d,
-        &["mac", "vf0", "02:00:00:00:aa:01", "--gid", "10.82.9.9"],
-    );
+    d.admin(&["vfs", "enable", "1"]);
+    d.admin(&["quota", "set", "vf0", "--qps", "10", "--mrs", "20"]);
+    d.admin(&["link", "vf0", "down"]);
+    d.admin(&["mac", "vf0", "02:00:00:00:aa:01", "--gid", "10.82.9.9"]);
 
-    let json: serde_json::Value =
-        serde_json::from_str(&admin_cli(&d, &["--json", "vfs"])).expect("JSON");
+    let json: serde_json::Value = serde_json::from_str(&d.admin(&["--json", "vfs"])).expect("JSON");
     assert_eq!(json["total_vfs"], 2);
     assert_eq!(json["num_vfs"], 1);
     let vf0 = &json["members"][1];
@@ -696,7 +677,7 @@ fn rnic_admin_prints_text_and_json() {
     let share = json["members"][0]["quota"]["qps"].as_u64().unwrap();
     assert_eq!(freed, share - 10);
 
-    let quota = admin_cli(&d, &["quota", "show"]);
+    let quota = d.admin(&["quota", "show"]);
     assert!(quota.contains("vf0:\n  quota: qps 10 cqs"), "{quota}");
     assert!(
         quota.contains(&format!("unassigned: qps {freed} ")),
@@ -704,15 +685,21 @@ fn rnic_admin_prints_text_and_json() {
     );
 
     let stats: serde_json::Value =
-        serde_json::from_str(&admin_cli(&d, &["stats", "--json"])).expect("JSON");
-    assert_eq!(stats.as_array().map(Vec::len), Some(3));
-    assert_eq!(stats[1]["name"], "vf0");
-    assert_eq!(stats[1]["tx_packets"], 0);
-    let one = admin_cli(&d, &["stats", "vf1"]);
+        serde_json::from_str(&d.admin(&["stats", "--json"])).expect("JSON");
+    assert_eq!(stats["members"].as_array().map(Vec::len), Some(3));
+    assert_eq!(stats["members"][1]["name"], "vf0");
+    assert_eq!(stats["members"][1]["tx_packets"], 0);
+    assert_eq!(stats["port"]["kind"], "none", "no --net: no port");
+    let one = d.admin(&["stats", "vf1"]);
     assert!(one.starts_with("vf1: tx_packets 0 tx_bytes 0 "), "{one}");
+    let all = d.admin(&["stats"]);
+    assert!(
+        all.ends_with("port: none (rnicd runs without --net)\n"),
+        "{all}"
+    );
 
     let done: serde_json::Value =
-        serde_json::from_str(&admin_cli(&d, &["--json", "reset-vf", "vf0"])).expect("JSON");
+        serde_json::from_str(&d.admin(&["--json", "reset-vf", "vf0"])).expect("JSON");
     assert_eq!(done["ok"], true);
 
     // Failures say why and exit non-zero.

@@ -610,19 +610,9 @@ fn messages_leave_from_the_sessions_the_pf_assigned_across_two_rnicd() {
     );
     // Here with rnic-admin, which does the same.
     let ports: Vec<String> = SESSION_PORTS.iter().map(u16::to_string).collect();
-    let out = std::process::Command::new(rnic_tests::bin("rnic-admin"))
-        .arg("--vfio-user")
-        .arg(rnicd_a.socket("pf"))
-        .arg("sessions")
-        .arg("vf0")
-        .args(&ports)
-        .output()
-        .expect("run rnic-admin");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec!["sessions", "vf0"];
+    args.extend(ports.iter().map(String::as_str));
+    rnicd_a.admin(&args);
     let a = side(&rnicd_a.socket("vf0"), &o);
     let b = side(&rnicd_b.socket("vf0"), &o);
     rnic_tests::verbs_pair::connect(&a, &b, &o, 0x10, 0x20);

@@ -37,7 +37,7 @@
 //! and within the frame, header checksum, total length within the frame, no fragment)
 //! and the Ethernet padding past its total length cut off; then UDP (length within the
 //! IP payload) to port 4791. A frame that fails is dropped and counted by reason
-//! ([`EthCounters`]); a valid IPv4 packet that is not RoCEv2 is ignored. What passes goes
+//! ([`PortStats`]); a valid IPv4 packet that is not RoCEv2 is ignored. What passes goes
 //! whole to the function whose MAC it names, whose receive checks (ICRC over the header
 //! exactly as received, addresses, QP state, ...) run as for any frame.
 
@@ -56,6 +56,7 @@ use crate::roce::packet::{
     ones_complement_sum, ETHERTYPE_IPV4, ETH_HEADER_LEN, IPV4_HEADER_LEN, ROCEV2_PORT,
     UDP_HEADER_LEN,
 };
+use rnic_abi::admin::{PortStats, PORT_ETH};
 
 /// Frames read off the wire per engine pass at most.
 const READ_BUDGET: usize = 1024;
@@ -152,72 +153,27 @@ impl fmt::Display for EthSpec {
     }
 }
 
-/// What the Ethernet port counted of what it received, by reason. Frames dropped are
-/// invalid; frames ignored are valid but not for the functions.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct EthCounters {
-    /// Ignored: addressed to another MAC (or multicast, or broadcast other than ARP).
-    pub not_for_us: u64,
-    /// Ignored: the port's own frames, back from a hub.
-    pub looped: u64,
-    /// Ignored: another EtherType, or IPv4 that is not UDP to port 4791.
-    pub other_protocol: u64,
-    /// ARP packets received (answered or learned from where they concern us).
-    pub arp: u64,
-    /// Dropped: shorter than its Ethernet and IPv4 headers, or an ARP packet that is not
-    /// IPv4 over Ethernet.
-    pub runt: u64,
-    /// Dropped: IP version other than 4.
-    pub ip_version: u64,
-    /// Dropped: IPv4 header length under 5 words or past the frame.
-    pub ip_header_length: u64,
-    /// Dropped: wrong IPv4 header checksum.
-    pub ip_checksum: u64,
-    /// Dropped: IPv4 total length under its header or past the frame.
-    pub ip_total_length: u64,
-    /// Dropped: an IPv4 fragment (RoCEv2 is never fragmented).
-    pub ip_fragment: u64,
-    /// Dropped: UDP length under 8 or past the IP payload.
-    pub udp_length: u64,
-    /// Dropped: the function's queue was full.
-    pub backlog: u64,
-}
-
-impl EthCounters {
-    /// Frames dropped as invalid.
-    pub fn dropped(&self) -> u64 {
-        self.runt
-            + self.ip_version
-            + self.ip_header_length
-            + self.ip_checksum
-            + self.ip_total_length
-            + self.ip_fragment
-            + self.udp_length
-            + self.backlog
-    }
-}
-
-impl fmt::Display for EthCounters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ignored: not_for_us {} looped {} other_protocol {}; arp {}; dropped: runt {} \
-             ip_version {} ip_header_length {} ip_checksum {} ip_total_length {} \
-             ip_fragment {} udp_length {} backlog {}",
-            self.not_for_us,
-            self.looped,
-            self.other_protocol,
-            self.arp,
-            self.runt,
-            self.ip_version,
-            self.ip_header_length,
-            self.ip_checksum,
-            self.ip_total_length,
-            self.ip_fragment,
-            self.udp_length,
-            self.backlog
-        )
-    }
+/// What the port counted of what it received, by reason, in words for the log: the
+/// receive counters of [`PortStats`] (frames ignored are valid but not for the functions,
+/// frames dropped are invalid).
+fn received_report(c: &PortStats) -> String {
+    format!(
+        "ignored: not_for_us {} looped {} other_protocol {}; arp {}; dropped: runt {} \
+         ip_version {} ip_header_length {} ip_checksum {} ip_total_length {} ip_fragment {} \
+         udp_length {} backlog {}",
+        c.not_for_us,
+        c.looped,
+        c.other_protocol,
+        c.arp_received,
+        c.runt,
+        c.ip_version,
+        c.ip_header_length,
+        c.ip_checksum,
+        c.ip_total_length,
+        c.ip_fragment,
+        c.udp_length,
+        c.backlog
+    )
 }
 
 /// What becomes of a received frame.
@@ -228,7 +184,7 @@ enum Verdict {
     /// ARP, handled by the port.
     Arp,
     /// Counted in this slot, with this reason for the log (dropped ones only).
-    Count(fn(&mut EthCounters) -> &mut u64, Option<&'static str>),
+    Count(fn(&mut PortStats) -> &mut u64, Option<&'static str>),
 }
 
 /// The functions' Ethernet port on a QEMU network segment.
@@ -238,7 +194,9 @@ pub struct EthUplink {
     neighbors: Neighbors,
     inbox: Vec<VecDeque<Vec<u8>>>,
     stats: UplinkStats,
-    counters: EthCounters,
+    /// What it counted of what it received, by reason (the receive counters of
+    /// [`PortStats`]), and the ARP packets it sent.
+    counters: PortStats,
     /// Frames put on and taken off the wire since the switch last asked, when capturing.
     capture: Option<Vec<Vec<u8>>>,
     buf: Vec<u8>,
@@ -284,16 +242,11 @@ impl EthUplink {
             neighbors: Neighbors::default(),
             inbox: endpoints.iter().map(|_| VecDeque::new()).collect(),
             stats: UplinkStats::default(),
-            counters: EthCounters::default(),
+            counters: PortStats::default(),
             capture: None,
             buf: Vec::new(),
             warned: HashSet::new(),
         }
-    }
-
-    /// What it counted of what it received.
-    pub fn counters(&self) -> EthCounters {
-        self.counters
     }
 
     fn warn_once(&mut self, what: &'static str, msg: impl FnOnce() -> String) {
@@ -314,6 +267,7 @@ impl EthUplink {
         match self.link.send(&frame) {
             Ok(()) => {
                 self.stats.tx += 1;
+                self.stats.tx_bytes += frame.len() as u64;
                 if let Some(c) = &mut self.capture {
                     c.push(frame);
                 }
@@ -340,7 +294,9 @@ impl EthUplink {
     }
 
     fn transmit_arp(&mut self, arp: Arp) {
-        self.transmit(arp.frame());
+        if self.transmit(arp.frame()) {
+            self.counters.arp_sent += 1;
+        }
     }
 
     fn port_of_mac(&self, mac: &[u8]) -> Option<usize> {
@@ -424,6 +380,7 @@ impl EthUplink {
 
     /// Handles one frame read off the wire.
     fn handle(&mut self, mut frame: Vec<u8>, now: Instant) {
+        self.stats.rx_bytes += frame.len() as u64;
         if let Some(c) = &mut self.capture {
             c.push(frame.clone());
         }
@@ -456,7 +413,7 @@ impl EthUplink {
             self.stats.rx_dropped += 1;
             return;
         };
-        self.counters.arp += 1;
+        self.counters.arp_received += 1;
         if let Some(mine) = self.port_of_ip(arp.spa) {
             let ip = Ipv4Addr::from(arp.spa);
             let (theirs, ours) = (mac_str(&arp.sha), mac_str(&self.ports[mine].mac));
@@ -610,9 +567,9 @@ impl Uplink for EthUplink {
         format!(
             "{} ({}); {}; arp: requests sent {} replies sent {} frames unresolved {} \
              queue full {}",
-            self.stats,
+            self.stats(),
             self.link.describe(),
-            self.counters,
+            received_report(&self.counters),
             a.requests,
             a.replies,
             a.unresolved,
@@ -640,7 +597,26 @@ impl Uplink for EthUplink {
     }
 
     fn stats(&self) -> UplinkStats {
-        self.stats
+        UplinkStats {
+            rx_kernel_dropped: self.link.kernel_drops(),
+            ..self.stats
+        }
+    }
+
+    fn port_stats(&self) -> PortStats {
+        let a = self.neighbors.counters();
+        let mut p = crate::net::port_stats(
+            PORT_ETH,
+            &self.stats(),
+            PortStats {
+                arp_unresolved: a.unresolved + a.queue_full,
+                ..self.counters
+            },
+        );
+        // Frames whose ARP went unanswered leave the queue of their address without a
+        // send having been tried; the other drops are in the stats already.
+        p.tx_dropped += a.unresolved;
+        p
     }
 }
 
@@ -750,7 +726,7 @@ mod tests {
             (REPLY, VF0.mac, VF0.ip, GUEST.mac, GUEST.ip)
         );
         assert_eq!(sent[0][..6], GUEST.mac);
-        assert_eq!(u.counters().arp, 2);
+        assert_eq!(u.port_stats().arp_received, 2);
         // The request taught it the guest's MAC: a frame to the guest goes right out.
         let f = rxe_frame(
             VF0,
@@ -838,8 +814,9 @@ mod tests {
             vec![1, 2, 3],
         ];
         let n = frames.len();
+        let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
         assert_eq!(arrive(&mut u, &wire, frames), n);
-        let c = u.counters();
+        let c = u.port_stats();
         assert_eq!(
             (c.ip_checksum, c.udp_length, c.ip_version, c.runt),
             (1, 1, 1, 1)
@@ -849,7 +826,13 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!((c.not_for_us, c.other_protocol, c.looped), (1, 1, 1));
-        assert_eq!(u.stats().rx_dropped, c.dropped());
+        // Every frame read is in one of the port counters' outcomes.
+        assert_eq!(
+            (c.kind, c.rx_frames, c.rx_delivered),
+            (PORT_ETH, n as u64, 2)
+        );
+        assert_eq!((c.rx_dropped, u.stats().rx_dropped), (7, 7));
+        assert_eq!(c.rx_bytes, bytes);
         let mut out = Vec::new();
         assert_eq!(u.receive(1, 16, &mut out, &mut Vec::new()), 2);
         assert_eq!(out[0], good);

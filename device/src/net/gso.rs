@@ -19,7 +19,8 @@ use std::mem::size_of;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::udp::{setsockopt_int, sockaddr};
+use super::socket::setsockopt_int;
+use super::udp::sockaddr;
 
 /// `SOL_UDP` option: the segment size of the datagram sent (a control message of a u16).
 const UDP_SEGMENT: libc::c_int = 103;

@@ -2,7 +2,9 @@
 //! datagram per frame (QEMU `-netdev dgram`, and `-netdev socket,mcast=` for a hub
 //! shared by several members), or a TCP stream in which each frame is preceded by its
 //! length as a 4-byte big-endian number (QEMU `-netdev stream` and `-netdev
-//! socket,listen=|connect=`). Every socket is non-blocking: nothing here ever waits.
+//! socket,listen=|connect=`). Every socket is non-blocking: nothing here ever waits. Every
+//! socket's buffers are sized by [`crate::net::socket::size_buffers`], as the `udp:`
+//! network's are, and the UDP ones report the kernel's drops ([`Link::kernel_drops`]).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -14,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::net::udp::{bound_udp_socket, setsockopt_int, sockaddr};
+use crate::net::socket::{count_drops, setsockopt_int, size_buffers, KernelDrops};
+use crate::net::udp::{bound_udp_socket, recv_one, sockaddr};
 
 /// The largest frame a link carries (QEMU's own limit is 69,632 bytes; no IPv4 frame is
 /// longer than 14 + 65,535).
@@ -41,16 +44,25 @@ pub trait Link: Send {
     fn next_deadline(&self) -> Option<Instant> {
         None
     }
+    /// Frames the host's kernel dropped before they could be received (the socket's
+    /// buffer was full), since the link was opened, as far as the kernel reports them.
+    fn kernel_drops(&self) -> u64 {
+        0
+    }
     /// What it is, for logs.
     fn describe(&self) -> String;
 }
 
-/// A non-blocking UDP socket bound to `addr`, with `SO_REUSEADDR` if `shared`.
+/// A non-blocking UDP socket bound to `addr`, with `SO_REUSEADDR` if `shared`, its
+/// buffers sized and the kernel's drops reported.
 fn udp_socket(addr: SocketAddrV4, shared: bool) -> io::Result<UdpSocket> {
     bound_udp_socket(addr, |raw| {
         if shared {
             setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
         }
+        let what = format!("ethernet port ({addr})");
+        size_buffers(raw, &what);
+        count_drops(raw, &what);
         Ok(())
     })
 }
@@ -60,6 +72,8 @@ pub struct DatagramLink {
     socket: UdpSocket,
     to: SocketAddrV4,
     name: String,
+    /// What the kernel dropped on the socket.
+    drops: KernelDrops,
 }
 
 impl DatagramLink {
@@ -69,6 +83,7 @@ impl DatagramLink {
             socket: udp_socket(local, false)?,
             to: remote,
             name: format!("dgram {local} -> {remote}"),
+            drops: KernelDrops::default(),
         })
     }
 
@@ -84,6 +99,7 @@ impl DatagramLink {
             socket,
             to: group,
             name: format!("mcast {group}"),
+            drops: KernelDrops::default(),
         })
     }
 }
@@ -99,14 +115,20 @@ impl Link for DatagramLink {
 
     fn recv(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
         out.resize(MAX_FRAME, 0);
-        match self.socket.recv_from(out) {
-            Ok((n, _)) => {
-                out.truncate(n);
+        match recv_one(&self.socket, out) {
+            Ok(r) => {
+                // A longer datagram is cut to the buffer, and fails the port's checks.
+                out.truncate(r.len.min(MAX_FRAME));
+                self.drops.update(r.kernel_drops);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.drops.total
     }
 
     fn describe(&self) -> String {
@@ -154,6 +176,8 @@ impl StreamLink {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let name = format!("listen {}", listener.local_addr()?);
+        // Accepted connections inherit the listener's buffers.
+        size_buffers(listener.as_raw_fd(), &format!("ethernet port ({name})"));
         let link = Self::new(Peer::Listen(listener), name)?;
         if let Peer::Listen(l) = &link.peer {
             link.watch(ControlOperation::Add, l.as_raw_fd(), LISTENER, EventSet::IN)?;
@@ -397,6 +421,8 @@ fn start_connect(addr: SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: `raw` is a fresh descriptor that nothing else owns.
     let stream = unsafe { TcpStream::from_raw_fd(raw) };
+    // Before connecting: the window scale is agreed on in the handshake.
+    size_buffers(raw, &format!("ethernet port (connect {addr})"));
     let sa = sockaddr(v4);
     // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
     let r = unsafe {
@@ -500,5 +526,52 @@ impl Link for StreamLink {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::socket::getsockopt_int;
+
+    /// A loopback address with a port no other test uses.
+    fn free_addr() -> SocketAddrV4 {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        match s.local_addr().unwrap() {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => unreachable!("bound to IPv4"),
+        }
+    }
+
+    fn drain(link: &mut DatagramLink) -> u64 {
+        let mut frame = Vec::new();
+        let mut n = 0;
+        while link.recv(&mut frame).unwrap() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn datagram_sockets_are_sized_and_count_what_the_kernel_dropped() {
+        let (local, remote) = (free_addr(), free_addr());
+        let mut link = DatagramLink::dgram(local, remote).unwrap();
+        let fd = link.socket.as_raw_fd();
+        let rcvbuf = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap();
+        assert!(rcvbuf > 212_992, "sized beyond the default: {rcvbuf}");
+        // A buffer of a few datagrams, flooded before anything is read.
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 * 1024).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent = 200;
+        for _ in 0..sent {
+            sender.send_to(&[0x55; 1400], local).unwrap();
+        }
+        let received = drain(&mut link);
+        assert!(received < sent, "the buffer held {received} of {sent}");
+        // The count comes with the next datagram queued after the drops.
+        sender.send_to(&[0x55; 1400], local).unwrap();
+        assert_eq!(drain(&mut link), 1);
+        // On loopback every datagram not received was dropped by the receiving socket.
+        assert_eq!(link.kernel_drops(), sent - received);
     }
 }

@@ -16,6 +16,7 @@ pub mod eth;
 pub mod faults;
 pub mod gso;
 pub mod link;
+pub mod socket;
 pub mod udp;
 
 use std::fmt;
@@ -23,7 +24,9 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::str::FromStr;
 
+use crate::rdma::switch::UplinkStats;
 use eth::EthSpec;
+use rnic_abi::admin::PortStats;
 use udp::UdpSpec;
 
 /// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
@@ -62,6 +65,29 @@ impl fmt::Display for NetSpec {
             Self::Udp(s) => s.fmt(f),
             Self::Eth(s) => s.fmt(f),
         }
+    }
+}
+
+/// The counters of a port of `kind` (`rnic_abi::admin::PORT_*`): what every uplink
+/// counts, from its [`UplinkStats`], and from `own` what only some count (frames
+/// ignored, ARP, drops by reason); `rx_frames` is every frame's one outcome summed.
+pub fn port_stats(kind: u32, s: &UplinkStats, own: PortStats) -> PortStats {
+    PortStats {
+        kind,
+        tx_frames: s.tx,
+        tx_bytes: s.tx_bytes,
+        tx_dropped: s.tx_dropped,
+        rx_frames: s.rx
+            + s.rx_dropped
+            + own.not_for_us
+            + own.looped
+            + own.other_protocol
+            + own.arp_received,
+        rx_bytes: s.rx_bytes,
+        rx_delivered: s.rx,
+        rx_dropped: s.rx_dropped,
+        rx_kernel_dropped: s.rx_kernel_dropped,
+        ..own
     }
 }
 

@@ -102,19 +102,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::str::FromStr;
 
 use super::gso::{self, Batch, RunKey};
+use super::socket::{self, setsockopt_int};
 use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
 use crate::roce::icrc::icrc;
 use crate::roce::packet::{
     BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT, UDP_HEADER_LEN,
 };
+use rnic_abi::admin::{PortStats, PORT_UDP};
 
 /// The UDP port datagrams go to when `--net` names none: RoCEv2's.
 pub const DEFAULT_PORT: u16 = ROCEV2_PORT;
-
-/// Socket buffer size asked for (with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where allowed,
-/// else capped by `net.core.rmem_max`/`wmem_max`): room for the send windows
-/// ([`crate::rdma::requester::SEND_WINDOW`] packets) of many QPs at once.
-const SOCKET_BUFFER: libc::c_int = 4 << 20;
 
 /// Send sockets kept open at most; past that, the least recently used one is closed
 /// (and opened again if its flow sends again), so that many QPs do not run rnicd out of
@@ -123,6 +120,9 @@ const MAX_FLOWS: usize = 512;
 
 /// The largest UDP payload over IPv4.
 const MAX_DATAGRAM: usize = 65_535 - IPV4_HEADER_LEN - UDP_HEADER_LEN;
+
+/// The headers a datagram's frame has beyond its UDP payload: Ethernet, IPv4, UDP.
+const FRAME_HEADERS: usize = ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
 
 /// IPv4 "don't fragment".
 const IP_DF: u16 = 0x4000;
@@ -184,57 +184,6 @@ pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
 
 pub use crate::net::NetError;
 
-pub(crate) fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: a c_int option value of the size given, on a descriptor we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a c_int option value and its length, on a descriptor we own.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Asks for a socket buffer of [`SOCKET_BUFFER`] bytes: forced (beyond the sysctl cap)
-/// where the process may, else as large as the cap allows. Failure is not fatal.
-fn grow_buffer(fd: RawFd, force: libc::c_int, normal: libc::c_int) {
-    if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, normal, SOCKET_BUFFER);
-    }
-}
-
 pub(crate) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
@@ -262,7 +211,8 @@ fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
             Role::Receive => {
                 setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
                 setsockopt_int(raw, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-                grow_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+                socket::size_buffers(raw, &format!("udp receive socket {addr}"));
+                socket::count_drops(raw, "udp receive socket");
                 if !gso::enable_gro(raw) {
                     log::debug!("UDP_GRO unavailable: datagrams are received one by one");
                 }
@@ -275,7 +225,8 @@ fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
                     libc::IP_MTU_DISCOVER,
                     libc::IP_PMTUDISC_DO,
                 )?;
-                grow_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+                // Send-only: its receive buffer never holds anything.
+                socket::size_buffer(raw, socket::Direction::Send);
             }
         }
         Ok(())
@@ -319,25 +270,32 @@ pub(crate) fn bound_udp_socket(
 
 /// One datagram, or a coalesced run of them, as `recvmsg` reported it.
 #[derive(Debug, Clone, Copy)]
-struct Received {
-    len: usize,
+pub(crate) struct Received {
+    /// Its length (beyond the buffer if `truncated`).
+    pub len: usize,
     from: SocketAddrV4,
     ttl: Option<u8>,
     tos: Option<u8>,
     /// The size of the datagrams of a coalesced run (`UDP_GRO`): all but the last.
     segment: Option<usize>,
-    truncated: bool,
+    /// It did not fit the buffer.
+    pub truncated: bool,
+    /// Datagrams the kernel dropped on this socket for want of room before this one was
+    /// queued, since the socket was opened (`SO_RXQ_OVFL`, see
+    /// [`super::socket::count_drops`]); `None` while there were none.
+    pub kernel_drops: Option<u32>,
 }
 
-/// Receives one datagram (or coalesced run) into `buf`, with its sender, its TTL and TOS
-/// and its segment size.
-fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+/// Receives one datagram (or coalesced run) into `buf`, with its sender, its TTL and TOS,
+/// its segment size and the socket's drop count.
+pub(crate) fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     let mut name = MaybeUninit::<libc::sockaddr_in>::zeroed();
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for the IP_TTL, IP_TOS and UDP_GRO messages (u64 for cmsghdr's alignment).
+    // Room for the IP_TTL, IP_TOS, UDP_GRO and SO_RXQ_OVFL messages (u64 for cmsghdr's
+    // alignment).
     let mut control = [0u64; 16];
     // SAFETY: msghdr is plain data; all-zero is a valid value (also for musl's padding).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -358,7 +316,7 @@ fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
         Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
         u16::from_be(name.sin_port),
     );
-    let (mut ttl, mut tos, mut segment) = (None, None, None);
+    let (mut ttl, mut tos, mut segment, mut kernel_drops) = (None, None, None, None);
     // SAFETY: the CMSG_* macros walk the control buffer recvmsg filled, within
     // msg_controllen; each message's data is read unaligned, at the size its type has.
     unsafe {
@@ -378,6 +336,8 @@ fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
             } else if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == gso::UDP_GRO {
                 let size = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
                 segment = usize::try_from(size).ok().filter(|&s| s > 0);
+            } else if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SO_RXQ_OVFL {
+                kernel_drops = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
@@ -389,6 +349,7 @@ fn recv_one(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
         tos,
         segment,
         truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        kernel_drops,
     })
 }
 
@@ -527,6 +488,8 @@ struct RxPort {
     ip: Ipv4Addr,
     mac: [u8; 6],
     socket: UdpSocket,
+    /// What the kernel dropped on the socket.
+    drops: socket::KernelDrops,
 }
 
 /// A flow's send socket.
@@ -633,22 +596,10 @@ impl UdpUplink {
                     ip: *addr.ip(),
                     mac: e.mac,
                     socket,
+                    drops: socket::KernelDrops::default(),
                 })
             })
             .collect::<Result<Vec<_>, NetError>>()?;
-        // Linux reports twice the size asked for (the rest is its bookkeeping).
-        if let Some(got) = ports.first().and_then(|p| {
-            getsockopt_int(p.socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).ok()
-        }) {
-            if got < SOCKET_BUFFER {
-                log::warn!(
-                    "UDP receive buffers are {got} bytes, capped by net.core.rmem_max: a \
-                     burst of packets larger than that (a message of a few hundred KiB) is \
-                     partly lost and must be retransmitted; raise the cap (sysctl -w \
-                     net.core.rmem_max={SOCKET_BUFFER}) or give rnicd CAP_NET_ADMIN"
-                );
-            }
-        }
         Ok(Self {
             port,
             ports,
@@ -686,10 +637,21 @@ impl UdpUplink {
         false
     }
 
-    /// Counts the outcome of sending `count` datagrams of at most `len` bytes to `to`.
-    fn count_sent(&mut self, sent: io::Result<()>, count: usize, len: usize, to: SocketAddrV4) {
+    /// Counts the outcome of sending `count` datagrams of at most `len` bytes, `bytes` in
+    /// all, to `to`. The bytes counted are those of the frames the datagrams carry (each
+    /// with its Ethernet, IPv4 and UDP headers), as the functions' counters count them.
+    fn count_sent(
+        &mut self,
+        sent: io::Result<()>,
+        count: usize,
+        (len, bytes): (usize, usize),
+        to: SocketAddrV4,
+    ) {
         match sent {
-            Ok(()) => self.stats.tx += count as u64,
+            Ok(()) => {
+                self.stats.tx += count as u64;
+                self.stats.tx_bytes += (bytes + count * FRAME_HEADERS) as u64;
+            }
             // A full socket buffer: lost, as from a full NIC queue; the transport resends.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.stats.tx_dropped += count as u64;
@@ -837,10 +799,13 @@ impl Uplink for UdpUplink {
                     )
                 });
                 for (sent, len) in each {
-                    self.count_sent(sent, 1, len, to);
+                    self.count_sent(sent, 1, (len, len), to);
                 }
             }
-            (sent, _) => self.count_sent(sent, batch.count, batch.segment, to),
+            (sent, _) => {
+                let sizes = (batch.segment, batch.bytes.len());
+                self.count_sent(sent, batch.count, sizes, to)
+            }
         }
         self.batch_buf = batch.bytes;
     }
@@ -867,10 +832,13 @@ impl Uplink for UdpUplink {
                     break;
                 }
             };
+            let (ip, mac) = (p.ip, p.mac);
+            self.stats.rx_kernel_dropped += self.ports[port].drops.update(r.kernel_drops);
             let payload = &self.buf[..r.len.min(self.buf.len())];
             if r.truncated {
                 read += 1;
                 self.stats.rx_dropped += 1;
+                self.stats.rx_bytes += (r.len + FRAME_HEADERS) as u64;
                 log::trace!("datagram of {} bytes from {} truncated", r.len, r.from);
                 continue;
             }
@@ -882,11 +850,12 @@ impl Uplink for UdpUplink {
             let before = out.len();
             out.extend(gso::datagrams(payload, segment).map(|d| {
                 let buffer = spare.pop().unwrap_or_default();
-                rebuild_frame(buffer, p.mac, r.from, p.ip, tos, ttl, d)
+                rebuild_frame(buffer, mac, r.from, ip, tos, ttl, d)
             }));
             let n = out.len() - before;
             read += n;
             self.stats.rx += n as u64;
+            self.stats.rx_bytes += out[before..].iter().map(|f| f.len() as u64).sum::<u64>();
         }
         read
     }
@@ -897,6 +866,15 @@ impl Uplink for UdpUplink {
 
     fn stats(&self) -> UplinkStats {
         self.stats
+    }
+
+    fn port_stats(&self) -> PortStats {
+        // The only frames it drops on receipt are those too large for the buffer.
+        let own = PortStats {
+            truncated: self.stats.rx_dropped,
+            ..PortStats::default()
+        };
+        super::port_stats(PORT_UDP, &self.stats(), own)
     }
 }
 
@@ -1083,6 +1061,11 @@ mod tests {
         packet::parse(&got).expect("ICRC verifies");
         assert_eq!(ua.stats().tx, 1);
         assert_eq!(ub.stats().rx, 1);
+        // Bytes are the frames', as the functions' counters count them, on both sides.
+        assert_eq!(ua.port_stats().tx_bytes, f.len() as u64);
+        let p = ub.port_stats();
+        assert_eq!((p.kind, p.rx_frames, p.rx_delivered), (PORT_UDP, 1, 1));
+        assert_eq!(p.rx_bytes, got.len() as u64);
         // A second QP's flow goes from its own port.
         let mut second = addressing(a.ip, b.ip, b.mac);
         second.src_port = packet::udp_src_port(0, 0x13, 0x34);

@@ -131,14 +131,27 @@ pub struct UplinkStats {
     /// What arrived from the network and could not be delivered (a truncated datagram);
     /// malformed packets are delivered, and dropped by the functions' receive checks.
     pub rx_dropped: u64,
+    /// Bytes of the frames of `tx`.
+    pub tx_bytes: u64,
+    /// Bytes of every frame read off the network, delivered or not.
+    pub rx_bytes: u64,
+    /// Frames the host's kernel dropped before rnicd could read them (its socket buffer
+    /// was full), as far as the kernel reports them.
+    pub rx_kernel_dropped: u64,
 }
 
 impl std::fmt::Display for UplinkStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "tx {} (dropped {}) rx {} (dropped {})",
-            self.tx, self.tx_dropped, self.rx, self.rx_dropped
+            "tx {} ({} bytes, dropped {}) rx {} ({} bytes, dropped {}, by the kernel {})",
+            self.tx,
+            self.tx_bytes,
+            self.tx_dropped,
+            self.rx,
+            self.rx_bytes,
+            self.rx_dropped,
+            self.rx_kernel_dropped
         )
     }
 }
@@ -167,6 +180,8 @@ pub trait Uplink: Send {
     fn fds(&self) -> Vec<RawFd>;
     /// What it did so far.
     fn stats(&self) -> UplinkStats;
+    /// Its counters as the PF reads them (`GET_PORT_STATS`).
+    fn port_stats(&self) -> rnic_abi::admin::PortStats;
     /// Does the uplink's own work at `now`, once per engine pass before the `receive`
     /// calls: reading its wire into the ports' queues, answering and timing out what it
     /// must. Returns how many frames it read.
@@ -295,6 +310,14 @@ impl Switch {
     /// What the uplink did, in words, if there is one.
     pub fn uplink_report(&self) -> Option<String> {
         self.uplink.as_ref().map(|u| u.report())
+    }
+
+    /// The counters of the device's network port (all 0, kind `PORT_NONE`, without one).
+    pub fn port_stats(&self) -> rnic_abi::admin::PortStats {
+        self.uplink
+            .as_ref()
+            .map(|u| u.port_stats())
+            .unwrap_or_default()
     }
 
     /// The uplink's descriptors to sleep on (none without an uplink).
@@ -584,6 +607,9 @@ mod tests {
         }
         fn stats(&self) -> UplinkStats {
             UplinkStats::default()
+        }
+        fn port_stats(&self) -> rnic_abi::admin::PortStats {
+            rnic_abi::admin::PortStats::default()
         }
     }
 

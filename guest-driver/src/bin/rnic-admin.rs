@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use rnic_abi::admin::Quota;
 use rnic_abi::migration::MigrateQpReq;
 use rnic_driver::admin::{
-    member_name, parse_gid, parse_mac, parse_member, Counts, DeviceReport, StatsReport,
+    member_name, parse_gid, parse_mac, parse_member, Counts, DeviceReport, PortReport, StatsReport,
 };
 use rnic_driver::{Device, Error, Location};
 use serde::Serialize;
@@ -82,11 +82,12 @@ enum Command {
         /// Up to 8 distinct non-zero UDP ports; session i is the i-th.
         ports: Vec<u16>,
     },
-    /// Prints members' counters (all members without one named).
+    /// Prints counters: a member's, the network port's (`port`: GET_PORT_STATS), or
+    /// without either every member's and the port's.
     Stats {
-        /// The member.
-        #[arg(value_parser = member)]
-        member: Option<u32>,
+        /// The member, or `port`.
+        #[arg(value_parser = stats_of)]
+        member: Option<StatsOf>,
     },
     /// Function-level reset of a VF: destroys everything it holds.
     ResetVf {
@@ -158,6 +159,29 @@ enum QuotaAction {
 
 fn member(s: &str) -> Result<u32, String> {
     parse_member(s).ok_or_else(|| format!("{s:?} is no member: use pf, vfN or a member id"))
+}
+
+/// What `stats` reports on.
+#[derive(Debug, Clone, Copy)]
+enum StatsOf {
+    Member(u32),
+    Port,
+}
+
+fn stats_of(s: &str) -> Result<StatsOf, String> {
+    if s.eq_ignore_ascii_case("port") {
+        return Ok(StatsOf::Port);
+    }
+    parse_member(s)
+        .map(StatsOf::Member)
+        .ok_or_else(|| format!("{s:?} is no member or port: use pf, vfN, a member id or port"))
+}
+
+/// What `stats` without a member reports: every member's counters and the port's.
+#[derive(Serialize)]
+struct AllStats {
+    members: Vec<StatsReport>,
+    port: PortReport,
 }
 
 fn mac(s: &str) -> Result<[u8; 6], String> {
@@ -309,17 +333,23 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
                 format!("sessions of {}: {ports:?}", member_name(*member)),
             )
         }
-        Command::Stats { member } => {
-            let members = match member {
-                Some(m) => vec![*m],
-                None => (0..=u32::from(device.admin_query()?.total_vfs)).collect(),
-            };
-            let reports = members
-                .into_iter()
+        Command::Stats {
+            member: Some(StatsOf::Member(m)),
+        } => print(json, &[StatsReport::gather(&device, *m)?], |r| r[0].text()),
+        Command::Stats {
+            member: Some(StatsOf::Port),
+        } => print(json, &PortReport::gather(&device)?, PortReport::text),
+        Command::Stats { member: None } => {
+            let members = (0..=u32::from(device.admin_query()?.total_vfs))
                 .map(|m| StatsReport::gather(&device, m))
                 .collect::<rnic_driver::Result<Vec<_>>>()?;
-            print(json, &reports, |r| {
-                r.iter().map(StatsReport::text).collect()
+            let all = AllStats {
+                members,
+                port: PortReport::gather(&device)?,
+            };
+            print(json, &all, |a| {
+                let members: String = a.members.iter().map(StatsReport::text).collect();
+                members + &a.port.text()
             })
         }
         Command::ResetVf { member } => {
