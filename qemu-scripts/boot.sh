@@ -17,7 +17,7 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P]]...
+Usage: boot.sh [--rxe] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P] [--mtu N]]...
                [--nic-dump FILE] [--mem MB] [--timeout S] [--] CMD...
 
 Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
@@ -43,6 +43,9 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     52:54:00:<NIC index>:<LPORT as two bytes>
   --ip ADDR/PREFIX  the address of the NIC given by the same-numbered --nic (first --ip for
                     eth0, ...): the guest's /init brings it up (kernel word rnic_ethN_ip)
+  --mtu N           the MTU of the NIC given by the same-numbered --nic (first --mtu for
+                    eth0, ...), set before CMD runs (default 1500). rxe's active MTU
+                    follows it: 4200 gives 4096, 2200 gives 2048, 1500 gives 1024
   --nic-dump FILE   write a pcap of everything eth0 sends and receives to FILE (QEMU's
                     filter-dump), moved there when the guest is done
   --mem MB          guest memory in MiB (default 512; 1024 with --rxe)
@@ -68,6 +71,7 @@ vfs=()
 rxe=0
 nics=()
 ips=()
+mtus=()
 nic_dump=""
 mem=""
 timeout_s=300
@@ -84,6 +88,8 @@ while [ $# -gt 0 ]; do
     --nic=*) nics+=("${1#*=}"); shift ;;
     --ip) [ $# -ge 2 ] || die "--ip needs ADDR/PREFIX"; ips+=("$2"); shift 2 ;;
     --ip=*) ips+=("${1#*=}"); shift ;;
+    --mtu) [ $# -ge 2 ] || die "--mtu needs a size in bytes"; mtus+=("$2"); shift 2 ;;
+    --mtu=*) mtus+=("${1#*=}"); shift ;;
     --nic-dump) [ $# -ge 2 ] || die "--nic-dump needs a file"; nic_dump=$2; shift 2 ;;
     --nic-dump=*) nic_dump=${1#*=}; shift ;;
     --mem) [ $# -ge 2 ] || die "--mem needs a size in MiB"; mem=$2; shift 2 ;;
@@ -128,10 +134,17 @@ done
 for a in ${ips[@]+"${ips[@]}"}; do
     [[ $a =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || die "--ip $a: give ADDR/PREFIX, e.g. --ip 10.82.0.100/24"
 done
+[ ${#mtus[@]} -le ${#nics[@]} ] || die "${#mtus[@]} --mtu for ${#nics[@]} --nic: each --mtu sets the same-numbered --nic's"
+for m in ${mtus[@]+"${mtus[@]}"}; do
+    # 65000: a frame must fit one UDP datagram of the dgram netdev.
+    [[ $m =~ ^[0-9]{2,5}$ ]] && [ "$m" -ge 68 ] && [ "$m" -le 65000 ] \
+        || die "--mtu $m: give bytes from 68 to 65000, e.g. --mtu 4200 (rxe then runs a 4096-byte path MTU)"
+done
 [ -z "$nic_dump" ] || [ ${#nics[@]} -gt 0 ] || die "--nic-dump needs a --nic to dump"
 interactive=0
 if [ ${#cmd[@]} -eq 0 ]; then
     [ -t 0 ] || die "no guest command given: boot.sh [options] -- CMD... (or run it from a terminal for a shell)"
+    [ ${#mtus[@]} -eq 0 ] || die "--mtu is set before a guest command; in a shell run: ip link set eth0 mtu N"
     interactive=1
 fi
 [ "$(id -u)" = 0 ] || die "must run as root (chroot and mounts); re-run with sudo"
@@ -287,7 +300,12 @@ if [ $interactive = 1 ]; then
 else
     # A second cpio with /rnic-run.sh, appended: the kernel unpacks concatenated archives.
     mkdir "$run_dir/guest-files"
-    printf '%s\n' "${cmd[*]}" >"$run_dir/guest-files/rnic-run.sh"
+    # --mtu goes first, after /init has added rxe0 (rxe follows its netdev's MTU changes).
+    for i in "${!mtus[@]}"; do
+        printf 'ip link set eth%d mtu %d || { echo "boot: cannot set the MTU of eth%d to %d" >&2; exit 125; }\n' \
+            "$i" "${mtus[$i]}" "$i" "${mtus[$i]}"
+    done >"$run_dir/guest-files/rnic-run.sh"
+    printf '%s\n' "${cmd[*]}" >>"$run_dir/guest-files/rnic-run.sh"
     cp "$run_dir/guest-files/rnic-run.sh" "$run_dir/rnic-run.sh"
     { cat "$base_initrd"
       (cd "$run_dir/guest-files" && echo rnic-run.sh | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n

@@ -29,7 +29,11 @@
 //! of `rx_depth + 1` entries for both, remote access flags 0 (only SENDs arrive). RTR: path
 //! MTU from `--mtu`, the peer's QPN and PSN, `max_dest_rd_atomic` 1, min RNR timer 12,
 //! the peer's GID with hop limit 1 (`ibv_rc_pingpong` leaves the other GRH fields 0).
-//! RTS: timeout 14, retry 7, RNR retry 7, `max_rd_atomic` 1, this side's PSN.
+//! RTS: timeout 14, retry 7, `max_rd_atomic` 1, this side's PSN, and RNR retry 6 where
+//! `ibv_rc_pingpong` has 7 (retry for ever): `ibv_rc_pingpong` posts its receives before
+//! the exchange, so it never answers a SEND with an RNR NAK, and a peer that does has
+//! posted none (it runs something else); six retries end that in milliseconds with a
+//! message saying so, where seven would retry until the time limit.
 //!
 //! # The flow
 //!
@@ -85,7 +89,7 @@ use crate::pingpong::{
     io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
     Result,
 };
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
+use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
 
 pub use crate::pingpong::Dest;
 
@@ -107,6 +111,8 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// The hop limit `ibv_rc_pingpong` puts in the address vector.
 const HOP_LIMIT: u8 = 1;
+/// RNR retries (see the module documentation: not `ibv_rc_pingpong`'s 7).
+const RNR_RETRY: u8 = 6;
 /// How long a wait sleeps at most before it looks at the clock again.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
 
@@ -399,7 +405,13 @@ impl Side {
             std::net::Ipv6Addr::from(remote.gid),
             self.cfg.mtu
         )))?;
-        let (a, m) = verbs::rts_attr(self.local.psn, self.cfg.timeout, self.cfg.retry, 7, 1);
+        let (a, m) = verbs::rts_attr(
+            self.local.psn,
+            self.cfg.timeout,
+            self.cfg.retry,
+            RNR_RETRY,
+            1,
+        );
         self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
     }
 
@@ -570,6 +582,9 @@ impl Side {
                     RECV_WRID => "receive",
                     _ => "unknown work request",
                 };
+                if wc.wr_id == SEND_WRID && wc.status == Ok(WcStatus::RnrRetryExcErr) {
+                    return Err(no_receives_posted(&wc));
+                }
                 if !wc.is_success() {
                     return Err(completion_error_named(&wc, name));
                 }
@@ -602,6 +617,17 @@ impl Side {
         }
         Ok(start.elapsed())
     }
+}
+
+/// The error of a SEND the peer answered with RNR NAKs until the retries ran out.
+fn no_receives_posted(wc: &Wc) -> PingpongError {
+    PingpongError(format!(
+        "the peer posted no receives: it answered this side's SEND with RNR NAKs until the \
+         {RNR_RETRY} retries ran out (completion: {}). Is it running a WRITE or READ test \
+         (ib_write_bw, ib_read_bw, rnic-pingpong --op write)? Run ibv_rc_pingpong, or \
+         rnic-pingpong --ibv-compat, on the other side",
+        wc.status_str()
+    ))
 }
 
 /// Reads the client's `"done"` and its NUL.

@@ -1651,7 +1651,9 @@ pub(crate) fn completion_error_named(wc: &Wc, name: &str) -> PingpongError {
         Ok(WcStatus::RetryExcErr) => {
             " (the peer's QP did not answer: is the other side running, connected to this side's QPN, GID and PSN, and reachable? Raise --timeout or --retry for a slow peer)"
         }
-        Ok(WcStatus::RnrRetryExcErr) => " (the peer had no receive posted)",
+        Ok(WcStatus::RnrRetryExcErr) => {
+            " (the peer had no receive posted: does it run the same --op, with receives for this side's SENDs?)"
+        }
         Ok(WcStatus::RemAccessErr) => {
             " (the peer refused the rkey or address: give the peer's current rkey and addr, from its `local:` line)"
         }

@@ -121,6 +121,8 @@ struct Ibv {
     mtu: u8,
     /// `-c`/`--chk`.
     chk: bool,
+    /// How long its loop waits for the counts before it gives up.
+    patience: Duration,
 }
 
 impl Default for Ibv {
@@ -131,6 +133,7 @@ impl Default for Ibv {
             rx_depth: 500,
             mtu: mtu::MTU_1024,
             chk: true,
+            patience: Duration::from_secs(20),
         }
     }
 }
@@ -270,7 +273,7 @@ fn ibv_rc_pingpong(
         pending |= SEND_WRID;
     }
     let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + o.patience;
     while rcnt < o.iters || scnt < o.iters {
         if Instant::now() > deadline {
             return Err(format!("stuck after {scnt} sends and {rcnt} receives"));
@@ -460,4 +463,39 @@ fn rdma_write_and_read_extension_between_two_rnic_pingpongs() {
     assert_eq!(s.status.code(), Some(1));
     let err = String::from_utf8_lossy(&s.stderr);
     assert!(err.contains("buffer message"), "{err}");
+}
+
+#[test]
+fn a_peer_that_posts_no_receives_is_named_at_once() {
+    let rnicd = Rnicd::start(1, &[]);
+    // A server with ibv_rc_pingpong's exchange that never posts a receive, as a peer
+    // running a WRITE test would be; it gives up after 3 s.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let client = rnic_pingpong(
+        &rnicd,
+        "vf0",
+        &["--connect".into(), format!("127.0.0.1:{port}")],
+    );
+    let start = Instant::now();
+    let peer = std::thread::spawn({
+        let socket = rnicd.socket("pf");
+        move || {
+            let o = Ibv {
+                rx_depth: 0,
+                patience: Duration::from_secs(3),
+                ..Ibv::default()
+            };
+            ibv_rc_pingpong(&socket, o, Some(listener), None)
+        }
+    });
+    let out = finish(client);
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(3), "it took {took:?}: {err}");
+    assert!(err.contains("the peer posted no receives"), "{err}");
+    assert!(err.contains("Run ibv_rc_pingpong"), "{err}");
+    let seen = peer.join().expect("the peer");
+    assert!(seen.is_err_and(|e| e.contains("stuck after 0 sends and 0 receives")));
 }

@@ -142,6 +142,8 @@ struct Perftest {
     read: bool,
     size: usize,
     iters: u64,
+    /// The client reports in Gbit/s (`--report_gbits`).
+    gbits: bool,
 }
 
 /// What it saw: the rnic side's PSN and the report it received.
@@ -198,6 +200,53 @@ fn parse_key(m: &[u8]) -> Result<Key, String> {
     ))
 }
 
+/// exchange_versions, check_sys_data and check_mtu (IBV_MTU_1024 here); returns the
+/// agreed MTU code.
+fn prelude(s: &mut TcpStream, client: bool) -> Result<u8, String> {
+    // exchange_versions: char version[16] from strncpy(.., "6.24", 16).
+    let mut version = b"6.24".to_vec();
+    version.resize(16, 0);
+    let theirs = xchg(s, client, &version, "version")?;
+    let text: String = theirs
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| b as char)
+        .collect();
+    if text.parse::<f64>().unwrap_or(0.0) < 5.70 {
+        return Err(
+            "Current implementation is not compatible with versions older than 5.70".into(),
+        );
+    }
+    // check_sys_data: hton_int(cycle_buffer), hton_int(cache_line_size).
+    let cycle = xchg(s, client, &4096i32.to_be_bytes(), "page size")?;
+    let cache = xchg(s, client, &64i32.to_be_bytes(), "cache line")?;
+    if cycle != 4096i32.to_be_bytes() || cache != 64i32.to_be_bytes() {
+        return Err(format!("sys data {cycle:?} {cache:?}"));
+    }
+    // check_mtu: sprintf(cur, "%d", IBV_MTU_1024), 2 bytes of it.
+    let rem_mtu = xchg(s, client, b"3\0", "mtu")?;
+    match rem_mtu[0] {
+        b'1'..=b'5' if rem_mtu[1] == 0 => Ok((rem_mtu[0] - b'0').min(mtu::MTU_1024)),
+        _ => Err(format!("bad MTU message {rem_mtu:?}")),
+    }
+}
+
+/// `sprintf(msg, KEY_PRINT_FMT_GID, ...)` into `char msg[108]`.
+fn key_msg(out_reads: u32, qpn: u32, psn: u32, rkey: u32, vaddr: u64, gid: [u8; 16]) -> Vec<u8> {
+    let mut key = format!(
+        "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+        0, out_reads, qpn, psn, rkey, vaddr
+    );
+    for b in gid {
+        key += &format!("{b:02x}:");
+    }
+    key += &format!("{:08x}:", 0);
+    let mut key = key.into_bytes();
+    assert_eq!(key.len(), 107);
+    key.push(0);
+    key
+}
+
 /// perftest 6.24's ib_write_bw / ib_read_bw, one RC QP, on function `socket`: the client
 /// if `connect_to` is given, else the server on `listener`.
 fn perftest(
@@ -232,18 +281,7 @@ fn perftest(
         .collect();
     side.mr.write(0, &noise);
     let mut s = match connect_to {
-        Some(port) => {
-            let deadline = Instant::now() + Duration::from_secs(15);
-            loop {
-                match TcpStream::connect(("127.0.0.1", port)) {
-                    Ok(s) => break s,
-                    Err(_) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    Err(e) => return Err(format!("Couldn't connect to port {port}: {e}")),
-                }
-            }
-        }
+        Some(port) => connect_retrying(port),
         None => {
             listener
                 .expect("a listener")
@@ -254,52 +292,18 @@ fn perftest(
     };
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
-    // exchange_versions: char version[16] from strncpy(.., "6.24", 16).
-    let mut version = b"6.24".to_vec();
-    version.resize(16, 0);
-    let theirs = xchg(&mut s, client, &version, "version")?;
-    let text: String = theirs
-        .iter()
-        .take_while(|&&b| b != 0)
-        .map(|&b| b as char)
-        .collect();
-    if text.parse::<f64>().unwrap_or(0.0) < 5.70 {
-        return Err(
-            "Current implementation is not compatible with versions older than 5.70".into(),
-        );
-    }
-    // check_sys_data: hton_int(cycle_buffer), hton_int(cache_line_size).
-    let cycle = xchg(&mut s, client, &4096i32.to_be_bytes(), "page size")?;
-    let cache = xchg(&mut s, client, &64i32.to_be_bytes(), "cache line")?;
-    if cycle != 4096i32.to_be_bytes() || cache != 64i32.to_be_bytes() {
-        return Err(format!("sys data {cycle:?} {cache:?}"));
-    }
-    // check_mtu: sprintf(cur, "%d", IBV_MTU_1024), 2 bytes of it.
-    let rem_mtu = xchg(&mut s, client, b"3\0", "mtu")?;
-    let mtu_code = match rem_mtu[0] {
-        b'1'..=b'5' if rem_mtu[1] == 0 => (rem_mtu[0] - b'0').min(mtu::MTU_1024),
-        _ => return Err(format!("bad MTU message {rem_mtu:?}")),
-    };
+    let mtu_code = prelude(&mut s, client)?;
     let psn = 0x5a3c1f;
     let out_reads = if p.read { 16 } else { 1 };
     let vaddr = side.mr.addr(half);
-    // sprintf(msg, KEY_PRINT_FMT_GID, ...) into char msg[108].
-    let mut key = format!(
-        "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
-        0,
+    let key = key_msg(
         out_reads,
         side.qp.qp_num(),
         psn,
         side.mr.rkey(),
-        vaddr
+        vaddr,
+        side.gid,
     );
-    for b in side.gid {
-        key += &format!("{b:02x}:");
-    }
-    key += &format!("{:08x}:", 0);
-    let mut key = key.into_bytes();
-    assert_eq!(key.len(), 107);
-    key.push(0);
     let (_, rem_reads, rqpn, rpsn, rkey, rvaddr, rgid) =
         parse_key(&xchg(&mut s, client, &key, "keys")?)?;
     // ctx_connect: RTR always, RTS on the client only.
@@ -381,12 +385,20 @@ fn perftest(
             }
         }
         parse_key(&xchg(&mut s, client, &key, "end of test")?)?;
+        // print_report_bw divides bytes by 2^20 for MiB/s, by 125e6 for Gbit/s.
+        let rate = 0.123456f64;
+        let (peak, avg) = if p.gbits {
+            let gbits = rate * 1e6 * p.size as f64 / 125e6;
+            (gbits * 1.1, gbits)
+        } else {
+            (111.11, 99.5)
+        };
         let mine = [
             (p.size as u64).to_be_bytes(),
             p.iters.to_be_bytes(),
-            111.11f64.to_bits().to_be_bytes(),
-            99.5f64.to_bits().to_be_bytes(),
-            0.123456f64.to_bits().to_be_bytes(),
+            peak.to_bits().to_be_bytes(),
+            avg.to_bits().to_be_bytes(),
+            rate.to_bits().to_be_bytes(),
         ];
         for (i, piece) in mine.iter().enumerate() {
             report[i].copy_from_slice(&xchg(&mut s, client, piece, "report")?);
@@ -423,6 +435,7 @@ fn rnic_perf_against_perftest_written_here_in_both_roles() {
                 read,
                 size,
                 iters: ITERS,
+                gbits: false,
             };
             let args = |role: &[String]| -> Vec<String> {
                 let mut v = role.to_vec();
@@ -499,14 +512,7 @@ fn a_peer_that_is_not_perftest_is_refused_clearly() {
         "write_bw",
         &["--listen".into(), port.to_string()],
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut s = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("connect: {e}"),
-        }
-    };
+    let mut s = connect_retrying(port);
     // ibv_rc_pingpong's first bytes: not a version.
     s.write_all(b"0000:000011:abcdef:").expect("write");
     drop(s);
@@ -514,4 +520,189 @@ fn a_peer_that_is_not_perftest_is_refused_clearly() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("version") && err.contains("perftest"), "{err}");
+}
+
+/// Connects to 127.0.0.1:`port`, retrying for 15 s while the server starts.
+fn connect_retrying(port: u16) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("connect to port {port}: {e}"),
+        }
+    }
+}
+
+/// A GID of the same type as rnic's (IPv4-mapped), for a peer that sends no traffic.
+const FAKE_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 82, 0, 99];
+
+/// Waits for a run that must fail within `secs` of `since`; returns its standard error.
+fn fails_within(name: &str, child: Child, since: Instant, secs: u64) -> String {
+    let out = finish(child);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{name} succeeded:\n{err}");
+    assert!(
+        since.elapsed() < Duration::from_secs(secs),
+        "{name} took {:?} to fail:\n{err}",
+        since.elapsed()
+    );
+    err
+}
+
+/// rnic-perf --perftest write_bw serving on the PF, and a connection to it.
+fn rnic_perf_serving(rnicd: &Rnicd, args: &[String]) -> (Child, TcpStream) {
+    let port = free_port();
+    let mut all = vec!["--listen".to_string(), port.to_string()];
+    all.extend_from_slice(args);
+    let server = rnic_perf(rnicd, "pf", "write_bw", &all);
+    (server, connect_retrying(port))
+}
+
+/// rnic-perf --perftest write_bw connecting from `function`, and its accepted connection.
+fn rnic_perf_connecting(rnicd: &Rnicd, function: &str, args: &[String]) -> (Child, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let mut all = vec!["--connect".to_string(), format!("127.0.0.1:{port}")];
+    all.extend_from_slice(args);
+    let client = rnic_perf(rnicd, function, "write_bw", &all);
+    (client, listener.accept().expect("accept").0)
+}
+
+/// ib_send_bw's exchange up to its test, as send_bw.c makes it: the prelude, one address
+/// exchange, RTR (and RTS on the client), then three handshakes where write_bw makes two.
+fn send_bw_until_the_test(
+    side: &verbs_pair::Side,
+    s: &mut TcpStream,
+    client: bool,
+    psn: u32,
+) -> Result<(), String> {
+    let mtu_code = prelude(s, client)?;
+    let key = key_msg(
+        1,
+        side.qp.qp_num(),
+        psn,
+        side.mr.rkey(),
+        side.mr.addr(0),
+        side.gid,
+    );
+    let (_, _, rqpn, rpsn, _, _, rgid) = parse_key(&xchg(s, client, &key, "keys")?)?;
+    let (mut a, m) = verbs::rtr_attr(rqpn, rgid, rpsn, mtu_code, 1, 12);
+    a.hop_limit = 0xff;
+    side.qp.modify(&a, m).map_err(|e| format!("RTR: {e}"))?;
+    if client {
+        let (a, m) = verbs::rts_attr(psn, 14, 7, 7, 1);
+        side.qp.modify(&a, m).map_err(|e| format!("RTS: {e}"))?;
+    }
+    for what in ["after connecting", "keys to print", "before the test"] {
+        xchg(s, client, &key, what)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_peer_with_two_qps_is_named_at_once() {
+    let rnicd = Rnicd::start(0, &[]);
+    // perftest's `-q 2` sends one address message per QP, one exchange each.
+    let keys = [0x21u32, 0x22].map(|qpn| key_msg(1, qpn, 0x1234, 0x100, 0x1000, FAKE_GID));
+
+    // rnic-perf serves; `ib_write_bw -q 2` connects.
+    let (server, mut s) = rnic_perf_serving(&rnicd, &[]);
+    let start = Instant::now();
+    prelude(&mut s, true).expect("the prelude");
+    xchg(&mut s, true, &keys[0], "QP 0").expect("QP 0");
+    // The server takes QP 1's address for its second exchange, and stops there.
+    let _ = xchg(&mut s, true, &keys[1], "QP 1");
+    let err = fails_within("rnic-perf server", server, start, 10);
+    assert!(err.contains("QPN 0x22 after that of QPN 0x21"), "{err}");
+    assert!(err.contains("run the peer without -q"), "{err}");
+
+    // `ib_write_bw -q 2` serves; rnic-perf connects.
+    let (client, mut s) = rnic_perf_connecting(&rnicd, "pf", &[]);
+    let start = Instant::now();
+    prelude(&mut s, false).expect("the prelude");
+    for (i, key) in keys.iter().enumerate() {
+        xchg(&mut s, false, key, "a QP").unwrap_or_else(|e| panic!("QP {i}: {e}"));
+    }
+    let err = fails_within("rnic-perf client", client, start, 10);
+    assert!(err.contains("more than one QP (perftest's -q N)"), "{err}");
+}
+
+#[test]
+fn a_send_test_against_write_bw_is_named_at_once() {
+    let rnicd = Rnicd::start(1, &[]);
+    let (server, mut s) = rnic_perf_serving(&rnicd, &[]);
+    // ib_send_bw's client on VF0: its exchange, then SENDs.
+    let side = verbs_pair::side(&rnicd.socket("vf0"), &PairOptions::default());
+    let start = Instant::now();
+    send_bw_until_the_test(&side, &mut s, true, 0xabcd).expect("send_bw's exchange");
+    for i in 0..4 {
+        side.qp
+            .post_send(&SendWr {
+                wr_id: i,
+                opcode: WrOpcode::Send,
+                sges: vec![side.mr.sge(0, 64)],
+                signaled: true,
+                ..SendWr::default()
+            })
+            .expect("post a SEND");
+    }
+    let err = fails_within("rnic-perf server", server, start, 10);
+    assert!(
+        err.contains("the peer sends SENDs (is it ib_send_bw"),
+        "{err}"
+    );
+    assert!(err.contains("run the same test on both sides"), "{err}");
+}
+
+#[test]
+fn a_send_bw_server_is_named_at_once() {
+    let rnicd = Rnicd::start(1, &[]);
+    let args = ["-n", &ITERS.to_string(), "-s", "4096"].map(String::from);
+    let (client, mut s) = rnic_perf_connecting(&rnicd, "vf0", &args);
+    // ib_send_bw's server on the PF: its buffer takes rnic-perf's WRITEs; after its
+    // exchange it waits for SENDs and says nothing more.
+    let side = verbs_pair::side(
+        &rnicd.socket("pf"),
+        &PairOptions {
+            access: verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE,
+            ..PairOptions::default()
+        },
+    );
+    let start = Instant::now();
+    send_bw_until_the_test(&side, &mut s, false, 0x4321).expect("send_bw's exchange");
+    let err = fails_within("rnic-perf client", client, start, 12);
+    assert!(err.contains("still in a test of its own"), "{err}");
+    assert!(
+        err.contains("ib_write_bw against rnic-perf --perftest write_bw"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_peer_reporting_gbits_is_named() {
+    let rnicd = Rnicd::start(1, &[]);
+    let port = free_port();
+    let args = [
+        "--listen",
+        &port.to_string(),
+        "-s",
+        "5000",
+        "-n",
+        &ITERS.to_string(),
+    ]
+    .map(String::from);
+    let server = rnic_perf(&rnicd, "pf", "write_bw", &args);
+    let p = Perftest {
+        read: false,
+        size: 5000,
+        iters: ITERS,
+        gbits: true,
+    };
+    let start = Instant::now();
+    // The peer's closing exchange fails: rnic-perf has stopped at the report.
+    let _ = perftest(&rnicd.socket("vf0"), p, None, Some(port));
+    let err = fails_within("rnic-perf server", server, start, 15);
+    assert!(err.contains("the peer reports in Gbit/s"), "{err}");
+    assert!(err.contains("run the peer without --report_gbits"), "{err}");
 }

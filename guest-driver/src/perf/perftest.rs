@@ -67,6 +67,27 @@
 //! the client of write_bw, which receives nothing, checks the status of every completion
 //! (as the client of read_bw does too).
 //!
+//! # A peer running something else
+//!
+//! Nothing in the exchange names the test, the units or the QP count, so a peer running
+//! another test, or with options this side does not speak, is recognised from what it
+//! does, and the run ends at once with a message naming what to run instead:
+//!
+//! * **more QPs** (`-q N`): perftest sends one address message per QP, so the second
+//!   address message names another QPN (`same_qp`, checked at every later exchange);
+//! * **a SEND test** against a server (`ib_send_bw` / `ib_send_lat` against `write_bw
+//!   --listen`): the server posts one receive that neither of its tests uses and, while it
+//!   waits on TCP, polls its CQ every `WATCH_TICK` (50 ms); a completion there is a SEND, which
+//!   would otherwise draw RNR NAKs until the time limit;
+//! * **a SEND test's server** against the client: it makes one exchange more before its
+//!   test, then waits for SENDs and never answers; a perftest server of the same test
+//!   answers the exchanges after the test at once, so the client waits
+//!   `AFTER_TEST_ANSWER` (5 s) for them;
+//! * **`--report_gbits`** on a client: its report's bandwidth over the byte rate its
+//!   message rate implies is 0.008 (Gbit/s) instead of 0.95 (MiB/s)
+//!   ([`reported_in_gbits`]). A perftest server sends no figures, so its units cannot be
+//!   seen from the client.
+//!
 //! # Reports
 //!
 //! Lines as perftest prints them: ` local address: LID 0000 QPN 0x0011 PSN 0x5a3c1f [OUT
@@ -86,7 +107,7 @@ use crate::pingpong::{
     self, accept_one, completion_error_named, connect_retrying, drv, fail, io_msg, mtu_code,
     page_round, rc_qp, set_timeouts, DeviceChoice, PingpongError, Result,
 };
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, SendWr, WrOpcode};
+use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
 
 pub use crate::ibv_compat::Role;
 
@@ -122,6 +143,15 @@ const RETRY: u8 = 7;
 const STALL: Duration = Duration::from_secs(30);
 /// Slots shorter than this are not failed by the "overwritten" check.
 const MIN_CHECKED_SLOT: usize = 8;
+/// How often a server waiting on TCP looks at its completion queue for a SEND.
+const WATCH_TICK: Duration = Duration::from_millis(50);
+/// How long the client waits for the server's answer after its test. A perftest server of
+/// the same test is already waiting in that exchange and answers at once; one that is still
+/// in a test of its own (ib_send_bw's server waits for SENDs that never come) does not.
+const AFTER_TEST_ANSWER: Duration = Duration::from_secs(5);
+/// A report whose average bandwidth over bytes per microsecond is below this is in Gbit/s:
+/// perftest divides by 2^20 for MiB/s (ratio 0.95) and by 125e6 for Gbit/s (ratio 0.008).
+const GBITS_RATIO: f64 = 0.1;
 
 /// The two tests spoken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -475,12 +505,17 @@ impl Outcome {
 }
 
 /// One TCP connection and which side of each exchange writes first.
-struct Channel {
+struct Channel<'a> {
     stream: TcpStream,
     client: bool,
+    /// While set, reads also look at this CQ: a completion on a server's CQ can only be the
+    /// receive it posted, taken by a SEND (see [`sends_arrived`]).
+    watch: Option<(&'a Cq, Test)>,
+    /// Said after "timed out" when the peer does not answer in time.
+    silence_hint: Option<String>,
 }
 
-impl Channel {
+impl Channel<'_> {
     /// One exchange: the client writes, then reads; the server reads, then writes.
     fn swap<const N: usize>(&mut self, mine: &[u8; N], what: &str) -> Result<[u8; N]> {
         let mut theirs = [0u8; N];
@@ -501,19 +536,111 @@ impl Channel {
     }
 
     fn recv(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
-        self.stream.read_exact(buf).map_err(|e| {
-            let msg = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                "the peer closed the connection (did it fail? see its output)".to_string()
-            } else {
-                io_msg(&e)
+        let read = match self.watch {
+            None => self.stream.read_exact(buf),
+            Some((cq, test)) => self.recv_watching(buf, cq, test)?,
+        };
+        read.map_err(|e| {
+            let msg = match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    "the peer closed the connection (did it fail? see its output)".to_string()
+                }
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    match &self.silence_hint {
+                        Some(hint) => format!("no answer: {hint}"),
+                        None => io_msg(&e),
+                    }
+                }
+                _ => io_msg(&e),
             };
             PingpongError(format!("read the peer's {what}: {msg}"))
         })
     }
 
+    /// `read_exact` in short reads, looking at `cq` between them, so that a SEND from the
+    /// peer ends the run at once instead of when the time limit runs out. The outer
+    /// result is the SEND's diagnostic, the inner one the read's.
+    fn recv_watching(
+        &mut self,
+        buf: &mut [u8],
+        cq: &Cq,
+        test: Test,
+    ) -> Result<std::io::Result<()>> {
+        use std::io::ErrorKind::{Interrupted, TimedOut, UnexpectedEof, WouldBlock};
+        let limit = self
+            .stream
+            .read_timeout()
+            .map_err(|e| PingpongError(format!("TCP: {e}")))?;
+        let started = Instant::now();
+        set_timeouts(&self.stream, Some(WATCH_TICK))?;
+        let mut filled = 0;
+        let read = loop {
+            if filled == buf.len() {
+                break Ok(());
+            }
+            match self.stream.read(&mut buf[filled..]) {
+                Ok(0) => break Err(UnexpectedEof.into()),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == Interrupted => {}
+                Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => {
+                    if !cq.poll(1).is_empty() {
+                        return Err(sends_arrived(test));
+                    }
+                    if limit.is_some_and(|l| started.elapsed() >= l) {
+                        break Err(TimedOut.into());
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        set_timeouts(
+            &self.stream,
+            limit.map(|l| l.saturating_sub(started.elapsed())),
+        )?;
+        Ok(read)
+    }
+
     fn swap_dest(&mut self, local: &Dest, what: &str) -> Result<Dest> {
         decode_dest(&self.swap(&encode_dest(local), what)?)
     }
+
+    /// An exchange of the address again: the peer's must name the QP its first did.
+    fn swap_same_dest(&mut self, local: &Dest, first: &Dest, what: &str) -> Result<Dest> {
+        let again = self.swap_dest(local, what)?;
+        same_qp(first, &again)?;
+        Ok(again)
+    }
+}
+
+/// The diagnostic of a SEND that reached a server of `test`, which posts no receives of
+/// its own accord (one is posted to catch exactly this): the peer runs a SEND test.
+fn sends_arrived(test: Test) -> PingpongError {
+    PingpongError(format!(
+        "the peer sends SENDs (is it ib_send_bw or ib_send_lat?) but this side runs {}, \
+         which receives none: run the same test on both sides (rnic-perf --perftest speaks \
+         ib_write_bw and ib_read_bw)",
+        test.name()
+    ))
+}
+
+/// perftest sends one address message per QP: a second that names another QP is the
+/// second QP of a peer run with `-q N`, and the exchange is out of step from there on.
+fn same_qp(first: &Dest, again: &Dest) -> Result<()> {
+    if again.qpn == first.qpn {
+        return Ok(());
+    }
+    fail(format!(
+        "the peer sent the address of QPN {:#x} after that of QPN {:#x}: it runs more than \
+         one QP (perftest's -q N), and rnic-perf --perftest runs one: run the peer without -q",
+        again.qpn, first.qpn
+    ))
+}
+
+/// Whether a perftest report's bandwidth is in Gbit/s (`--report_gbits`) rather than
+/// MiB/s: the unit shows in the bandwidth over the byte rate its message rate implies.
+pub fn reported_in_gbits(r: &BwReport) -> bool {
+    let bytes_per_us = r.msg_rate * r.size as f64;
+    r.bw_avg > 0.0 && bytes_per_us > 0.0 && r.bw_avg / bytes_per_us < GBITS_RATIO
 }
 
 /// The parameters both sides agree on in steps 1 to 4.
@@ -607,6 +734,16 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
     const MAX_CYCLE: usize = 64 << 10;
     let buf_len = page_round(region_len(cfg.size, MAX_CYCLE));
     let side = open_side(cfg, buf_len)?;
+    if !client {
+        // Neither test SENDs; a receive posted here is taken only by a peer running a SEND
+        // test, which the TCP reads below see on the CQ and name (see `sends_arrived`).
+        side.qp
+            .post_recv(&RecvWr {
+                wr_id: 0,
+                sges: vec![side.mr.sge(0, buf_len)],
+            })
+            .map_err(drv("post the receive that catches a peer's SEND"))?;
+    }
     let stream = match &cfg.role {
         Role::Listen(port) => accept_one(
             *port,
@@ -617,7 +754,12 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         )?,
         Role::Connect(target) => connect_retrying(target, deadline)?,
     };
-    let mut ch = Channel { stream, client };
+    let mut ch = Channel {
+        stream,
+        client,
+        watch: None,
+        silence_hint: None,
+    };
     let agreed = agree(&mut ch, mtu_code(cfg.mtu).expect("checked"))?;
     if agreed.cycle > MAX_CYCLE {
         return fail(format!(
@@ -672,10 +814,14 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         client,
         limits.max_qp_init_rd_atom,
     )?;
-    let remote = ch.swap_dest(&local, "QP address (after connecting)")?;
+    if !client {
+        ch.watch = Some((&side.cq, cfg.test));
+    }
+    let first = remote;
+    let remote = ch.swap_same_dest(&local, &first, "QP address (after connecting)")?;
     let remote_text = address_lines("remote", cfg.test, &remote);
     info(&remote_text);
-    ch.swap_dest(&local, "handshake before the test")?;
+    ch.swap_same_dest(&local, &first, "handshake before the test")?;
     let slots = slot_offsets(cfg.size, agreed.cycle, agreed.cache_line, cfg.iters);
     let (report, data) = if client {
         let report = run_client(cfg, &side, &remote, &slots, deadline)?;
@@ -684,8 +830,30 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         } else {
             DataCheck::Completed
         };
-        ch.swap_dest(&local, "handshake after the test")?;
+        set_timeouts(
+            &ch.stream,
+            Some(deadline.map_or(AFTER_TEST_ANSWER, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(AFTER_TEST_ANSWER)
+            })),
+        )?;
+        ch.silence_hint = Some(format!(
+            "a perftest server of {} answers at once, so the peer is still in a test of its \
+             own (ib_send_bw's server waits for SENDs): run the same test on both sides \
+             (ib_{} against rnic-perf --perftest {})",
+            cfg.test.name(),
+            cfg.test.name(),
+            cfg.test.name()
+        ));
+        ch.swap_same_dest(&local, &first, "handshake after the test")?;
+        // ib_send_bw's server makes one exchange more before its test, so it may take the
+        // one above for that and fall silent here.
         exchange_report(&mut ch, &report)?;
+        ch.silence_hint = None;
+        set_timeouts(
+            &ch.stream,
+            deadline.map(|d| d.saturating_duration_since(Instant::now())),
+        )?;
         (report, data)
     } else {
         // The client runs its test now; this read waits for it.
@@ -693,11 +861,20 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
             &ch.stream,
             deadline.map(|d| d.saturating_duration_since(Instant::now())),
         )?;
-        ch.swap_dest(
+        ch.swap_same_dest(
             &local,
+            &first,
             "handshake after the test (the client's test ran meanwhile)",
         )?;
         let report = exchange_report(&mut ch, &BwReport::default())?;
+        if reported_in_gbits(&report) {
+            return fail(format!(
+                "the peer reports in Gbit/s (perftest's --report_gbits: average {:.2}), and \
+                 rnic-perf --perftest prints MiB/s under perftest's MiB/sec header: run the \
+                 peer without --report_gbits",
+                report.bw_avg
+            ));
+        }
         let data = if receives {
             check_received(&side.mr, cfg.size, &slots, &before, remote.psn)?
         } else {
@@ -705,7 +882,7 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         };
         (report, data)
     };
-    ch.swap_dest(&local, "closing handshake")?;
+    ch.swap_same_dest(&local, &first, "closing handshake")?;
     Ok(Outcome {
         test: cfg.test,
         role: if client { "client" } else { "server" },
@@ -1201,6 +1378,46 @@ mod tests {
         let mut mc = GID;
         mc[..4].copy_from_slice(&[0xff, 0x0e, 0, 0]);
         assert!(v4_mapped(&mc));
+    }
+
+    #[test]
+    fn a_second_qp_is_named() {
+        let first = dest();
+        assert!(same_qp(&first, &first).is_ok());
+        let second = Dest {
+            qpn: 0x12,
+            psn: 0x1,
+            ..dest()
+        };
+        let e = same_qp(&first, &second).unwrap_err();
+        assert!(
+            e.0.contains("QPN 0x12 after that of QPN 0x11") && e.0.contains("without -q"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn report_units_show_in_the_figures() {
+        // 5000 messages of 64 KiB in 0.1 s, as print_report_bw computes both units.
+        let (size, iters, secs) = (65536u64, 5000u64, 0.1);
+        let bytes = (size * iters) as f64;
+        let rate = iters as f64 / secs / 1e6;
+        let mib = BwReport {
+            size,
+            iters,
+            bw_peak: bytes / secs / 1048576.0,
+            bw_avg: bytes / secs / 1048576.0,
+            msg_rate: rate,
+        };
+        assert!(!reported_in_gbits(&mib));
+        let gbits = BwReport {
+            bw_peak: bytes / secs / 125e6,
+            bw_avg: bytes / secs / 125e6,
+            ..mib
+        };
+        assert!(reported_in_gbits(&gbits));
+        // A passive server's zeros say nothing.
+        assert!(!reported_in_gbits(&BwReport::default()));
     }
 
     #[test]
