@@ -56,6 +56,12 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
 
 /// The frames of a classic little-endian pcap file.
 pub fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
+    pcap_records(bytes).into_iter().map(|(_, f)| f).collect()
+}
+
+/// The frames of a classic little-endian pcap file, each with its capture time in
+/// seconds.
+pub fn pcap_records(bytes: &[u8]) -> Vec<(f64, Vec<u8>)> {
     assert!(bytes.len() >= 24, "pcap too short");
     assert_eq!(
         u32::from_le_bytes(bytes[0..4].try_into().unwrap()),
@@ -67,13 +73,15 @@ pub fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
         1,
         "link type Ethernet"
     );
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let mut frames = Vec::new();
     let mut at = 24;
     while at + 16 <= bytes.len() {
-        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
-        let orig = u32::from_le_bytes(bytes[at + 12..at + 16].try_into().unwrap()) as usize;
+        let time = f64::from(word(at)) + f64::from(word(at + 4)) * 1e-6;
+        let incl = word(at + 8) as usize;
+        let orig = word(at + 12) as usize;
         assert_eq!(incl, orig, "frames are captured whole");
-        frames.push(bytes[at + 16..at + 16 + incl].to_vec());
+        frames.push((time, bytes[at + 16..at + 16 + incl].to_vec()));
         at += 16 + incl;
     }
     assert_eq!(at, bytes.len(), "no trailing garbage");

@@ -42,7 +42,7 @@
 //!
 //! The client (the active side) posts `iters` RDMA WRITEs from its buffer into the
 //! server's, or RDMA READs of the server's buffer into its own, `tx_depth` (128) in flight,
-//! one in [`CQ_MOD`] signalled and the last. Both sides walk their buffers as perftest
+//! one in [`CQ_MOD`] signalled (at least [`PROGRESS_MARKS`] in a run) and the last. Both sides walk their buffers as perftest
 //! does: when `size` is at most half the page size, message *i* goes to offset
 //! `(i mod (page / step)) * step`, `step` being `size` rounded up to the cache line
 //! ([`slot_offsets`]); otherwise every message uses offset 0. So the server's buffer
@@ -133,6 +133,11 @@ pub const DEFAULT_ITERS: u64 = 5000;
 pub const DEFAULT_TX_DEPTH: u32 = 128;
 /// One work request in this many is signalled (perftest's default `--cq-mod`).
 pub const CQ_MOD: u64 = 100;
+/// Signalled work requests come at least this often in a run (a run of few iterations
+/// signals one in `iters / PROGRESS_MARKS`): the stall watchdog ([`STALL`]) and the peak
+/// figure see progress even when the whole run is fewer than [`CQ_MOD`] large messages
+/// on a slow peer (100 READs of 1 MiB from Soft-RoCE in a guest take about 30 s).
+const PROGRESS_MARKS: u64 = 8;
 /// perftest's RTR values.
 const MIN_RNR_TIMER: u8 = 12;
 const HOP_LIMIT: u8 = 0xff;
@@ -936,7 +941,10 @@ fn run_client(
     slots: &[usize],
     deadline: Option<Instant>,
 ) -> Result<BwReport> {
-    let every = CQ_MOD.min(u64::from(cfg.tx_depth)).max(1);
+    let every = CQ_MOD
+        .min(u64::from(cfg.tx_depth))
+        .min(cfg.iters / PROGRESS_MARKS)
+        .max(1);
     let depth = u64::from(cfg.tx_depth);
     let (mut posted, mut done) = (0u64, 0u64);
     let mut marks = vec![(Duration::ZERO, 0u64)];
