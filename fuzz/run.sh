@@ -50,10 +50,14 @@ for t in "${targets[@]}"; do
     mkdir -p "$work/$t"
     log="$work/$t.log"
     status=ok
+    leaks=1
+    # ops tears down worlds whose queues it broke without waiting for answers, and the
+    # driver then keeps (leaks) the rings of the objects it could not destroy.
+    [[ "$t" == ops ]] && leaks=0
     # One process, niced: the machine is shared. Inputs that hang count as crashes.
-    if ! nice -n 10 cargo +nightly fuzz run "$t" "$work/$t" "fuzz/corpus/$t" -- \
+    if ! ASAN_OPTIONS="detect_leaks=$leaks" nice -n 10 cargo +nightly fuzz run "$t" "$work/$t" "fuzz/corpus/$t" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        >"$log" 2>&1; then
+        -detect_leaks="$leaks" >"$log" 2>&1; then
         status=FAILED
         failed+=("$t")
         grep -E 'panicked|ERROR|SUMMARY|Test unit written' "$log" | head -20 >&2 || true

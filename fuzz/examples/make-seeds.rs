@@ -17,4 +17,5 @@ fn write(target: &str, seeds: &[Vec<u8>]) {
 fn main() {
     write("recv", &rnic_fuzz::seeds::recv_seeds());
     write("eth", &rnic_fuzz::seeds::eth_seeds());
+    write("ops", &rnic_fuzz::seeds::ops_seeds());
 }

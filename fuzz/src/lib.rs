@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod eth;
 pub mod input;
+pub mod ops;
 pub mod seeds;
 pub mod transport;
 pub mod world;

@@ -87,3 +87,204 @@ pub fn eth_seeds() -> Vec<Vec<u8>> {
     );
     seeds
 }
+
+/// Seeds of the `ops` target: what drivers and VMMs do, and some of what they should not:
+/// queries, a QP moved to ERR with work in flight, objects destroyed while in use (an
+/// MR under a READ, an SRQ under a QP), creations naming another function's numbers,
+/// register sweeps, a reset, the command queue stopped, bus mastering off, an FLR,
+/// doorbells rung through messages, admin commands that disable, reset, take the link of
+/// and move a QP out of B.
+pub fn ops_seeds() -> Vec<Vec<u8>> {
+    use rnic_abi::admin::{MemberReq, SetLinkReq, SetNumVfsReq, LINK_DOWN};
+    use rnic_abi::cmd::Opcode;
+    use rnic_abi::migration::MigrateQpReq;
+    use rnic_abi::pci::cfg;
+    use rnic_abi::regs;
+    use rnic_abi::verbs::{attr, CreateCqReq, ModifyQpReq, ObjectReq, PageList, QpAttr, QpState};
+    use zerocopy::IntoBytes;
+
+    use crate::ops::{op, Op};
+    use crate::world::{Mode, World, A, B};
+
+    let world = World::build(Mode::Fuzz);
+    let qpns = world.qpns();
+    let (qb, qb2, qa) = (qpns[&B][0], qpns[&B][1], qpns[&A][0]);
+    let mr_b = world.sides[B].mrs[0].lkey();
+    let srq = world.sides[B].srq.as_ref().map_or(0, |s| s.srqn());
+    let cq_a = world.sides[A].cq.cqn();
+    drop(world);
+
+    let cmd = |opcode: Opcode, room: u16, body: &[u8]| {
+        let mut a = (opcode as u16).to_le_bytes().to_vec();
+        a.extend(room.to_le_bytes());
+        a.extend(body);
+        a
+    };
+    let command = |opcode: Opcode, body: &[u8]| op(Op::Command, &cmd(opcode, 256, body));
+    let admin = |opcode: Opcode, body: &[u8]| op(Op::Admin, &cmd(opcode, 256, body));
+    let object = |handle: u32| ObjectReq {
+        handle,
+        reserved: 0,
+    };
+    let reg = |kind: Op, offset: u64, width_sel: u8, value: u64| {
+        let mut a = (offset as u16).to_le_bytes().to_vec();
+        a.push(width_sel);
+        a.extend(value.to_le_bytes());
+        op(kind, &a)
+    };
+    let step = op(Op::Step, &[]);
+    let to_err = ModifyQpReq {
+        qpn: qb,
+        attr_mask: attr::STATE,
+        attr: QpAttr {
+            qp_state: QpState::Err as u8,
+            ..QpAttr::default()
+        },
+    };
+    let cq_in_guard = CreateCqReq {
+        ring: PageList {
+            addr: crate::transport::IOVA_BASE,
+            count: 1,
+            page_shift: 12,
+        },
+        entries: 64,
+        doorbell_page: 1,
+    };
+    let sweep: Vec<u8> = (0..regs::REGS_END + 8)
+        .step_by(4)
+        .flat_map(|o| reg(Op::Bar0Read, o, 0, 0))
+        .collect();
+    let mut seeds = vec![
+        command(Opcode::QueryDevice, &[]),
+        command(Opcode::QueryQp, object(qb).as_bytes()),
+        [
+            command(Opcode::ModifyQp, to_err.as_bytes()),
+            step.clone(),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            command(Opcode::DeregMr, object(mr_b).as_bytes()),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            command(Opcode::DestroySrq, object(srq).as_bytes()),
+            command(Opcode::DestroyQp, object(qb2).as_bytes()),
+            command(Opcode::DestroySrq, object(srq).as_bytes()),
+        ]
+        .concat(),
+        command(Opcode::QueryQp, object(qa).as_bytes()),
+        command(Opcode::DestroyCq, object(cq_a).as_bytes()),
+        command(Opcode::CreateCq, cq_in_guard.as_bytes()),
+        sweep,
+        [
+            reg(
+                Op::Bar0Write,
+                regs::DEVICE_CONTROL,
+                0,
+                u64::from(regs::CONTROL_RESET),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [reg(Op::Bar0Write, regs::CMDQ_CONTROL, 0, 0), step.clone()].concat(),
+        [
+            reg(
+                Op::ConfigWrite,
+                cfg::COMMAND as u64,
+                4,
+                u64::from(cfg::COMMAND_MEMORY),
+            ),
+            step.clone(),
+            reg(
+                Op::ConfigWrite,
+                cfg::COMMAND as u64,
+                4,
+                u64::from(cfg::COMMAND_MEMORY | cfg::COMMAND_BUS_MASTER),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            reg(
+                Op::ConfigWrite,
+                (cfg::PCIE_CAP + cfg::PCIE_DEVCTL) as u64,
+                4,
+                u64::from(cfg::PCIE_DEVCTL_FLR),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        admin(Opcode::AdminQuery, &[]),
+        admin(
+            Opcode::GetStats,
+            MemberReq {
+                member: 1,
+                reserved: 0,
+            }
+            .as_bytes(),
+        ),
+        [
+            admin(
+                Opcode::SetLink,
+                SetLinkReq {
+                    member: 1,
+                    state: LINK_DOWN,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::ResetVf,
+                MemberReq {
+                    member: 1,
+                    reserved: 0,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::SetNumVfs,
+                SetNumVfsReq {
+                    num_vfs: 1,
+                    reserved: 0,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::MigrateQp,
+                MigrateQpReq {
+                    from: 1,
+                    to: 2,
+                    qpn: qb,
+                    ..MigrateQpReq::default()
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+    ];
+    // Doorbells rung through region writes: every slot of B's first verbs page.
+    seeds.push(
+        (0..64u32)
+            .flat_map(|slot| {
+                let mut a = (4096 + 8 * slot).to_le_bytes().to_vec();
+                a.extend(1u32.to_le_bytes());
+                [op(Op::DoorbellWrite, &a), step.clone()].concat()
+            })
+            .collect(),
+    );
+    seeds
+}

@@ -98,7 +98,7 @@ pub struct World {
     /// Work requests posted on each function: `wr_id`s, all distinct.
     posted: Vec<BTreeSet<u64>>,
     /// Work requests completed so far.
-    completed: Vec<BTreeSet<u64>>,
+    pub(crate) completed: Vec<BTreeSet<u64>>,
     /// C's counters at the end of set-up.
     bystander: (rnic_device::rdma::Counters, rnic_abi::admin::MemberStats),
 }
@@ -369,7 +369,9 @@ impl World {
             completed: vec![BTreeSet::new(), BTreeSet::new(), BTreeSet::new()],
         };
         // Completions of the set-up count too: none may come again.
-        world.poll_completions().expect("set-up completions");
+        world
+            .poll_completions(&[A, B, C])
+            .expect("set-up completions");
         world.snapshots = world.bench.rams.iter().map(|r| r.snapshot()).collect();
         world
     }
@@ -396,8 +398,9 @@ impl World {
 
     /// Polls every CQ through the driver; fails on a completion of a work request that
     /// was never posted or already completed.
-    fn poll_completions(&mut self) -> Result<(), String> {
-        for (f, side) in self.sides.iter().enumerate() {
+    fn poll_completions(&mut self, functions: &[usize]) -> Result<(), String> {
+        for &f in functions {
+            let side = &self.sides[f];
             loop {
                 let wcs = side.cq.poll(64);
                 if wcs.is_empty() {
@@ -422,54 +425,65 @@ impl World {
         Ok(())
     }
 
-    /// Checks the invariants (see the module documentation); panics with what broke.
+    /// Checks the invariants (see the module documentation) on every function; panics
+    /// with what broke.
     pub fn check(&mut self) {
-        if let Err(e) = self.poll_completions() {
+        self.check_completions(&[A, B, C]);
+        for f in [A, B, C] {
+            self.check_ram(f);
+        }
+    }
+
+    /// Invariant 3 on `functions`: polls their CQs through the driver.
+    pub fn check_completions(&mut self, functions: &[usize]) {
+        if let Err(e) = self.poll_completions(functions) {
             panic!("invariant 3 (at most one completion per posted WR): {e}");
         }
-        for f in [A, B, C] {
-            let ram = &self.bench.rams[f];
-            let now = ram.bytes();
-            let before = &self.snapshots[f];
-            // RAM handed out since the snapshot (by teardown commands) was zero before.
-            for (page, x) in now.chunks(4096).enumerate() {
-                let base = page * 4096;
-                let y = before
-                    .get(base..(base + 4096).min(before.len()))
-                    .unwrap_or(&[]);
-                if x == y {
+    }
+
+    /// Invariant 1 (and for C, 2) on function `f`'s guest RAM.
+    pub fn check_ram(&self, f: usize) {
+        let ram = &self.bench.rams[f];
+        let now = ram.bytes();
+        let before = &self.snapshots[f];
+        // RAM handed out since the snapshot (by teardown commands) was zero before.
+        for (page, x) in now.chunks(4096).enumerate() {
+            let base = page * 4096;
+            let y = before
+                .get(base..(base + 4096).min(before.len()))
+                .unwrap_or(&[]);
+            if x == y {
+                continue;
+            }
+            for (i, &p) in x.iter().enumerate() {
+                let at = base + i;
+                let q = y.get(i).copied().unwrap_or(0);
+                if p == q {
                     continue;
                 }
-                for (i, &p) in x.iter().enumerate() {
-                    let at = base + i;
-                    let q = y.get(i).copied().unwrap_or(0);
-                    if p == q {
-                        continue;
-                    }
-                    let allowed = f != C
-                        && match ram.owner(at) {
-                            Some(Owner::Driver) => true,
-                            Some(Owner::Harness) => {
-                                self.writable[f].iter().any(|&(s, e)| (s..e).contains(&at))
-                            }
-                            None => false,
-                        };
-                    assert!(
-                        allowed,
-                        "invariant 1 (no write outside what the function registered): function {f} \
-                         guest RAM at iova {:#x} ({:?}) changed {q:#04x} -> {p:#04x}",
-                        IOVA_BASE + at as u64,
-                        ram.owner(at)
-                    );
-                }
-            }
-            if let Some(at) = ram.untouched_from(now.len()) {
-                panic!(
+                let allowed = f != C
+                    && match ram.owner(at) {
+                        Some(Owner::Driver) => true,
+                        Some(Owner::Harness) => {
+                            self.writable[f].iter().any(|&(s, e)| (s..e).contains(&at))
+                        }
+                        None => false,
+                    };
+                assert!(
+                    allowed,
                     "invariant 1 (no write outside what the function registered): function {f} \
-                     guest RAM at iova {:#x}, never handed out, was written",
-                    IOVA_BASE + at as u64
+                     guest RAM at iova {:#x} ({:?}) changed {q:#04x} -> {p:#04x}",
+                    IOVA_BASE + at as u64,
+                    ram.owner(at)
                 );
             }
+        }
+        if let Some(at) = ram.untouched_from(now.len()) {
+            panic!(
+                "invariant 1 (no write outside what the function registered): function {f} \
+                 guest RAM at iova {:#x}, never handed out, was written",
+                IOVA_BASE + at as u64
+            );
         }
     }
 
