@@ -18,4 +18,5 @@ fn main() {
     write("recv", &rnic_fuzz::seeds::recv_seeds());
     write("eth", &rnic_fuzz::seeds::eth_seeds());
     write("ops", &rnic_fuzz::seeds::ops_seeds());
+    write("send", &rnic_fuzz::seeds::send_seeds());
 }

@@ -288,3 +288,148 @@ pub fn ops_seeds() -> Vec<Vec<u8>> {
     );
     seeds
 }
+
+/// Seeds of the `send` target: WQEs as the driver encodes them, of every opcode, with one
+/// SGE and several, inline, through B's memory, indirect and pattern keys, and a UD send
+/// to A. Each is posted by the driver in a live world and read back from B's send ring
+/// (found by its `wr_id`) before the engine runs.
+pub fn send_seeds() -> Vec<Vec<u8>> {
+    use rnic_driver::verbs::{SendWr, UdAddress, WrOpcode, QKEY_USE_OWN};
+
+    use crate::world::{caps, Mode, World, A};
+
+    let world = World::build(Mode::Live);
+    let keys = world.b_keys();
+    let (b, a) = (&world.sides[B], &world.sides[A]);
+    let (mr, ro, remote) = (&b.mrs[0], &b.mrs[1], &a.mrs[0]);
+    let write = |imm: Option<u32>| match imm {
+        Some(imm) => WrOpcode::RdmaWriteWithImm {
+            remote_addr: remote.addr(0x2000),
+            rkey: remote.rkey(),
+            imm,
+        },
+        None => WrOpcode::RdmaWrite {
+            remote_addr: remote.addr(0x2000),
+            rkey: remote.rkey(),
+        },
+    };
+    let wr = |opcode: WrOpcode, sges: Vec<rnic_driver::verbs::Sge>| SendWr {
+        opcode,
+        sges,
+        signaled: true,
+        ..SendWr::default()
+    };
+    // (QP index on B, the WR): 0 qb, 1 qb2, 2 ub.
+    let wrs: Vec<(u8, SendWr)> = vec![
+        (0, wr(WrOpcode::Send, vec![mr.sge(0, 100)])),
+        (
+            0,
+            wr(
+                WrOpcode::Send,
+                vec![mr.sge(0, 3000), ro.sge(0, 1000), mr.sge(0x4000, 8)],
+            ),
+        ),
+        (
+            0,
+            SendWr {
+                inline: Some(b"inline data, as a driver puts it into the WQE".to_vec()),
+                ..wr(WrOpcode::SendWithImm(0xfeed), Vec::new())
+            },
+        ),
+        (
+            0,
+            wr(WrOpcode::SendWithInv(remote.rkey()), vec![mr.sge(0, 64)]),
+        ),
+        (0, wr(write(None), vec![mr.sge(0x100, 2500)])),
+        (0, wr(write(Some(9)), vec![keys[0].sge(4000, 8000)])),
+        (
+            0,
+            wr(
+                WrOpcode::RdmaRead {
+                    remote_addr: remote.addr(0x3000),
+                    rkey: remote.rkey(),
+                },
+                vec![keys[1].sge(0, 1024)],
+            ),
+        ),
+        (
+            0,
+            wr(
+                WrOpcode::AtomicCmpSwp {
+                    remote_addr: remote.addr(0x10),
+                    rkey: remote.rkey(),
+                    compare: 0x5a5a_5a5a_5a5a_5a5a,
+                    swap: 7,
+                },
+                vec![mr.sge(0x8, 8)],
+            ),
+        ),
+        (
+            0,
+            wr(
+                WrOpcode::AtomicFetchAdd {
+                    remote_addr: remote.addr(0x18),
+                    rkey: remote.rkey(),
+                    add: 1,
+                },
+                vec![mr.sge(0x10, 8)],
+            ),
+        ),
+        (0, wr(WrOpcode::LocalInv(keys[1].lkey()), Vec::new())),
+        (1, wr(WrOpcode::Send, vec![mr.sge(0, 512)])),
+    ];
+    let stride = rnic_abi::verbs::sq_stride(caps().max_send_sge, caps().max_inline_data) as usize;
+    let ram = &world.bench.rams[B];
+    let find = |wr_id: u64| -> Vec<u8> {
+        let bytes = ram.bytes();
+        let at = bytes
+            .windows(8)
+            .position(|w| w == wr_id.to_le_bytes())
+            .expect("the posted WQE is in B's send ring");
+        bytes[at..(at + stride).min(bytes.len())].to_vec()
+    };
+    let mut wqes: Vec<(u8, Vec<u8>)> = Vec::new();
+    for (i, (which, wr)) in wrs.into_iter().enumerate() {
+        let wr_id = 0x5eed_0000_0000_0100 + i as u64;
+        b.qps[usize::from(which)]
+            .post_send(&SendWr { wr_id, ..wr })
+            .expect("post a seed WR");
+        wqes.push((which, find(wr_id)));
+    }
+    let ud_id = 0x5eed_0000_0000_0200;
+    b.qps[2]
+        .post_ud_send(
+            &SendWr {
+                wr_id: ud_id,
+                ..wr(WrOpcode::Send, vec![mr.sge(0, 256)])
+            },
+            &UdAddress {
+                dest_qpn: a.qps[2].qp_num(),
+                qkey: QKEY_USE_OWN,
+                dgid: a.ctx.attr().gid,
+                hop_limit: 0,
+                traffic_class: 0,
+            },
+        )
+        .expect("post a seed datagram");
+    wqes.push((2, find(ud_id)));
+    drop(keys);
+    drop(world);
+
+    let mut seeds: Vec<Vec<u8>> = wqes
+        .iter()
+        .map(|(which, w)| record(which | STEP, w))
+        .collect();
+    // The same through the MMIO window (where they fit), and all of them in one input.
+    seeds.extend(
+        wqes.iter()
+            .filter(|(which, _)| *which == 0)
+            .map(|(_, w)| record(STEP | 1 << 3, w)),
+    );
+    seeds.push(
+        wqes.iter()
+            .flat_map(|(which, w)| record(*which, w))
+            .collect(),
+    );
+    seeds
+}

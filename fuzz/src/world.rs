@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use rnic_device::rdma::switch::Frame;
 use rnic_driver::verbs::{
-    self, mtu, Context, Cq, DcAddress, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Srq, UdAddress,
-    WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
-    QKEY_USE_OWN,
+    self, mtu, Context, Cq, DcAddress, KeyRange, MemoryKey, Mr, Pd, Qp, QpCaps, RecvWr, SendWr,
+    Srq, UdAddress, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE, QKEY_USE_OWN,
 };
 
 use crate::bench::{Bench, Net};
@@ -65,6 +65,8 @@ pub enum Mode {
     Fuzz,
     /// A's link stays up: the traffic of the set-up is real, for recording seeds.
     Record,
+    /// A's link stays up: A answers what B sends, as a live peer.
+    Live,
 }
 
 /// One function's objects. Declared in drop order: QPs before what they use.
@@ -103,7 +105,8 @@ pub struct World {
     bystander: (rnic_device::rdma::Counters, rnic_abi::admin::MemberStats),
 }
 
-fn caps() -> QpCaps {
+/// The queue sizes of every QP of the world.
+pub fn caps() -> QpCaps {
     QpCaps {
         max_send_wr: 32,
         max_recv_wr: 32,
@@ -169,7 +172,7 @@ impl World {
     /// Builds the world (see the module documentation).
     pub fn build(mode: Mode) -> Self {
         let net = match mode {
-            Mode::Fuzz => Net::None,
+            Mode::Fuzz | Mode::Live => Net::None,
             Mode::Record => Net::Capture(crate::seeds::capture_path()),
         };
         Self::build_on(Bench::new(3, net), mode)
@@ -208,6 +211,8 @@ impl World {
             .expect("DCT ready");
         let dci = a.pd.create_dci(&a.cq, caps(), false).expect("DCI");
         dci.dci_ready(20, 7, 16).expect("DCI ready");
+        // WQEs may reach qb through its MMIO window too.
+        qb.enable_wqe_mmio().expect("MMIO window");
         // C: a QP of its own, connected to nothing the inputs reach.
         let qc = rc(&c, None);
 
@@ -231,6 +236,8 @@ impl World {
         post_recvs(None, b.srq.as_ref(), B, &b.mrs[0], 2000);
         post_recvs(Some(&ub), None, B, &b.mrs[0], 3000);
         post_recvs(Some(&qa), None, A, &a.mrs[0], 1000);
+        post_recvs(Some(&qa2), None, A, &a.mrs[0], 1100);
+        post_recvs(Some(&ua), None, A, &a.mrs[0], 1200);
         post_recvs(Some(&qc), None, C, &c.mrs[0], 1000);
 
         if mode == Mode::Fuzz {
@@ -394,6 +401,53 @@ impl World {
             Seal::Unsealed => Frame::unsealed(bytes),
         };
         self.bench.inject(frame);
+    }
+
+    /// Posts `wqe`, as raw bytes, on B's QP `which` (0: `qb`, RC with an MMIO window; 1:
+    /// `qb2`, RC on the SRQ; 2: `ub`, UD), through the window if `by_mmio` and it is
+    /// free. Returns the `wr_id` it got, if the driver posted it (not when the queue is
+    /// full or the QP in ERR); note it with [`World::note_posted`].
+    pub fn post_raw_on_b(
+        &self,
+        which: usize,
+        wr_id: u64,
+        wqe: &[u8],
+        by_mmio: bool,
+    ) -> Option<u64> {
+        let qp = &self.sides[B].qps[which % 3];
+        qp.post_raw_send(wr_id, wqe, by_mmio).ok().map(|_| wr_id)
+    }
+
+    /// An indirect key over parts of B's two MRs and a pattern key over its writable
+    /// one, created as a driver does (with the same numbers in every world, so that seeds
+    /// name them), for WQEs to use.
+    pub fn b_keys(&self) -> [MemoryKey<'_>; 2] {
+        let b = &self.sides[B];
+        let ranges = [
+            KeyRange {
+                mr: &b.mrs[0],
+                offset: 0,
+                len: 8192,
+            },
+            KeyRange {
+                mr: &b.mrs[1],
+                offset: 4096,
+                len: 4096,
+            },
+        ];
+        [
+            b.pd.create_indirect_key(ACCESS, &ranges)
+                .expect("indirect key"),
+            b.pd.create_pattern_key(ACCESS, &b.mrs[0], 0x100, 64, 256, 16)
+                .expect("pattern key"),
+        ]
+    }
+
+    /// Notes work requests posted on function `f` outside the set-up.
+    pub fn note_posted(&mut self, f: usize, wr_ids: impl IntoIterator<Item = u64>) {
+        for wr_id in wr_ids {
+            assert!(self.posted[f].insert(wr_id), "wr_id {wr_id} posted twice");
+        }
     }
 
     /// Polls every CQ through the driver; fails on a completion of a work request that
@@ -572,6 +626,31 @@ mod tests {
                 world.completed[B].contains(&wr_id),
                 "wr {wr_id}: {:?}",
                 world.completed[B]
+            );
+        }
+    }
+
+    #[test]
+    fn the_driver_s_own_wqes_posted_raw_all_complete_and_keep_the_invariants() {
+        let seeds = crate::seeds::send_seeds();
+        let conversation = seeds.last().expect("seeds");
+        let mut world = World::build(Mode::Live);
+        let keys = world.b_keys();
+        let mut posted = Vec::new();
+        for (i, r) in records(conversation, usize::MAX).into_iter().enumerate() {
+            let wr_id = 0x5eed_0000 + i as u64;
+            posted.extend(world.post_raw_on_b(usize::from(r.flags & 3), wr_id, r.bytes, false));
+            world.bench.step();
+        }
+        world.bench.settle(64);
+        drop(keys);
+        assert_eq!(posted.len(), 12, "every seed WQE was posted");
+        world.note_posted(B, posted.clone());
+        world.check();
+        for wr_id in posted {
+            assert!(
+                world.completed[B].contains(&wr_id),
+                "wr {wr_id:#x} did not complete"
             );
         }
     }
