@@ -19,4 +19,5 @@ fn main() {
     write("eth", &rnic_fuzz::seeds::eth_seeds());
     write("ops", &rnic_fuzz::seeds::ops_seeds());
     write("send", &rnic_fuzz::seeds::send_seeds());
+    write("vfio", &rnic_fuzz::seeds::vfio_seeds());
 }

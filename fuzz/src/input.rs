@@ -49,6 +49,41 @@ pub fn records(mut data: &[u8], max: usize) -> Vec<Record<'_>> {
     out
 }
 
+/// Reads little-endian arguments off a record's bytes, in order; past the end, zeroes
+/// (so that every input means something).
+pub struct Args<'a>(pub &'a [u8]);
+
+impl<'a> Args<'a> {
+    /// The next `n` bytes (at most 8) as a little-endian number.
+    pub fn take(&mut self, n: usize) -> u64 {
+        let mut b = [0u8; 8];
+        let k = n.min(self.0.len()).min(8);
+        b[..k].copy_from_slice(&self.0[..k]);
+        self.0 = &self.0[k..];
+        u64::from_le_bytes(b)
+    }
+
+    /// The next 2 bytes.
+    pub fn u16(&mut self) -> u16 {
+        self.take(2) as u16
+    }
+
+    /// The next 4 bytes.
+    pub fn u32(&mut self) -> u32 {
+        self.take(4) as u32
+    }
+
+    /// The next 8 bytes.
+    pub fn u64(&mut self) -> u64 {
+        self.take(8)
+    }
+
+    /// What is left.
+    pub fn rest(self) -> &'a [u8] {
+        self.0
+    }
+}
+
 /// Encodes one record (a seed's, or a regression test's).
 pub fn record(flags: u8, bytes: &[u8]) -> Vec<u8> {
     let len = u16::try_from(bytes.len()).expect("a frame of at most 64 KiB");
@@ -79,5 +114,14 @@ mod tests {
         );
         assert_eq!((r[2].seal(), r[2].bytes), (Seal::AsIs, &b"xy"[..]));
         assert_eq!(records(&data, 1).len(), 1);
+    }
+
+    #[test]
+    fn missing_arguments_read_as_zero() {
+        let mut a = Args(&[1, 2, 3]);
+        assert_eq!(a.u16(), 0x0201);
+        assert_eq!(a.u32(), 3);
+        assert_eq!(a.u64(), 0);
+        assert!(a.rest().is_empty());
     }
 }

@@ -13,4 +13,5 @@ pub mod input;
 pub mod ops;
 pub mod seeds;
 pub mod transport;
+pub mod vfio;
 pub mod world;

@@ -433,3 +433,115 @@ pub fn send_seeds() -> Vec<Vec<u8>> {
     );
     seeds
 }
+
+/// Seeds of the `vfio` target: what QEMU sends (region reads of every register, a
+/// descriptor-less ROM map, MSI-X set-up and tear-down, a reset), and what it should not
+/// (B's RAM unmapped under its queues and mapped again, overlapping and out-of-range
+/// maps, a descriptor shorter than its range, unmapping what was never mapped).
+pub fn vfio_seeds() -> Vec<Vec<u8>> {
+    use crate::transport::{IOVA_BASE, RAM_SIZE};
+    use crate::vfio::{request, Request};
+    use rnic_abi::pci::REG_BAR;
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+        VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+
+    let map = |flags: u8, sel: u8, address: u64, size: u32, offset: u32, len: u32| {
+        let mut a = vec![flags, sel];
+        a.extend(address.to_le_bytes());
+        a.extend(size.to_le_bytes());
+        a.extend(offset.to_le_bytes());
+        a.extend(&len.to_le_bytes()[..3]);
+        request(Request::DmaMap, &a)
+    };
+    let unmap = |flags: u8, address: u64, size: u32| {
+        let mut a = vec![flags, 2];
+        a.extend(address.to_le_bytes());
+        a.extend(size.to_le_bytes());
+        request(Request::DmaUnmap, &a)
+    };
+    let read = |region: u32, offset: u64, len: u16| {
+        let mut a = vec![region as u8];
+        a.extend(offset.to_le_bytes());
+        a.extend(len.to_le_bytes());
+        request(Request::RegionRead, &a)
+    };
+    let irqs = |index: u32, flags: u32, start: u32, count: u32, fds: u8| {
+        let mut a = vec![index as u8];
+        a.extend(flags.to_le_bytes());
+        a.extend(start.to_le_bytes());
+        a.extend(count.to_le_bytes());
+        a.push(fds);
+        request(Request::SetIrqs, &a)
+    };
+    let step = request(Request::Step, &[]);
+    let ram = RAM_SIZE as u32;
+    // Selector bits 0-1: the address as given (2); bits 2-3: the descriptor (0 none, 1
+    // the guest RAM, 2 a fresh file).
+    let (none, guest, fresh) = (2, 2 | 1 << 2, 2 | 2 << 2);
+    let reg = u32::from(REG_BAR);
+    vec![
+        (0..0x90u64)
+            .step_by(4)
+            .flat_map(|o| read(reg, o, 4))
+            .chain(read(VFIO_PCI_CONFIG_REGION_INDEX, 0, 256))
+            .collect(),
+        map(1, none, 0xfeb0_0000, 0x2_0000, 0, 0),
+        [
+            irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                4,
+                4,
+            ),
+            step.clone(),
+            irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                0,
+                0,
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [request(Request::Reset, &[]), step.clone()].concat(),
+        [
+            unmap(0, IOVA_BASE, ram),
+            step.clone(),
+            step.clone(),
+            map(3, guest, IOVA_BASE, ram, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, guest, IOVA_BASE + 0x1000, 0x2000, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, guest, IOVA_BASE + u64::from(ram), ram, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, fresh, 0x10_0000_0000, 0x10_0000, 0, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, fresh, u64::MAX - 0xfff, 0x1000, 0, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            unmap(0, IOVA_BASE + 0x1000, 0x1000),
+            unmap(0, 0x1234_5000, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [unmap(1 << 2, 0, 0), step.clone(), step.clone()].concat(),
+    ]
+}

@@ -94,6 +94,11 @@ impl GuestRam {
         }))
     }
 
+    /// The memfd behind the RAM (for a client that maps it again elsewhere).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// DMA-maps the RAM into `f` at [`IOVA_BASE`], as a client's `DMA_MAP` does.
     pub fn map_into(&self, f: &Function) -> std::io::Result<()> {
         let fd = self.file.try_clone()?;
