@@ -3,9 +3,11 @@
 //! leave true.
 //!
 //! - A (the PF) is the peer: RC QPs `qa`, `qa2` connected to B's, a UD QP, a DC
-//!   initiator. Its link is down while an input runs (unless the world is recording
-//!   seeds), so everything that reaches B comes from the input.
-//! - B (VF 0) is the target: RC QP `qb` with its own receive queue, RC QP `qb2` on an SRQ,
+//!   initiator, receives posted. In [`Mode::Fuzz`] its link is down while an input runs,
+//!   so that everything that reaches B comes from the input; in [`Mode::Live`] it
+//!   answers what B sends.
+//! - B (VF 0) is the target: RC QP `qb` with its own receive queue and an MMIO window for
+//!   WQEs, RC QP `qb2` on an SRQ,
 //!   a UD QP, a DC target on the SRQ, a writable MR and a read-only one, receives posted
 //!   everywhere, and a SEND, a WRITE, a READ and an atomic of `qb` in flight to A, so
 //!   that answers the input forges meet a completer with work outstanding.
@@ -16,7 +18,8 @@
 //! 1. a function's guest RAM changes only where the device may write: the driver's rings
 //!    and command buffers, and the registered range of its MRs with local write access
 //!    (never their guard bytes, never a read-only MR, never unallocated RAM);
-//! 2. C's memory and counters are unchanged;
+//! 2. C's memory is unchanged, and so are its counters where the input reaches B only
+//!    ([`World::check_bystander_counters`]);
 //! 3. every posted work request completes at most once, and every completion is of a
 //!    work request that was posted.
 
