@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs what the VM tests need
 # (idempotently), checks formatting and lints, runs the unit and integration tests, then
-# the VM tests that boot QEMU guests with the NIC attached.
+# the fuzz targets for a minute each, then the VM tests that boot QEMU guests with the NIC
+# attached.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +21,9 @@ cargo build --workspace --bins
 
 step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
+
+step "fuzz targets, a minute each (cargo fuzz; see fuzz/README.md)"
+bash fuzz/run.sh --seconds 60
 
 step "VM tests (QEMU guests with rnic functions attached, and Soft-RoCE guests)"
 cargo test -p rnic-tests --test vm -- --ignored --test-threads=1

@@ -276,3 +276,19 @@ impl Engine {
         Ok(())
     }
 }
+
+/// What a harness needs to drive the engine itself, one pass at a time, in one thread (the
+/// fuzz targets of `fuzz/`): the same passes [`Engine::run`] makes, without its sleeping.
+#[cfg(feature = "fuzzing")]
+impl Engine {
+    /// One pass over every function, as [`Engine::run`] makes between its sleeps: admin
+    /// queues, the uplink, then each function's commands, frames, send queues and timers.
+    pub fn step(&mut self) -> PollOutcome {
+        self.poll_all()
+    }
+
+    /// The device's switch, for frames that arrive from outside as a network's would.
+    pub fn switch_mut(&mut self) -> &mut Switch {
+        &mut self.switch
+    }
+}

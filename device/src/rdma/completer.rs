@@ -414,12 +414,8 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
     while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
-        let op =
-            super::mmio::read_send(&qp.sq, &qp.caps, env, index).unwrap_or(super::wqe::SendOp {
-                wqe: Default::default(),
-                sges: Vec::new(),
-                inline: None,
-            });
+        let op = super::mmio::read_send(&qp.sq, &qp.caps, env, index)
+            .unwrap_or_else(super::wqe::SendOp::unreadable);
         qp.req.ops.push_back(super::requester::Op {
             index,
             op,
@@ -479,9 +475,8 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
     while qp.rq.taken != posted {
         let index = qp.rq.taken;
         qp.rq.taken = qp.rq.taken.wrapping_add(1);
-        let wr_id = read_recv(&qp.rq, &qp.caps, env.r, index)
-            .map(|r| r.wr_id)
-            .unwrap_or(0);
+        let wr_id =
+            read_recv(&qp.rq, &qp.caps, env.r, index).map_or_else(|e| e.wr_id(), |r| r.wr_id);
         let cqe = Cqe {
             wr_id,
             qp_num: qp.qpn,

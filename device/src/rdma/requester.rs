@@ -423,11 +423,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
             Err(e) => {
                 log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);
                 (
-                    SendOp {
-                        wqe: Default::default(),
-                        sges: Vec::new(),
-                        inline: None,
-                    },
+                    SendOp::unreadable(e),
                     if e == WqeError::Unreachable {
                         WcStatus::LocProtErr
                     } else {

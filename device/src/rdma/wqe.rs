@@ -11,8 +11,23 @@ use super::qp::{QpCaps, WorkQueue};
 pub enum WqeError {
     /// The ring is not reachable any more.
     Unreachable,
-    /// More SGEs or inline bytes than the QP allows, or an opcode the device does not know.
-    Malformed,
+    /// More SGEs or inline bytes than the QP allows, or an opcode the device does not know;
+    /// `wr_id` is the WQE's, for its completion.
+    Malformed {
+        /// The WR's ID, from the WQE's fixed part.
+        wr_id: u64,
+    },
+}
+
+impl WqeError {
+    /// The ID of the WR whose WQE this is: the WQE's own when its fixed part was read, 0
+    /// when not even that could be.
+    pub fn wr_id(self) -> u64 {
+        match self {
+            WqeError::Unreachable => 0,
+            WqeError::Malformed { wr_id } => wr_id,
+        }
+    }
 }
 
 /// A send WQE, decoded.
@@ -32,6 +47,20 @@ impl SendOp {
         match &self.inline {
             Some(d) => d.len() as u64,
             None => self.sges.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
+
+    /// What stands in the send queue for a WQE that could not be read (`e`): nothing to
+    /// send, and the WR's ID where the WQE gave it, so that its error completion names
+    /// the WR the driver posted.
+    pub fn unreadable(e: WqeError) -> Self {
+        SendOp {
+            wqe: SendWqe {
+                wr_id: e.wr_id(),
+                ..SendWqe::default()
+            },
+            sges: Vec::new(),
+            inline: None,
         }
     }
 
@@ -67,14 +96,15 @@ pub fn decode_send(
     if !read(0, &mut fixed) {
         return Err(WqeError::Unreachable);
     }
-    let wqe = SendWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed)?;
+    let wqe = SendWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
+    let malformed = WqeError::Malformed { wr_id: wqe.wr_id };
     if wqe.opcode > wr::SEND_WITH_INV {
-        return Err(WqeError::Malformed);
+        return Err(malformed);
     }
     if wqe.flags & send_flags::INLINE != 0 {
         if wqe.inline_len > caps.max_inline_data || u64::from(wqe.inline_len) + 64 > u64::from(room)
         {
-            return Err(WqeError::Malformed);
+            return Err(malformed);
         }
         let mut data = vec![0u8; wqe.inline_len as usize];
         if !read(64, &mut data) {
@@ -88,7 +118,7 @@ pub fn decode_send(
     }
     let n = u32::from(wqe.num_sge);
     if n > caps.max_send_sge || 64 + u64::from(n) * 16 > u64::from(room) {
-        return Err(WqeError::Malformed);
+        return Err(malformed);
     }
     let mut raw = vec![0u8; n as usize * 16];
     if !read(64, &mut raw) {
@@ -129,9 +159,9 @@ pub fn read_recv(
     if !rq.ring.read(mem, at, &mut fixed) {
         return Err(WqeError::Unreachable);
     }
-    let wqe = RecvWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed)?;
+    let wqe = RecvWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
     if wqe.num_sge > caps.max_recv_sge {
-        return Err(WqeError::Malformed);
+        return Err(WqeError::Malformed { wr_id: wqe.wr_id });
     }
     let sges = read_sges(rq, mem, at + 16, wqe.num_sge)?;
     Ok(RecvOp {
@@ -152,4 +182,67 @@ fn sges_of(raw: &[u8]) -> Vec<Sge> {
     raw.chunks_exact(16)
         .filter_map(|c| Sge::read_from_bytes(c).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    const CAPS: QpCaps = QpCaps {
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    };
+
+    fn decode(bytes: &[u8]) -> Result<SendOp, WqeError> {
+        decode_send(
+            |offset, buf| match bytes.get(offset as usize..offset as usize + buf.len()) {
+                Some(b) => {
+                    buf.copy_from_slice(b);
+                    true
+                }
+                None => false,
+            },
+            &CAPS,
+            128,
+        )
+    }
+
+    /// Found by the `send` fuzz target: a malformed WQE completed with wr_id 0, so the
+    /// driver could not tell which of its WRs had failed.
+    #[test]
+    fn a_malformed_send_wqe_completes_under_its_own_wr_id() {
+        let good = SendWqe {
+            wr_id: 0x5eed_0001,
+            opcode: wr::SEND,
+            ..SendWqe::default()
+        };
+        let cases = [
+            SendWqe {
+                opcode: 0x72,
+                ..good
+            },
+            SendWqe { num_sge: 3, ..good },
+            SendWqe {
+                flags: send_flags::INLINE,
+                inline_len: 65,
+                ..good
+            },
+        ];
+        for wqe in cases {
+            let mut bytes = wqe.as_bytes().to_vec();
+            bytes.resize(128, 0);
+            let e = decode(&bytes).expect_err("malformed");
+            assert_eq!(e, WqeError::Malformed { wr_id: 0x5eed_0001 }, "{wqe:?}");
+            assert_eq!(SendOp::unreadable(e).wqe.wr_id, 0x5eed_0001);
+        }
+        // A WQE that cannot be read at all has no ID to give.
+        assert_eq!(decode(&[0; 10]), Err(WqeError::Unreachable));
+        assert_eq!(SendOp::unreadable(WqeError::Unreachable).wqe.wr_id, 0);
+        // And a good one decodes.
+        let mut bytes = good.as_bytes().to_vec();
+        bytes.resize(128, 0);
+        assert_eq!(decode(&bytes).map(|op| op.wqe.wr_id), Ok(0x5eed_0001));
+    }
 }

@@ -100,6 +100,64 @@ impl MappedBar {
     }
 }
 
+/// A shared, read-write mmap of a file (guest RAM, a doorbell BAR), unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a plain memory mapping, only accessed through MappedBar or DmaBuffer.
+unsafe impl Send for Mapping {}
+// SAFETY: see above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of descriptor `fd` from `offset`; `what` names it in errors.
+    pub fn new(fd: i32, len: usize, offset: u64, what: &str) -> Result<Self> {
+        // SAFETY: mapping a descriptor we hold with a length the owner advertised; the
+        // result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::last_os(format!("mmap {what}")));
+        }
+        let ptr =
+            NonNull::new(ptr as *mut u8).ok_or_else(|| Error::last_os(format!("mmap {what}")))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// The first byte of the mapping.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: mmap refuses empty mappings).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what new() mapped.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
 /// Gives memory back when a [`DmaBuffer`] is dropped.
 pub trait DmaRelease: Send + Sync {
     /// Releases the buffer's memory.

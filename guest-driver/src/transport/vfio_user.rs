@@ -22,7 +22,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::Client;
 use vmm_sys_util::eventfd::EventFd;
 
-use super::{page_round, DmaBuffer, DmaRelease, MappedBar, Transport};
+use super::{page_round, DmaBuffer, DmaRelease, MappedBar, Mapping, Transport};
 use crate::error::{Error, Result};
 
 /// Where the memfd "guest RAM" appears in the device's DMA address space. Any page-aligned
@@ -67,47 +67,6 @@ impl std::fmt::Debug for VfioUserTransport {
     }
 }
 
-/// An mmap that is unmapped on drop.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a plain memory mapping, only accessed through MappedBar or DmaBuffer.
-unsafe impl Send for Mapping {}
-// SAFETY: see above.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn new(fd: i32, len: usize, offset: u64, what: &str) -> Result<Self> {
-        // SAFETY: mapping a descriptor we hold with a length the owner advertised; the
-        // result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::last_os(format!("mmap {what}")));
-        }
-        let ptr =
-            NonNull::new(ptr as *mut u8).ok_or_else(|| Error::last_os(format!("mmap {what}")))?;
-        Ok(Self { ptr, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what new() mapped.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
-    }
-}
-
 /// The memfd that stands for guest RAM, with a first-fit page allocator over it.
 struct GuestRam {
     /// Kept open so another function can DMA-map the same memory ([`VfioUserTransport::connect_sharing`]).
@@ -126,7 +85,7 @@ impl GuestRam {
         let start = first_fit(&used, pages).ok_or_else(|| {
             Error::NoDmaMemory(format!(
                 "no {len} contiguous free bytes in the {} MiB shared with the device; give the transport more memory",
-                self.mapping.len >> 20
+                self.mapping.len() >> 20
             ))
         })?;
         used[start..start + pages]
@@ -135,7 +94,7 @@ impl GuestRam {
         drop(used);
         let offset = start * PAGE_SIZE as usize;
         // SAFETY: in bounds of the mapping, checked by first_fit.
-        let ptr = unsafe { NonNull::new_unchecked(self.mapping.ptr.as_ptr().add(offset)) };
+        let ptr = unsafe { NonNull::new_unchecked(self.mapping.ptr().as_ptr().add(offset)) };
         let device_pages = (0..pages)
             .map(|i| self.iova_base + (offset + i * PAGE_SIZE as usize) as u64)
             .collect();
@@ -231,7 +190,7 @@ impl VfioUserTransport {
             .dma_map(
                 0,
                 ram.iova_base,
-                ram.mapping.len as u64,
+                ram.mapping.len() as u64,
                 ram.file.as_raw_fd(),
             )
             .map_err(vfio("DMA_MAP shared guest memory"))?;
@@ -255,7 +214,7 @@ impl VfioUserTransport {
             "doorbell BAR",
         )?;
         // SAFETY: the mapping lives in the same struct, dropped after the MappedBar.
-        let doorbells = unsafe { MappedBar::new(doorbell_mapping.ptr, len) };
+        let doorbells = unsafe { MappedBar::new(doorbell_mapping.ptr(), len) };
 
         Ok(Self {
             path: path.to_path_buf(),
@@ -273,7 +232,7 @@ impl VfioUserTransport {
 
     /// Sends a DMA_UNMAP for the guest memory (for tests of what the device does then).
     pub fn unmap_guest_memory(&self) -> Result<()> {
-        let len = self.memory.mapping.len as u64;
+        let len = self.memory.mapping.len() as u64;
         self.client()
             .dma_unmap(self.memory.iova_base, len)
             .map_err(vfio("DMA_UNMAP guest memory"))

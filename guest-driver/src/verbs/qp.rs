@@ -841,6 +841,26 @@ impl Qp {
         Ok(by_mmio)
     }
 
+    /// Posts a send WQE the caller encoded, byte for byte: for tests and fuzzing of the
+    /// device's checks of what a driver would never build. `wqe` is cut to the ring's
+    /// stride (zero-filled up to it), its first 8 bytes (the WQE's `wr_id`) replaced by
+    /// `wr_id`, and it is tracked as a signaled WR. With `by_mmio` it goes through the
+    /// QP's MMIO window ([`Qp::enable_wqe_mmio`]) when that is free, as
+    /// [`Qp::post_send_mmio`] sends; returns whether it did.
+    pub fn post_raw_send(&self, wr_id: u64, wqe: &[u8], by_mmio: bool) -> Result<bool> {
+        let stride = sq_stride(self.caps.max_send_sge, self.caps.max_inline_data) as usize;
+        let mut bytes = wqe[..wqe.len().min(stride)].to_vec();
+        bytes.resize(bytes.len().max(8), 0);
+        bytes[..8].copy_from_slice(&wr_id.to_le_bytes());
+        let wr = SendWr {
+            wr_id,
+            signaled: true,
+            ..SendWr::default()
+        };
+        let window = by_mmio.then(|| self.sq_window.get().copied()).flatten();
+        self.post_encoded_sends(std::slice::from_ref(&wr), &[bytes], window)
+    }
+
     /// Posts one send work request whose message leaves from a session of `group` (bit i
     /// = session i of the function, as the PF assigned them; [`rnic_abi::session`]): the
     /// device picks one per message. Otherwise as [`Qp::post_send`].

@@ -1,0 +1,132 @@
+//! A device of a few functions in this process, driven one engine pass at a time: what
+//! rnicd's `Device::start` builds, without sockets or threads.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rnic_device::engine::Engine;
+use rnic_device::function::{Function, FunctionId, Identity};
+use rnic_device::net::eth::{mac_for_ip, EthUplink};
+use rnic_device::net::link::Link;
+use rnic_device::pcap::PcapWriter;
+use rnic_device::rdma::switch::{Frame, Uplink};
+use rnic_device::resources::ResourcePool;
+use rnic_driver::verbs::Context;
+use rnic_driver::Device;
+
+use crate::transport::{lock, GuestRam, InProcess, SharedEngine};
+
+/// What the device's switch is connected to.
+pub enum Net {
+    /// Nothing: the functions reach each other only.
+    None,
+    /// Nothing, and every frame the switch forwards is written to this pcap file, as
+    /// `rnicd --pcap` does.
+    Capture(std::path::PathBuf),
+    /// An Ethernet port (`rnicd --net eth:...`) on this link; the functions get the
+    /// port's MACs.
+    Eth(Box<dyn Link>),
+}
+
+/// The device: its functions, their guest RAM and the engine.
+pub struct Bench {
+    /// The engine, shared with the functions' transports.
+    pub engine: SharedEngine,
+    /// PF first, then the VFs.
+    pub functions: Vec<Arc<Function>>,
+    /// Guest RAM of each function, DMA-mapped into it.
+    pub rams: Vec<Arc<GuestRam>>,
+    detached: Arc<AtomicBool>,
+}
+
+impl Bench {
+    /// A device with `count` functions (the PF and `count - 1` VFs), each with fresh guest
+    /// RAM mapped, on `net`.
+    pub fn new(count: usize, net: Net) -> Self {
+        let vfs = u16::try_from(count - 1).expect("a handful of functions");
+        let pool = Arc::new(ResourcePool::with_defaults(count));
+        let ethernet = matches!(net, Net::Eth(_));
+        let functions: Vec<Arc<Function>> = std::iter::once(FunctionId::Pf)
+            .chain((0..vfs).map(FunctionId::Vf))
+            .enumerate()
+            .map(|(member, id)| {
+                let mut identity = Identity::new(id, vfs, None);
+                if ethernet {
+                    let mac = mac_for_ip(identity.ipv4());
+                    identity = identity.with_mac(mac);
+                }
+                Arc::new(
+                    Function::with_pool(identity, pool.clone(), member)
+                        .expect("create a function (memfd, eventfd)"),
+                )
+            })
+            .collect();
+        let rams: Vec<Arc<GuestRam>> = functions
+            .iter()
+            .map(|f| {
+                let ram = GuestRam::new().expect("create guest RAM (memfd)");
+                ram.map_into(f).expect("DMA-map guest RAM");
+                ram
+            })
+            .collect();
+        let endpoints: Vec<_> = functions.iter().map(|f| f.endpoint()).collect();
+        let (pcap, uplink): (_, Option<Box<dyn Uplink>>) = match net {
+            Net::None => (None, None),
+            Net::Capture(path) => (
+                Some(PcapWriter::create(&path).expect("create the capture file")),
+                None,
+            ),
+            Net::Eth(link) => (None, Some(Box::new(EthUplink::with_link(link, &endpoints)))),
+        };
+        let engine = Engine::new(functions.clone(), Duration::ZERO, pcap)
+            .expect("create the engine")
+            .with_uplink(uplink);
+        Self {
+            engine: Arc::new(Mutex::new(engine)),
+            functions,
+            rams,
+            detached: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Opens function `index` as the driver does (reset, bus mastering, MSI-X, command
+    /// queue) and creates its verbs context.
+    pub fn open(&self, index: usize) -> Context {
+        let t = InProcess::new(
+            self.functions[index].clone(),
+            self.engine.clone(),
+            self.rams[index].clone(),
+            self.detached.clone(),
+        )
+        .expect("in-process transport");
+        let device = Device::open(Box::new(t)).expect("open the function");
+        Context::new(device).expect("verbs context")
+    }
+
+    /// One engine pass over every function.
+    pub fn step(&self) {
+        lock(&self.engine).step();
+    }
+
+    /// Engine passes until one does nothing (at most `max`).
+    pub fn settle(&self, max: usize) {
+        for _ in 0..max {
+            if !lock(&self.engine).step().progress {
+                return;
+            }
+        }
+    }
+
+    /// Puts `frame` on the switch, as a frame arriving from a network.
+    pub fn inject(&self, frame: Frame) {
+        lock(&self.engine).switch_mut().send(frame);
+    }
+
+    /// From now on the driver's waits fail at once instead of running the engine: for a
+    /// world whose command queues a fuzz input stopped, so that tearing it down does not
+    /// wait for commands nobody will answer.
+    pub fn detach(&self) {
+        self.detached.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,547 @@
+//! Seeds from real traffic: the world of [`crate::world`] is built with A's link up and
+//! A sending every kind of request to every kind of QP of B, with the switch capturing
+//! every frame it forwards (as `rnicd --pcap` does); the frames to B become the seeds.
+
+use std::path::PathBuf;
+
+use rnic_device::function::{FunctionId, Identity};
+use rnic_device::net::arp::Arp;
+use rnic_device::net::eth::mac_for_ip;
+use rnic_device::rdma::switch::Endpoint;
+
+use crate::input::{record, STEP};
+use crate::world::{Mode, World, B};
+
+/// Where the recording's capture goes (one per process).
+pub fn capture_path() -> PathBuf {
+    std::env::temp_dir().join(format!("rnic-fuzz-capture-{}.pcap", std::process::id()))
+}
+
+/// The frames B received in the recorded world, in order, sealed.
+pub fn frames_to_b() -> Vec<Vec<u8>> {
+    let world = World::build(Mode::Record);
+    let mac = world.bench.functions[B].endpoint().mac;
+    // Dropping the world flushes and closes the capture.
+    drop(world);
+    let path = capture_path();
+    let bytes = std::fs::read(&path).expect("read the capture");
+    let _ = std::fs::remove_file(&path);
+    rnic_tests::wire::pcap_frames(&bytes)
+        .into_iter()
+        .filter(|f| f.get(..6) == Some(&mac[..]))
+        .collect()
+}
+
+/// Seeds of the receive target: each frame alone (resealed, then a pass), and the whole
+/// conversation in one input.
+pub fn recv_seeds() -> Vec<Vec<u8>> {
+    let frames = frames_to_b();
+    let mut seeds: Vec<Vec<u8>> = frames.iter().map(|f| record(1 | STEP, f)).collect();
+    seeds.push(frames.iter().flat_map(|f| record(1 | STEP, f)).collect());
+    seeds
+}
+
+/// A host elsewhere on the Ethernet segment.
+pub const OUTSIDE: Endpoint = Endpoint {
+    mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+    ip: [10, 82, 1, 5],
+};
+
+/// Seeds of the Ethernet port target: the recorded frames to B as they would come off a
+/// segment (B's port MAC, the outside host's as source), and ARP: requests for B's and
+/// A's addresses, an unasked reply, a gratuitous announcement.
+pub fn eth_seeds() -> Vec<Vec<u8>> {
+    let ip_b = Identity::new(FunctionId::Vf(0), 2, None).ipv4();
+    let ip_a = Identity::new(FunctionId::Pf, 2, None).ipv4();
+    let mac_b = mac_for_ip(ip_b);
+    let frames: Vec<Vec<u8>> = frames_to_b()
+        .into_iter()
+        .map(|mut f| {
+            f[..6].copy_from_slice(&mac_b);
+            f[6..12].copy_from_slice(&OUTSIDE.mac);
+            f
+        })
+        .collect();
+    let b = Endpoint {
+        mac: mac_b,
+        ip: ip_b.octets(),
+    };
+    let mut reply = Arp::request(b, OUTSIDE.ip).reply(OUTSIDE);
+    reply.tha = mac_b;
+    let arp = [
+        Arp::request(OUTSIDE, ip_b.octets()).frame(),
+        Arp::request(OUTSIDE, ip_a.octets()).frame(),
+        reply.frame(),
+        Arp::request(OUTSIDE, OUTSIDE.ip).frame(),
+    ];
+    let mut seeds: Vec<Vec<u8>> = frames
+        .iter()
+        .chain(arp.iter())
+        .map(|f| record(1 | STEP, f))
+        .collect();
+    seeds.push(
+        arp.iter()
+            .chain(frames.iter())
+            .flat_map(|f| record(1 | STEP, f))
+            .collect(),
+    );
+    seeds
+}
+
+/// Seeds of the `ops` target: what drivers and VMMs do, and some of what they should not:
+/// queries, a QP moved to ERR with work in flight, objects destroyed while in use (an
+/// MR under a READ, an SRQ under a QP), creations naming another function's numbers,
+/// register sweeps, a reset, the command queue stopped, bus mastering off, an FLR,
+/// doorbells rung through messages, admin commands that disable, reset, take the link of
+/// and move a QP out of B.
+pub fn ops_seeds() -> Vec<Vec<u8>> {
+    use rnic_abi::admin::{MemberReq, SetLinkReq, SetNumVfsReq, LINK_DOWN};
+    use rnic_abi::cmd::Opcode;
+    use rnic_abi::migration::MigrateQpReq;
+    use rnic_abi::pci::cfg;
+    use rnic_abi::regs;
+    use rnic_abi::verbs::{attr, CreateCqReq, ModifyQpReq, ObjectReq, PageList, QpAttr, QpState};
+    use zerocopy::IntoBytes;
+
+    use crate::ops::{op, Op};
+    use crate::world::{Mode, World, A, B};
+
+    let world = World::build(Mode::Fuzz);
+    let qpns = world.qpns();
+    let (qb, qb2, qa) = (qpns[&B][0], qpns[&B][1], qpns[&A][0]);
+    let mr_b = world.sides[B].mrs[0].lkey();
+    let srq = world.sides[B].srq.as_ref().map_or(0, |s| s.srqn());
+    let cq_a = world.sides[A].cq.cqn();
+    drop(world);
+
+    let cmd = |opcode: Opcode, room: u16, body: &[u8]| {
+        let mut a = (opcode as u16).to_le_bytes().to_vec();
+        a.extend(room.to_le_bytes());
+        a.extend(body);
+        a
+    };
+    let command = |opcode: Opcode, body: &[u8]| op(Op::Command, &cmd(opcode, 256, body));
+    let admin = |opcode: Opcode, body: &[u8]| op(Op::Admin, &cmd(opcode, 256, body));
+    let object = |handle: u32| ObjectReq {
+        handle,
+        reserved: 0,
+    };
+    let reg = |kind: Op, offset: u64, width_sel: u8, value: u64| {
+        let mut a = (offset as u16).to_le_bytes().to_vec();
+        a.push(width_sel);
+        a.extend(value.to_le_bytes());
+        op(kind, &a)
+    };
+    let step = op(Op::Step, &[]);
+    let to_err = ModifyQpReq {
+        qpn: qb,
+        attr_mask: attr::STATE,
+        attr: QpAttr {
+            qp_state: QpState::Err as u8,
+            ..QpAttr::default()
+        },
+    };
+    let cq_in_guard = CreateCqReq {
+        ring: PageList {
+            addr: crate::transport::IOVA_BASE,
+            count: 1,
+            page_shift: 12,
+        },
+        entries: 64,
+        doorbell_page: 1,
+    };
+    let sweep: Vec<u8> = (0..regs::REGS_END + 8)
+        .step_by(4)
+        .flat_map(|o| reg(Op::Bar0Read, o, 0, 0))
+        .collect();
+    let mut seeds = vec![
+        command(Opcode::QueryDevice, &[]),
+        command(Opcode::QueryQp, object(qb).as_bytes()),
+        [
+            command(Opcode::ModifyQp, to_err.as_bytes()),
+            step.clone(),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            command(Opcode::DeregMr, object(mr_b).as_bytes()),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            command(Opcode::DestroySrq, object(srq).as_bytes()),
+            command(Opcode::DestroyQp, object(qb2).as_bytes()),
+            command(Opcode::DestroySrq, object(srq).as_bytes()),
+        ]
+        .concat(),
+        command(Opcode::QueryQp, object(qa).as_bytes()),
+        command(Opcode::DestroyCq, object(cq_a).as_bytes()),
+        command(Opcode::CreateCq, cq_in_guard.as_bytes()),
+        sweep,
+        [
+            reg(
+                Op::Bar0Write,
+                regs::DEVICE_CONTROL,
+                0,
+                u64::from(regs::CONTROL_RESET),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [reg(Op::Bar0Write, regs::CMDQ_CONTROL, 0, 0), step.clone()].concat(),
+        [
+            reg(
+                Op::ConfigWrite,
+                cfg::COMMAND as u64,
+                4,
+                u64::from(cfg::COMMAND_MEMORY),
+            ),
+            step.clone(),
+            reg(
+                Op::ConfigWrite,
+                cfg::COMMAND as u64,
+                4,
+                u64::from(cfg::COMMAND_MEMORY | cfg::COMMAND_BUS_MASTER),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            reg(
+                Op::ConfigWrite,
+                (cfg::PCIE_CAP + cfg::PCIE_DEVCTL) as u64,
+                4,
+                u64::from(cfg::PCIE_DEVCTL_FLR),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        admin(Opcode::AdminQuery, &[]),
+        admin(
+            Opcode::GetStats,
+            MemberReq {
+                member: 1,
+                reserved: 0,
+            }
+            .as_bytes(),
+        ),
+        [
+            admin(
+                Opcode::SetLink,
+                SetLinkReq {
+                    member: 1,
+                    state: LINK_DOWN,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::ResetVf,
+                MemberReq {
+                    member: 1,
+                    reserved: 0,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::SetNumVfs,
+                SetNumVfsReq {
+                    num_vfs: 1,
+                    reserved: 0,
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            admin(
+                Opcode::MigrateQp,
+                MigrateQpReq {
+                    from: 1,
+                    to: 2,
+                    qpn: qb,
+                    ..MigrateQpReq::default()
+                }
+                .as_bytes(),
+            ),
+            step.clone(),
+        ]
+        .concat(),
+    ];
+    // Doorbells rung through region writes: every slot of B's first verbs page.
+    seeds.push(
+        (0..64u32)
+            .flat_map(|slot| {
+                let mut a = (4096 + 8 * slot).to_le_bytes().to_vec();
+                a.extend(1u32.to_le_bytes());
+                [op(Op::DoorbellWrite, &a), step.clone()].concat()
+            })
+            .collect(),
+    );
+    seeds
+}
+
+/// Seeds of the `send` target: WQEs as the driver encodes them, of every opcode, with one
+/// SGE and several, inline, through B's memory, indirect and pattern keys, and a UD send
+/// to A. Each is posted by the driver in a live world and read back from B's send ring
+/// (found by its `wr_id`) before the engine runs.
+pub fn send_seeds() -> Vec<Vec<u8>> {
+    use rnic_driver::verbs::{SendWr, UdAddress, WrOpcode, QKEY_USE_OWN};
+
+    use crate::world::{caps, Mode, World, A};
+
+    let world = World::build(Mode::Live);
+    let keys = world.b_keys();
+    let (b, a) = (&world.sides[B], &world.sides[A]);
+    let (mr, ro, remote) = (&b.mrs[0], &b.mrs[1], &a.mrs[0]);
+    let write = |imm: Option<u32>| match imm {
+        Some(imm) => WrOpcode::RdmaWriteWithImm {
+            remote_addr: remote.addr(0x2000),
+            rkey: remote.rkey(),
+            imm,
+        },
+        None => WrOpcode::RdmaWrite {
+            remote_addr: remote.addr(0x2000),
+            rkey: remote.rkey(),
+        },
+    };
+    let wr = |opcode: WrOpcode, sges: Vec<rnic_driver::verbs::Sge>| SendWr {
+        opcode,
+        sges,
+        signaled: true,
+        ..SendWr::default()
+    };
+    // (QP index on B, the WR): 0 qb, 1 qb2, 2 ub.
+    let wrs: Vec<(u8, SendWr)> = vec![
+        (0, wr(WrOpcode::Send, vec![mr.sge(0, 100)])),
+        (
+            0,
+            wr(
+                WrOpcode::Send,
+                vec![mr.sge(0, 3000), ro.sge(0, 1000), mr.sge(0x4000, 8)],
+            ),
+        ),
+        (
+            0,
+            SendWr {
+                inline: Some(b"inline data, as a driver puts it into the WQE".to_vec()),
+                ..wr(WrOpcode::SendWithImm(0xfeed), Vec::new())
+            },
+        ),
+        (
+            0,
+            wr(WrOpcode::SendWithInv(remote.rkey()), vec![mr.sge(0, 64)]),
+        ),
+        (0, wr(write(None), vec![mr.sge(0x100, 2500)])),
+        (0, wr(write(Some(9)), vec![keys[0].sge(4000, 8000)])),
+        (
+            0,
+            wr(
+                WrOpcode::RdmaRead {
+                    remote_addr: remote.addr(0x3000),
+                    rkey: remote.rkey(),
+                },
+                vec![keys[1].sge(0, 1024)],
+            ),
+        ),
+        (
+            0,
+            wr(
+                WrOpcode::AtomicCmpSwp {
+                    remote_addr: remote.addr(0x10),
+                    rkey: remote.rkey(),
+                    compare: 0x5a5a_5a5a_5a5a_5a5a,
+                    swap: 7,
+                },
+                vec![mr.sge(0x8, 8)],
+            ),
+        ),
+        (
+            0,
+            wr(
+                WrOpcode::AtomicFetchAdd {
+                    remote_addr: remote.addr(0x18),
+                    rkey: remote.rkey(),
+                    add: 1,
+                },
+                vec![mr.sge(0x10, 8)],
+            ),
+        ),
+        (0, wr(WrOpcode::LocalInv(keys[1].lkey()), Vec::new())),
+        (1, wr(WrOpcode::Send, vec![mr.sge(0, 512)])),
+    ];
+    let stride = rnic_abi::verbs::sq_stride(caps().max_send_sge, caps().max_inline_data) as usize;
+    let ram = &world.bench.rams[B];
+    let find = |wr_id: u64| -> Vec<u8> {
+        let bytes = ram.bytes();
+        let at = bytes
+            .windows(8)
+            .position(|w| w == wr_id.to_le_bytes())
+            .expect("the posted WQE is in B's send ring");
+        bytes[at..(at + stride).min(bytes.len())].to_vec()
+    };
+    let mut wqes: Vec<(u8, Vec<u8>)> = Vec::new();
+    for (i, (which, wr)) in wrs.into_iter().enumerate() {
+        let wr_id = 0x5eed_0000_0000_0100 + i as u64;
+        b.qps[usize::from(which)]
+            .post_send(&SendWr { wr_id, ..wr })
+            .expect("post a seed WR");
+        wqes.push((which, find(wr_id)));
+    }
+    let ud_id = 0x5eed_0000_0000_0200;
+    b.qps[2]
+        .post_ud_send(
+            &SendWr {
+                wr_id: ud_id,
+                ..wr(WrOpcode::Send, vec![mr.sge(0, 256)])
+            },
+            &UdAddress {
+                dest_qpn: a.qps[2].qp_num(),
+                qkey: QKEY_USE_OWN,
+                dgid: a.ctx.attr().gid,
+                hop_limit: 0,
+                traffic_class: 0,
+            },
+        )
+        .expect("post a seed datagram");
+    wqes.push((2, find(ud_id)));
+    drop(keys);
+    drop(world);
+
+    let mut seeds: Vec<Vec<u8>> = wqes
+        .iter()
+        .map(|(which, w)| record(which | STEP, w))
+        .collect();
+    // The same through the MMIO window (where they fit), and all of them in one input.
+    seeds.extend(
+        wqes.iter()
+            .filter(|(which, _)| *which == 0)
+            .map(|(_, w)| record(STEP | 1 << 3, w)),
+    );
+    seeds.push(
+        wqes.iter()
+            .flat_map(|(which, w)| record(*which, w))
+            .collect(),
+    );
+    seeds
+}
+
+/// Seeds of the `vfio` target: what QEMU sends (region reads of every register, a
+/// descriptor-less ROM map, MSI-X set-up and tear-down, a reset), and what it should not
+/// (B's RAM unmapped under its queues and mapped again, overlapping and out-of-range
+/// maps, a descriptor shorter than its range, unmapping what was never mapped).
+pub fn vfio_seeds() -> Vec<Vec<u8>> {
+    use crate::transport::{IOVA_BASE, RAM_SIZE};
+    use crate::vfio::{request, Request};
+    use rnic_abi::pci::REG_BAR;
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+        VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+
+    let map = |flags: u8, sel: u8, address: u64, size: u32, offset: u32, len: u32| {
+        let mut a = vec![flags, sel];
+        a.extend(address.to_le_bytes());
+        a.extend(size.to_le_bytes());
+        a.extend(offset.to_le_bytes());
+        a.extend(&len.to_le_bytes()[..3]);
+        request(Request::DmaMap, &a)
+    };
+    let unmap = |flags: u8, address: u64, size: u32| {
+        let mut a = vec![flags, 2];
+        a.extend(address.to_le_bytes());
+        a.extend(size.to_le_bytes());
+        request(Request::DmaUnmap, &a)
+    };
+    let read = |region: u32, offset: u64, len: u16| {
+        let mut a = vec![region as u8];
+        a.extend(offset.to_le_bytes());
+        a.extend(len.to_le_bytes());
+        request(Request::RegionRead, &a)
+    };
+    let irqs = |index: u32, flags: u32, start: u32, count: u32, fds: u8| {
+        let mut a = vec![index as u8];
+        a.extend(flags.to_le_bytes());
+        a.extend(start.to_le_bytes());
+        a.extend(count.to_le_bytes());
+        a.push(fds);
+        request(Request::SetIrqs, &a)
+    };
+    let step = request(Request::Step, &[]);
+    let ram = RAM_SIZE as u32;
+    // Selector bits 0-1: the address as given (2); bits 2-3: the descriptor (0 none, 1
+    // the guest RAM, 2 a fresh file).
+    let (none, guest, fresh) = (2, 2 | 1 << 2, 2 | 2 << 2);
+    let reg = u32::from(REG_BAR);
+    vec![
+        (0..0x90u64)
+            .step_by(4)
+            .flat_map(|o| read(reg, o, 4))
+            .chain(read(VFIO_PCI_CONFIG_REGION_INDEX, 0, 256))
+            .collect(),
+        map(1, none, 0xfeb0_0000, 0x2_0000, 0, 0),
+        [
+            irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                4,
+                4,
+            ),
+            step.clone(),
+            irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                0,
+                0,
+            ),
+            step.clone(),
+        ]
+        .concat(),
+        [request(Request::Reset, &[]), step.clone()].concat(),
+        [
+            unmap(0, IOVA_BASE, ram),
+            step.clone(),
+            step.clone(),
+            map(3, guest, IOVA_BASE, ram, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, guest, IOVA_BASE + 0x1000, 0x2000, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, guest, IOVA_BASE + u64::from(ram), ram, 0, 0),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, fresh, 0x10_0000_0000, 0x10_0000, 0, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            map(3, fresh, u64::MAX - 0xfff, 0x1000, 0, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [
+            unmap(0, IOVA_BASE + 0x1000, 0x1000),
+            unmap(0, 0x1234_5000, 0x1000),
+            step.clone(),
+        ]
+        .concat(),
+        [unmap(1 << 2, 0, 0), step.clone(), step.clone()].concat(),
+    ]
+}
