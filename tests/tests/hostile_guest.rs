@@ -340,7 +340,7 @@ fn a_hostile_vf_disturbs_neither_the_traffic_of_two_others_nor_rnicd_memory() {
     let hostile = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let mut rng = Rng(0x5EED_BAD);
+            let mut rng = Rng(0x05EE_DBAD);
             let mut m = Mischief::default();
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                 misbehave(&socket, &victims, &mut rng, until, &mut m);
