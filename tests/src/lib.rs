@@ -198,18 +198,46 @@ impl Drop for Rnicd {
 /// logged for `function` (`pf`, `vf0`, ...) when it stopped: its last
 /// `FUNCTION: tx N rx N ...` line.
 pub fn exit_counter(log: &str, function: &str, name: &str) -> u64 {
-    let prefix = format!("{function}: tx ");
+    logged_count(log, &format!("{function}: tx "), name)
+}
+
+/// The number after the word `name` in the last line of `log` that holds `prefix`, read
+/// from `prefix` on (`name` may be a word of the prefix itself).
+pub fn logged_count(log: &str, prefix: &str, name: &str) -> u64 {
     let line = log
         .lines()
         .rev()
-        .find_map(|l| l.find(&prefix).map(|i| &l[i + function.len() + 2..]))
-        .unwrap_or_else(|| panic!("no counters of {function} in the log:\n{log}"));
+        .find_map(|l| l.find(prefix).map(|i| &l[i..]))
+        .unwrap_or_else(|| panic!("no '{prefix}' in the log:\n{log}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     let i = words
         .iter()
         .position(|w| *w == name)
         .unwrap_or_else(|| panic!("no {name} in {line}"));
     words[i + 1].parse().expect("a count")
+}
+
+/// A seeded xorshift64* generator, for the tests' random choices (repeatable by seed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// True `percent` times in a hundred.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
 }
 
 /// Waits until `cond` holds, or panics naming `what`.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rnic_driver::verbs::{mtu, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::verbs_pair::{connect, pattern, poll_n, side, signaled, PairOptions, Side};
 use rnic_tests::wire::pcap_frames;
-use rnic_tests::{exit_counter, Rnicd};
+use rnic_tests::{exit_counter, Rng, Rnicd};
 
 const SPEC: &str = "loss=0.02,dup=0.01,reorder=0.01,corrupt=0.001,seed=7";
 
@@ -37,22 +37,6 @@ const READ_LEN: usize = 64 << 10;
 const FAA: usize = READ + READ_LEN;
 const CAS: usize = FAA + 64;
 const END: usize = CAS + 64;
-
-/// xorshift64*, for the test's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The bytes of message `seq` of `len` bytes: its sequence number, a checksum of the
 /// rest, then a pattern of its own.

@@ -15,27 +15,7 @@ use rnic_driver::verbs::{self, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode
 use rnic_tests::verbs_pair::{
     connect, pattern, poll_n, read_mr, side, signaled, to_rts, PairOptions, Side,
 };
-use rnic_tests::Rnicd;
-
-/// xorshift64*, for the hostile VF's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use rnic_tests::{Rng, Rnicd};
 
 /// The numbers of the victims' objects, which the hostile VF writes into its commands
 /// and work requests.
@@ -114,13 +94,13 @@ fn misbehave(
     let (at, mask) = verbs::rtr_attr(
         victims.qpn,
         victims.gid,
-        rng.next() as u32 & 0xFF_FFFF,
+        rng.next_u64() as u32 & 0xFF_FFFF,
         o.mtu,
         16,
         o.min_rnr_timer,
     );
     me.qp.modify(&at, mask).expect("RTR");
-    to_rts(&me.qp, &o, rng.next() as u32 & 0xFF_FFFF);
+    to_rts(&me.qp, &o, rng.next_u64() as u32 & 0xFF_FFFF);
     let transport = me.ctx.device().transport();
     let bar = transport.doorbells().len() as u64;
     while Instant::now() < until {
@@ -129,7 +109,7 @@ fn misbehave(
                 let opcode = OPCODES[rng.below(OPCODES.len() as u64) as usize];
                 let mut body = vec![0u8; rng.below(160) as usize];
                 for b in body.iter_mut() {
-                    *b = rng.next() as u8;
+                    *b = rng.next_u64() as u8;
                 }
                 // Real numbers where the device looks for them.
                 for at in (0..body.len() / 4).map(|w| w * 4) {
@@ -155,7 +135,7 @@ fn misbehave(
                     addr: if rng.chance(50) {
                         me.mr.addr(rng.below(4096) as usize)
                     } else {
-                        rng.next()
+                        rng.next_u64()
                     },
                     length: rng.below(1 << 17) as u32,
                     lkey: if rng.chance(70) {
@@ -179,17 +159,17 @@ fn misbehave(
                     4 => WrOpcode::AtomicFetchAdd {
                         remote_addr: remote_addr & !7,
                         rkey: victims.rkey,
-                        add: rng.next(),
+                        add: rng.next_u64(),
                     },
                     _ => WrOpcode::RdmaWriteWithImm {
                         remote_addr,
                         rkey: victims.rkey,
-                        imm: rng.next() as u32,
+                        imm: rng.next_u64() as u32,
                     },
                 };
                 let sges = (0..rng.below(4)).map(|_| sge(rng)).collect();
                 let wr = SendWr {
-                    wr_id: rng.next(),
+                    wr_id: rng.next_u64(),
                     opcode,
                     sges,
                     signaled: rng.chance(50),
@@ -201,7 +181,7 @@ fn misbehave(
             }
             8 => {
                 let offset = rng.below(bar / 4) * 4;
-                transport.doorbells().write32(offset, rng.next() as u32);
+                transport.doorbells().write32(offset, rng.next_u64() as u32);
                 let page = rng.below(bar / 4096 + 2) as u32;
                 let _ = transport.reg_write32(regs::DOORBELL_KICK, page);
                 m.doorbells += 1;
@@ -209,7 +189,7 @@ fn misbehave(
             _ => {
                 // Any register, any value; then the next incarnation starts from a reset.
                 let offset = rng.below(regs::REGS_END / 4 + 8) * 4;
-                let _ = transport.reg_write32(offset, rng.next() as u32);
+                let _ = transport.reg_write32(offset, rng.next_u64() as u32);
                 m.registers += 1;
                 break;
             }
@@ -230,7 +210,7 @@ fn verified_traffic(a: &Side, b: &Side, seed: u64, until: Instant) -> u64 {
     let mut done = 0u64;
     while Instant::now() < until || done < 100 {
         let len = 1 + rng.below(64 << 10) as usize;
-        let data = pattern(len, rng.next());
+        let data = pattern(len, rng.next_u64());
         let wr_id = done;
         match rng.below(3) {
             0 => {

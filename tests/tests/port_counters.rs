@@ -9,7 +9,7 @@ use std::time::Duration;
 use rnic_tests::net::two_rnicd_with;
 use rnic_tests::ops::{all_ops, atomics};
 use rnic_tests::verbs_pair::{PairOptions, Side};
-use rnic_tests::{free_port, wait_for, Rnicd};
+use rnic_tests::{free_port, logged_count, wait_for, Rnicd};
 use serde_json::Value;
 
 fn options() -> PairOptions {
@@ -43,21 +43,6 @@ fn settled_counters(rnicd: &Rnicd) -> Value {
 
 fn n(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
-}
-
-/// The number after the word `name` in the last line of `log` holding `prefix`, after it.
-fn logged(log: &str, prefix: &str, name: &str) -> u64 {
-    let line = log
-        .lines()
-        .rev()
-        .find_map(|l| l.find(prefix).map(|i| &l[i + prefix.len()..]))
-        .unwrap_or_else(|| panic!("no '{prefix}' in the log:\n{log}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let i = words
-        .iter()
-        .position(|w| *w == name)
-        .unwrap_or_else(|| panic!("no {name} in {line}"));
-    words[i + 1].parse().expect("a count")
 }
 
 /// Runs traffic between VF0 of two rnicd started with `args`, whose network ports are of
@@ -126,20 +111,20 @@ fn check_counters(args: [&[&str]; 2], kind: &str) {
         let (vf0, port) = (&c["members"][1], &c["port"]);
         // The line since its last reset: `vf0: tx N rx N ...`.
         assert_eq!(
-            logged(&log, "vf0: tx ", "rx"),
+            logged_count(&log, "vf0: tx ", "rx"),
             0,
             "reset when its client left"
         );
         for key in ["tx_packets", "tx_bytes", "rx_packets", "rx_bytes"] {
             assert_eq!(
-                logged(&log, "vf0: since start: ", key),
+                logged_count(&log, "vf0: since start: ", key),
                 n(vf0, key),
                 "{key}"
             );
         }
         let prefix = format!("port ({kind}): ");
         for key in ["tx_frames", "tx_bytes", "rx_frames", "rx_kernel_dropped"] {
-            assert_eq!(logged(&log, &prefix, key), n(port, key), "{key}");
+            assert_eq!(logged_count(&log, &prefix, key), n(port, key), "{key}");
         }
     }
 }
