@@ -6,7 +6,6 @@
 //! command locks what it touches). A VF's admin queue answers every command with
 //! `NotPermitted` ([`not_permitted`]).
 
-use crate::rdma::switch::AddressTable;
 use std::sync::Arc;
 
 use rnic_abi::admin::{
@@ -28,8 +27,6 @@ pub struct AdminContext<'a> {
     pub functions: &'a [Arc<Function>],
     /// The internal switch.
     pub switch: &'a mut Switch,
-    /// The switch's IPv4-to-MAC table, kept in step with addresses that change.
-    pub neighbors: &'a mut AddressTable,
     /// The device's resource pool.
     pub pool: &'a ResourcePool,
 }
@@ -197,8 +194,8 @@ impl AdminContext<'_> {
             }
         }
         f.set_address(new);
+        // The engine hands the switch's new address table to the functions.
         self.switch.set_endpoint(f.member(), f.endpoint());
-        *self.neighbors = self.switch.neighbors();
         Ok(Response::ok(Vec::new()))
     }
 
@@ -275,7 +272,6 @@ mod tests {
     struct Device {
         functions: Vec<Arc<Function>>,
         switch: Switch,
-        neighbors: AddressTable,
         pool: Arc<ResourcePool>,
     }
 
@@ -291,11 +287,9 @@ mod tests {
             })
             .collect();
         let switch = Switch::new(functions.iter().map(|f| f.endpoint()).collect(), None);
-        let neighbors = switch.neighbors();
         Device {
             functions,
             switch,
-            neighbors,
             pool,
         }
     }
@@ -305,7 +299,6 @@ mod tests {
             let mut ctx = AdminContext {
                 functions: &self.functions,
                 switch: &mut self.switch,
-                neighbors: &mut self.neighbors,
                 pool: &self.pool,
             };
             let h = CmdHeader {

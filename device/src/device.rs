@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Engine, EngineHandle};
+use crate::engine::{Engine, Placement, RunningEngine};
 use crate::function::{Function, FunctionId, Identity};
 use crate::net::eth::{mac_for_ip, EthUplink};
 use crate::net::faults::FaultSpec;
@@ -34,6 +34,11 @@ pub struct DeviceConfig {
     /// The PF's IPv4 address (`--net-ip`); function n has this + n. `None`: `udp:ADDR`'s
     /// ADDR, else 10.82.0.1 (see [`crate::net::ip_base`]).
     pub net_ip: Option<std::net::Ipv4Addr>,
+    /// Engine threads (`--threads`); `None`: one per core, at most one per function
+    /// ([`crate::engine::default_threads`]).
+    pub threads: Option<usize>,
+    /// How functions are placed on the engine's threads (`--placement`).
+    pub placement: Placement,
 }
 
 /// Why the device could not start.
@@ -65,9 +70,8 @@ pub fn socket_path(dir: &Path, id: FunctionId) -> PathBuf {
 pub struct Device {
     functions: Vec<Arc<Function>>,
     sockets: Vec<PathBuf>,
-    engine: EngineHandle,
-    /// The engine's thread, joined at shutdown so that its last words are logged.
-    engine_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The engine's threads, joined at shutdown so that their last words are logged.
+    engine: std::sync::Mutex<RunningEngine>,
     /// Held (flock) for the life of the device: one rnicd per socket directory.
     _lock: std::fs::File,
     lock_path: PathBuf,
@@ -156,18 +160,15 @@ impl Device {
             }
             None => None,
         };
+        let threads = config
+            .threads
+            .unwrap_or_else(|| crate::engine::default_threads(functions.len()));
         let engine = Engine::new(functions.clone(), config.poll_window, pcap)
             .map_err(StartError::Create)?
+            .with_threads(threads, config.placement)
             .with_faults(config.net_faults)
-            .with_uplink(uplink);
-        let handle = engine.handle();
-        let engine_thread = std::thread::Builder::new()
-            .name("engine".into())
-            .spawn(move || {
-                if let Err(e) = engine.run() {
-                    log::error!("engine failed: {e}");
-                }
-            })
+            .with_uplink(uplink)
+            .spawn()
             .map_err(StartError::Create)?;
         for (server, function) in servers.into_iter().zip(&functions) {
             let function = function.clone();
@@ -179,8 +180,7 @@ impl Device {
         Ok(Self {
             functions,
             sockets,
-            engine: handle,
-            engine_thread: std::sync::Mutex::new(Some(engine_thread)),
+            engine: std::sync::Mutex::new(engine),
             _lock: lock,
             lock_path,
         })
@@ -199,13 +199,12 @@ impl Device {
     /// Stops the engine and removes the sockets, and logs each function's transport
     /// counters (since its last reset, and since start). Server threads blocked in the kernel end with the process.
     pub fn shutdown(&self) {
-        self.engine.stop();
-        // The engine finishes its pass, so the counters are final, and says what the
-        // switch saw (fault and network counters).
-        let thread = self.engine_thread.lock().ok().and_then(|mut t| t.take());
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
+        // The engine's threads finish their passes, so the counters are final, and it
+        // says what the switch saw (fault and network counters).
+        self.engine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop_and_join();
         for f in &self.functions {
             let c = f.rdma_counters();
             log::info!(

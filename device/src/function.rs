@@ -4,6 +4,7 @@
 //! This is the device logic behind the vfio-user glue of [`crate::vfio`], as igb_core is
 //! behind igb: every access arrives here as a region read or write, whoever sent it.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -273,14 +274,33 @@ pub struct PollOutcome {
     pub deadline: Option<Instant>,
 }
 
-/// A function's port on the device's internal switch.
+/// A function's turn on its port of the device's internal switch: what arrived for it,
+/// and what it sends. The engine fills it from the switch before the turn and forwards
+/// `out` after, so that no function's lock is ever held while the switch's is taken.
 pub struct Port<'a> {
-    /// The switch.
-    pub switch: &'a mut Switch,
-    /// This function's port number.
-    pub index: usize,
+    /// The frames that arrived for the function, in order.
+    pub frames: VecDeque<Frame>,
+    /// The frames the function sent in its turn, for the switch.
+    pub out: Vec<Frame>,
+    /// Frame buffers to build with, and where received frames' buffers go back.
+    pub spare: Vec<Vec<u8>>,
+    /// Whether the switch takes trains ([`crate::rdma::switch::Switch::takes_trains`]).
+    pub trains: bool,
     /// IPv4 to MAC for the switch's endpoints.
     pub neighbors: &'a AddressTable,
+}
+
+impl<'a> Port<'a> {
+    /// A turn with `frames` to receive, addressing frames with `neighbors`.
+    pub fn new(frames: VecDeque<Frame>, neighbors: &'a AddressTable) -> Self {
+        Self {
+            frames,
+            out: Vec::new(),
+            spare: Vec::new(),
+            trains: false,
+            neighbors,
+        }
+    }
 }
 
 /// A function's RDMA objects under the function's lock ([`Function::lock_rdma`]).
@@ -324,7 +344,9 @@ pub struct Function {
     doorbells: DoorbellBar,
     /// Set by a kick, cleared by the engine when it has looked.
     kicked: AtomicBool,
-    wake: EventFd,
+    /// The eventfd that wakes the engine thread running the function (its own until the
+    /// engine sets one, [`Function::set_waker`]); a leaf lock.
+    waker: RwLock<Arc<EventFd>>,
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -378,7 +400,7 @@ impl Function {
             dma: DmaSpace::new(),
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
             kicked: AtomicBool::new(false),
-            wake: EventFd::new(libc::EFD_NONBLOCK)?,
+            waker: RwLock::new(Arc::new(EventFd::new(libc::EFD_NONBLOCK)?)),
         })
     }
 
@@ -397,9 +419,10 @@ impl Function {
         &self.doorbells
     }
 
-    /// The eventfd the engine sleeps on for this function.
-    pub fn wake_fd(&self) -> &EventFd {
-        &self.wake
+    /// Makes kicks of the function write `waker`: the eventfd of the engine thread that
+    /// runs it from now on.
+    pub fn set_waker(&self, waker: Arc<EventFd>) {
+        *self.waker.write().unwrap_or_else(|e| e.into_inner()) = waker;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -421,7 +444,8 @@ impl Function {
 
     fn kick(&self) {
         self.kicked.store(true, Ordering::Release);
-        if let Err(e) = self.wake.write(1) {
+        let waker = self.waker.read().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = waker.write(1) {
             log::warn!("{}: cannot wake the engine: {e}", self.identity.id);
         }
     }
@@ -698,24 +722,17 @@ impl Function {
     /// Does whatever work the function has, alone on a switch of its own; returns whether
     /// there was any.
     pub fn poll(&self) -> bool {
-        let mut switch = Switch::new(vec![self.endpoint()], None);
-        let neighbors = switch.neighbors();
-        self.run(
-            &mut Port {
-                switch: &mut switch,
-                index: 0,
-                neighbors: &neighbors,
-            },
-            Instant::now(),
-        )
-        .progress
+        let neighbors = Switch::new(vec![self.endpoint()], None).neighbors();
+        // What it sends has no port to go to, as on a switch of its own.
+        self.run(&mut Port::new(VecDeque::new(), &neighbors), Instant::now())
+            .progress
     }
 
     /// Does whatever work the function has: commands, packets that arrived on `port`,
-    /// rung send queues, due timers.
+    /// rung send queues, due timers; what it sends is left in `port.out`.
     pub fn run(&self, port: &mut Port, now: Instant) -> PollOutcome {
         let kicked = self.kicked.swap(false, Ordering::AcqRel);
-        let frames = port.switch.take(port.index);
+        let frames = std::mem::take(&mut port.frames);
         let mut guard = self.lock();
         let st = &mut *guard;
         if !self.is_enabled() {
@@ -768,17 +785,15 @@ impl Function {
             local: self.endpoint(),
             neighbors: port.neighbors,
             out: Vec::new(),
-            spare: port.switch.take_spare(),
+            spare: std::mem::take(&mut port.spare),
             src_port: None,
-            trains: port.switch.takes_trains(),
+            trains: port.trains,
         };
         progress |= st.rdma.poll(&env, frames, &mut wire, now);
-        port.switch.put_spare(std::mem::take(&mut wire.spare));
+        port.spare = std::mem::take(&mut wire.spare);
         if link_up {
             st.traffic.tx_bytes += wire.out.iter().map(|f| f.wire_len() as u64).sum::<u64>();
-            for frame in wire.out {
-                port.switch.send(frame);
-            }
+            port.out = wire.out;
         } else {
             // The QPs sent into a pulled cable: they will time out and retry.
             st.traffic.tx_link_down += wire.packets_since(0);

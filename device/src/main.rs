@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rnic_device::device::{Device, DeviceConfig};
+use rnic_device::engine::Placement;
 use rnic_device::net::faults::FaultSpec;
 use rnic_device::net::NetSpec;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -80,6 +81,19 @@ struct Args {
     /// udp:, else 10.82.0.1 (so VF0 is 10.82.0.2).
     #[arg(long, value_name = "ADDR")]
     net_ip: Option<std::net::Ipv4Addr>,
+
+    /// Engine threads: the functions are spread over them, each function on one thread
+    /// at a time. Default: one per core, at most one per function. Idle threads sleep.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+
+    /// How functions are placed on the engine threads. auto: functions that exchange
+    /// traffic share a thread, and busy groups get threads of their own (the placement
+    /// follows the traffic). spread: function n on thread n mod N for ever, so that
+    /// consecutive functions are on different threads (for testing and measuring
+    /// traffic across threads).
+    #[arg(long, value_name = "auto|spread", default_value_t = Placement::Auto)]
+    placement: Placement,
 }
 
 fn main() {
@@ -93,6 +107,8 @@ fn main() {
         net_faults: args.net_faults,
         net: args.net,
         net_ip: args.net_ip,
+        threads: args.threads.map(usize::from),
+        placement: args.placement,
     };
     // Catch the signals before the sockets exist, so none is left behind.
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {

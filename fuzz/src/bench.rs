@@ -120,7 +120,7 @@ impl Bench {
 
     /// Puts `frame` on the switch, as a frame arriving from a network.
     pub fn inject(&self, frame: Frame) {
-        lock(&self.engine).switch_mut().send(frame);
+        lock(&self.engine).switch().send(frame);
     }
 
     /// From now on the driver's waits fail at once instead of running the engine: for a

@@ -244,6 +244,17 @@ pub struct Switch {
     /// Buffers of delivered frames, shared by all ports: one function's received frames
     /// become another's next frames (see [`super::wire::Wire::spare`]).
     spare: Vec<Vec<u8>>,
+    /// The port whose frames [`Switch::send_from`] is forwarding, while it counts
+    /// traffic.
+    sender: Option<usize>,
+    /// Whether [`Switch::send_from`] counts traffic.
+    counts_traffic: bool,
+    /// Packets forwarded from one port to another since [`Switch::take_traffic`]: what
+    /// the engine's balancer keeps together.
+    traffic: HashMap<(usize, usize), u64, AddrHash>,
+    /// Ports whose inbox was empty and received a frame, since [`Switch::take_fresh`]:
+    /// the engine wakes the threads that serve them.
+    fresh: Vec<usize>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -277,7 +288,33 @@ impl Switch {
             uplink_captures: false,
             steering: HashMap::new(),
             spare: Vec::new(),
+            sender: None,
+            counts_traffic: false,
+            traffic: HashMap::default(),
+            fresh: Vec::new(),
         }
+    }
+
+    /// Puts `frame` into port `port`'s inbox, noting the port if its inbox was empty.
+    fn deliver(&mut self, port: usize, frame: Frame) {
+        let inbox = &mut self.inbox[port];
+        if inbox.is_empty() {
+            self.fresh.push(port);
+        }
+        if let Some(from) = self.sender {
+            *self.traffic.entry((from, port)).or_default() += frame.packets();
+        }
+        inbox.push_back(frame);
+    }
+
+    /// The ports that received a frame into an empty inbox since last asked.
+    pub fn take_fresh(&mut self, out: &mut Vec<usize>) {
+        out.append(&mut self.fresh);
+    }
+
+    /// The packets forwarded between ports since last asked: (from, to, packets).
+    pub fn take_traffic(&mut self) -> Vec<(usize, usize, u64)> {
+        self.traffic.drain().map(|((a, b), p)| (a, b, p)).collect()
     }
 
     /// Sends frames for addresses that are no port of this switch to `uplink`, and takes
@@ -339,13 +376,15 @@ impl Switch {
         let mut read = uplink.poll(Instant::now());
         let mut frames = Vec::new();
         for port in 0..self.inbox.len() {
-            read += uplink.receive(port, max, &mut frames, &mut self.spare);
+            if let Some(uplink) = &mut self.uplink {
+                read += uplink.receive(port, max, &mut frames, &mut self.spare);
+            }
             for frame in frames.drain(..) {
                 if !self.uplink_captures {
                     capture(&mut self.pcap, &frame);
                 }
                 let to = steered(&self.steering, &frame).unwrap_or(port);
-                self.inbox[to].push_back(Frame::sealed(frame));
+                self.deliver(to, Frame::sealed(frame));
             }
         }
         self.capture_uplink();
@@ -375,7 +414,9 @@ impl Switch {
             *inbox = stay;
             moved.extend(theirs);
         }
-        self.inbox[port].extend(moved);
+        for frame in moved {
+            self.deliver(port, frame);
+        }
     }
 
     /// The port a steering entry sends `frame` to, if one does.
@@ -440,6 +481,23 @@ impl Switch {
         }
     }
 
+    /// [`Switch::send`] of a frame that port `from` sent: its packets count as traffic
+    /// from `from` to where they go.
+    pub fn send_from(&mut self, from: usize, frame: Frame) {
+        self.sender = self.counts_traffic.then_some(from);
+        self.send(frame);
+        self.sender = None;
+    }
+
+    /// Makes [`Switch::send_from`] count the packets between ports (for
+    /// [`Switch::take_traffic`]), or stop counting.
+    pub fn count_traffic(&mut self, on: bool) {
+        self.counts_traffic = on;
+        if !on {
+            self.traffic.clear();
+        }
+    }
+
     /// Delivers the frames the fault injector held (reordered or delayed) whose time has
     /// come.
     pub fn release_due(&mut self, now: Instant) {
@@ -471,7 +529,7 @@ impl Switch {
             capture(&mut self.pcap, &frame.bytes);
         }
         if let Some(port) = local {
-            self.inbox[port].push_back(frame);
+            self.deliver(port, frame);
             return;
         }
         let dst_ip: Option<[u8; 4]> = frame.bytes.get(30..34).and_then(|d| d.try_into().ok());
@@ -516,14 +574,20 @@ impl Switch {
             .unwrap_or_default()
     }
 
-    /// Takes the spare frame buffers, for a function's turn.
-    pub fn take_spare(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.spare)
-    }
-
-    /// Gives back the spare frame buffers after a function's turn.
-    pub fn put_spare(&mut self, spare: Vec<Vec<u8>>) {
-        self.spare = spare;
+    /// Evens out frame buffers between an engine thread's own (`mine`, which its
+    /// functions build frames from and put received frames' buffers back into) and the
+    /// switch's (which the uplink and cut trains use): a thread whose functions mostly
+    /// receive gives its surplus to one whose functions mostly send, through here.
+    pub fn trade_spare(&mut self, mine: &mut Vec<Vec<u8>>) {
+        const LOW: usize = MAX_SPARE / 8;
+        const HIGH: usize = MAX_SPARE / 2;
+        if mine.len() > HIGH && self.spare.len() < MAX_SPARE {
+            let give = (mine.len() - HIGH).min(MAX_SPARE - self.spare.len());
+            self.spare.extend(mine.drain(mine.len() - give..));
+        } else if mine.len() < LOW && !self.spare.is_empty() {
+            let take = (LOW - mine.len()).min(self.spare.len());
+            mine.extend(self.spare.drain(self.spare.len() - take..));
+        }
     }
 
     /// Sends what the uplink kept to send together (see [`Uplink::flush`]).
@@ -533,9 +597,11 @@ impl Switch {
         }
     }
 
-    /// Whether any frame waits anywhere.
-    pub fn busy(&self) -> bool {
-        self.inbox.iter().any(|q| !q.is_empty())
+    /// Whether a frame waits for any of `ports`.
+    pub fn waiting(&self, ports: &[usize]) -> bool {
+        ports
+            .iter()
+            .any(|&p| self.inbox.get(p).is_some_and(|q| !q.is_empty()))
     }
 }
 

@@ -1,0 +1,388 @@
+//! The device's engine: the threads that find and do the functions' work, as a NIC's
+//! processing units do.
+//!
+//! Each engine thread (a [`worker`]) runs the functions placed on it ([`balance`]): in a
+//! *pass* it gives each of them a turn (commands, frames that arrived, rung send queues,
+//! due timers) and forwards what they sent through the device's switch, which all
+//! threads share behind a lock. A thread polls doorbells while it has work and sleeps
+//! in epoll (through `event-manager`) when it has none, after asking its functions'
+//! drivers to kick it (see `rnic_abi::doorbell`); a frame sent to a function of a
+//! sleeping thread wakes that thread. With a network (`--net`), thread 0 also sleeps on
+//! and drains the uplink's receive sockets.
+//!
+//! Guarantees across threads: a function runs on one thread at a time (its state is one
+//! lock) and its frames arrive in the order they were sent, so order within a QP and
+//! one completion per work request hold as in one thread. The PF's admin commands, which
+//! act on any function and on the switch, and the moves of functions between threads
+//! run while every other thread is between passes ([`Shared::quiesce`]): no frame is
+//! then anywhere but in the switch, so a QP that migrates takes all of its traffic with
+//! it, as with one thread.
+
+mod balance;
+mod worker;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::function::Function;
+use crate::net::faults::{FaultInjector, FaultSpec};
+use crate::pcap::PcapWriter;
+use crate::rdma::switch::{Switch, Uplink};
+
+pub use balance::{Activity, Placement};
+use worker::Worker;
+
+/// Locks `m`, whatever a panicking holder left: every structure behind the engine's
+/// locks is consistent between the statements that change it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a worker thread shares with the others.
+struct Slot {
+    /// Wakes the thread when it sleeps; functions placed on it kick it through this.
+    wake: Arc<EventFd>,
+    /// Set while the thread is about to sleep or sleeping: whoever gives it a frame then
+    /// writes `wake`.
+    sleeping: AtomicBool,
+    /// Held by the thread during each pass; [`Shared::quiesce`] takes it to keep the
+    /// thread between passes.
+    pass: Mutex<()>,
+}
+
+/// What all engine threads share.
+struct Shared {
+    functions: Vec<Arc<Function>>,
+    switch: Mutex<Switch>,
+    poll_window: Duration,
+    stop: Arc<EventFd>,
+    stopping: Arc<AtomicBool>,
+    workers: Vec<Slot>,
+    policy: Placement,
+    /// The thread of each function, and its version (bumped at every change).
+    placement: Mutex<Vec<usize>>,
+    placement_version: AtomicU64,
+    /// Bumped after admin commands ran: addresses may have changed.
+    admin_version: AtomicU64,
+    /// One quiescing thread at a time.
+    control: Mutex<()>,
+    /// Per function: nanoseconds of work since the balancer last looked.
+    busy: Vec<AtomicU64>,
+}
+
+/// Every other worker held between passes, and the switch: what admin commands and
+/// placement changes run under.
+struct Quiet<'a> {
+    switch: MutexGuard<'a, Switch>,
+    _passes: Vec<MutexGuard<'a, ()>>,
+    _control: MutexGuard<'a, ()>,
+}
+
+impl Shared {
+    /// Waits until every worker but `me` is between passes and keeps them there while
+    /// the result lives. `me` must not be in a pass itself.
+    fn quiesce(&self, me: usize) -> Quiet<'_> {
+        let control = lock(&self.control);
+        let passes = self
+            .workers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != me)
+            .map(|(_, w)| lock(&w.pass))
+            .collect();
+        Quiet {
+            switch: lock(&self.switch),
+            _passes: passes,
+            _control: control,
+        }
+    }
+
+    /// Wakes worker `w` if it sleeps or is about to.
+    fn wake_if_sleeping(&self, w: usize) {
+        if let Some(slot) = self.workers.get(w) {
+            if slot.sleeping.load(Ordering::SeqCst) {
+                let _ = slot.wake.write(1);
+            }
+        }
+    }
+
+    /// Wakes every worker but `me`, so that each looks at its functions again.
+    fn wake_others(&self, me: usize) {
+        for (i, slot) in self.workers.iter().enumerate() {
+            if i != me {
+                let _ = slot.wake.write(1);
+            }
+        }
+    }
+
+    /// Points each function's kicks at the worker it is placed on.
+    fn set_wakers(&self, placement: &[usize]) {
+        for (f, &w) in self.functions.iter().zip(placement) {
+            f.set_waker(self.workers[w].wake.clone());
+        }
+    }
+}
+
+/// Stops a running engine from another thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    stop: Arc<EventFd>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl EngineHandle {
+    /// Asks every engine thread to finish its pass and return: a busy thread sees the
+    /// flag after its pass, a sleeping one wakes on the eventfd.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.stop.write(1);
+    }
+}
+
+/// The engine before it runs: the functions, the switch between them, and how many
+/// threads will run them.
+pub struct Engine {
+    functions: Vec<Arc<Function>>,
+    switch: Switch,
+    poll_window: Duration,
+    threads: usize,
+    policy: Placement,
+    stop: Arc<EventFd>,
+    stopping: Arc<AtomicBool>,
+    /// The single worker of [`Engine::step`].
+    #[cfg(feature = "fuzzing")]
+    stepper: Option<Worker>,
+}
+
+/// The thread count that suits this machine and `functions` functions: one per core,
+/// no more than there are functions (a thread serves at least one).
+pub fn default_threads(functions: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(functions).max(1)
+}
+
+impl Engine {
+    /// An engine over `functions` whose threads keep polling for `poll_window` after
+    /// their last work before they sleep; one thread until [`Engine::with_threads`].
+    pub fn new(
+        functions: Vec<Arc<Function>>,
+        poll_window: Duration,
+        pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
+    ) -> io::Result<Self> {
+        let switch = Switch::new(functions.iter().map(|f| f.endpoint()).collect(), pcap);
+        Ok(Self {
+            functions,
+            switch,
+            poll_window,
+            threads: 1,
+            policy: Placement::Auto,
+            stop: Arc::new(EventFd::new(libc::EFD_NONBLOCK)?),
+            stopping: Arc::new(AtomicBool::new(false)),
+            #[cfg(feature = "fuzzing")]
+            stepper: None,
+        })
+    }
+
+    /// Runs the functions on `threads` threads (at most one per function), placed by
+    /// `policy`.
+    pub fn with_threads(mut self, threads: usize, policy: Placement) -> Self {
+        self.threads = threads.clamp(1, self.functions.len().max(1));
+        self.policy = policy;
+        self
+    }
+
+    /// Makes every frame the switch forwards go through a fault injector of `spec`
+    /// (`--net-faults`); `None` or a spec that changes nothing leaves the switch perfect.
+    pub fn with_faults(mut self, spec: Option<FaultSpec>) -> Self {
+        if let Some(spec) = spec.filter(|s| !s.is_noop()) {
+            log::info!("injecting network faults: {spec}");
+            self.switch.set_faults(FaultInjector::new(spec));
+        }
+        self
+    }
+
+    /// Connects the switch to a network (`--net`): frames for other addresses go to
+    /// `uplink`, and thread 0 sleeps on and drains its receive sockets.
+    pub fn with_uplink(mut self, uplink: Option<Box<dyn Uplink>>) -> Self {
+        if let Some(uplink) = uplink {
+            self.switch.set_uplink(uplink);
+        }
+        self
+    }
+
+    /// A handle that stops the engine.
+    pub fn handle(&self) -> EngineHandle {
+        EngineHandle {
+            stop: self.stop.clone(),
+            stopping: self.stopping.clone(),
+        }
+    }
+
+    /// The state the workers share, with every function placed.
+    fn into_shared(self) -> io::Result<Arc<Shared>> {
+        let threads = self.threads;
+        let placement = balance::initial(self.functions.len(), threads, self.policy);
+        let workers = (0..threads)
+            .map(|_| {
+                Ok(Slot {
+                    wake: Arc::new(EventFd::new(libc::EFD_NONBLOCK)?),
+                    sleeping: AtomicBool::new(false),
+                    pass: Mutex::new(()),
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let busy = self.functions.iter().map(|_| AtomicU64::new(0)).collect();
+        let mut switch = self.switch;
+        // Only the balancer reads the traffic between ports.
+        switch.count_traffic(self.policy == Placement::Auto && threads > 1);
+        let shared = Shared {
+            functions: self.functions,
+            switch: Mutex::new(switch),
+            poll_window: self.poll_window,
+            stop: self.stop,
+            stopping: self.stopping,
+            workers,
+            policy: self.policy,
+            placement: Mutex::new(placement.clone()),
+            placement_version: AtomicU64::new(1),
+            admin_version: AtomicU64::new(0),
+            control: Mutex::new(()),
+            busy,
+        };
+        shared.set_wakers(&placement);
+        Ok(Arc::new(shared))
+    }
+
+    /// Starts the engine's threads (`engine-0`, `engine-1`, ...).
+    pub fn spawn(self) -> io::Result<RunningEngine> {
+        let stop = self.handle();
+        let threads = self.threads;
+        let policy = self.policy;
+        let shared = self.into_shared()?;
+        log::info!(
+            "engine: {threads} thread{} over {} functions, placement {policy}",
+            if threads == 1 { "" } else { "s" },
+            shared.functions.len()
+        );
+        let mut running = RunningEngine {
+            stop,
+            threads: Vec::new(),
+            shared: shared.clone(),
+        };
+        for index in 0..threads {
+            let worker = Worker::new(index, shared.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("engine-{index}"))
+                .spawn(move || {
+                    if let Err(e) = worker.run() {
+                        log::error!("engine thread {index} failed: {e}");
+                    }
+                });
+            match spawned {
+                Ok(t) => running.threads.push(t),
+                Err(e) => {
+                    running.stop_and_join();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(running)
+    }
+}
+
+/// The engine's threads, running.
+pub struct RunningEngine {
+    stop: EngineHandle,
+    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl RunningEngine {
+    /// A handle that stops the engine.
+    pub fn handle(&self) -> EngineHandle {
+        self.stop.clone()
+    }
+
+    /// Stops every thread, waits for them, and logs what the switch saw (fault and
+    /// network counters).
+    pub fn stop_and_join(&mut self) {
+        self.stop.stop();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let switch = lock(&self.shared.switch);
+        if let Some(c) = switch.fault_counters() {
+            log::info!("network faults: {c}");
+        }
+        if let Some(report) = switch.uplink_report() {
+            log::info!("network: {report}");
+            // The same counters as GET_PORT_STATS reads them, by their names there.
+            let p = switch.port_stats();
+            let counters: Vec<String> = p.named().iter().map(|(n, v)| format!("{n} {v}")).collect();
+            log::info!("port ({}): {}", p.kind_name(), counters.join(" "));
+        }
+        log::debug!("engine stopped");
+    }
+
+    /// The thread each function runs on now (index: member).
+    pub fn placement(&self) -> Vec<usize> {
+        lock(&self.shared.placement).clone()
+    }
+}
+
+impl Drop for RunningEngine {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop_and_join();
+        }
+    }
+}
+
+/// What a harness needs to drive the engine itself, one pass at a time, in one thread (the
+/// fuzz targets of `fuzz/`): the same passes a single engine thread makes, without its
+/// sleeping.
+#[cfg(feature = "fuzzing")]
+impl Engine {
+    /// The one worker that [`Engine::step`] drives, made at the first call from the
+    /// engine as configured so far.
+    fn stepper(&mut self) -> &mut Worker {
+        let functions = self.functions.clone();
+        let stop = self.stop.clone();
+        let stopping = self.stopping.clone();
+        let poll_window = self.poll_window;
+        let switch = &mut self.switch;
+        self.stepper.get_or_insert_with(|| {
+            let engine = Engine {
+                functions,
+                switch: std::mem::replace(switch, Switch::new(Vec::new(), None)),
+                poll_window,
+                threads: 1,
+                policy: Placement::Auto,
+                stop,
+                stopping,
+                stepper: None,
+            };
+            let shared = engine
+                .into_shared()
+                .expect("the harness's engine needs its eventfds");
+            Worker::new(0, shared)
+        })
+    }
+
+    /// One pass over every function, as an engine thread makes between its sleeps: the
+    /// PF's admin queue, the uplink, then each function's admin queue, commands,
+    /// frames, send queues and timers.
+    pub fn step(&mut self) -> crate::function::PollOutcome {
+        self.stepper().step()
+    }
+
+    /// The device's switch, for frames that arrive from outside as a network's would.
+    pub fn switch(&mut self) -> MutexGuard<'_, Switch> {
+        self.stepper().switch()
+    }
+}
