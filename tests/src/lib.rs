@@ -57,7 +57,24 @@ pub struct Rnicd {
 
 impl Rnicd {
     /// Starts rnicd with `vfs` VFs and extra arguments, and waits for its sockets.
+    ///
+    /// `RNICD_ARGS` in the environment adds arguments to every rnicd the tests start
+    /// (split at spaces), unless the test gives the same options itself: tests/run-all.sh
+    /// runs the suites again with `--threads 2 --placement spread` that way.
     pub fn start(vfs: u16, extra: &[&str]) -> Self {
+        let from_env = std::env::var("RNICD_ARGS").unwrap_or_default();
+        let mut args: Vec<&str> = extra.to_vec();
+        let given = |opt: &str| extra.iter().any(|a| a.split('=').next() == Some(opt));
+        let mut env_args = from_env.split_whitespace().peekable();
+        while let Some(arg) = env_args.next() {
+            // An option and, unless it is a flag, its value.
+            let value = env_args.next_if(|v| !v.starts_with("--"));
+            if !given(arg.split('=').next().unwrap_or(arg)) {
+                args.push(arg);
+                args.extend(value);
+            }
+        }
+        let extra = &args[..];
         let dir = tempfile::Builder::new()
             .prefix("rnicd-test-")
             .tempdir()

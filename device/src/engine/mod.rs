@@ -264,11 +264,7 @@ impl Engine {
         let threads = self.threads;
         let policy = self.policy;
         let shared = self.into_shared()?;
-        log::info!(
-            "engine: {threads} thread{} over {} functions, placement {policy}",
-            if threads == 1 { "" } else { "s" },
-            shared.functions.len()
-        );
+        let functions = shared.functions.len();
         let mut running = RunningEngine {
             stop,
             threads: Vec::new(),
@@ -291,6 +287,10 @@ impl Engine {
                 }
             }
         }
+        log::info!(
+            "engine: {threads} thread{} over {functions} functions, placement {policy}",
+            if threads == 1 { "" } else { "s" },
+        );
         Ok(running)
     }
 }

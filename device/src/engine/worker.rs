@@ -285,7 +285,28 @@ impl State {
             *lock(&shared.placement) = next.clone();
             shared.placement_version.fetch_add(1, Ordering::AcqRel);
         }
-        log::debug!("engine: functions now on threads {next:?} (were {current:?}): {activity:?}");
+        let busy: Vec<String> = (0..shared.workers.len())
+            .map(|t| {
+                let ns: u64 = (0..current.len())
+                    .filter(|&f| current[f] == t)
+                    .map(|f| activity.busy[f])
+                    .sum();
+                format!("{}%", ns.saturating_mul(100) / activity.period_ns.max(1))
+            })
+            .collect();
+        let placed: Vec<String> = shared
+            .functions
+            .iter()
+            .zip(&next)
+            .map(|(f, t)| format!("{}:{t}", f.identity().id))
+            .collect();
+        log::info!(
+            "engine: placement now {} (threads busy {} of the last {} ms)",
+            placed.join(" "),
+            busy.join("/"),
+            activity.period_ns / 1_000_000
+        );
+        log::debug!("engine: moved on {activity:?}");
         shared.wake_others(self.index);
     }
 }

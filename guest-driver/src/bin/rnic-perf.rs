@@ -15,7 +15,10 @@ use rnic_driver::Location;
 /// (two rnicd), measured in the same run.
 ///
 /// One process drives both ends: give the two functions as vfio-user sockets (host) or
-/// PCI addresses (in a VM with two functions).
+/// PCI addresses (in a VM with two functions). Several pairs run at once, each driven by
+/// its own thread, when the options name several (repeat --vfio-user and
+/// --remote-vfio-user, or --pci and --remote-pci) or with --pairs N; the report then
+/// gives each pair and their sum, against N memcpy threads and N UDP pairs at once.
 ///
 /// Tests: write_bw, read_bw, send_bw, write_lat, send_lat, atomic_lat.
 ///
@@ -30,26 +33,38 @@ struct Args {
     #[arg(value_parser = parse_test)]
     test: Test,
 
-    /// vfio-user socket of the function that posts the work (host use).
-    #[arg(long, value_name = "PATH", requires = "remote_vfio_user")]
-    vfio_user: Option<PathBuf>,
-
-    /// vfio-user socket of the function at the other end.
+    /// vfio-user socket of the function that posts the work (host use); once per pair.
     #[arg(long, value_name = "PATH")]
-    remote_vfio_user: Option<PathBuf>,
+    vfio_user: Vec<PathBuf>,
 
-    /// PCI address of the function that posts the work (in a VM).
-    #[arg(
-        long,
-        value_name = "BDF",
-        conflicts_with = "vfio_user",
-        requires = "remote_pci"
-    )]
-    pci: Option<String>,
+    /// vfio-user socket of the function at the other end; once per pair.
+    #[arg(long, value_name = "PATH")]
+    remote_vfio_user: Vec<PathBuf>,
 
-    /// PCI address of the function at the other end.
+    /// PCI address of the function that posts the work (in a VM); once per pair.
     #[arg(long, value_name = "BDF")]
-    remote_pci: Option<String>,
+    pci: Vec<String>,
+
+    /// PCI address of the function at the other end; once per pair.
+    #[arg(long, value_name = "BDF")]
+    remote_pci: Vec<String>,
+
+    /// Run N pairs at once: VF 2k posts to VF 2k+1 for k below N, as DIR/vf2k.sock and
+    /// DIR/vf2k+1.sock with --socket-dir DIR (host), else as the 2k-th and 2k+1-th rnic
+    /// functions in PCI order (in a VM). Bandwidth tests.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
+    pairs: Option<u16>,
+
+    /// With --pairs: the directory of rnicd's sockets.
+    #[arg(long, value_name = "DIR", requires = "pairs")]
+    socket_dir: Option<PathBuf>,
+
+    /// Sleep on completion interrupts instead of spinning on the CQs (perftest's -e): arm
+    /// the CQ, poll once more, then wait on the MSI-X eventfd. Frees the cores for rnicd
+    /// on a small machine. write_lat then sends RDMA WRITE with immediate, so that the
+    /// target's driver is woken by a receive completion.
+    #[arg(long, short = 'e')]
+    events: bool,
 
     /// Bytes per message.
     #[arg(long, short = 's', value_name = "N", default_value_t = 65536)]
@@ -123,25 +138,74 @@ fn seconds(what: &str, v: f64) -> Result<Duration, String> {
         .ok_or_else(|| format!("{what} {v}: give a positive number of seconds"))
 }
 
-fn config(args: &Args) -> Result<Config, String> {
-    let (local, remote) = match (
-        &args.vfio_user,
-        &args.remote_vfio_user,
-        &args.pci,
-        &args.remote_pci,
-    ) {
-        (Some(l), Some(r), None, None) => {
-            (Location::VfioUser(l.clone()), Location::VfioUser(r.clone()))
-        }
-        (None, None, Some(l), Some(r)) => (Location::Pci(l.clone()), Location::Pci(r.clone())),
-        _ => {
+/// The pairs of functions the options name: (the one that posts, the other end).
+fn pairs(args: &Args) -> Result<Vec<(Location, Location)>, String> {
+    if let Some(n) = args.pairs {
+        if !(args.vfio_user.is_empty() && args.pci.is_empty()) {
             return Err(
-                "name both functions: --vfio-user PATH --remote-vfio-user PATH (host) or \
-                 --pci BDF --remote-pci BDF (VM)"
-                    .into(),
-            )
+                "--pairs names the functions itself: leave out --vfio-user and --pci".into(),
+            );
         }
+        let n = usize::from(n);
+        return match &args.socket_dir {
+            Some(dir) => Ok((0..n)
+                .map(|k| {
+                    let sock = |v: usize| Location::VfioUser(dir.join(format!("vf{v}.sock")));
+                    (sock(2 * k), sock(2 * k + 1))
+                })
+                .collect()),
+            None => {
+                let all = Location::all_pci().map_err(|e| e.to_string())?;
+                if all.len() < 2 * n {
+                    return Err(format!(
+                        "--pairs {n} needs {} rnic functions and this machine has {} \
+                         (on the host, give --socket-dir DIR)",
+                        2 * n,
+                        all.len()
+                    ));
+                }
+                let mut it = all.into_iter();
+                Ok((0..n)
+                    .map_while(|_| Some((it.next()?, it.next()?)))
+                    .collect())
+            }
+        };
+    }
+    let zip = |l: &[Location], r: &[Location]| -> Result<Vec<_>, String> {
+        if l.len() != r.len() {
+            return Err(format!(
+                "{} function(s) post work (--vfio-user, --pci) and {} are at the other end \
+                 (--remote-vfio-user, --remote-pci): name them in pairs",
+                l.len(),
+                r.len()
+            ));
+        }
+        Ok(l.iter().cloned().zip(r.iter().cloned()).collect())
     };
+    let host = |v: &[PathBuf]| {
+        v.iter()
+            .map(|p| Location::VfioUser(p.clone()))
+            .collect::<Vec<_>>()
+    };
+    let vm = |v: &[String]| {
+        v.iter()
+            .map(|b| Location::Pci(b.clone()))
+            .collect::<Vec<_>>()
+    };
+    let mut all = zip(&host(&args.vfio_user), &host(&args.remote_vfio_user))?;
+    all.extend(zip(&vm(&args.pci), &vm(&args.remote_pci))?);
+    if all.is_empty() {
+        return Err(
+            "name both functions: --vfio-user PATH --remote-vfio-user PATH (host) or \
+                    --pci BDF --remote-pci BDF (VM), or --pairs N"
+                .into(),
+        );
+    }
+    Ok(all)
+}
+
+/// The configuration of one pair of functions.
+fn config(args: &Args, local: Location, remote: Location) -> Result<Config, String> {
     let sizes = if args.test == Test::AtomicLat {
         vec![8]
     } else if args.all {
@@ -168,6 +232,7 @@ fn config(args: &Args) -> Result<Config, String> {
         baselines: !args.no_baseline,
         baseline_time: seconds("--baseline-time", args.baseline_time)?,
         repeat: args.repeat as usize,
+        events: args.events,
     })
 }
 
@@ -178,22 +243,38 @@ fn main() {
         std::process::exit(perf::perftest::main_with(argv));
     }
     let args = Args::parse();
-    let cfg = match config(&args) {
+    let cfgs = match pairs(&args).and_then(|pairs| {
+        pairs
+            .into_iter()
+            .map(|(l, r)| config(&args, l, r))
+            .collect::<Result<Vec<_>, _>>()
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rnic-perf: {e}");
             std::process::exit(2);
         }
     };
-    let mut progress = |line: &str| eprintln!("rnic-perf: {line}");
-    let report = match perf::run(&cfg, &mut progress) {
+    let progress = |line: &str| eprintln!("rnic-perf: {line}");
+    let outcome = if let [cfg] = &cfgs[..] {
+        perf::run(cfg, &mut |line: &str| progress(line)).map(|r| {
+            let text = r.text();
+            (serde_json::to_string_pretty(&r), text)
+        })
+    } else {
+        perf::pairs::run(&cfgs, &progress).map(|r| {
+            let text = r.text();
+            (serde_json::to_string_pretty(&r), text)
+        })
+    };
+    let (json, text) = match outcome {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rnic-perf: {e}");
             std::process::exit(1);
         }
     };
-    let json = match serde_json::to_string_pretty(&report) {
+    let json = match json {
         Ok(text) => text,
         Err(e) => {
             eprintln!("rnic-perf: cannot encode JSON: {e}");
@@ -209,6 +290,6 @@ fn main() {
     if args.json {
         println!("{json}");
     } else {
-        print!("{}", report.text());
+        print!("{text}");
     }
 }

@@ -17,8 +17,18 @@
 //! With `check`, messages come from distinct buffer slots with distinct contents, and every
 //! byte that arrived is compared (WRITEs and READs after the run, SENDs as they arrive,
 //! atomics by their fetched values); the run fails on the first difference.
+//!
+//! With `events` (perftest's `-e`), the driver sleeps on the completion interrupt instead
+//! of spinning on the CQ: it arms the CQ, polls once more, and waits on the MSI-X
+//! eventfd, so that on a machine with few cores rnicd's engine threads have them. A
+//! WRITE raises no completion at its target, so `write_lat` with events sends RDMA
+//! WRITE with immediate, whose receive completion wakes the other end.
+//!
+//! [`pairs::run`] runs a bandwidth test on several pairs of functions at once, each pair
+//! driven by its own thread, and reports each pair and their sum.
 
 mod baseline;
+pub mod pairs;
 pub mod perftest;
 mod report;
 mod stats;
@@ -63,6 +73,9 @@ pub type Result<T> = std::result::Result<T, PerfError>;
 pub const PEAK_WINDOW: Duration = Duration::from_millis(5);
 /// Longest a test waits without any completion before it gives up.
 const STALL: Duration = Duration::from_secs(10);
+/// Longest one sleep on a completion interrupt lasts (events mode) before the test looks
+/// at its CQs and its stall deadline again.
+const EVENT_WAIT: Duration = Duration::from_millis(100);
 /// Bytes of buffer per QP and direction that checking mode gives its slots, at most.
 const CHECK_SLOT_BYTES: usize = 16 << 20;
 
@@ -154,6 +167,8 @@ pub struct Config {
     pub baseline_time: Duration,
     /// Runs of each size (and of its baselines); the report gives the median run.
     pub repeat: usize,
+    /// Sleep on completion interrupts instead of spinning on the CQs (perftest's `-e`).
+    pub events: bool,
 }
 
 /// The run with the median figure: average bandwidth, or median latency.
@@ -318,77 +333,132 @@ fn mismatch(what: &str, qp: usize, slot: u64) -> PerfError {
     ))
 }
 
-/// Runs the whole configuration: every size, with its baselines.
-pub fn run(cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report> {
-    if cfg.sizes.is_empty() || cfg.sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
-        return Err(PerfError::Config(
-            "message sizes must be between 1 byte and 1 GiB".into(),
-        ));
+/// What a configuration needs, worked out before anything is opened.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    qps: usize,
+    mtu: u8,
+    layout: Layout,
+    caps: QpCaps,
+    cqe: u32,
+    /// Bytes of DMA memory each end asks its transport for.
+    memory: usize,
+}
+
+impl Plan {
+    /// Checks `cfg` and sizes the ends for it.
+    fn of(cfg: &Config) -> Result<Plan> {
+        if cfg.sizes.is_empty() || cfg.sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
+            return Err(PerfError::Config(
+                "message sizes must be between 1 byte and 1 GiB".into(),
+            ));
+        }
+        if cfg.test == Test::AtomicLat && cfg.sizes.iter().any(|&s| s != 8) {
+            return Err(PerfError::Config(
+                "atomic_lat moves 8 bytes per operation: use --size 8".into(),
+            ));
+        }
+        let qps = if cfg.test.is_bandwidth() { cfg.qps } else { 1 };
+        if qps == 0 || cfg.tx_depth == 0 || cfg.iters == 0 {
+            return Err(PerfError::Config(
+                "--qps, --tx-depth and --iters must be at least 1".into(),
+            ));
+        }
+        let mtu = mtu_code(cfg.mtu)?;
+        let max_size = *cfg.sizes.iter().max().expect("not empty");
+        let depth = cfg.tx_depth;
+        let slots = if cfg.check && cfg.test.is_bandwidth() {
+            (depth as usize).min((CHECK_SLOT_BYTES / max_size).max(1))
+        } else {
+            1
+        };
+        let layout = Layout {
+            slot: max_size.next_multiple_of(64),
+            slots,
+        };
+        Ok(Plan {
+            qps,
+            mtu,
+            layout,
+            memory: qps * layout.bytes().next_multiple_of(4096) + (64 << 20),
+            caps: QpCaps {
+                max_send_wr: depth,
+                max_recv_wr: depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: cfg.inline,
+            },
+            cqe: (qps as u32 * depth * 2).next_power_of_two().max(64),
+        })
     }
-    if cfg.test == Test::AtomicLat && cfg.sizes.iter().any(|&s| s != 8) {
-        return Err(PerfError::Config(
-            "atomic_lat moves 8 bytes per operation: use --size 8".into(),
+
+    /// Opens both ends of `cfg`, connects their QPs and fills the source slots.
+    fn open(&self, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<(End, End)> {
+        progress(&format!(
+            "opening {} and {}: {} QP pair(s), {} KiB of buffers each",
+            cfg.local,
+            cfg.remote,
+            self.qps,
+            self.qps * self.layout.bytes() / 1024
         ));
-    }
-    let qps = if cfg.test.is_bandwidth() { cfg.qps } else { 1 };
-    if qps == 0 || cfg.tx_depth == 0 || cfg.iters == 0 {
-        return Err(PerfError::Config(
-            "--qps, --tx-depth and --iters must be at least 1".into(),
-        ));
-    }
-    let mtu = mtu_code(cfg.mtu)?;
-    let max_size = *cfg.sizes.iter().max().expect("not empty");
-    let depth = cfg.tx_depth;
-    let slots = if cfg.check && cfg.test.is_bandwidth() {
-        (depth as usize).min((CHECK_SLOT_BYTES / max_size).max(1))
-    } else {
-        1
-    };
-    let layout = Layout {
-        slot: max_size.next_multiple_of(64),
-        slots,
-    };
-    let memory = qps * layout.bytes().next_multiple_of(4096) + (64 << 20);
-    let caps = QpCaps {
-        max_send_wr: depth,
-        max_recv_wr: depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: cfg.inline,
-    };
-    let cqe = (qps as u32 * depth * 2).next_power_of_two().max(64);
-    progress(&format!(
-        "opening {} and {}: {qps} QP pair(s), {} KiB of buffers each",
-        cfg.local,
-        cfg.remote,
-        qps * layout.bytes() / 1024
-    ));
-    let a = End::new(open(&cfg.local, memory)?, qps, layout, caps, cqe)?;
-    let b = End::new(open(&cfg.remote, memory)?, qps, layout, caps, cqe)?;
-    connect(&a, &b, mtu, depth)?;
-    if cfg.check {
-        for end in [&a, &b] {
-            for (q, mr) in end.mrs.iter().enumerate() {
-                for s in 0..layout.slots {
-                    mr.write(layout.src(s as u64), &slot_pattern(q, s, layout.slot));
+        let end = |at: &Location| {
+            End::new(
+                open(at, self.memory)?,
+                self.qps,
+                self.layout,
+                self.caps,
+                self.cqe,
+            )
+        };
+        let (a, b) = (end(&cfg.local)?, end(&cfg.remote)?);
+        if cfg.events {
+            for (end, location) in [(&a, &cfg.local), (&b, &cfg.remote)] {
+                if end.ctx.event_fd().is_none() {
+                    return Err(PerfError::Config(format!(
+                        "--events sleeps on completion interrupts, and {location} has none \
+                         (the sysfs transport in a VM polls): leave --events off there"
+                    )));
                 }
             }
         }
+        connect(&a, &b, self.mtu, cfg.tx_depth)?;
+        if cfg.check {
+            for end in [&a, &b] {
+                for (q, mr) in end.mrs.iter().enumerate() {
+                    for s in 0..self.layout.slots {
+                        mr.write(
+                            self.layout.src(s as u64),
+                            &slot_pattern(q, s, self.layout.slot),
+                        );
+                    }
+                }
+            }
+        }
+        Ok((a, b))
     }
+}
+
+/// One run of `cfg`'s test with messages of `size` bytes.
+fn run_once(cfg: &Config, plan: &Plan, size: usize, a: &End, b: &End) -> Result<SizeResult> {
+    match cfg.test {
+        Test::WriteBw | Test::ReadBw | Test::SendBw => bandwidth(cfg, size, plan.layout, a, b),
+        Test::WriteLat => write_lat(cfg, size, plan.layout, a, b),
+        Test::SendLat => send_lat(cfg, size, plan.layout, a, b),
+        Test::AtomicLat => atomic_lat(cfg, a, b),
+    }
+}
+
+/// Runs the whole configuration: every size, with its baselines.
+pub fn run(cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report> {
+    let plan = Plan::of(cfg)?;
+    let (a, b) = plan.open(cfg, progress)?;
     let mut results = Vec::with_capacity(cfg.sizes.len());
     for &size in &cfg.sizes {
         progress(&format!("{} of {size} bytes", cfg.test.name()));
         let mut runs = Vec::with_capacity(cfg.repeat);
         let mut baselines = Vec::with_capacity(cfg.repeat);
         for _ in 0..cfg.repeat.max(1) {
-            runs.push(match cfg.test {
-                Test::WriteBw | Test::ReadBw | Test::SendBw => {
-                    bandwidth(cfg, size, layout, &a, &b)?
-                }
-                Test::WriteLat => write_lat(cfg, size, layout, &a, &b)?,
-                Test::SendLat => send_lat(cfg, size, layout, &a, &b)?,
-                Test::AtomicLat => atomic_lat(cfg, &a, &b)?,
-            });
+            runs.push(run_once(cfg, &plan, size, &a, &b)?);
             if cfg.baselines {
                 baselines.push(baseline::measure(
                     size,
@@ -408,14 +478,57 @@ pub fn run(cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<Report> {
         test: cfg.test,
         local: cfg.local.to_string(),
         remote: cfg.remote.to_string(),
-        qps,
-        tx_depth: depth,
+        qps: plan.qps,
+        tx_depth: cfg.tx_depth,
         inline: cfg.inline,
         mtu: cfg.mtu,
         check: cfg.check,
         repeat: cfg.repeat.max(1),
+        events: cfg.events,
         results,
     })
+}
+
+/// How a test waits for completions: spinning on the CQs, or (events mode) sleeping on
+/// their interrupts.
+struct Waiter<'a> {
+    ends: Vec<&'a End>,
+    events: bool,
+    armed: bool,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(cfg: &Config, ends: Vec<&'a End>) -> Self {
+        Self {
+            ends,
+            events: cfg.events,
+            armed: false,
+        }
+    }
+
+    /// The CQs had nothing. Spinning: a pause. Events: arm the CQs (the caller then
+    /// looks once more, since a completion that came before the arm raises no event),
+    /// or, armed already, sleep until an event comes.
+    fn idle(&mut self) -> Result<()> {
+        if !self.events {
+            std::hint::spin_loop();
+        } else if !self.armed {
+            for end in &self.ends {
+                end.cq.req_notify(false);
+            }
+            self.armed = true;
+        } else {
+            let cqs: Vec<_> = self.ends.iter().map(|e| (&e.ctx, &e.cq)).collect();
+            verbs::wait_any_cq_event(&cqs, EVENT_WAIT)?;
+            self.armed = false;
+        }
+        Ok(())
+    }
+
+    /// The CQs had something: the next idle look arms them again.
+    fn progressed(&mut self) {
+        self.armed = false;
+    }
 }
 
 /// The send WR of message `i` of QP `q` for a bandwidth test.
@@ -484,6 +597,8 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
             .collect();
         qp.post_recv_list(&wrs)?;
     }
+    // The sender's completions, and the receiver's for SENDs.
+    let mut waiter = Waiter::new(cfg, if sends { vec![a, b] } else { vec![a] });
     let start = Instant::now();
     let mut marks = vec![(Duration::ZERO, 0u64)];
     let mut done_bytes = 0u64;
@@ -557,6 +672,7 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
         if progressed {
             last_progress = Instant::now();
             marks.push((start.elapsed(), done_bytes));
+            waiter.progressed();
         } else if last_progress.elapsed() > STALL {
             return Err(stalled(what));
         }
@@ -564,6 +680,9 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
         let all_received = !sends || (0..qps).all(|q| recv_done[q] == completed[q]);
         if all_sent && all_received {
             break;
+        }
+        if !progressed {
+            waiter.idle()?;
         }
     }
     let elapsed = start.elapsed();
@@ -608,23 +727,29 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     })
 }
 
-/// Spins until `cq` yields a completion that `want` accepts; fails on an error
-/// completion, or after [`STALL`].
-fn spin_for(cq: &Cq, what: &str, mut want: impl FnMut(&Wc) -> bool) -> Result<Wc> {
+/// Waits until `end`'s CQ yields a completion that `want` accepts, spinning or (events
+/// mode) sleeping on its interrupt; fails on an error completion, or after [`STALL`].
+fn wait_for(cfg: &Config, end: &End, what: &str, mut want: impl FnMut(&Wc) -> bool) -> Result<Wc> {
     let start = Instant::now();
+    let mut waiter = Waiter::new(cfg, vec![end]);
     loop {
-        for wc in cq.poll(16) {
+        let wcs = end.cq.poll(16);
+        for wc in &wcs {
             if !wc.is_success() {
-                return Err(failed(what, &wc));
+                return Err(failed(what, wc));
             }
-            if want(&wc) {
-                return Ok(wc);
+            if want(wc) {
+                return Ok(*wc);
             }
         }
         if start.elapsed() > STALL {
             return Err(stalled(what));
         }
-        std::hint::spin_loop();
+        if wcs.is_empty() {
+            waiter.idle()?;
+        } else {
+            waiter.progressed();
+        }
     }
 }
 
@@ -675,6 +800,27 @@ fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     for end in [a, b] {
         end.mrs[0].write(dst, &vec![0u8; size]);
     }
+    // With events, each WRITE carries an immediate, whose receive completion wakes the
+    // target's driver: one receive per round, posted ahead as send_lat posts them.
+    let depth = if cfg.events {
+        u64::from(cfg.tx_depth).min(rounds)
+    } else {
+        0
+    };
+    for end in [a, b].into_iter().filter(|_| depth > 0) {
+        let wrs: Vec<_> = (0..depth)
+            .map(|i| recv_wr(layout, end, size, 0, i))
+            .collect();
+        end.qps[0].post_recv_list(&wrs)?;
+    }
+    // The target sees a WRITE: its last byte changes (and, with events, its immediate
+    // arrives first).
+    let arrived = |end: &End, marker: u8| -> Result<()> {
+        if cfg.events {
+            wait_for(cfg, end, what, Wc::is_recv)?;
+        }
+        wait_for_byte(&end.mrs[0], dst + last, marker, what)
+    };
     let mut checked = 0u64;
     for round in 0..rounds {
         let marker = (round % 255 + 1) as u8;
@@ -691,18 +837,26 @@ fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 size,
                 &from.mrs[0],
                 src,
-                WrOpcode::RdmaWrite {
-                    remote_addr: to.mrs[0].addr(dst),
-                    rkey: to.mrs[0].rkey(),
+                if cfg.events {
+                    WrOpcode::RdmaWriteWithImm {
+                        remote_addr: to.mrs[0].addr(dst),
+                        rkey: to.mrs[0].rkey(),
+                        imm: round as u32,
+                    }
+                } else {
+                    WrOpcode::RdmaWrite {
+                        remote_addr: to.mrs[0].addr(dst),
+                        rkey: to.mrs[0].rkey(),
+                    }
                 },
             )
         };
         let t = Instant::now();
         a.qps[0].post_send(&write(a, b))?;
-        wait_for_byte(&b.mrs[0], dst + last, marker, what)?;
+        arrived(b, marker)?;
         b.mrs[0].write(src + last, &[marker]);
         b.qps[0].post_send(&write(b, a))?;
-        wait_for_byte(&a.mrs[0], dst + last, marker, what)?;
+        arrived(a, marker)?;
         let rtt = t.elapsed();
         if round >= rounds - cfg.iters {
             samples.push(rtt / 2);
@@ -716,6 +870,12 @@ fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
                 return Err(mismatch(what, 0, round));
             }
             checked += size as u64;
+        }
+        for end in [a, b]
+            .into_iter()
+            .filter(|_| depth > 0 && round + depth < rounds)
+        {
+            end.qps[0].post_recv(&recv_wr(layout, end, size, 0, 0))?;
         }
         retire_sends(a, what)?;
         retire_sends(b, what)?;
@@ -759,9 +919,9 @@ fn send_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Resu
         }
         let t = Instant::now();
         a.qps[0].post_send(&lat_send_wr(cfg, size, &a.mrs[0], src, WrOpcode::Send))?;
-        spin_for(&b.cq, what, Wc::is_recv)?;
+        wait_for(cfg, b, what, Wc::is_recv)?;
         b.qps[0].post_send(&lat_send_wr(cfg, size, &b.mrs[0], dst, WrOpcode::Send))?;
-        let back = spin_for(&a.cq, what, Wc::is_recv)?;
+        let back = wait_for(cfg, a, what, Wc::is_recv)?;
         let rtt = t.elapsed();
         if round >= rounds - cfg.iters {
             samples.push(rtt / 2);
@@ -812,7 +972,7 @@ fn atomic_lat(cfg: &Config, a: &End, b: &End) -> Result<SizeResult> {
         };
         let t = Instant::now();
         a.qps[0].post_send(&wr)?;
-        spin_for(&a.cq, what, |wc| wc.wr_id == round)?;
+        wait_for(cfg, a, what, |wc| wc.wr_id == round)?;
         let rtt = t.elapsed();
         if round >= rounds - cfg.iters {
             samples.push(rtt);

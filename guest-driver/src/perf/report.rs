@@ -129,16 +129,80 @@ pub struct Report {
     pub check: bool,
     /// Runs per size; each result is the median run.
     pub repeat: usize,
+    /// Whether the driver slept on completion interrupts (`--events`).
+    pub events: bool,
     /// One entry per message size.
     pub results: Vec<SizeResult>,
 }
 
-fn opt(r: Option<f64>) -> String {
+/// A ratio with two decimals, or `-`.
+pub(super) fn opt(r: Option<f64>) -> String {
     r.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
-const RULE: &str =
+/// The line between a table's parts.
+pub(super) const RULE: &str =
     "---------------------------------------------------------------------------------------------";
+
+/// The figures of one row of a bandwidth table.
+pub(super) struct BandwidthRow {
+    pub bytes: usize,
+    pub iterations: u64,
+    pub peak_mb_s: f64,
+    pub avg_mb_s: f64,
+    pub msg_rate_mpps: f64,
+    pub ratio_memcpy: Option<f64>,
+    pub ratio_udp: Option<f64>,
+}
+
+impl BandwidthRow {
+    /// The row of one size's result.
+    pub fn of(r: &SizeResult) -> Self {
+        let bw = r.bandwidth.unwrap_or_default();
+        Self {
+            bytes: r.bytes,
+            iterations: r.iterations,
+            peak_mb_s: bw.peak_mb_s,
+            avg_mb_s: bw.avg_mb_s,
+            msg_rate_mpps: bw.msg_rate_mpps,
+            ratio_memcpy: r.ratio_memcpy,
+            ratio_udp: r.ratio_udp,
+        }
+    }
+}
+
+/// The header of a bandwidth table, with a column named `label` before the figures if
+/// given (the pair, in a table of several).
+pub(super) fn bandwidth_header(s: &mut String, label: Option<&str>) {
+    let _ = writeln!(
+        s,
+        " {:>8}{} {:>11} {:>15} {:>18} {:>13} {:>9} {:>9}",
+        "#bytes",
+        label.map_or(String::new(), |l| format!(" {l:>5}")),
+        "#iterations",
+        "BW peak[MB/sec]",
+        "BW average[MB/sec]",
+        "MsgRate[Mpps]",
+        "vs memcpy",
+        "vs UDP"
+    );
+}
+
+/// A row of a bandwidth table; `label` as in [`bandwidth_header`].
+pub(super) fn bandwidth_row(s: &mut String, label: Option<&str>, r: &BandwidthRow) {
+    let _ = writeln!(
+        s,
+        " {:>8}{} {:>11} {:>15.2} {:>18.2} {:>13.6} {:>9} {:>9}",
+        r.bytes,
+        label.map_or(String::new(), |l| format!(" {l:>5}")),
+        r.iterations,
+        r.peak_mb_s,
+        r.avg_mb_s,
+        r.msg_rate_mpps,
+        opt(r.ratio_memcpy),
+        opt(r.ratio_udp)
+    );
+}
 
 impl Report {
     /// perftest-like text: a header, one row per size, and the baselines.
@@ -147,7 +211,7 @@ impl Report {
         let _ = writeln!(s, "{RULE}");
         let _ = writeln!(
             s,
-            " {}  {} -> {}\n QPs {}  TX depth {}  MTU {}  inline {}{}{}",
+            " {}  {} -> {}\n QPs {}  TX depth {}  MTU {}  inline {}{}{}{}",
             self.test.name(),
             self.local,
             self.remote,
@@ -156,6 +220,7 @@ impl Report {
             self.mtu,
             self.inline,
             if self.check { "  data checked" } else { "" },
+            if self.events { "  events" } else { "" },
             if self.repeat > 1 {
                 format!("  median of {} runs", self.repeat)
             } else {
@@ -164,30 +229,9 @@ impl Report {
         );
         let _ = writeln!(s, "{RULE}");
         if self.test.is_bandwidth() {
-            let _ = writeln!(
-                s,
-                " {:>8} {:>11} {:>15} {:>18} {:>13} {:>9} {:>9}",
-                "#bytes",
-                "#iterations",
-                "BW peak[MB/sec]",
-                "BW average[MB/sec]",
-                "MsgRate[Mpps]",
-                "vs memcpy",
-                "vs UDP"
-            );
+            bandwidth_header(&mut s, None);
             for r in &self.results {
-                let bw = r.bandwidth.unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    " {:>8} {:>11} {:>15.2} {:>18.2} {:>13.6} {:>9} {:>9}",
-                    r.bytes,
-                    r.iterations,
-                    bw.peak_mb_s,
-                    bw.avg_mb_s,
-                    bw.msg_rate_mpps,
-                    opt(r.ratio_memcpy),
-                    opt(r.ratio_udp)
-                );
+                bandwidth_row(&mut s, None, &BandwidthRow::of(r));
             }
         } else {
             let unit = if self.test == Test::AtomicLat {
@@ -290,6 +334,7 @@ mod tests {
             mtu: 1024,
             check: true,
             repeat: 1,
+            events: false,
             results: vec![lat],
         };
         let text = report.text();

@@ -38,6 +38,12 @@ pub trait Transport: Send + Sync {
     fn enable_interrupts(&self, count: u16) -> Result<bool>;
     /// Waits until MSI-X `vector` fires or `timeout` passes; `Ok(false)` on timeout.
     fn wait_interrupt(&self, vector: u16, timeout: Duration) -> Result<bool>;
+    /// The descriptor that becomes readable when MSI-X `vector` fires (an eventfd whose
+    /// count a read clears), for waiting on several functions at once; valid until
+    /// interrupts are set up again. `None` without interrupts.
+    fn interrupt_fd(&self, _vector: u16) -> Option<std::os::fd::RawFd> {
+        None
+    }
     /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, or the sysfs
     /// `reset` file).
     fn function_reset(&self) -> Result<()>;

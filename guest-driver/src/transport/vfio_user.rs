@@ -340,6 +340,11 @@ impl Transport for VfioUserTransport {
         Ok(true)
     }
 
+    fn interrupt_fd(&self, vector: u16) -> Option<std::os::fd::RawFd> {
+        let vectors = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
+        vectors.get(usize::from(vector)).map(|v| v.as_raw_fd())
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

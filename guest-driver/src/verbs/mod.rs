@@ -344,6 +344,14 @@ impl Context {
         self.inner.wait_event(timeout, |_| true)
     }
 
+    /// The descriptor that becomes readable when the event queue's interrupt fires, for
+    /// sleeping on several contexts at once ([`wait_any_cq_event`]); `None` when the
+    /// context polls its event queue (the transport has no interrupts).
+    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        let vector = self.inner.eq_vector?;
+        self.inner.transport().interrupt_fd(vector)
+    }
+
     /// Waits up to `timeout` for a completion event of `cq` (which must have been armed
     /// with [`Cq::req_notify`]); returns whether one came. Other events read meanwhile are
     /// kept for [`Context::get_event`].
@@ -354,6 +362,57 @@ impl Context {
         let cqn = cq.cqn();
         let want = |e: &Event| matches!(e, Event::Completion { cqn: c } if *c == cqn);
         Ok(self.inner.wait_event(timeout, want)?.is_some())
+    }
+}
+
+/// Waits up to `timeout` until one of the CQs in `cqs` (each with its context; each
+/// armed with [`Cq::req_notify`]) has a completion event, sleeping on the contexts'
+/// interrupts; returns whether one came. The events it finds are consumed, as
+/// [`Context::wait_cq_event`] consumes them. A context without interrupts is looked at
+/// every 50 µs instead.
+pub fn wait_any_cq_event(cqs: &[(&Context, &Cq)], timeout: Duration) -> Result<bool> {
+    let start = Instant::now();
+    loop {
+        let mut any = false;
+        for (ctx, cq) in cqs {
+            any |= ctx.wait_cq_event(cq, Duration::ZERO)?;
+        }
+        if any {
+            return Ok(true);
+        }
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let mut fds: Vec<libc::pollfd> = cqs
+            .iter()
+            .filter_map(|(ctx, _)| ctx.event_fd())
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if fds.len() < cqs.len() {
+            std::thread::sleep(left.min(Duration::from_micros(50)));
+            continue;
+        }
+        let ms = i32::try_from(left.min(EQ_WAIT_SLICE).as_millis().max(1)).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a valid array of pollfds of its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(Error::Io("poll interrupt eventfds".into(), e));
+            }
+        }
+        for p in fds.iter().filter(|p| p.revents & libc::POLLIN != 0) {
+            // Clears the eventfd's count; EAGAIN (another reader was first) is fine.
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 we own, from a descriptor the transport
+            // keeps open.
+            let _ = unsafe { libc::read(p.fd, (&mut count as *mut u64).cast(), 8) };
+        }
     }
 }
 

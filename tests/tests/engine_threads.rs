@@ -1,0 +1,144 @@
+//! rnicd's engine on several threads: traffic between functions that different threads
+//! serve, every byte checked (rnic-perf --check through real vfio-user sockets), and the
+//! placement following the traffic. Migration between functions of different threads
+//! is in migration.rs; tests/run-all.sh runs every suite again with the functions spread
+//! over two threads.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use rnic_tests::{bin, wait_for, Rnicd};
+
+/// CPU ticks each engine thread of rnicd `pid` used so far, by thread name.
+fn engine_ticks(pid: u32) -> HashMap<String, u64> {
+    let mut ticks = HashMap::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("rnicd's threads");
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if !comm.starts_with("engine-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis, from field 3 (the state)
+        // on: utime is field 14, stime field 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<u64> = rest
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        ticks.insert(comm.to_string(), fields[14 - 3] + fields[15 - 3]);
+    }
+    ticks
+}
+
+/// Runs rnic-perf with `args` and checking on, and fails the test if it fails.
+fn perf(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(bin("rnic-perf"))
+        .args(args)
+        .args(["--check", "--no-baseline"])
+        .output()
+        .expect("run rnic-perf");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rnic-perf {args:?} failed: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn os(v: &[&str]) -> Vec<std::ffi::OsString> {
+    v.iter().map(|s| s.into()).collect()
+}
+
+/// With `--placement spread`, VF0 (function 1) runs on thread 1 and VF1 (function 2) on
+/// thread 0: every frame between them crosses threads, and every byte of every
+/// operation still arrives, checked, with both threads working.
+#[test]
+fn functions_on_different_threads_exchange_every_operation() {
+    let rnicd = Rnicd::start(2, &["--threads", "2", "--placement", "spread"]);
+    rnicd.wait_for_log(
+        "2 threads over 3 functions, placement spread",
+        Duration::from_secs(5),
+    );
+    // A thread has its name once it runs.
+    wait_for(Duration::from_secs(5), "two named engine threads", || {
+        engine_ticks(rnicd.pid()).len() == 2
+    });
+    let before = engine_ticks(rnicd.pid());
+    let ends = [
+        "--vfio-user".into(),
+        rnicd.socket("vf0").into_os_string(),
+        "--remote-vfio-user".into(),
+        rnicd.socket("vf1").into_os_string(),
+    ];
+    for test in ["write_bw", "read_bw", "send_bw"] {
+        let mut args = os(&[test, "-s", "65536", "-n", "200", "-q", "4", "-t", "16"]);
+        args.extend(ends.iter().cloned());
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        perf(&refs);
+    }
+    for (test, size) in [
+        ("write_lat", "8"),
+        ("send_lat", "4096"),
+        ("atomic_lat", "8"),
+    ] {
+        let mut args = os(&[test, "-s", size, "-n", "200"]);
+        args.extend(ends.iter().cloned());
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        perf(&refs);
+    }
+    let after = engine_ticks(rnicd.pid());
+    for (name, ticks) in &after {
+        assert!(
+            *ticks > before[name],
+            "{name} did no work: {before:?} -> {after:?}"
+        );
+    }
+}
+
+/// The placement of the last balancer line in rnicd's log: function name -> thread.
+fn last_placement(log: &str) -> HashMap<String, usize> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("engine: placement now"))
+        .unwrap_or_else(|| panic!("no placement change logged:\n{log}"));
+    let list = line
+        .split("placement now ")
+        .nth(1)
+        .and_then(|r| r.split(" (").next())
+        .unwrap_or("");
+    list.split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once(':')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Two busy pairs that cross the first placement (VF0 and VF1 start on thread 0, VF2
+/// and VF3 on thread 1, while VF0 talks to VF2 and VF1 to VF3): the balancer puts each
+/// pair on a thread of its own.
+#[test]
+fn the_placement_follows_the_traffic() {
+    let rnicd = Rnicd::start(4, &["--threads", "2"]);
+    let mut args = os(&["write_bw", "-s", "65536", "-D", "1.5"]);
+    for (a, b) in [("vf0", "vf2"), ("vf1", "vf3")] {
+        args.extend([
+            "--vfio-user".into(),
+            rnicd.socket(a).into_os_string(),
+            "--remote-vfio-user".into(),
+            rnicd.socket(b).into_os_string(),
+        ]);
+    }
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let report = perf(&refs);
+    assert!(report.contains("2 pairs at once"), "{report}");
+    let placed = last_placement(&rnicd.log());
+    assert_eq!(placed["vf0"], placed["vf2"], "{placed:?}");
+    assert_eq!(placed["vf1"], placed["vf3"], "{placed:?}");
+    assert_ne!(placed["vf0"], placed["vf1"], "{placed:?}");
+}
