@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
 //! raw vfio-user messages for what the crate's client cannot send.
 
+pub mod debian;
 pub mod net;
 pub mod ops;
 pub mod tshark;
@@ -58,9 +59,15 @@ pub struct Rnicd {
 impl Rnicd {
     /// Starts rnicd with `vfs` VFs and extra arguments, and waits for its sockets.
     pub fn start(vfs: u16, extra: &[&str]) -> Self {
+        Self::start_in(&std::env::temp_dir(), vfs, extra)
+    }
+
+    /// [`Rnicd::start`] with its directory (sockets, log) made in `parent`: a chroot
+    /// whose programs must reach the sockets wants them inside the root.
+    pub fn start_in(parent: &Path, vfs: u16, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("rnicd-test-")
-            .tempdir()
+            .tempdir_in(parent)
             .expect("tempdir");
         let log = dir.path().join("rnicd.log");
         let sockets = dir.path().join("sock");
