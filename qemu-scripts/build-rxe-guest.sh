@@ -84,13 +84,7 @@ if [ "$(cat "$root_marker" 2>/dev/null)" != "${packages[*]}" ]; then
     fi
     log "installing ${packages[*]} into $RXE_ROOT"
     chroot "$RXE_ROOT" apt-get update -qq
-    # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
-    chroot "$RXE_ROOT" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${packages[@]}" 2>&1 >/dev/null |
-        { grep -v posix_openpt >&2 || true; }
-    for p in "${packages[@]}"; do
-        chroot "$RXE_ROOT" dpkg -s "$p" >/dev/null 2>&1 || die "installing $p into $RXE_ROOT failed (see above)"
-    done
+    chroot_install "$RXE_ROOT" "${packages[@]}" || die "could not install ${packages[*]}"
     chroot "$RXE_ROOT" apt-get clean
     echo "${packages[*]}" >"$root_marker"
 fi

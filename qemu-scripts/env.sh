@@ -10,6 +10,10 @@ GUEST_KIT=$RNIC_CACHE/guest-kit
 RXE_ROOT=$RNIC_CACHE/rxe-root
 # shellcheck disable=SC2034
 RXE_KIT=$RNIC_CACHE/rxe-guest
+# Debian trixie's rdma-core and perftest packages unpacked, the reference of rnic's
+# libibverbs (ibverbs-ref.sh; ibverbs/ reads it).
+# shellcheck disable=SC2034
+IBVERBS_REF=$RNIC_CACHE/ibverbs-ref
 
 # The Debian mirror the host's own apt already uses, so no host name lives in the repo
 # (empty when none is found: debootstrap then picks Debian's default).
@@ -36,6 +40,27 @@ apt_install_host() {
     log "installing host packages: ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Installs PKG... into the chroot ROOT with apt (from RELEASE with --release RELEASE), then
+# checks that each is installed; says which is not and returns 1 otherwise.
+chroot_install() { # ROOT [--release RELEASE] PKG...
+    local root=$1 release=() p
+    shift
+    if [ "${1:-}" = --release ]; then
+        release=(-t "$2")
+        shift 2
+    fi
+    # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${release[@]}" "$@" 2>&1 >/dev/null |
+        { grep -v posix_openpt >&2 || true; }
+    for p in "$@"; do
+        chroot "$root" dpkg -s "$p" >/dev/null 2>&1 || {
+            echo "installing $p into $root failed (see above)" >&2
+            return 1
+        }
+    done
 }
 
 # Runs the QEMU that has vfio-user-pci: the system one if it has it, else the one inside the

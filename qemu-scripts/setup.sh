@@ -5,7 +5,10 @@
 #   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs,
 #   - tshark on the host, which the capture test decodes rnicd's pcap with,
 #   - the Soft-RoCE (rdma_rxe) guest image and the virtio_net modules of the busybox guest
-#     (build-rxe-guest.sh; its first build takes about two minutes).
+#     (build-rxe-guest.sh; its first build takes about two minutes),
+#   - Debian's libibverbs headers and rdma-core/perftest binaries, unpacked as the
+#     reference of rnic's libibverbs, with ibverbs-utils and perftest installed in the
+#     trixie root to run against it (ibverbs-ref.sh).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
 # Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
 set -euo pipefail
@@ -50,12 +53,6 @@ ensure_trixie_root() {
     touch "$TRIXIE_ROOT/.rnic-debootstrap-done"
 }
 
-chroot_apt_install() {
-    # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
-    chroot "$TRIXIE_ROOT" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "$@" 2>&1 >/dev/null | grep -v posix_openpt >&2 || true
-}
-
 ensure_qemu() {
     if system_qemu_has_vfio_user; then
         log "system QEMU has vfio-user-pci: using it"
@@ -66,7 +63,7 @@ ensure_qemu() {
     fi
     ensure_trixie_root
     log "installing trixie-backports qemu-system-x86 into the trixie root"
-    chroot_apt_install -t trixie-backports qemu-system-x86
+    chroot_install "$TRIXIE_ROOT" --release trixie-backports qemu-system-x86 || exit 1
     chroot "$TRIXIE_ROOT" qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"' || {
         log "the installed QEMU has no vfio-user-pci device; QEMU 10.1 or later is needed"
         exit 1
@@ -119,6 +116,8 @@ main() {
     ensure_qemu
     ensure_guest_kit
     bash "$here/build-rxe-guest.sh" >/dev/null
+    ensure_trixie_root
+    bash "$here/ibverbs-ref.sh" >/dev/null
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"
 }
 

@@ -9,7 +9,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 step() { echo "=== [run-all] $*" >&2; }
 
-step "set-up: QEMU with vfio-user-pci, guest kernel, busybox, the Soft-RoCE guest (skipped where present)"
+step "set-up: QEMU with vfio-user-pci, guest kernel, busybox, the Soft-RoCE guest, Debian's rdma-core for ibverbs/ (skipped where present)"
 bash qemu-scripts/setup.sh
 
 step "formatting and lints"

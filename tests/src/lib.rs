@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
 //! raw vfio-user messages for what the crate's client cannot send.
 
+pub mod debian;
 pub mod net;
 pub mod ops;
 pub mod tshark;
@@ -62,6 +63,12 @@ impl Rnicd {
     /// (split at spaces), unless the test gives the same options itself: tests/run-all.sh
     /// runs the suites again with `--threads 2 --placement spread` that way.
     pub fn start(vfs: u16, extra: &[&str]) -> Self {
+        Self::start_in(&std::env::temp_dir(), vfs, extra)
+    }
+
+    /// [`Rnicd::start`] with its directory (sockets, log) made in `parent`: a chroot
+    /// whose programs must reach the sockets wants them inside the root.
+    pub fn start_in(parent: &Path, vfs: u16, extra: &[&str]) -> Self {
         let from_env = std::env::var("RNICD_ARGS").unwrap_or_default();
         let mut args: Vec<&str> = extra.to_vec();
         let given = |opt: &str| extra.iter().any(|a| a.split('=').next() == Some(opt));
@@ -77,7 +84,7 @@ impl Rnicd {
         let extra = &args[..];
         let dir = tempfile::Builder::new()
             .prefix("rnicd-test-")
-            .tempdir()
+            .tempdir_in(parent)
             .expect("tempdir");
         let log = dir.path().join("rnicd.log");
         let sockets = dir.path().join("sock");

@@ -1,0 +1,300 @@
+//! Contexts: `ibv_open_device`, `ibv_close_device`, and the [`verbs_context`] an
+//! `ibv_context *` leads verbs.h's inline functions to.
+//!
+//! An [`RnicContext`] is one `rnic_driver::verbs::Context` (the function, reset and
+//! with its event queue) behind the `verbs_context` C sees. It lives in an `Arc`
+//! registered by the address of its `ibv_context`: every call looks the pointer up
+//! there, so a pointer that is not a live context is `EINVAL` and is never dereferenced,
+//! and a context stays alive while a call on another thread still uses it, even if the
+//! application closes it meanwhile.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_int;
+use std::fs::File;
+use std::mem::offset_of;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rnic_abi::cmd::QueryDeviceResp;
+use rnic_abi::regs;
+use rnic_driver::device::PciIdentity;
+use rnic_driver::verbs;
+
+use crate::abi::*;
+use crate::device::RnicDevice;
+use crate::discover::Claim;
+use crate::ffi::{errno_of, invalid, minus_one, null_on_err, set_errno, unsupported, Errno};
+use crate::query;
+
+/// An opened device. `repr(C)` with the `verbs_context` first, so that the
+/// `ibv_context` at its end is where verbs.h expects it.
+#[repr(C)]
+pub(crate) struct RnicContext {
+    vctx: UnsafeCell<verbs_context>,
+    device: &'static RnicDevice,
+    verbs: verbs::Context,
+    /// The function's lock in a VM, released after `verbs` closed the function.
+    _lock: Option<File>,
+    /// Tells the device its function is free again; dropped last.
+    _release: Release,
+}
+
+// SAFETY: `vctx` is written only before the context is shared; afterwards C may read
+// and write it through its pointer (the cell makes that sound for Rust), and Rust
+// never touches it again. `verbs::Context` is Send and Sync; the rest is immutable.
+unsafe impl Send for RnicContext {}
+// SAFETY: as above.
+unsafe impl Sync for RnicContext {}
+
+/// Marks the device's function free when dropped.
+struct Release(&'static RnicDevice);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.give_back();
+    }
+}
+
+/// The live contexts.
+static CONTEXTS: Mutex<Vec<Arc<RnicContext>>> = Mutex::new(Vec::new());
+
+fn contexts() -> MutexGuard<'static, Vec<Arc<RnicContext>>> {
+    CONTEXTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RnicContext {
+    /// The `ibv_context` C holds.
+    pub(crate) fn ibv_context(&self) -> *mut ibv_context {
+        self.vctx
+            .get()
+            .wrapping_byte_add(offset_of!(verbs_context, context))
+            .cast()
+    }
+
+    /// The live context `ctx` points to.
+    pub(crate) fn lookup(ctx: *const ibv_context) -> Result<Arc<RnicContext>, Errno> {
+        if ctx.is_null() {
+            return Err(invalid(format_args!("context is NULL")));
+        }
+        contexts()
+            .iter()
+            .find(|c| std::ptr::eq(c.ibv_context(), ctx))
+            .cloned()
+            .ok_or_else(|| invalid(format_args!("{ctx:p} is not an open context")))
+    }
+
+    /// The function's PCI identity.
+    pub(crate) fn pci(&self) -> PciIdentity {
+        self.verbs.device().pci()
+    }
+
+    /// QUERY_DEVICE, asked now (and remembered for `ibv_get_device_guid`).
+    pub(crate) fn query_device(&self) -> Result<QueryDeviceResp, Errno> {
+        let q = self.verbs.query_device().map_err(|e| {
+            log::warn!("{}: QUERY_DEVICE failed: {e}", self.device.name());
+            errno_of(&e)
+        })?;
+        self.device.remember(q);
+        Ok(q)
+    }
+
+    /// Whether the function's link is up (`DEVICE_STATUS`: its PF may take it down).
+    pub(crate) fn link_up(&self) -> Result<bool, Errno> {
+        let status = self
+            .verbs
+            .device()
+            .transport()
+            .reg_read32(regs::DEVICE_STATUS)
+            .map_err(|e| {
+                log::warn!("{}: reading DEVICE_STATUS failed: {e}", self.device.name());
+                errno_of(&e)
+            })?;
+        Ok(status & regs::STATUS_LINK_DOWN == 0)
+    }
+}
+
+/// The `verbs_context` of a new context on `device`: the ops this library has, the
+/// unsupported ones that say so, and the `ibv_context` fields.
+fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
+    let mut v = verbs_context::zeroed();
+    v.query_port = Some(query::query_port_op);
+    v.query_device_ex = Some(query::query_device_ex_op);
+    v.create_cq_ex = Some(no_create_cq_ex);
+    v.create_qp_ex = Some(no_create_qp_ex);
+    v.create_srq_ex = Some(no_create_srq_ex);
+    v.open_qp = Some(no_open_qp);
+    v.open_xrcd = Some(no_open_xrcd);
+    v.alloc_td = Some(no_alloc_td);
+    v.alloc_dm = Some(no_alloc_dm);
+    v.create_counters = Some(no_create_counters);
+    v.create_wq = Some(no_create_wq);
+    v.create_rwq_ind_table = Some(no_create_rwq_ind_table);
+    v.create_flow_action_esp = Some(no_create_flow_action_esp);
+    v.query_rt_values = Some(no_query_rt_values);
+    // The whole structure: every op slot above is within reach.
+    v.sz = size_of::<verbs_context>();
+    let c = &mut v.context;
+    c.device = device.as_ibv();
+    c.ops._compat_query_device = Some(query::compat_query_device);
+    c.ops._compat_query_port = Some(query::compat_query_port);
+    // No kernel file: commands go through the function's own queue. Programs that
+    // poll() async_fd need an event fd here (a later phase, with async events).
+    c.cmd_fd = -1;
+    c.async_fd = -1;
+    // One event queue, one completion vector.
+    c.num_comp_vectors = 1;
+    c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    c.abi_compat = VERBS_ABI_IS_EXTENDED;
+    v
+}
+
+/// Opens a context on `device`: takes its function and starts verbs on it.
+fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
+    let Claim {
+        device: function,
+        lock,
+    } = device.take()?;
+    let release = Release(device);
+    let verbs = verbs::Context::new(function).map_err(|e| {
+        log::warn!(
+            "{}: cannot start verbs on {}: {e}",
+            device.name(),
+            device.location()
+        );
+        errno_of(&e)
+    })?;
+    device.remember(*verbs.attr());
+    let ctx = Arc::new(RnicContext {
+        vctx: UnsafeCell::new(new_verbs_context(device)),
+        device,
+        verbs,
+        _lock: lock,
+        _release: release,
+    });
+    let ptr = ctx.ibv_context();
+    log::debug!(
+        "{}: opened {} as context {ptr:p}",
+        device.name(),
+        device.location()
+    );
+    contexts().push(ctx);
+    Ok(ptr)
+}
+
+/// Closes a context: it leaves the registry, and is dropped (closing its function) as
+/// soon as no call uses it.
+fn close(ctx: *mut ibv_context) -> Result<(), Errno> {
+    let ctx = {
+        let mut all = contexts();
+        let i = all
+            .iter()
+            .position(|c| std::ptr::eq(c.ibv_context(), ctx))
+            .ok_or_else(|| invalid(format_args!("{ctx:p} is not an open context")))?;
+        all.swap_remove(i)
+    };
+    log::debug!(
+        "{}: closing context {:p}",
+        ctx.device.name(),
+        ctx.ibv_context()
+    );
+    drop(ctx);
+    Ok(())
+}
+
+/// `ibv_open_device`: a context on the device, or NULL with `errno` (`EBUSY` if the
+/// function is in use, by another process or a context of this one).
+///
+/// # Safety
+///
+/// Any pointer.
+pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    null_on_err("ibv_open_device", || open(RnicDevice::from_ibv(device)?))
+}
+
+/// `ibv_close_device`: 0, or -1 with `errno`.
+///
+/// # Safety
+///
+/// Any pointer.
+pub(crate) unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
+    minus_one("ibv_close_device", || close(ctx).map(|()| 0))
+}
+
+/// Fails a pointer-returning op: NULL, `errno` `EOPNOTSUPP`, and one line on stderr.
+fn unsupported_null<T>(what: &str) -> *mut T {
+    set_errno(unsupported(what));
+    std::ptr::null_mut()
+}
+
+/// Defines ops that fail as unsupported: NULL, `errno` `EOPNOTSUPP`, one line on stderr
+/// naming the verb.
+macro_rules! unsupported_ops {
+    ($( $name:ident ( $($arg:ty),* ) -> $ret:ty = $what:literal; )*) => {
+        $(
+            unsafe extern "C" fn $name($(_: $arg),*) -> *mut $ret {
+                unsupported_null($what)
+            }
+        )*
+    };
+}
+
+unsupported_ops! {
+    no_create_cq_ex(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> ibv_cq_ex = "ibv_create_cq_ex";
+    no_create_qp_ex(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> ibv_qp = "ibv_create_qp_ex";
+    no_create_srq_ex(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> ibv_srq = "ibv_create_srq_ex";
+    no_open_qp(*mut ibv_context, *mut ibv_qp_open_attr) -> ibv_qp = "ibv_open_qp (XRC)";
+    no_open_xrcd(*mut ibv_context, *mut ibv_xrcd_init_attr) -> ibv_xrcd = "ibv_open_xrcd (XRC)";
+    no_alloc_td(*mut ibv_context, *mut ibv_td_init_attr) -> ibv_td = "ibv_alloc_td (thread domains)";
+    no_alloc_dm(*mut ibv_context, *mut ibv_alloc_dm_attr) -> ibv_dm = "ibv_alloc_dm (device memory)";
+    no_create_counters(*mut ibv_context, *mut ibv_counters_init_attr) -> ibv_counters = "ibv_create_counters";
+    no_create_wq(*mut ibv_context, *mut ibv_wq_init_attr) -> ibv_wq = "ibv_create_wq (work queues)";
+    no_create_rwq_ind_table(*mut ibv_context, *mut ibv_rwq_ind_table_init_attr) -> ibv_rwq_ind_table = "ibv_create_rwq_ind_table (RSS)";
+    no_create_flow_action_esp(*mut ibv_context, *mut std::ffi::c_void) -> ibv_flow_action = "ibv_create_flow_action_esp (IPsec)";
+}
+
+unsafe extern "C" fn no_query_rt_values(_: *mut ibv_context, _: *mut ibv_values_ex) -> c_int {
+    unsupported("ibv_query_rt_values_ex (device clock)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_pointer_is_where_verbs_h_looks() {
+        let v = UnsafeCell::new(verbs_context::zeroed());
+        let ctx: *mut ibv_context = v
+            .get()
+            .wrapping_byte_add(offset_of!(verbs_context, context))
+            .cast();
+        // verbs_get_ctx: container_of(ctx, struct verbs_context, context).
+        let back = ctx.wrapping_byte_sub(offset_of!(verbs_context, context)) as *mut verbs_context;
+        assert_eq!(back, v.get());
+    }
+
+    #[test]
+    fn closing_or_querying_what_is_not_a_context_is_einval() {
+        let garbage = 0x4000 as *mut ibv_context;
+        // SAFETY: the function takes any pointer.
+        assert_eq!(unsafe { ibv_close_device(garbage) }, -1);
+        // SAFETY: see set_errno.
+        assert_eq!(unsafe { *libc::__errno_location() }, libc::EINVAL);
+        // SAFETY: as above.
+        assert_eq!(unsafe { ibv_close_device(std::ptr::null_mut()) }, -1);
+        assert!(RnicContext::lookup(garbage).is_err());
+        // SAFETY: the function takes any pointer.
+        assert!(unsafe { ibv_open_device(std::ptr::null_mut()) }.is_null());
+    }
+
+    #[test]
+    fn unsupported_ops_fail_with_eopnotsupp() {
+        // SAFETY: the ops ignore their arguments.
+        unsafe {
+            assert!(no_create_cq_ex(std::ptr::null_mut(), std::ptr::null_mut()).is_null());
+            assert_eq!(*libc::__errno_location(), libc::EOPNOTSUPP);
+            assert_eq!(
+                no_query_rt_values(std::ptr::null_mut(), std::ptr::null_mut()),
+                libc::EOPNOTSUPP
+            );
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Debian's unmodified `ibv_devices` and `ibv_devinfo`, run in the trixie root (chroot)
+//! against this library (LD_LIBRARY_PATH) and a real rnicd's two VFs
+//! (RNIC_VFIO_USER): they must list `rnic_0` and `rnic_1` with the GUIDs, limits, port
+//! and GIDs that rnic_driver's QUERY_DEVICE gets from the same functions.
+//!
+//! Needs root (chroot) and `qemu-scripts/setup.sh` (ibverbs-utils in the root), and
+//! the workspace's binaries (rnicd, rnic-admin), as every integration test does.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use ibverbs::attr::node_guid;
+use rnic_abi::cmd::QueryDeviceResp;
+use rnic_driver::device::PciIdentity;
+use rnic_driver::transport::vfio_user::VfioUserTransport;
+use rnic_driver::Device;
+use rnic_tests::debian::{require, trixie_root};
+use rnic_tests::Rnicd;
+
+/// An rnicd whose sockets, and a copy of the library, the trixie root reaches.
+struct Setup {
+    root: PathBuf,
+    rnicd: Rnicd,
+    /// Holds the library as libibverbs.so.1, inside the root.
+    lib: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(vfs: u16) -> Self {
+        let root = trixie_root();
+        require(
+            &root.join("usr/bin/ibv_devinfo"),
+            "ibverbs-utils in the trixie root",
+        );
+        // SAFETY: geteuid cannot fail.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "running programs in the trixie root needs root (chroot)"
+        );
+        let tmp = root.join("tmp");
+        let rnicd = Rnicd::start_in(&tmp, vfs, &[]);
+        let lib = tempfile::Builder::new()
+            .prefix("rnic-ibverbs-")
+            .tempdir_in(&tmp)
+            .expect("tempdir in the root");
+        std::fs::copy(common::library(), lib.path().join("libibverbs.so.1"))
+            .expect("copy the library");
+        Self { root, rnicd, lib }
+    }
+
+    /// `path` (under the root) as the chroot sees it.
+    fn inside(&self, path: &Path) -> String {
+        let rel = path
+            .strip_prefix(&self.root)
+            .expect("a path inside the root");
+        format!("/{}", rel.display())
+    }
+
+    /// The value of RNIC_VFIO_USER for `functions` ("vf0", ...).
+    fn sockets(&self, functions: &[&str]) -> String {
+        functions
+            .iter()
+            .map(|f| self.inside(&self.rnicd.socket(f)))
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+
+    /// Runs `program args` in the root with the library and `functions`; returns its
+    /// output and how long it took.
+    fn run(&self, functions: &[&str], program: &str, args: &[&str]) -> (Output, Duration) {
+        let start = Instant::now();
+        let out = Command::new("chroot")
+            .arg(&self.root)
+            .arg("env")
+            .arg(format!("LD_LIBRARY_PATH={}", self.inside(self.lib.path())))
+            .arg(format!("RNIC_VFIO_USER={}", self.sockets(functions)))
+            .arg(program)
+            .args(args)
+            .output()
+            .expect("run chroot");
+        (out, start.elapsed())
+    }
+
+    /// Runs a program that must succeed and returns its standard output.
+    fn stdout(&self, functions: &[&str], program: &str, args: &[&str]) -> String {
+        let (out, took) = self.run(functions, program, args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(took < Duration::from_secs(5), "{program} took {took:?}");
+        stdout
+    }
+
+    /// What rnic_driver's QUERY_DEVICE and config space say about `function`.
+    fn truth(&self, function: &str) -> (QueryDeviceResp, PciIdentity) {
+        let t = VfioUserTransport::connect(&self.rnicd.socket(function)).expect("connect");
+        let device = Device::open(Box::new(t)).expect("open");
+        (device.query_device().expect("QUERY_DEVICE"), device.pci())
+        // The function is closed here: rnicd serves one client at a time.
+    }
+}
+
+/// `0052:4eff:fe49:4301`, as ibv_devinfo prints a GUID.
+fn devinfo_guid(mac: [u8; 6]) -> String {
+    node_guid(mac)
+        .chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The block of `ibv_devinfo` output about device `name`.
+fn block<'a>(devinfo: &'a str, name: &str) -> &'a str {
+    let start = devinfo
+        .find(&format!("hca_id:\t{name}\n"))
+        .unwrap_or_else(|| panic!("no hca_id {name} in:\n{devinfo}"));
+    let rest = &devinfo[start + 1..];
+    &devinfo[start..start + 1 + rest.find("hca_id:").unwrap_or(rest.len())]
+}
+
+/// The value of `key:` in a devinfo block (tabs collapsed).
+fn field<'a>(block: &'a str, key: &str) -> &'a str {
+    block
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(&format!("{key}:")))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {key} in:\n{block}"))
+}
+
+/// Checks one device's `ibv_devinfo -v` block against the function's truth.
+fn check_device(devinfo: &str, name: &str, q: &QueryDeviceResp, pci: &PciIdentity, up: bool) {
+    let b = block(devinfo, name);
+    let l = &q.limits;
+    let fw = format!(
+        "{}.{}.{}",
+        q.fw_version >> 16 & 0xff,
+        q.fw_version >> 8 & 0xff,
+        q.fw_version & 0xff
+    );
+    let expect: Vec<(&str, String)> = vec![
+        ("transport", "InfiniBand (0)".into()),
+        ("fw_ver", fw),
+        ("node_guid", devinfo_guid(q.mac)),
+        ("sys_image_guid", devinfo_guid(q.mac)),
+        ("vendor_id", format!("{:#06x}", pci.vendor_id)),
+        ("vendor_part_id", pci.device_id.to_string()),
+        ("hw_ver", format!("0x{:X}", pci.revision)),
+        ("phys_port_cnt", "1".into()),
+        ("max_mr_size", format!("{:#x}", l.max_mr_size)),
+        ("page_size_cap", "0x1000".into()),
+        ("max_qp", l.max_qp.to_string()),
+        ("max_qp_wr", l.max_qp_wr.to_string()),
+        ("max_sge", l.max_sge.to_string()),
+        ("max_cq", l.max_cq.to_string()),
+        ("max_cqe", l.max_cqe.to_string()),
+        ("max_mr", l.max_mr.to_string()),
+        ("max_pd", l.max_pd.to_string()),
+        ("max_qp_rd_atom", l.max_qp_rd_atom.to_string()),
+        ("max_qp_init_rd_atom", l.max_qp_init_rd_atom.to_string()),
+        ("num_comp_vectors", "1".into()),
+        (
+            "state",
+            if up {
+                "PORT_ACTIVE (4)"
+            } else {
+                "PORT_DOWN (1)"
+            }
+            .into(),
+        ),
+        ("max_mtu", "4096 (5)".into()),
+        ("active_mtu", "4096 (5)".into()),
+        ("link_layer", "Ethernet".into()),
+        ("gid_tbl_len", "2".into()),
+        ("pkey_tbl_len", "1".into()),
+    ];
+    let mut wrong = String::new();
+    for (key, want) in expect {
+        let got = field(b, key);
+        if got != want {
+            let _ = writeln!(wrong, "  {key}: {got:?}, want {want:?}");
+        }
+    }
+    let mut link_local = [0u8; 16];
+    link_local[..2].copy_from_slice(&[0xfe, 0x80]);
+    link_local[8..].copy_from_slice(&node_guid(q.mac));
+    for (i, gid) in [link_local, q.gid].into_iter().enumerate() {
+        let line = format!("GID[{i:>3}]:\t\t{}, RoCE v2", Ipv6Addr::from(gid));
+        if !b.contains(&line) {
+            let _ = writeln!(wrong, "  no line {line:?}");
+        }
+    }
+    assert!(wrong.is_empty(), "{name}:\n{wrong}in:\n{b}");
+}
+
+#[test]
+fn ibv_devices_and_ibv_devinfo_show_both_functions() {
+    let s = Setup::new(2);
+    let truth = [s.truth("vf0"), s.truth("vf1")];
+    let both = ["vf0", "vf1"];
+
+    let devices = s.stdout(&both, "ibv_devices", &[]);
+    for (i, (q, _)) in truth.iter().enumerate() {
+        let guid: String = node_guid(q.mac)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let line = format!("rnic_{i}\t{guid}");
+        assert!(
+            devices
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>().join("\t") == line),
+            "no {line:?} in ibv_devices' output:\n{devices}"
+        );
+    }
+
+    let list = s.stdout(&both, "ibv_devinfo", &["-l"]);
+    assert!(
+        list.contains("2 HCAs found:")
+            && list.contains("\trnic_0\n")
+            && list.contains("\trnic_1\n"),
+        "{list}"
+    );
+
+    let devinfo = s.stdout(&both, "ibv_devinfo", &["-v"]);
+    check_device(&devinfo, "rnic_0", &truth[0].0, &truth[0].1, true);
+    check_device(&devinfo, "rnic_1", &truth[1].0, &truth[1].1, true);
+    // Distinct functions, distinct identities.
+    assert_ne!(truth[0].0.mac, truth[1].0.mac);
+}
+
+#[test]
+fn what_the_pf_changes_shows_at_once() {
+    let s = Setup::new(2);
+    // VF1's MAC, GID and link, as its PF sets them.
+    s.rnicd
+        .admin(&["mac", "vf1", "02:00:00:aa:bb:cc", "--gid", "10.99.0.7"]);
+    s.rnicd.admin(&["link", "vf1", "down"]);
+    let (q, pci) = s.truth("vf1");
+    assert_eq!(q.mac, [0x02, 0, 0, 0xaa, 0xbb, 0xcc]);
+    let devinfo = s.stdout(&["vf0", "vf1"], "ibv_devinfo", &["-v", "-d", "rnic_1"]);
+    check_device(&devinfo, "rnic_1", &q, &pci, false);
+    assert!(
+        !devinfo.contains("rnic_0"),
+        "-d rnic_1 shows rnic_1 only:\n{devinfo}"
+    );
+}
+
+#[test]
+fn a_function_in_use_elsewhere_is_reported_not_waited_for() {
+    let s = Setup::new(2);
+    // This process holds VF0, as another program would.
+    let t = VfioUserTransport::connect(&s.rnicd.socket("vf0")).expect("connect");
+    let held = Device::open(Box::new(t)).expect("open");
+    let (out, took) = s.run(&["vf0", "vf1"], "ibv_devinfo", &["-d", "rnic_0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rnic_0 cannot be opened while held");
+    assert!(stderr.contains("Failed to open device"), "{stderr}");
+    assert!(
+        stderr.contains("libibverbs (rnic): rnic_0:") && stderr.contains("another process"),
+        "{stderr}"
+    );
+    assert!(
+        took < ibverbs::OPEN_TIMEOUT + Duration::from_secs(2),
+        "gave up after {took:?}"
+    );
+    // The other function is not affected.
+    let devinfo = s.stdout(&["vf0", "vf1"], "ibv_devinfo", &["-d", "rnic_1"]);
+    assert!(devinfo.contains("PORT_ACTIVE"), "{devinfo}");
+    drop(held);
+}
