@@ -94,6 +94,67 @@ echo >>"$out"
 perf "RDMA WRITE bandwidth, 64 KiB, 4096-byte MTU" "$udp_a" "$udp_b" write_bw -s 65536 -m 4096 -n "$bw_iters"
 perf "RDMA WRITE latency, 8 bytes" "$udp_a" "$udp_b" write_lat -s 8 -n "$lat_iters"
 
+# Scaling: N pairs of functions driven at once (rnic-perf --pairs, each pair its own
+# thread sleeping on completion interrupts, -e), one rnicd with 2N VFs against N rnicd
+# with one pair each; 64 KiB WRITE bandwidth and 64-byte WRITE message rate. N stops at
+# 8 (16 VFs); pairs beyond the machine's cores share them, which the table shows.
+if [ "$quick" = 1 ]; then scale_secs=1; else scale_secs=2; fi
+echo "=== [bench] scaling: 1, 2, 4, 8 pairs, one rnicd against N rnicd" >&2
+start_rnicd "$bin" scale --vfs 16
+for k in $(seq 0 7); do start_rnicd "$bin" "sep$k" --vfs 2; done
+scaling_json="$raw/scaling.jsonl"
+: >"$scaling_json"
+for n in 1 2 4 8; do
+    for size in 65536 64; do
+        seps=()
+        for k in $(seq 0 $((n - 1))); do
+            seps+=(--vfio-user "$work/sep$k/vf0.sock" --remote-vfio-user "$work/sep$k/vf1.sock")
+        done
+        for setup in one sep; do
+            echo "=== [bench] scaling: $n pair(s), $size bytes, $setup" >&2
+            if [ "$setup" = one ]; then
+                where=(--pairs "$n" --socket-dir "$work/scale")
+            else
+                where=("${seps[@]}")
+            fi
+            "$bin/rnic-perf" write_bw -e -s "$size" -D "$scale_secs" --json \
+                --baseline-time 0.3 "${where[@]}" >"$raw/scale-$n-$size-$setup.json"
+            python3 - "$raw/scale-$n-$size-$setup.json" "$n" "$size" "$setup" >>"$scaling_json" <<'PY'
+import json, sys
+path, n, size, setup = sys.argv[1:]
+r = json.load(open(path))
+# One pair prints a plain report, several their sum.
+agg = r["aggregate"][0] if "aggregate" in r else dict(r["results"][0]["bandwidth"], **r["results"][0])
+base = agg.get("baseline") or {}
+print(json.dumps({"pairs": int(n), "size": int(size), "setup": setup,
+                  "mb_s": agg["avg_mb_s"], "mpps": agg["msg_rate_mpps"],
+                  "memcpy_mb_s": base.get("memcpy_mb_s")}))
+PY
+        done
+    done
+done
+python3 - "$scaling_json" "$scale_secs" >>"$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+get = lambda n, size, setup: next(r for r in rows if (r["pairs"], r["size"], r["setup"]) == (n, size, setup))
+print("## Scaling: N pairs at once, one rnicd against N rnicd\n")
+print(f"rnic-perf write_bw -e -D {sys.argv[2]} per pair, all pairs at once; one rnicd has 2N VFs (its")
+print("default threads), each of the N rnicd one pair. `x 1 pair` is the one-rnicd sum over one")
+print("pair in one rnicd; `vs N rnicd` the one-rnicd sum over the N rnicd's; memcpy is N threads")
+print("copying at once, measured in the one-rnicd run.\n")
+print("| pairs | 64 KiB, one rnicd | N rnicd | vs N rnicd | x 1 pair | vs N memcpy | 64 B, one rnicd | N rnicd | vs N rnicd | x 1 pair |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for n in (1, 2, 4, 8):
+    big, bigs, small, smalls = (get(n, 65536, "one"), get(n, 65536, "sep"), get(n, 64, "one"), get(n, 64, "sep"))
+    one_big, one_small = get(1, 65536, "one"), get(1, 64, "one")
+    memcpy = big["memcpy_mb_s"]
+    print(f"| {n} | {big['mb_s'] / 1000:.2f} GB/s | {bigs['mb_s'] / 1000:.2f} GB/s | {big['mb_s'] / bigs['mb_s']:.2f} "
+          f"| {big['mb_s'] / one_big['mb_s']:.2f} | {big['mb_s'] / memcpy:.2f} "
+          f"| {small['mpps']:.3f} Mpps | {smalls['mpps']:.3f} Mpps | {small['mpps'] / smalls['mpps']:.2f} "
+          f"| {small['mpps'] / one_small['mpps']:.2f} |" if memcpy else "")
+print()
+PY
+
 # idle_figures PID SECONDS: one line of CPU share over SECONDS and resident memory.
 idle_figures() {
     local pid="$1" secs="$2" t0 t1 hz

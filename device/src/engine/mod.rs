@@ -21,6 +21,7 @@
 mod balance;
 mod worker;
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,6 +74,9 @@ struct Shared {
     control: Mutex<()>,
     /// Per function: nanoseconds of work since the balancer last looked.
     busy: Vec<AtomicU64>,
+    /// Packets the threads forwarded between functions (from, to) since the balancer
+    /// last looked, beside what the switch counted itself.
+    traffic: Mutex<HashMap<(usize, usize), u64>>,
 }
 
 /// Every other worker held between passes, and the switch: what admin commands and
@@ -253,6 +257,7 @@ impl Engine {
             admin_version: AtomicU64::new(0),
             control: Mutex::new(()),
             busy,
+            traffic: Mutex::new(HashMap::new()),
         };
         shared.set_wakers(&placement);
         Ok(Arc::new(shared))

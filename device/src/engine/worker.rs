@@ -1,6 +1,7 @@
 //! One engine thread: passes over the functions placed on it while there is work, sleep
 //! in epoll when there is none.
 
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use super::balance::{self, Activity, Placement};
 use super::{lock, Shared};
 use crate::admin::AdminContext;
 use crate::function::{PollOutcome, Port};
-use crate::rdma::switch::{AddressTable, Frame, Switch};
+use crate::rdma::ports::{Inboxes, Route};
+use crate::rdma::switch::{AddrHash, AddressTable, Frame, Switch};
 
 /// Datagrams taken from each function's receive socket per pass, so that a flood on one
 /// does not starve the others or the doorbells.
@@ -26,6 +28,8 @@ const EVENT_CHECK_PASSES: u32 = 32;
 
 /// How often thread 0 runs the balancer while there is work.
 const BALANCE_PERIOD: Duration = Duration::from_millis(50);
+/// How often a thread adds the traffic it counted to what the balancer reads.
+const TRAFFIC_FLUSH: Duration = Duration::from_millis(5);
 
 const WAKE: u32 = 0;
 const STOP: u32 = u32::MAX;
@@ -83,10 +87,26 @@ struct State {
     admin_seen: u64,
     /// IPv4 to MAC of the switch's ports, as of `admin_seen`.
     neighbors: AddressTable,
+    /// The switch's forwarding table, as of `admin_seen`.
+    route: Route,
+    /// The ports' inboxes.
+    inboxes: Arc<Inboxes>,
     /// Frame buffers its functions build with and give back.
     spare: Vec<Vec<u8>>,
-    /// Whether the switch takes trains (fixed when the engine starts).
-    trains: bool,
+    /// Whether nothing watches the switch (no capture, no fault injector; fixed when the
+    /// engine starts): then frames between functions go straight into the
+    /// destination's inbox, and may be trains.
+    direct: bool,
+    /// Whether it polls the uplink and releases the fault injector's held frames
+    /// (thread 0 of an engine that has either).
+    tends_switch: bool,
+    /// Whether it took the switch's lock in this pass (for the network or the capture):
+    /// then the pass ends with the switch's own end-of-pass work.
+    used_switch: bool,
+    /// Packets it forwarded directly between ports since it last handed them to the
+    /// balancer, and when that was; `None` when nobody balances.
+    traffic: Option<HashMap<(usize, usize), u64, AddrHash>>,
+    traffic_flushed: Instant,
     /// Whether it asks its functions' drivers for kicks (it is about to sleep).
     notifying: bool,
     /// Ports that received frames in its last pass.
@@ -129,7 +149,9 @@ impl State {
         }
         let admin = shared.admin_version.load(Ordering::Acquire);
         if admin != self.admin_seen {
-            self.neighbors = lock(&shared.switch).neighbors();
+            let switch = lock(&shared.switch);
+            self.neighbors = switch.neighbors();
+            self.route = switch.route();
             self.admin_seen = admin;
         }
     }
@@ -165,11 +187,15 @@ impl State {
             };
             ctx.execute(h, body, room)
         });
-        if let Some(q) = quiet {
-            drop(q);
-            // Addresses may have changed, and the commands may have given any function
-            // work (a reset, a migrated QP, frames steered to it).
+        if let Some(mut q) = quiet {
+            // Addresses and steering may have changed: every thread takes the new ones
+            // before its next pass, as the version moves before any pass can start.
             shared.admin_version.fetch_add(1, Ordering::AcqRel);
+            // Everyone looks again below: the switch's record of whom to wake can go.
+            q.switch.take_fresh(&mut Vec::new());
+            drop(q);
+            // The commands may have given any function work (a reset, a migrated QP,
+            // frames steered to it).
             shared.wake_others(me);
         }
         done
@@ -184,31 +210,33 @@ impl State {
         self.refresh(shared);
         let now = Instant::now();
         let mut all = PollOutcome::default();
-        if self.index == 0 {
+        self.used_switch = false;
+        if self.tends_switch {
             // The network, and frames the fault injector held (reordered, delayed).
             let mut switch = lock(&shared.switch);
             switch.release_due(now);
             all.progress |= switch.poll_uplink(UPLINK_BUDGET) > 0;
+            self.used_switch = true;
         }
-        // What the previous function sent goes out when the next one's frames come in:
-        // one lock of the switch per turn.
-        let mut sent: Option<(usize, Vec<Frame>)> = None;
+        if Switch::spare_uneven(self.spare.len()) {
+            lock(&shared.switch).trade_spare(&mut self.spare);
+        }
         for k in 0..self.mine.len() {
             let member = self.mine[k];
             let f = &shared.functions[member];
             if member != 0 {
                 all.progress |= f.run_admin(|h, _, _| crate::admin::not_permitted(h));
             }
-            let frames = {
-                let mut switch = lock(&shared.switch);
-                forward(&mut switch, sent.take());
-                switch.trade_spare(&mut self.spare);
-                switch.take(member)
+            let frames = if self.direct {
+                self.inboxes.take(member)
+            } else {
+                // The fault injector may hold frames that are due.
+                lock(&shared.switch).take(member)
             };
             let start = Instant::now();
             let mut port = Port::new(frames, &self.neighbors);
             port.spare = std::mem::take(&mut self.spare);
-            port.trains = self.trains;
+            port.trains = self.direct;
             let o = f.run(&mut port, now);
             let Port { out, spare, .. } = port;
             self.spare = spare;
@@ -216,25 +244,22 @@ impl State {
                 let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 shared.busy[member].fetch_add(ns, Ordering::Relaxed);
             }
-            if !out.is_empty() {
-                sent = Some((member, out));
-            }
+            self.forward(shared, member, out);
             all.progress |= o.progress;
             all.deadline = earliest(all.deadline, o.deadline);
         }
-        {
+        if self.used_switch {
             let mut switch = lock(&shared.switch);
-            forward(&mut switch, sent.take());
             // What the functions sent to the network in this pass goes out together.
             switch.flush_uplink();
-            // Frames sent to functions that already had their turn are work for the next.
-            all.progress |= switch.waiting(&self.mine);
-            if self.index == 0 {
+            if self.tends_switch {
                 // Held frames wake the engine when they are due, as transport timers do.
                 all.deadline = earliest(all.deadline, switch.next_deadline());
             }
             switch.take_fresh(&mut self.fresh);
         }
+        // Frames sent to functions that already had their turn are work for the next.
+        all.progress |= self.mine.iter().any(|&p| self.inboxes.is_waiting(p));
         drop(guard);
         // Threads that got frames and may be asleep: wake them.
         for port in self.fresh.drain(..) {
@@ -243,7 +268,54 @@ impl State {
                 _ => {}
             }
         }
+        self.flush_traffic(shared);
         all
+    }
+
+    /// Forwards the frames function `from` sent: straight into the inbox of the
+    /// function each is for when nothing watches the switch, else (and for the network)
+    /// through the switch.
+    fn forward(&mut self, shared: &Shared, from: usize, frames: Vec<Frame>) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut through_switch = Vec::new();
+        for frame in frames {
+            match self.route.port(&frame.bytes).filter(|_| self.direct) {
+                Some(port) => {
+                    if let Some(t) = &mut self.traffic {
+                        *t.entry((from, port)).or_default() += frame.packets();
+                    }
+                    if self.inboxes.push(port, frame) {
+                        self.fresh.push(port);
+                    }
+                }
+                None => through_switch.push(frame),
+            }
+        }
+        if !through_switch.is_empty() {
+            let mut switch = lock(&shared.switch);
+            for frame in through_switch {
+                switch.send_from(from, frame);
+            }
+            switch.take_fresh(&mut self.fresh);
+            self.used_switch = true;
+        }
+    }
+
+    /// Hands the traffic it counted to the balancer, now and then.
+    fn flush_traffic(&mut self, shared: &Shared) {
+        let Some(t) = &mut self.traffic else {
+            return;
+        };
+        if t.is_empty() || self.traffic_flushed.elapsed() < TRAFFIC_FLUSH {
+            return;
+        }
+        self.traffic_flushed = Instant::now();
+        let mut all = lock(&shared.traffic);
+        for (k, n) in t.drain() {
+            *all.entry(k).or_default() += n;
+        }
     }
 
     /// A turn of the whole thread: the PF's admin queue, then a pass.
@@ -273,7 +345,13 @@ impl State {
                 .iter()
                 .map(|b| b.swap(0, Ordering::Relaxed))
                 .collect(),
-            traffic: lock(&shared.switch).take_traffic(),
+            traffic: {
+                let mut all = std::mem::take(&mut *lock(&shared.traffic));
+                for (a, b, n) in lock(&shared.switch).take_traffic() {
+                    *all.entry((a, b)).or_default() += n;
+                }
+                all.into_iter().map(|((a, b), n)| (a, b, n)).collect()
+            },
         };
         let current = lock(&shared.placement).clone();
         let Some(next) = balance::rebalance(&current, shared.workers.len(), &activity) else {
@@ -311,19 +389,14 @@ impl State {
     }
 }
 
-/// Sends `sent`, the frames one function sent, through the switch.
-fn forward(switch: &mut Switch, sent: Option<(usize, Vec<Frame>)>) {
-    if let Some((from, frames)) = sent {
-        for frame in frames {
-            switch.send_from(from, frame);
-        }
-    }
-}
-
 impl Worker {
     /// Engine thread `index` over `shared`.
     pub(super) fn new(index: usize, shared: Arc<Shared>) -> Self {
-        let trains = lock(&shared.switch).takes_trains();
+        let (direct, uplink, inboxes) = {
+            let switch = lock(&shared.switch);
+            (switch.takes_trains(), switch.has_uplink(), switch.inboxes())
+        };
+        let counting = shared.policy == Placement::Auto && shared.workers.len() > 1;
         let mut st = State {
             index,
             mine: Vec::new(),
@@ -331,8 +404,14 @@ impl Worker {
             placement_seen: 0,
             admin_seen: u64::MAX,
             neighbors: AddressTable::default(),
+            route: Route::default(),
+            inboxes,
             spare: Vec::new(),
-            trains,
+            direct,
+            tends_switch: index == 0 && (uplink || !direct),
+            used_switch: false,
+            traffic: counting.then(HashMap::default),
+            traffic_flushed: Instant::now(),
             notifying: false,
             fresh: Vec::new(),
             last_balance: Instant::now(),

@@ -20,6 +20,7 @@ pub mod indirect;
 pub mod mmio;
 pub mod mr;
 pub mod pages;
+pub mod ports;
 pub mod qp;
 pub mod recv;
 pub mod requester;

@@ -22,11 +22,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::net::faults::{FaultCounters, FaultInjector};
 use crate::pcap::PcapWriter;
 
+use super::ports::{roce_destination, Inboxes, Route};
 use super::train::{self, Train};
 use super::wire::MAX_SPARE;
 
@@ -213,6 +215,12 @@ pub trait Uplink: Send {
     }
 }
 
+/// An engine thread with fewer spare frame buffers than this takes some from the
+/// switch's ([`Switch::trade_spare`])...
+const SPARE_LOW: usize = MAX_SPARE / 8;
+/// ...and one with more gives its surplus.
+const SPARE_HIGH: usize = MAX_SPARE / 2;
+
 /// Writes `frame` to the capture, if there is one; a failing capture stops.
 fn capture(pcap: &mut Option<PcapWriter<std::io::BufWriter<std::fs::File>>>, frame: &[u8]) {
     if let Some(p) = pcap {
@@ -226,9 +234,11 @@ fn capture(pcap: &mut Option<PcapWriter<std::io::BufWriter<std::fs::File>>>, fra
 /// Frames in flight between functions.
 pub struct Switch {
     ports: Vec<Endpoint>,
-    by_mac: HashMap<[u8; 6], usize, AddrHash>,
+    /// Which port a frame goes to; the engine's threads keep copies ([`Switch::route`]).
+    route: Route,
     by_ip: AddressTable,
-    inbox: Vec<VecDeque<Frame>>,
+    /// The ports' inboxes, shared with the engine's threads ([`Switch::inboxes`]).
+    inboxes: Arc<Inboxes>,
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     /// Frames with no port to go to.
     pub unroutable: u64,
@@ -238,9 +248,6 @@ pub struct Switch {
     uplink: Option<Box<dyn Uplink>>,
     /// Whether the uplink captures what crosses its wire itself.
     uplink_captures: bool,
-    /// Frames for (destination IP, destination QPN) that go to another port than the
-    /// IP's own: QPs that migrated away from the function whose address they keep.
-    steering: HashMap<([u8; 4], u32), usize>,
     /// Buffers of delivered frames, shared by all ports: one function's received frames
     /// become another's next frames (see [`super::wire::Wire::spare`]).
     spare: Vec<Vec<u8>>,
@@ -273,20 +280,19 @@ impl Switch {
         ports: Vec<Endpoint>,
         pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     ) -> Self {
-        let by_mac = ports.iter().enumerate().map(|(i, p)| (p.mac, i)).collect();
+        let route = Route::new(ports.iter().map(|p| p.mac));
         let by_ip = ports.iter().map(|p| (p.ip, p.mac)).collect();
-        let inbox = ports.iter().map(|_| VecDeque::new()).collect();
+        let inboxes = Arc::new(Inboxes::new(ports.len()));
         Self {
             ports,
-            by_mac,
+            route,
             by_ip,
-            inbox,
+            inboxes,
             pcap,
             unroutable: 0,
             faults: None,
             uplink: None,
             uplink_captures: false,
-            steering: HashMap::new(),
             spare: Vec::new(),
             sender: None,
             counts_traffic: false,
@@ -297,14 +303,23 @@ impl Switch {
 
     /// Puts `frame` into port `port`'s inbox, noting the port if its inbox was empty.
     fn deliver(&mut self, port: usize, frame: Frame) {
-        let inbox = &mut self.inbox[port];
-        if inbox.is_empty() {
-            self.fresh.push(port);
-        }
         if let Some(from) = self.sender {
             *self.traffic.entry((from, port)).or_default() += frame.packets();
         }
-        inbox.push_back(frame);
+        if self.inboxes.push(port, frame) {
+            self.fresh.push(port);
+        }
+    }
+
+    /// The ports' inboxes, which the engine's threads fill directly when nothing
+    /// watches the switch ([`Switch::takes_trains`]) and empty themselves.
+    pub fn inboxes(&self) -> Arc<Inboxes> {
+        self.inboxes.clone()
+    }
+
+    /// A copy of the forwarding table, for a thread that forwards without the switch.
+    pub fn route(&self) -> Route {
+        self.route.clone()
     }
 
     /// The ports that received a frame into an empty inbox since last asked.
@@ -375,7 +390,7 @@ impl Switch {
         };
         let mut read = uplink.poll(Instant::now());
         let mut frames = Vec::new();
-        for port in 0..self.inbox.len() {
+        for port in 0..self.inboxes.len() {
             if let Some(uplink) = &mut self.uplink {
                 read += uplink.receive(port, max, &mut frames, &mut self.spare);
             }
@@ -383,7 +398,7 @@ impl Switch {
                 if !self.uplink_captures {
                     capture(&mut self.pcap, &frame);
                 }
-                let to = steered(&self.steering, &frame).unwrap_or(port);
+                let to = self.route.steered(&frame).unwrap_or(port);
                 self.deliver(to, Frame::sealed(frame));
             }
         }
@@ -395,33 +410,15 @@ impl Switch {
     /// the one whose address `ip` is ends the steering), and moves the frames for it
     /// already waiting at other ports there, in their order.
     pub fn steer(&mut self, ip: [u8; 4], qpn: u32, port: usize) {
-        if port >= self.inbox.len() {
+        if port >= self.inboxes.len() {
             return;
         }
-        if self.ports.get(port).is_some_and(|p| p.ip == ip) {
-            self.steering.remove(&(ip, qpn));
-        } else {
-            self.steering.insert((ip, qpn), port);
+        let home = self.ports.get(port).is_some_and(|p| p.ip == ip);
+        self.route.steer(ip, qpn, (!home).then_some(port));
+        let theirs = |f: &Frame| roce_destination(&f.bytes) == Some((ip, qpn));
+        if self.inboxes.move_to(port, theirs) {
+            self.fresh.push(port);
         }
-        let mut moved = VecDeque::new();
-        for (i, inbox) in self.inbox.iter_mut().enumerate() {
-            if i == port {
-                continue;
-            }
-            let (theirs, stay): (VecDeque<_>, VecDeque<_>) = inbox
-                .drain(..)
-                .partition(|f| roce_destination(&f.bytes) == Some((ip, qpn)));
-            *inbox = stay;
-            moved.extend(theirs);
-        }
-        for frame in moved {
-            self.deliver(port, frame);
-        }
-    }
-
-    /// The port a steering entry sends `frame` to, if one does.
-    fn steered(&self, frame: &[u8]) -> Option<usize> {
-        steered(&self.steering, frame)
     }
 
     /// The address table functions use to address frames (their ARP, on this switch).
@@ -435,9 +432,8 @@ impl Switch {
         let Some(old) = self.ports.get(index).copied() else {
             return;
         };
-        self.by_mac.remove(&old.mac);
+        self.route.set_mac(index, old.mac, endpoint.mac);
         self.by_ip.remove(&old.ip);
-        self.by_mac.insert(endpoint.mac, index);
         self.by_ip.insert(endpoint.ip, endpoint.mac);
         self.ports[index] = endpoint;
         if let Some(u) = &mut self.uplink {
@@ -557,10 +553,7 @@ impl Switch {
     /// The port a frame goes to: the one steering names, or the one with its
     /// destination MAC.
     fn local_port(&self, frame: &[u8]) -> Option<usize> {
-        self.steered(frame).or_else(|| {
-            let dst: [u8; 6] = frame.get(..6)?.try_into().ok()?;
-            self.by_mac.get(&dst).copied()
-        })
+        self.route.port(frame)
     }
 
     /// Takes the frames waiting for `port`, with held frames that fell due delivered first.
@@ -568,10 +561,7 @@ impl Switch {
         if self.faults.as_ref().is_some_and(|f| f.held() > 0) {
             self.release_due(Instant::now());
         }
-        self.inbox
-            .get_mut(port)
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.inboxes.take(port)
     }
 
     /// Evens out frame buffers between an engine thread's own (`mine`, which its
@@ -579,15 +569,24 @@ impl Switch {
     /// switch's (which the uplink and cut trains use): a thread whose functions mostly
     /// receive gives its surplus to one whose functions mostly send, through here.
     pub fn trade_spare(&mut self, mine: &mut Vec<Vec<u8>>) {
-        const LOW: usize = MAX_SPARE / 8;
-        const HIGH: usize = MAX_SPARE / 2;
-        if mine.len() > HIGH && self.spare.len() < MAX_SPARE {
-            let give = (mine.len() - HIGH).min(MAX_SPARE - self.spare.len());
+        if mine.len() > SPARE_HIGH && self.spare.len() < MAX_SPARE {
+            let give = (mine.len() - SPARE_HIGH).min(MAX_SPARE - self.spare.len());
             self.spare.extend(mine.drain(mine.len() - give..));
-        } else if mine.len() < LOW && !self.spare.is_empty() {
-            let take = (LOW - mine.len()).min(self.spare.len());
+        } else if mine.len() < SPARE_LOW && !self.spare.is_empty() {
+            let take = (SPARE_LOW - mine.len()).min(self.spare.len());
             mine.extend(self.spare.drain(self.spare.len() - take..));
         }
+    }
+
+    /// Whether a thread holding `n` spare frame buffers has a surplus or a shortage for
+    /// [`Switch::trade_spare`] to even out.
+    pub fn spare_uneven(n: usize) -> bool {
+        !(SPARE_LOW..=SPARE_HIGH).contains(&n)
+    }
+
+    /// Whether frames may go to a network (`--net`).
+    pub fn has_uplink(&self) -> bool {
+        self.uplink.is_some()
     }
 
     /// Sends what the uplink kept to send together (see [`Uplink::flush`]).
@@ -599,39 +598,8 @@ impl Switch {
 
     /// Whether a frame waits for any of `ports`.
     pub fn waiting(&self, ports: &[usize]) -> bool {
-        ports
-            .iter()
-            .any(|&p| self.inbox.get(p).is_some_and(|q| !q.is_empty()))
+        ports.iter().any(|&p| self.inboxes.is_waiting(p))
     }
-}
-
-/// The port `steering` sends `frame` to, if it does.
-fn steered(steering: &HashMap<([u8; 4], u32), usize>, frame: &[u8]) -> Option<usize> {
-    if steering.is_empty() {
-        return None;
-    }
-    steering.get(&roce_destination(frame)?).copied()
-}
-
-/// The destination IPv4 address and QPN of a RoCEv2 frame (Ethernet, IPv4 with any
-/// options, UDP to port 4791, BTH), or `None` for anything else.
-fn roce_destination(frame: &[u8]) -> Option<([u8; 4], u32)> {
-    const ETH: usize = 14;
-    if frame.get(12..14)? != [0x08, 0x00] {
-        return None;
-    }
-    let ihl = usize::from(frame.get(ETH)? & 0x0f) * 4;
-    if *frame.get(ETH + 9)? != 17 || ihl < 20 {
-        return None;
-    }
-    let udp = ETH + ihl;
-    if frame.get(udp + 2..udp + 4)? != 4791u16.to_be_bytes() {
-        return None;
-    }
-    let ip: [u8; 4] = frame.get(ETH + 16..ETH + 20)?.try_into().ok()?;
-    let bth = udp + 8;
-    let q = frame.get(bth + 5..bth + 8)?;
-    Some((ip, u32::from_be_bytes([0, q[0], q[1], q[2]])))
 }
 
 #[cfg(test)]
@@ -814,7 +782,7 @@ mod tests {
             s.take(0).iter().map(|f| f.bytes[59]).collect::<Vec<_>>(),
             [5]
         );
-        assert!(s.steering.is_empty());
+        assert!(!s.route.steers());
     }
 
     #[test]
