@@ -230,7 +230,9 @@ impl State {
             let frames = if self.direct {
                 self.inboxes.take(member)
             } else {
-                // The fault injector may hold frames that are due.
+                // The fault injector may release frames that are due, for any port: the
+                // pass ends by waking whoever they went to.
+                self.used_switch = true;
                 lock(&shared.switch).take(member)
             };
             let start = Instant::now();
