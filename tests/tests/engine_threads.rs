@@ -143,6 +143,29 @@ fn the_placement_follows_the_traffic() {
     assert_ne!(placed["vf0"], placed["vf1"], "{placed:?}");
 }
 
+/// Two busy pairs that start on thread 1 (VF2/VF3 and VF6/VF7) while thread 0 has
+/// nothing to do and sleeps: the busy thread runs the balancer itself and gives one pair
+/// to thread 0.
+#[test]
+fn busy_pairs_on_one_thread_are_spread_while_the_other_sleeps() {
+    let rnicd = Rnicd::start(8, &["--threads", "2", "--placement", "auto"]);
+    let mut args = os(&["write_bw", "-e", "-s", "65536", "-D", "1.5"]);
+    for (a, b) in [("vf2", "vf3"), ("vf6", "vf7")] {
+        args.extend([
+            "--vfio-user".into(),
+            rnicd.socket(a).into_os_string(),
+            "--remote-vfio-user".into(),
+            rnicd.socket(b).into_os_string(),
+        ]);
+    }
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    perf(&refs);
+    let placed = last_placement(&rnicd.log());
+    assert_eq!(placed["vf2"], placed["vf3"], "{placed:?}");
+    assert_eq!(placed["vf6"], placed["vf7"], "{placed:?}");
+    assert_ne!(placed["vf2"], placed["vf6"], "{placed:?}");
+}
+
 /// With a capture and injected faults, every frame goes through the switch, which both
 /// threads share: traffic across threads survives loss, duplication and reordering with
 /// every byte checked, and the capture is one consistent record: exactly the frames the

@@ -26,7 +26,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
 
@@ -74,6 +74,8 @@ struct Shared {
     control: Mutex<()>,
     /// Per function: nanoseconds of work since the balancer last looked.
     busy: Vec<AtomicU64>,
+    /// When the balancer last looked; held while it looks.
+    last_balance: Mutex<Instant>,
     /// Packets the threads forwarded between functions (from, to) since the balancer
     /// last looked, beside what the switch counted itself.
     traffic: Mutex<HashMap<(usize, usize), u64>>,
@@ -257,6 +259,7 @@ impl Engine {
             admin_version: AtomicU64::new(0),
             control: Mutex::new(()),
             busy,
+            last_balance: Mutex::new(Instant::now()),
             traffic: Mutex::new(HashMap::new()),
         };
         shared.set_wakers(&placement);

@@ -26,7 +26,7 @@ const UPLINK_BUDGET: usize = 256;
 /// Idle passes in the poll window between two looks at the eventfds.
 const EVENT_CHECK_PASSES: u32 = 32;
 
-/// How often thread 0 runs the balancer while there is work.
+/// How often the balancer runs while there is work (on whichever thread has some).
 const BALANCE_PERIOD: Duration = Duration::from_millis(50);
 /// How often a thread adds the traffic it counted to what the balancer reads.
 const TRAFFIC_FLUSH: Duration = Duration::from_millis(5);
@@ -111,7 +111,6 @@ struct State {
     notifying: bool,
     /// Ports that received frames in its last pass.
     fresh: Vec<usize>,
-    last_balance: Instant,
 }
 
 /// One engine thread.
@@ -328,18 +327,23 @@ impl State {
         outcome
     }
 
-    /// Thread 0, now and then while there is work: moves functions between threads
+    /// Now and then while there is work: moves functions between threads
     /// when what they did says another placement is better ([`balance::rebalance`]).
     fn balance(&mut self, shared: &Shared) {
-        if self.index != 0
-            || shared.policy != Placement::Auto
-            || shared.workers.len() < 2
-            || self.last_balance.elapsed() < BALANCE_PERIOD
-        {
+        if shared.policy != Placement::Auto || shared.workers.len() < 2 {
             return;
         }
-        let period = self.last_balance.elapsed();
-        self.last_balance = Instant::now();
+        // Whichever thread has work looks, at most one at a time and once a period: a
+        // thread whose functions are all idle may sleep for good while others work.
+        let Ok(mut last) = shared.last_balance.try_lock() else {
+            return;
+        };
+        let period = last.elapsed();
+        if period < BALANCE_PERIOD {
+            return;
+        }
+        *last = Instant::now();
+        drop(last);
         let activity = Activity {
             period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
             busy: shared
@@ -416,7 +420,6 @@ impl Worker {
             traffic_flushed: Instant::now(),
             notifying: false,
             fresh: Vec::new(),
-            last_balance: Instant::now(),
         };
         st.refresh(&shared);
         Self { shared, st }
