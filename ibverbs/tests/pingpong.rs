@@ -12,11 +12,11 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::Ipv6Addr;
-use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 use common::Root;
-use rnic_tests::{finish_within, free_port};
+use rnic_tests::free_port;
 
 /// How long one program may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -72,60 +72,30 @@ impl End {
     }
 }
 
-/// The GID of `function` (index 1 of its table), as its QUERY_DEVICE says.
-fn gid_of(root: &Root, function: &str) -> Ipv6Addr {
-    use rnic_driver::transport::vfio_user::VfioUserTransport;
-    let t = VfioUserTransport::connect(&root.rnicd.socket(function)).expect("connect");
-    let device = rnic_driver::Device::open(Box::new(t)).expect("open");
-    Ipv6Addr::from(device.query_device().expect("QUERY_DEVICE").gid)
-    // Closed here: the program takes the function next.
-}
-
 /// Runs `program` with `args` as server on rnic_0 and client on rnic_1, checks what both
 /// print. `size` and `iters` are the run's (the programs' defaults unless `args` change
 /// them), `qps` how many QPs each end connects.
 fn pingpong(program: &str, args: &[&str], size: u64, iters: u64, qps: usize) {
     let root = Root::new(2, program);
-    let gids = [gid_of(&root, "vf0"), gid_of(&root, "vf1")];
+    let gids = [root.gid("vf0"), root.gid("vf1")];
     let port = free_port().to_string();
-    let functions = ["vf0", "vf1"];
-    let with = |dev: &'static str, server: Option<&str>| -> Vec<String> {
-        let mut v: Vec<String> = ["-d", dev, "-g", "1", "-p", &port]
-            .iter()
-            .chain(args)
-            .map(|s| s.to_string())
+    let with = |dev: &'static str, server: Option<&'static str>| -> Vec<&str> {
+        let mut v: Vec<&str> = ["-d", dev, "-g", "1", "-p", &port]
+            .into_iter()
+            .chain(args.iter().copied())
             .collect();
-        v.extend(server.map(str::to_string));
+        v.extend(server);
         v
     };
-    let server_args = with("rnic_0", None);
-    let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
-    let server = root
-        .command(&functions, program, &server_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    // The programs try to connect once: retry while the server is not listening yet.
-    let client_args = with("rnic_1", Some("127.0.0.1"));
-    let client_args: Vec<&str> = client_args.iter().map(String::as_str).collect();
-    let start = Instant::now();
-    let client = loop {
-        let c = root
-            .command(&functions, program, &client_args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the client");
-        let out = finish_within(c, LIMIT);
-        let refused = String::from_utf8_lossy(&out.stderr).contains("Couldn't connect");
-        if !refused || start.elapsed() > Duration::from_secs(20) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (server, client) = root.server_and_client(
+        &["vf0", "vf1"],
+        program,
+        &with("rnic_0", None),
+        &with("rnic_1", Some("127.0.0.1")),
+        LIMIT,
+    );
     let client = End::new("client", &client);
-    let server = End::new("server", &finish_within(server, LIMIT));
+    let server = End::new("server", &server);
 
     for (end, me, peer) in [(&server, gids[0], gids[1]), (&client, gids[1], gids[0])] {
         let name = end.name;

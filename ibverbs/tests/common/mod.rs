@@ -5,11 +5,11 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rnic_tests::debian::{ibverbs_ref, require, trixie_root};
-use rnic_tests::Rnicd;
+use rnic_tests::{finish_within, Rnicd};
 
 /// The libibverbs.so the tests were built with (cargo builds the cdylib with the rlib
 /// the tests link).
@@ -128,5 +128,48 @@ impl Root {
             .output()
             .expect("run unshare and chroot");
         (out, start.elapsed())
+    }
+}
+
+impl Root {
+    /// Runs a client-server program of the root (the pingpongs, perftest): `server_args`
+    /// with functions `functions`, then `client_args`, retried while the server does not
+    /// listen yet (these programs try to connect once: "Couldn't connect"). Each may run
+    /// `limit`. Returns (server, client).
+    pub fn server_and_client(
+        &self,
+        functions: &[&str],
+        program: &str,
+        server_args: &[&str],
+        client_args: &[&str],
+        limit: Duration,
+    ) -> (Output, Output) {
+        let spawn = |args: &[&str]| {
+            self.command(functions, program, args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {program}: {e}"))
+        };
+        let server = spawn(server_args);
+        let start = Instant::now();
+        let client = loop {
+            let out = finish_within(spawn(client_args), limit);
+            let refused = String::from_utf8_lossy(&out.stderr).contains("Couldn't connect");
+            if !refused || start.elapsed() > Duration::from_secs(20) {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        (finish_within(server, limit), client)
+    }
+
+    /// The GID of `function` (index 1 of its table), as its QUERY_DEVICE says. The
+    /// function is closed again before this returns.
+    pub fn gid(&self, function: &str) -> std::net::Ipv6Addr {
+        use rnic_driver::transport::vfio_user::VfioUserTransport;
+        let t = VfioUserTransport::connect(&self.rnicd.socket(function)).expect("connect");
+        let device = rnic_driver::Device::open(Box::new(t)).expect("open");
+        std::net::Ipv6Addr::from(device.query_device().expect("QUERY_DEVICE").gid)
     }
 }
