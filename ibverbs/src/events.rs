@@ -452,15 +452,18 @@ pub(crate) unsafe extern "C" fn ibv_get_cq_event(
     })
 }
 
-/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq`.
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq`. Programs call it for every
+/// event (perftest with `-e`), so the CQ is checked by its magic number, as on the data
+/// path, not looked up in the registry.
 ///
 /// # Safety
 ///
-/// Any pointer.
+/// `cq` is NULL or readable for an object's header (a CQ from `ibv_get_cq_event` is).
 pub(crate) unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     guard("ibv_ack_cq_events", (), || {
-        match lookup::<ibv_cq_ex, crate::cq::Cq>(cq.cast()) {
-            Ok(o) => o.r.ack_events(&o, nevents),
+        // SAFETY: the caller's promise.
+        match unsafe { objects::from_c::<ibv_cq_ex, crate::cq::Cq>(cq.cast()) } {
+            Ok(o) => o.r.ack_events(o, nevents),
             Err(e) => set_errno(e),
         }
     })
@@ -569,7 +572,9 @@ mod tests {
             };
             assert_eq!(ibv_get_async_event(std::ptr::null_mut(), &mut ev), -1);
             ibv_ack_async_event(std::ptr::null_mut());
-            ibv_ack_cq_events(garbage.cast(), 1);
+            let not_a_cq = [0u64; 32];
+            ibv_ack_cq_events(not_a_cq.as_ptr() as *mut ibv_cq, 1);
+            ibv_ack_cq_events(std::ptr::null_mut(), 1);
         }
     }
 }

@@ -50,6 +50,23 @@ pub fn compile(src: &Path, exe: &Path, extra: &[&str]) {
     );
 }
 
+/// Compiles tests/c/`name`.c against Debian's headers and links it against the built
+/// library (as `-libverbs`, through a copy named as rdma-core's): returns the directory
+/// holding the copy and the program, which runs with `LD_LIBRARY_PATH` set to it.
+pub fn c_program(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(library(), dir.path().join("libibverbs.so")).expect("copy the library");
+    std::os::unix::fs::symlink("libibverbs.so", dir.path().join("libibverbs.so.1")).expect("link");
+    let exe = dir.path().join(name);
+    let lib_dir = format!("-L{}", dir.path().display());
+    compile(
+        &rnic_tests::vm::repo().join(format!("ibverbs/tests/c/{name}.c")),
+        &exe,
+        &[&lib_dir, "-libverbs"],
+    );
+    (dir, exe)
+}
+
 /// Debian's trixie root (qemu-scripts/setup.sh makes it) with an rnicd whose sockets,
 /// and a copy of the library, it reaches: where Debian's unmodified programs run against
 /// rnic.
