@@ -17,7 +17,7 @@ use rnic_driver::verbs;
 
 use crate::abi::*;
 use crate::context::RnicContext;
-use crate::ffi::{errno_of, errno_result, invalid, null_on_err, unsupported, Errno};
+use crate::ffi::{errno_of, errno_result, guard, invalid, null_on_err, unsupported, Errno};
 use crate::objects::{lookup, register, unregister, users, Obj};
 
 /// A protection domain.
@@ -279,7 +279,10 @@ fn fork_range(base: *mut c_void, size: usize, advice: c_int) -> c_int {
     }
     let page = rnic_abi::PAGE_SIZE as usize;
     let start = base as usize & !(page - 1);
-    let Some(end) = (base as usize).checked_add(size + page - 1) else {
+    let Some(end) = (base as usize)
+        .checked_add(size)
+        .and_then(|e| e.checked_add(page - 1))
+    else {
         return libc::EINVAL;
     };
     let end = end & !(page - 1);
@@ -298,7 +301,9 @@ fn fork_range(base: *mut c_void, size: usize, advice: c_int) -> c_int {
 ///
 /// Any range (an unmapped one fails).
 pub(crate) unsafe extern "C" fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int {
-    fork_range(base, size, libc::MADV_DONTFORK)
+    guard("ibv_dontfork_range", libc::EIO, || {
+        fork_range(base, size, libc::MADV_DONTFORK)
+    })
 }
 
 /// `ibv_dofork_range`: 0 or an errno.
@@ -307,7 +312,9 @@ pub(crate) unsafe extern "C" fn ibv_dontfork_range(base: *mut c_void, size: usiz
 ///
 /// Any range (an unmapped one fails).
 pub(crate) unsafe extern "C" fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int {
-    fork_range(base, size, libc::MADV_DOFORK)
+    guard("ibv_dofork_range", libc::EIO, || {
+        fork_range(base, size, libc::MADV_DOFORK)
+    })
 }
 
 #[cfg(test)]
@@ -355,12 +362,27 @@ mod tests {
     }
 
     #[test]
-    fn fork_ranges_do_nothing_until_fork_init() {
-        // SAFETY: a range of our own stack; madvise only once fork_init was called.
+    fn fork_ranges_are_advised_once_fork_init_was_called() {
+        let page = rnic_abi::PAGE_SIZE as usize;
+        // SAFETY: a fresh anonymous mapping of our own, advised and unmapped here.
         unsafe {
-            let mut x = [0u8; 16];
-            assert_eq!(ibv_dontfork_range(x.as_mut_ptr().cast(), 16), 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
             assert_eq!(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+            assert_eq!(ibv_fork_init(), 0);
+            assert_eq!(ibv_dontfork_range(p.byte_add(10), page), 0);
+            assert_eq!(ibv_dofork_range(p.byte_add(10), page), 0);
+            // Sizes that wrap, and memory that is not mapped, fail instead of panicking.
+            assert_eq!(ibv_dontfork_range(p, usize::MAX), libc::EINVAL);
+            libc::munmap(p, 2 * page);
+            assert_eq!(ibv_dontfork_range(p, page), libc::ENOMEM);
         }
     }
 }
