@@ -155,12 +155,17 @@ unsafe fn gather(sges: &[Sge], max: u32) -> Result<Vec<u8>, Errno> {
             "{total} bytes of inline data; the QP takes {max}"
         )));
     }
-    let mut out = Vec::with_capacity(total as usize);
+    let mut out = vec![0u8; total as usize];
+    let mut at = 0;
     for s in sges.iter().filter(|s| s.length > 0) {
-        // SAFETY: the caller's promise: the application's own memory.
-        out.extend_from_slice(unsafe {
-            std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
-        });
+        let n = s.length as usize;
+        // SAFETY: the caller's promise: readable memory of the application (copied
+        // without making a Rust reference to it, which the application owns); `out` has
+        // room for every SGE.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.addr as usize as *const u8, out.as_mut_ptr().add(at), n)
+        };
+        at += n;
     }
     Ok(out)
 }

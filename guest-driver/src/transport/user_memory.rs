@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex, Weak};
 
 use rnic_abi::PAGE_SIZE;
@@ -409,11 +409,32 @@ fn move_run(run: &[(usize, usize, Vma)]) -> Result<Arc<Memfd>> {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(len as u64)
         .map_err(|e| Error::Io(format!("size a {len}-byte memfd"), e))?;
-    // SAFETY: start..start+len is mapped and readable (checked by the caller against
-    // /proc/self/maps); the slice is only read, by the kernel, to copy it into the file.
-    let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
-    file.write_all_at(bytes, 0)
-        .map_err(|e| Error::Io(format!("copy {start:#x}+{len:#x} into a memfd"), e))?;
+    // The copy goes through pwrite from the raw range, with no Rust reference to it:
+    // another thread of the application may be writing it (the caveat above).
+    let mut done = 0;
+    while done < len {
+        // SAFETY: start..start+len is mapped and readable (checked by the caller against
+        // /proc/self/maps); the kernel only reads it.
+        let n = unsafe {
+            libc::pwrite(
+                file.as_raw_fd(),
+                (start + done) as *const libc::c_void,
+                len - done,
+                done as libc::off_t,
+            )
+        };
+        if n <= 0 {
+            let e = io::Error::last_os_error();
+            if n < 0 && e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Io(
+                format!("copy {start:#x}+{len:#x} into a memfd"),
+                e,
+            ));
+        }
+        done += n as usize;
+    }
     for (s, e, v) in run {
         // SAFETY: replaces the pages s..e, which hold exactly the bytes just copied to
         // the file at the same offset, with a shared mapping of the file: the memory
@@ -551,6 +572,7 @@ impl<U: PinUnit> super::DmaRelease for UserRelease<U> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
 
     fn vma(start: usize, end: usize, perms: &str, path: &str) -> Vma {
         Vma::parse(&format!(
