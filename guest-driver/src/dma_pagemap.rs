@@ -21,6 +21,7 @@ use std::sync::Arc;
 use rnic_abi::PAGE_SIZE;
 
 use crate::error::{Error, Result};
+use crate::transport::user_memory::{mappings, os_error, page_span, PinUnit, UserPages};
 use crate::transport::{DmaBuffer, DmaRelease};
 
 /// The device's page size, the unit of [`DmaBuffer::pages`].
@@ -141,6 +142,118 @@ impl PagemapAllocator {
             pages.push(pfn * self.sys_page as u64 + (virt % self.sys_page) as u64);
         }
         Ok(pages)
+    }
+}
+
+/// Pinned application pages: their guest-physical addresses, looked up once when pinned
+/// (`mlock` keeps them resident at those addresses, with the caveat of the module's
+/// documentation).
+#[derive(Debug)]
+pub(crate) struct PinnedPages {
+    physical: Vec<u64>,
+}
+
+impl PinUnit for PinnedPages {
+    fn device_addr(&self, start: usize, page: usize) -> u64 {
+        self.physical[(page - start) / DEVICE_PAGE]
+    }
+}
+
+/// What a registration of application memory pins, shared by the registrations of one
+/// transport; undoing a unit unpins it.
+pub(crate) fn user_pins() -> Arc<UserPages<PinnedPages>> {
+    UserPages::new(Box::new(|start, len, _| {
+        let addr = start as *mut libc::c_void;
+        // SAFETY: munlock and madvise change no contents of the application's memory;
+        // on a range that was unmapped meanwhile they fail harmlessly.
+        unsafe {
+            libc::munlock(addr, len);
+            libc::madvise(addr, len, libc::MADV_DOFORK);
+        }
+    }))
+}
+
+impl PagemapAllocator {
+    /// Makes application memory `addr..addr+len` reachable inside a VM without an IOMMU:
+    /// every page is locked (`mlock`), kept out of children made by `fork`
+    /// (`MADV_DONTFORK`, as `ibv_fork_init` does: a copy-on-write break would move the
+    /// parent's page away from the address the device was given, and the device would
+    /// then write into memory the kernel may reuse), faulted in, and looked up in
+    /// `/proc/self/pagemap`. `writable`: the pages are faulted in for writing, so that a
+    /// never-written page has a frame of its own rather than the shared zero page.
+    pub(crate) fn map_user(
+        &self,
+        pins: &Arc<UserPages<PinnedPages>>,
+        addr: usize,
+        len: usize,
+        writable: bool,
+    ) -> Result<DmaBuffer> {
+        let (start, end) = page_span(addr, len)
+            .ok_or_else(|| os_error(format!("{len} bytes at {addr:#x}"), libc::EINVAL))?;
+        for v in mappings(start, end)? {
+            if !v.read || (writable && !v.write) {
+                return Err(os_error(
+                    format!(
+                        "{:#x}..{:#x} is not {} by this process",
+                        v.start.max(start),
+                        v.end.min(end),
+                        if writable { "writable" } else { "readable" }
+                    ),
+                    libc::EFAULT,
+                ));
+            }
+        }
+        pins.map(addr, len, &[(start, end, ())], |(), s, l| {
+            self.pin(s, l, writable)
+        })
+    }
+
+    /// Locks, faults in and looks up the pages `start..start+len` (page-aligned).
+    fn pin(&self, start: usize, len: usize, writable: bool) -> Result<PinnedPages> {
+        let addr = start as *mut libc::c_void;
+        // SAFETY: locking and advising memory of this process changes no contents.
+        if unsafe { libc::mlock(addr, len) } != 0 {
+            return Err(Error::last_os(format!(
+                "mlock {len} bytes of registered memory at {start:#x} (run as root or raise RLIMIT_MEMLOCK: ulimit -l)"
+            )));
+        }
+        // SAFETY: as above.
+        unsafe { libc::madvise(addr, len, libc::MADV_DONTFORK) };
+        let populate = if writable {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: populating faults pages in as an access would; contents are unchanged.
+        if unsafe { libc::madvise(addr, len, populate) } != 0 {
+            // Kernels before 5.14: touch each page instead. A write must not change a
+            // byte another thread may be writing, so it is an atomic add of zero.
+            for p in (start..start + len).step_by(DEVICE_PAGE) {
+                // SAFETY: p is a mapped page of this process (checked by the caller),
+                // readable, and writable when `writable`; the atomic access adds 0.
+                unsafe {
+                    let a = &*(p as *const std::sync::atomic::AtomicU8);
+                    if writable {
+                        a.fetch_add(0, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        a.load(std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let ptr = NonNull::new(start as *mut u8)
+            .ok_or_else(|| os_error("registering address 0".into(), libc::EFAULT))?;
+        match self.physical_pages(ptr, len) {
+            Ok(physical) => Ok(PinnedPages { physical }),
+            Err(e) => {
+                // SAFETY: undoes the lock and advice above.
+                unsafe {
+                    libc::munlock(addr, len);
+                    libc::madvise(addr, len, libc::MADV_DOFORK);
+                }
+                Err(e)
+            }
+        }
     }
 }
 
@@ -440,6 +553,38 @@ mod tests {
         };
         read("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") > 0
             || read("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages") > 0
+    }
+
+    #[test]
+    fn application_memory_is_pinned_and_shared_by_overlapping_registrations() {
+        let dma = allocator();
+        let pins = user_pins();
+        // An ordinary heap buffer, not page-aligned, never written.
+        let buf = vec![0u8; 3 * DEVICE_PAGE].into_boxed_slice();
+        let addr = buf.as_ptr() as usize + 100;
+        let a = dma.map_user(&pins, addr, 2 * DEVICE_PAGE, true).unwrap();
+        assert_eq!(a.len() / DEVICE_PAGE, a.pages().len());
+        assert!(a.pages().len() >= 2);
+        assert!(a.pages().iter().all(|&p| p != 0 && p % PAGE_SIZE == 0));
+        // Overlapping registration: the shared pages have the same frames.
+        let b = dma.map_user(&pins, addr + DEVICE_PAGE, 10, false).unwrap();
+        assert_eq!(b.pages()[0], a.pages()[1]);
+        // Locked while either holds them.
+        let locked = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmLck:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap()
+        };
+        assert!(locked() >= 8, "VmLck {} kB", locked());
+        drop(a);
+        drop(b);
+        // Unmapped memory is refused with EFAULT, never translated.
+        let e = dma.map_user(&pins, 8, 16, false).unwrap_err();
+        assert!(matches!(&e, Error::Io(_, io) if io.raw_os_error() == Some(libc::EFAULT)));
+        drop(buf);
     }
 
     #[test]

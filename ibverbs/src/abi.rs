@@ -1437,6 +1437,12 @@ constants! {
     IBV_ACCESS_ZERO_BASED: c_uint = 1 << 5;
     /// `IBV_ACCESS_ON_DEMAND`.
     IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
+    /// `IBV_ACCESS_HUGETLB`: a hint that the memory is hugetlb pages.
+    IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
+    /// `IBV_ACCESS_FLUSH_GLOBAL`.
+    IBV_ACCESS_FLUSH_GLOBAL: c_uint = 1 << 8;
+    /// `IBV_ACCESS_FLUSH_PERSISTENT`.
+    IBV_ACCESS_FLUSH_PERSISTENT: c_uint = 1 << 9;
     /// `IBV_ACCESS_RELAXED_ORDERING`: the first of the optional access bits, which a
     /// device may ignore.
     IBV_ACCESS_RELAXED_ORDERING: c_uint = 1 << 20;
@@ -1460,8 +1466,88 @@ constants! {
 
     /// `IBV_QP_INIT_ATTR_PD`.
     IBV_QP_INIT_ATTR_PD: u32 = 1;
+    /// `IBV_QP_INIT_ATTR_XRCD`.
+    IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+    /// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+    IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+    /// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`.
+    IBV_QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
+    /// `IBV_QP_INIT_ATTR_IND_TABLE`.
+    IBV_QP_INIT_ATTR_IND_TABLE: u32 = 1 << 4;
+    /// `IBV_QP_INIT_ATTR_RX_HASH`.
+    IBV_QP_INIT_ATTR_RX_HASH: u32 = 1 << 5;
     /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+    /// `IBV_QP_EX_WITH_RDMA_WRITE`.
+    IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1;
+    /// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM`.
+    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    /// `IBV_QP_EX_WITH_SEND`.
+    IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+    /// `IBV_QP_EX_WITH_SEND_WITH_IMM`.
+    IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+    /// `IBV_QP_EX_WITH_RDMA_READ`.
+    IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+    /// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP`.
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    /// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD`.
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    /// `IBV_QP_EX_WITH_LOCAL_INV`.
+    IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+    /// `IBV_QP_EX_WITH_BIND_MW`.
+    IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
+    /// `IBV_QP_EX_WITH_SEND_WITH_INV`.
+    IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+    /// `IBV_QP_EX_WITH_TSO`.
+    IBV_QP_EX_WITH_TSO: u64 = 1 << 10;
+    /// `IBV_QP_EX_WITH_FLUSH`.
+    IBV_QP_EX_WITH_FLUSH: u64 = 1 << 11;
+    /// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
+    IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
+
+    /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
+    IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+    /// `IBV_CQ_INIT_ATTR_MASK_PD`: the CQ belongs to a parent domain.
+    IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+    /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`.
+    IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+    IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+    /// `IBV_WC_EX_WITH_BYTE_LEN`.
+    IBV_WC_EX_WITH_BYTE_LEN: u64 = 1;
+    /// `IBV_WC_EX_WITH_IMM`.
+    IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+    /// `IBV_WC_EX_WITH_QP_NUM`.
+    IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+    /// `IBV_WC_EX_WITH_SRC_QP`.
+    IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+    /// `IBV_WC_EX_WITH_SLID`.
+    IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+    /// `IBV_WC_EX_WITH_SL`.
+    IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+    /// `IBV_WC_EX_WITH_DLID_PATH_BITS`.
+    IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+    /// `IBV_WC_STANDARD_FLAGS`: the fields of a plain `ibv_wc`.
+    IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+
+    /// `IBV_SRQ_MAX_WR`.
+    IBV_SRQ_MAX_WR: c_int = 1;
+    /// `IBV_SRQ_LIMIT`.
+    IBV_SRQ_LIMIT: c_int = 1 << 1;
+    /// `IBV_SRQT_BASIC`.
+    IBV_SRQT_BASIC: ibv_srq_type = 0;
+    /// `IBV_SRQ_INIT_ATTR_TYPE`.
+    IBV_SRQ_INIT_ATTR_TYPE: u32 = 1;
+    /// `IBV_SRQ_INIT_ATTR_PD`.
+    IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+
+    /// `IBV_FORK_DISABLED`.
+    IBV_FORK_DISABLED: u32 = 0;
+    /// `IBV_FORK_ENABLED`.
+    IBV_FORK_ENABLED: u32 = 1;
+    /// `IBV_FORK_UNNEEDED`.
+    IBV_FORK_UNNEEDED: u32 = 2;
 
     /// `IBV_QP_STATE`.
     IBV_QP_STATE: c_int = 1;

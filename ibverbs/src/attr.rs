@@ -78,9 +78,11 @@ fn int(v: u64) -> c_int {
 
 /// The device attributes (`ibv_query_device_ex`; `orig_attr` is `ibv_query_device`'s).
 ///
-/// The limits are the function's own (its quota, QUERY_DEVICE's `limits`). What the
-/// library does not offer yet reads 0 (SRQs, address handles, memory windows,
-/// multicast) whatever the device can do, so that a program does not plan on it.
+/// The limits are the function's own (its quota, QUERY_DEVICE's `limits`). SRQs
+/// (where the device reports `CAP_SRQ`) hold as many WRs and SGEs as QPs; address
+/// handles are the library's alone, so there is no limit to them but memory. What the
+/// library does not offer reads 0 (memory windows, multicast, XRC), whatever the device
+/// can do, so that a program does not plan on it.
 pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex {
     let l = &q.limits;
     let guid = guid_be64(node_guid(q.mac));
@@ -112,6 +114,12 @@ pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex
     o.max_pkeys = 1;
     o.local_ca_ack_delay = LOCAL_CA_ACK_DELAY;
     o.phys_port_cnt = PORT_NUM;
+    if q.caps & rnic_abi::regs::CAP_SRQ != 0 {
+        o.max_srq = int(rnic_abi::srq::MAX_SRQN.into());
+        o.max_srq_wr = o.max_qp_wr;
+        o.max_srq_sge = o.max_sge;
+    }
+    o.max_ah = c_int::MAX;
     a.device_cap_flags_ex = u64::from(o.device_cap_flags);
     a.phys_port_cnt_ex = u32::from(PORT_NUM);
     a
@@ -201,6 +209,7 @@ mod tests {
                 max_mr_size: 1 << 32,
                 ..Limits::default()
             },
+            caps: rnic_abi::regs::CAP_SRQ,
             ..QueryDeviceResp::default()
         }
     }
@@ -250,7 +259,8 @@ mod tests {
         assert_eq!(o.max_mr_size, 1 << 32);
         assert_eq!(o.page_size_cap, 4096);
         assert_eq!(o.phys_port_cnt, 1);
-        assert_eq!((o.max_srq, o.max_ah, o.max_mw), (0, 0, 0));
+        assert_eq!((o.max_srq, o.max_srq_wr, o.max_srq_sge), (0xffff, 102, 103));
+        assert_eq!((o.max_ah, o.max_mw, o.max_mcast_grp), (c_int::MAX, 0, 0));
         assert_eq!(o.atomic_cap, IBV_ATOMIC_HCA);
     }
 

@@ -22,8 +22,10 @@ use rnic_driver::verbs;
 use crate::abi::*;
 use crate::device::RnicDevice;
 use crate::discover::Claim;
+use crate::events::{self, ContextEvents};
 use crate::ffi::{errno_of, invalid, minus_one, null_on_err, set_errno, unsupported, Errno};
 use crate::query;
+use crate::{cq, objects, qp, srq};
 
 /// An opened device. `repr(C)` with the `verbs_context` first, so that the
 /// `ibv_context` at its end is where verbs.h expects it.
@@ -31,7 +33,10 @@ use crate::query;
 pub(crate) struct RnicContext {
     vctx: UnsafeCell<verbs_context>,
     device: &'static RnicDevice,
-    verbs: verbs::Context,
+    /// The function, opened for verbs.
+    pub(crate) verbs: verbs::Context,
+    /// Channels, asynchronous events, and the thread that reads the event queue.
+    pub(crate) events: ContextEvents,
     /// The function's lock in a VM, released after `verbs` closed the function.
     _lock: Option<File>,
     /// Tells the device its function is free again; dropped last.
@@ -40,7 +45,8 @@ pub(crate) struct RnicContext {
 
 // SAFETY: `vctx` is written only before the context is shared; afterwards C may read
 // and write it through its pointer (the cell makes that sound for Rust), and Rust
-// never touches it again. `verbs::Context` is Send and Sync; the rest is immutable.
+// never touches it again. `verbs::Context` and `ContextEvents` are Send and Sync; the
+// rest is immutable.
 unsafe impl Send for RnicContext {}
 // SAFETY: as above.
 unsafe impl Sync for RnicContext {}
@@ -82,6 +88,11 @@ impl RnicContext {
             .ok_or_else(|| invalid(format_args!("{ctx:p} is not an open context")))
     }
 
+    /// The device's name (`rnic_0`), for messages.
+    pub(crate) fn name(&self) -> &str {
+        self.device.name()
+    }
+
     /// The function's PCI identity.
     pub(crate) fn pci(&self) -> PciIdentity {
         self.verbs.device().pci()
@@ -118,9 +129,10 @@ fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
     let mut v = verbs_context::zeroed();
     v.query_port = Some(query::query_port_op);
     v.query_device_ex = Some(query::query_device_ex_op);
-    v.create_cq_ex = Some(no_create_cq_ex);
-    v.create_qp_ex = Some(no_create_qp_ex);
-    v.create_srq_ex = Some(no_create_srq_ex);
+    v.create_cq_ex = Some(cq::create_cq_ex_op);
+    v.create_qp_ex = Some(qp::create_qp_ex_op);
+    v.create_srq_ex = Some(srq::create_srq_ex_op);
+    v.get_srq_num = Some(srq::get_srq_num_op);
     v.open_qp = Some(no_open_qp);
     v.open_xrcd = Some(no_open_xrcd);
     v.alloc_td = Some(no_alloc_td);
@@ -136,8 +148,14 @@ fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
     c.device = device.as_ibv();
     c.ops._compat_query_device = Some(query::compat_query_device);
     c.ops._compat_query_port = Some(query::compat_query_port);
-    // No kernel file: commands go through the function's own queue. Programs that
-    // poll() async_fd need an event fd here (a later phase, with async events).
+    // The ops verbs.h's inline functions call: the data path.
+    c.ops.poll_cq = Some(cq::poll_cq_op);
+    c.ops.req_notify_cq = Some(cq::req_notify_cq_op);
+    c.ops.post_send = Some(qp::post_send_op);
+    c.ops.post_recv = Some(qp::post_recv_op);
+    c.ops.post_srq_recv = Some(srq::post_srq_recv_op);
+    // No kernel file: commands go through the function's own queue. async_fd is set
+    // when the context's event machinery exists.
     c.cmd_fd = -1;
     c.async_fd = -1;
     // One event queue, one completion vector.
@@ -163,13 +181,18 @@ fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
         errno_of(&e)
     })?;
     device.remember(*verbs.attr());
+    let events = ContextEvents::new()?;
+    let mut vctx = new_verbs_context(device);
+    vctx.context.async_fd = events.async_fd();
     let ctx = Arc::new(RnicContext {
-        vctx: UnsafeCell::new(new_verbs_context(device)),
+        vctx: UnsafeCell::new(vctx),
         device,
         verbs,
+        events,
         _lock: lock,
         _release: release,
     });
+    events::start(&ctx)?;
     let ptr = ctx.ibv_context();
     log::debug!(
         "{}: opened {} as context {ptr:p}",
@@ -196,6 +219,10 @@ fn close(ctx: *mut ibv_context) -> Result<(), Errno> {
         ctx.device.name(),
         ctx.ibv_context()
     );
+    // What the application left: destroyed as the kernel does for a closed device,
+    // users before what they use, so the function is clean for the next process.
+    drop(objects::take_context(ctx.ibv_context()));
+    ctx.events.stop();
     drop(ctx);
     Ok(())
 }
@@ -238,9 +265,6 @@ macro_rules! unsupported_ops {
 }
 
 unsupported_ops! {
-    no_create_cq_ex(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> ibv_cq_ex = "ibv_create_cq_ex";
-    no_create_qp_ex(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> ibv_qp = "ibv_create_qp_ex";
-    no_create_srq_ex(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> ibv_srq = "ibv_create_srq_ex";
     no_open_qp(*mut ibv_context, *mut ibv_qp_open_attr) -> ibv_qp = "ibv_open_qp (XRC)";
     no_open_xrcd(*mut ibv_context, *mut ibv_xrcd_init_attr) -> ibv_xrcd = "ibv_open_xrcd (XRC)";
     no_alloc_td(*mut ibv_context, *mut ibv_td_init_attr) -> ibv_td = "ibv_alloc_td (thread domains)";
@@ -289,7 +313,7 @@ mod tests {
     fn unsupported_ops_fail_with_eopnotsupp() {
         // SAFETY: the ops ignore their arguments.
         unsafe {
-            assert!(no_create_cq_ex(std::ptr::null_mut(), std::ptr::null_mut()).is_null());
+            assert!(no_open_xrcd(std::ptr::null_mut(), std::ptr::null_mut()).is_null());
             assert_eq!(*libc::__errno_location(), libc::EOPNOTSUPP);
             assert_eq!(
                 no_query_rt_values(std::ptr::null_mut(), std::ptr::null_mut()),

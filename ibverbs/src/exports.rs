@@ -49,20 +49,54 @@ macro_rules! exports {
 
 exports! {
     "IBVERBS_1.0" {
+        events::ibv_create_comp_channel,
+        events::ibv_destroy_comp_channel,
+        provider::ibv_copy_path_rec_from_kern,
+        provider::ibv_copy_qp_attr_from_kern,
         sysfs::ibv_get_sysfs_path,
         sysfs::ibv_read_sysfs_file,
     }
     "IBVERBS_1.1" {
+        ah::ibv_create_ah,
+        ah::ibv_create_ah_from_wc,
+        ah::ibv_destroy_ah,
+        ah::ibv_init_ah_from_wc,
         context::ibv_close_device,
         context::ibv_open_device,
+        cq::ibv_create_cq,
+        cq::ibv_destroy_cq,
         device::ibv_free_device_list,
         device::ibv_get_device_guid,
         device::ibv_get_device_list,
         device::ibv_get_device_name,
+        events::ibv_ack_async_event,
+        events::ibv_ack_cq_events,
+        events::ibv_get_async_event,
+        events::ibv_get_cq_event,
+        pd::ibv_alloc_pd,
+        pd::ibv_dealloc_pd,
+        pd::ibv_dereg_mr,
+        pd::ibv_dofork_range,
+        pd::ibv_dontfork_range,
+        pd::ibv_fork_init,
+        pd::ibv_reg_mr,
+        provider::ibv_attach_mcast,
+        provider::ibv_copy_ah_attr_from_kern,
+        provider::ibv_detach_mcast,
+        provider::ibv_resize_cq,
+        provider::ibv_resolve_eth_l2_from_gid,
+        qp::ibv_create_qp,
+        qp::ibv_destroy_qp,
+        qp::ibv_modify_qp,
+        qp::ibv_query_qp,
         query::ibv_query_device,
         query::ibv_query_gid,
         query::ibv_query_pkey,
         query::ibv_query_port,
+        srq::ibv_create_srq,
+        srq::ibv_destroy_srq,
+        srq::ibv_modify_srq,
+        srq::ibv_query_srq,
         strings::ibv_event_type_str,
         strings::ibv_node_type_str,
         strings::ibv_port_state_str,
@@ -71,18 +105,115 @@ exports! {
     "IBVERBS_1.5" {
         query::ibv_get_pkey_index,
     }
+    "IBVERBS_1.6" {
+        qp::ibv_qp_to_qp_ex,
+    }
+    "IBVERBS_1.7" {
+        pd::ibv_reg_mr_iova,
+    }
+    "IBVERBS_1.8" {
+        pd::ibv_reg_mr_iova2,
+    }
     "IBVERBS_1.9" {
         device::ibv_get_device_index,
+    }
+    "IBVERBS_1.10" {
+        provider::ibv_query_ece,
+        provider::ibv_set_ece,
     }
     "IBVERBS_1.11" {
         query::_ibv_query_gid_ex,
         query::_ibv_query_gid_table,
     }
+    "IBVERBS_1.12" {
+        pd::ibv_reg_dmabuf_mr,
+    }
+    "IBVERBS_1.13" {
+        pd::ibv_is_fork_initialized,
+    }
     "IBVERBS_PRIVATE_34" {
+        provider::__verbs_log,
+        provider::_verbs_init_and_alloc_context,
+        provider::execute_ioctl,
+        provider::ibv_cmd_advise_mr,
+        provider::ibv_cmd_alloc_dm,
+        provider::ibv_cmd_alloc_mw,
+        provider::ibv_cmd_alloc_pd,
+        provider::ibv_cmd_attach_mcast,
+        provider::ibv_cmd_close_xrcd,
+        provider::ibv_cmd_create_ah,
+        provider::ibv_cmd_create_counters,
+        provider::ibv_cmd_create_cq_ex,
+        provider::ibv_cmd_create_cq_ex2,
+        provider::ibv_cmd_create_flow,
+        provider::ibv_cmd_create_flow_action_esp,
+        provider::ibv_cmd_create_qp_ex,
+        provider::ibv_cmd_create_qp_ex2,
+        provider::ibv_cmd_create_rwq_ind_table,
+        provider::ibv_cmd_create_srq,
+        provider::ibv_cmd_create_srq_ex,
+        provider::ibv_cmd_create_wq,
+        provider::ibv_cmd_dealloc_mw,
+        provider::ibv_cmd_dealloc_pd,
+        provider::ibv_cmd_dereg_mr,
+        provider::ibv_cmd_destroy_ah,
+        provider::ibv_cmd_destroy_counters,
+        provider::ibv_cmd_destroy_cq,
+        provider::ibv_cmd_destroy_flow,
+        provider::ibv_cmd_destroy_flow_action,
+        provider::ibv_cmd_destroy_qp,
+        provider::ibv_cmd_destroy_rwq_ind_table,
+        provider::ibv_cmd_destroy_srq,
+        provider::ibv_cmd_destroy_wq,
+        provider::ibv_cmd_detach_mcast,
+        provider::ibv_cmd_free_dm,
+        provider::ibv_cmd_get_context,
+        provider::ibv_cmd_modify_cq,
+        provider::ibv_cmd_modify_flow_action_esp,
+        provider::ibv_cmd_modify_qp,
+        provider::ibv_cmd_modify_qp_ex,
+        provider::ibv_cmd_modify_srq,
+        provider::ibv_cmd_modify_wq,
+        provider::ibv_cmd_open_qp,
+        provider::ibv_cmd_open_xrcd,
+        provider::ibv_cmd_query_context,
+        provider::ibv_cmd_query_device_any,
+        provider::ibv_cmd_query_mr,
+        provider::ibv_cmd_query_port,
+        provider::ibv_cmd_query_qp,
+        provider::ibv_cmd_query_srq,
+        provider::ibv_cmd_read_counters,
+        provider::ibv_cmd_reg_dm_mr,
+        provider::ibv_cmd_reg_dmabuf_mr,
+        provider::ibv_cmd_reg_mr,
+        provider::ibv_cmd_rereg_mr,
+        provider::ibv_cmd_resize_cq,
+        provider::verbs_init_cq,
+        provider::verbs_open_device,
+        provider::verbs_register_driver_34,
+        provider::verbs_set_ops,
+        provider::verbs_uninit_context,
         query::ibv_query_gid_type,
         strings::ibv_wr_opcode_str,
     }
 }
+
+// `verbs_allow_disassociate_destroy`: a `bool` of libibverbs' provider interface that
+// libmlx5 reads (whether a destroy may succeed after the device went away). A data
+// object, so no stub: one byte, false, as rdma-core leaves it until a provider sets it.
+std::arch::global_asm!(
+    ".pushsection .data",
+    ".globl verbs_allow_disassociate_destroy",
+    ".type verbs_allow_disassociate_destroy, @object",
+    ".size verbs_allow_disassociate_destroy, 1",
+    "verbs_allow_disassociate_destroy:",
+    ".byte 0",
+    ".popsection",
+);
+
+/// The exported data objects with their version nodes, as libibverbs.map has them.
+pub const DATA_EXPORTS: &[(&str, &str)] =
+    &[("verbs_allow_disassociate_destroy", "IBVERBS_PRIVATE_34")];
 
 /// The version nodes of a version script and the symbols of each, in file order:
 /// `NODE { global: a; b; local: *; } PARENT;` (comments, `local` patterns and parents
@@ -161,6 +292,7 @@ mod tests {
             .collect();
         let mut from_code: Vec<(String, String)> = EXPORTS
             .iter()
+            .chain(DATA_EXPORTS)
             .map(|&(s, v)| (s.to_string(), v.to_string()))
             .collect();
         from_map.sort();

@@ -20,13 +20,21 @@
 //! in flight keeps it alive across a concurrent `ibv_close_device`.
 
 pub mod abi;
+mod ah;
 pub mod attr;
 mod context;
+mod cq;
 mod device;
 mod discover;
+mod events;
 pub mod exports;
 mod ffi;
+mod objects;
+mod pd;
+mod provider;
+mod qp;
 mod query;
+mod srq;
 pub mod strings;
 mod sysfs;
 

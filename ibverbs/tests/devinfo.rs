@@ -10,81 +10,28 @@ mod common;
 
 use std::fmt::Write as _;
 use std::net::Ipv6Addr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ibverbs::attr::node_guid;
 use rnic_abi::cmd::QueryDeviceResp;
 use rnic_driver::device::PciIdentity;
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::Device;
-use rnic_tests::debian::{require, trixie_root};
-use rnic_tests::Rnicd;
 
-/// An rnicd whose sockets, and a copy of the library, the trixie root reaches.
-struct Setup {
-    root: PathBuf,
-    rnicd: Rnicd,
-    /// Holds the library as libibverbs.so.1, inside the root.
-    lib: tempfile::TempDir,
+/// The trixie root with an rnicd, and the truth about its functions.
+struct Setup(common::Root);
+
+impl std::ops::Deref for Setup {
+    type Target = common::Root;
+
+    fn deref(&self) -> &common::Root {
+        &self.0
+    }
 }
 
 impl Setup {
     fn new(vfs: u16) -> Self {
-        let root = trixie_root();
-        require(
-            &root.join("usr/bin/ibv_devinfo"),
-            "ibverbs-utils in the trixie root",
-        );
-        // SAFETY: geteuid cannot fail.
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "running programs in the trixie root needs root (chroot)"
-        );
-        let tmp = root.join("tmp");
-        let rnicd = Rnicd::start_in(&tmp, vfs, &[]);
-        let lib = tempfile::Builder::new()
-            .prefix("rnic-ibverbs-")
-            .tempdir_in(&tmp)
-            .expect("tempdir in the root");
-        std::fs::copy(common::library(), lib.path().join("libibverbs.so.1"))
-            .expect("copy the library");
-        Self { root, rnicd, lib }
-    }
-
-    /// `path` (under the root) as the chroot sees it.
-    fn inside(&self, path: &Path) -> String {
-        let rel = path
-            .strip_prefix(&self.root)
-            .expect("a path inside the root");
-        format!("/{}", rel.display())
-    }
-
-    /// The value of RNIC_VFIO_USER for `functions` ("vf0", ...).
-    fn sockets(&self, functions: &[&str]) -> String {
-        functions
-            .iter()
-            .map(|f| self.inside(&self.rnicd.socket(f)))
-            .collect::<Vec<_>>()
-            .join(":")
-    }
-
-    /// Runs `program args` in the root with the library and `functions`; returns its
-    /// output and how long it took.
-    fn run(&self, functions: &[&str], program: &str, args: &[&str]) -> (Output, Duration) {
-        let start = Instant::now();
-        let out = Command::new("chroot")
-            .arg(&self.root)
-            .arg("env")
-            .arg(format!("LD_LIBRARY_PATH={}", self.inside(self.lib.path())))
-            .arg(format!("RNIC_VFIO_USER={}", self.sockets(functions)))
-            .arg(program)
-            .args(args)
-            .output()
-            .expect("run chroot");
-        (out, start.elapsed())
+        Self(common::Root::new(vfs, "ibv_devinfo"))
     }
 
     /// Runs a program that must succeed and returns its standard output.

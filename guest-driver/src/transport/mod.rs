@@ -6,6 +6,7 @@
 //! ([`vfio_user::VfioUserTransport`]).
 
 pub mod sysfs;
+pub(crate) mod user_memory;
 pub mod vfio_user;
 
 use std::ptr::NonNull;
@@ -33,6 +34,23 @@ pub trait Transport: Send + Sync {
     /// Allocates `size` bytes (rounded up to whole pages) of memory the device can reach,
     /// zeroed.
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer>;
+    /// Makes `len` bytes of this process's own memory at `addr` (any alignment; memory
+    /// the application allocated, as `ibv_reg_mr` registers it) reachable by the device.
+    /// The buffer returned covers the whole pages around the range: its pointer is the
+    /// first page's and [`DmaBuffer::pages`] holds the device address of each page. The
+    /// pages stay reachable until the buffer and every other registration sharing one
+    /// of them are dropped. `writable`: the device will write to the memory (it must
+    /// then be writable for this process too).
+    ///
+    /// Memory this process cannot hand to the device fails with an error carrying an
+    /// errno: `EFAULT` for an unmapped (or, with `writable`, read-only) range,
+    /// `EOPNOTSUPP` for a kind of memory the transport cannot share (see each
+    /// transport). Transports without a way to do it fail with [`Error::Unsupported`].
+    fn map_user_memory(&self, _addr: usize, _len: usize, _writable: bool) -> Result<DmaBuffer> {
+        Err(Error::Unsupported(
+            "registering application memory (this transport cannot make it reachable)",
+        ))
+    }
     /// Sets up `count` MSI-X vectors so that [`Transport::wait_interrupt`] works. Returns
     /// `false` when this transport cannot deliver interrupts to the driver (then poll).
     fn enable_interrupts(&self, count: u16) -> Result<bool>;

@@ -13,12 +13,14 @@ use std::io::{self, ErrorKind};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rnic_abi::pci::{self, cfg};
 
+use super::user_memory::UserPages;
 use super::{DmaBuffer, MappedBar, Transport};
-use crate::dma_pagemap::PagemapAllocator;
+use crate::dma_pagemap::{user_pins, PagemapAllocator, PinnedPages};
 use crate::error::{Error, Result};
 
 /// Where the kernel lists PCI functions.
@@ -40,6 +42,8 @@ pub struct SysfsTransport {
     _regs_mapping: BarMapping,
     _doorbell_mapping: BarMapping,
     dma: PagemapAllocator,
+    /// Application memory pinned for registrations ([`Transport::map_user_memory`]).
+    user: Arc<UserPages<PinnedPages>>,
 }
 
 impl SysfsTransport {
@@ -135,6 +139,12 @@ impl Transport for SysfsTransport {
 
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
         self.dma.alloc(size)
+    }
+
+    /// Without an IOMMU the device reaches guest-physical addresses: the pages are
+    /// locked and translated (`PagemapAllocator::map_user`).
+    fn map_user_memory(&self, addr: usize, len: usize, writable: bool) -> Result<DmaBuffer> {
+        self.dma.map_user(&self.user, addr, len, writable)
     }
 
     fn enable_interrupts(&self, _count: u16) -> Result<bool> {
@@ -272,6 +282,7 @@ fn open_in(root: &Path, bdf: &str) -> Result<SysfsTransport> {
         dev,
         config,
         dma,
+        user: user_pins(),
     })
 }
 

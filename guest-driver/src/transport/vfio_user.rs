@@ -22,6 +22,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::Client;
 use vmm_sys_util::eventfd::EventFd;
 
+use super::user_memory::{self, Memfd, PinUnit, UserPages};
 use super::{page_round, DmaBuffer, DmaRelease, MappedBar, Mapping, Transport};
 use crate::error::{Error, Result};
 
@@ -30,6 +31,10 @@ use crate::error::{Error, Result};
 pub const DEFAULT_IOVA_BASE: u64 = 0x1_0000_0000;
 /// Default size of the guest RAM memfd.
 pub const DEFAULT_MEMORY: usize = 64 << 20;
+/// Where application memory ([`Transport::map_user_memory`]) appears in the device's DMA
+/// address space: at its virtual address plus this. User addresses are below 2^56 (even
+/// with 5-level page tables), so these never meet guest RAM at [`DEFAULT_IOVA_BASE`].
+pub const USER_IOVA_BASE: u64 = 1 << 56;
 
 /// Options of a [`VfioUserTransport`].
 #[derive(Debug, Clone)]
@@ -52,11 +57,27 @@ impl Default for VfioUserOptions {
 /// An rnic function reached over a vfio-user socket.
 pub struct VfioUserTransport {
     path: PathBuf,
-    client: Mutex<Client>,
+    /// Shared with the releases of registered application memory, which DMA_UNMAP.
+    client: Arc<Mutex<Client>>,
     doorbells: MappedBar,
     _doorbell_mapping: Mapping,
     memory: Arc<GuestRam>,
     vectors: Mutex<Vec<EventFd>>,
+    /// Application memory DMA-mapped for registrations ([`Transport::map_user_memory`]).
+    user: Arc<UserPages<UserDma>>,
+}
+
+/// A run of application pages DMA-mapped at [`USER_IOVA_BASE`] + their address, from the
+/// memfd that backs them (held open: another function of this process may need to map the
+/// same pages, and that takes the descriptor).
+struct UserDma {
+    _file: Arc<Memfd>,
+}
+
+impl PinUnit for UserDma {
+    fn device_addr(&self, _start: usize, page: usize) -> u64 {
+        USER_IOVA_BASE + page as u64
+    }
 }
 
 impl std::fmt::Debug for VfioUserTransport {
@@ -216,13 +237,26 @@ impl VfioUserTransport {
         // SAFETY: the mapping lives in the same struct, dropped after the MappedBar.
         let doorbells = unsafe { MappedBar::new(doorbell_mapping.ptr(), len) };
 
+        let client = Arc::new(Mutex::new(client));
+        let unmap_client = client.clone();
+        let user = UserPages::new(Box::new(move |start, len, _: UserDma| {
+            let iova = USER_IOVA_BASE + start as u64;
+            let r = unmap_client
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .dma_unmap(iova, len as u64);
+            if let Err(e) = r {
+                log::warn!("DMA_UNMAP of registered memory {iova:#x}+{len:#x} failed: {e}");
+            }
+        }));
         Ok(Self {
             path: path.to_path_buf(),
-            client: Mutex::new(client),
+            client,
             doorbells,
             _doorbell_mapping: doorbell_mapping,
             memory: guest_ram,
             vectors: Mutex::new(Vec::new()),
+            user,
         })
     }
 
@@ -283,6 +317,29 @@ impl Transport for VfioUserTransport {
 
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
         self.memory.alloc(size)
+    }
+
+    /// rnicd reaches only memory DMA-mapped with a descriptor: the pages are moved onto a
+    /// memfd in place (`user_memory::back_with_memfd`, whose documentation lists the
+    /// caveats) and DMA-mapped at [`USER_IOVA_BASE`] + their address.
+    fn map_user_memory(&self, addr: usize, len: usize, writable: bool) -> Result<DmaBuffer> {
+        let (start, end) = user_memory::page_span(addr, len).ok_or_else(|| {
+            user_memory::os_error(format!("{len} bytes at {addr:#x}"), libc::EINVAL)
+        })?;
+        let runs = user_memory::back_with_memfd(start, end, writable)?;
+        let pieces: Vec<_> = runs.iter().map(|r| (r.start, r.start + r.len, r)).collect();
+        self.user.map(addr, len, &pieces, |run, start, len| {
+            let offset = run.offset + (start - run.start) as u64;
+            let iova = USER_IOVA_BASE + start as u64;
+            self.client()
+                .dma_map(offset, iova, len as u64, run.file.fd())
+                .map_err(vfio(format!(
+                    "DMA_MAP registered memory {start:#x}+{len:#x}"
+                )))?;
+            Ok(UserDma {
+                _file: run.file.clone(),
+            })
+        })
     }
 
     fn enable_interrupts(&self, count: u16) -> Result<bool> {

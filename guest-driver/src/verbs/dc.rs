@@ -60,14 +60,7 @@ impl Pd {
             max_inline_data: 0,
             ..caps
         };
-        let caps = match srq {
-            Some(_) => QpCaps {
-                max_recv_wr: 1,
-                max_recv_sge: 0,
-                ..caps
-            },
-            None => caps,
-        };
+        let caps = caps.for_srq(srq.is_some());
         let dct = self.create_qp_on(recv_cq, recv_cq, caps, false, srq, QPT_DCT)?;
         let req = SetDcKeyReq {
             qpn: dct.qp_num(),

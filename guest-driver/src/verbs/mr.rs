@@ -80,6 +80,30 @@ impl Pd {
         len: usize,
         access: u32,
     ) -> Result<Mr> {
+        let iova = if offset <= buf.len() {
+            buf.device_addr(offset)
+        } else {
+            0
+        };
+        self.reg_mr_iova(buf, offset, len, iova, access)
+    }
+
+    /// Registers `len` bytes of `buf` starting at `offset` for `access` (`ACCESS_*`), as
+    /// [`Pd::reg_mr`] does, with the region's first byte at address `iova` in work
+    /// requests and at remote peers: what ibverbs does, where the iova of a region is the
+    /// application's virtual address ([`Transport::map_user_memory`] gives the
+    /// buffer) or one it chose (`ibv_reg_mr_iova2`). The device requires `iova` to have
+    /// the same offset within its 4 KiB page as the region's first byte.
+    ///
+    /// [`Transport::map_user_memory`]: crate::transport::Transport::map_user_memory
+    pub fn reg_mr_iova(
+        &self,
+        buf: Arc<DmaBuffer>,
+        offset: usize,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> Result<Mr> {
         let end = offset.checked_add(len);
         if len == 0 || end.is_none_or(|end| end > buf.len()) {
             return Err(super::invalid(format!(
@@ -87,9 +111,20 @@ impl Pd {
                 buf.len()
             )));
         }
+        let page = rnic_abi::PAGE_SIZE;
+        if iova % page != buf.device_addr(offset) % page {
+            return Err(super::invalid(format!(
+                "reg_mr: iova {iova:#x} is at another offset within its page than the region's first byte ({:#x})",
+                buf.device_addr(offset) % page
+            )));
+        }
+        if iova.checked_add(len as u64).is_none() {
+            return Err(super::invalid(format!(
+                "reg_mr: {len} bytes at iova {iova:#x} wrap around"
+            )));
+        }
         let ctx = &self.inner.ctx();
         let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
-        let iova = buf.device_addr(offset);
         let req = RegMrReq {
             pdn: self.inner.pdn(),
             access,

@@ -53,6 +53,23 @@ pub struct QpCaps {
     pub max_inline_data: u32,
 }
 
+impl QpCaps {
+    /// The capacities of a QP that takes its receives from an SRQ when `srq`: the
+    /// device gets no receive queue, and the driver keeps a one-entry ring it never uses
+    /// so that every QP has the same shape.
+    pub(crate) fn for_srq(self, srq: bool) -> QpCaps {
+        if srq {
+            QpCaps {
+                max_recv_wr: 1,
+                max_recv_sge: 0,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// What a send work request does, with the operands of each operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WrOpcode {
@@ -113,7 +130,7 @@ pub enum WrOpcode {
 
 impl WrOpcode {
     /// Whether the operation sends data from the requester, which may then be inline.
-    fn carries_data_out(&self) -> bool {
+    pub fn carries_data_out(&self) -> bool {
         matches!(
             self,
             Self::Send
@@ -548,12 +565,31 @@ impl Pd {
         sq_sig_all: bool,
         srq: &super::Srq,
     ) -> Result<Qp> {
-        let caps = QpCaps {
-            max_recv_wr: 1,
-            max_recv_sge: 0,
-            ..caps
-        };
-        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, Some(srq), QPT_RC)
+        self.create_qp_of_type(QPT_RC, send_cq, recv_cq, caps, sq_sig_all, Some(srq))
+    }
+
+    /// Creates a QP of `qp_type` ([`QPT_RC`], or [`rnic_abi::ud::QPT_UD`]), in RESET, that
+    /// takes its receives from `srq` if one is given: [`Pd::create_qp`],
+    /// [`Pd::create_ud_qp`] and [`Pd::create_qp_with_srq`] in one, as ibverbs'
+    /// `ibv_create_qp` names them all at once.
+    pub fn create_qp_of_type(
+        &self,
+        qp_type: u8,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+        srq: Option<&super::Srq>,
+    ) -> Result<Qp> {
+        if qp_type == rnic_abi::ud::QPT_UD
+            && self.inner.ctx().attr.caps & rnic_abi::regs::CAP_UD == 0
+        {
+            return Err(crate::Error::Unsupported(
+                "UD QPs: the device does not report CAP_UD (an rnicd older than ABI 1.3?)",
+            ));
+        }
+        let caps = caps.for_srq(srq.is_some());
+        self.create_qp_on(send_cq, recv_cq, caps, sq_sig_all, srq, qp_type)
     }
 
     pub(super) fn create_qp_on(
@@ -699,6 +735,17 @@ impl Qp {
     /// should have been polled first.
     pub fn modify(&self, attr: &QpAttr, mask: u32) -> Result<()> {
         self.modify_with(attr, mask, &[])
+    }
+
+    /// [`Qp::modify`] that also sets the Q_Key of a UD QP to `qkey`.
+    pub fn modify_with_qkey(&self, attr: &QpAttr, mask: u32, qkey: u32) -> Result<()> {
+        let extra = rnic_abi::ud::ModifyQpQkey { qkey, reserved: 0 };
+        self.modify_with(attr, mask | attr::QKEY, extra.as_bytes())
+    }
+
+    /// Whether the QP takes its receives from an SRQ.
+    pub fn has_srq(&self) -> bool {
+        self.srq.is_some()
     }
 
     /// [`Qp::modify`] with `extra` after the request (a UD QP's Q_Key).

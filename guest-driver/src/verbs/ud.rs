@@ -1,8 +1,7 @@
 //! Unreliable datagram QPs ([`rnic_abi::ud`]): single-packet SENDs to any UD QP, addressed
 //! per work request.
 
-use rnic_abi::regs;
-use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, QPT_UD, UD_MAX_PAYLOAD};
+use rnic_abi::ud::{UdSendWqe, QPT_UD, UD_MAX_PAYLOAD};
 use rnic_abi::verbs::{attr, QpAttr, QpState, SendWqe};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -32,12 +31,7 @@ impl Pd {
     /// Creates a UD QP, in RESET. Bring it up with [`Qp::ud_ready`]. Its receives (from
     /// its own queue, or an SRQ's) get [`GRH_LEN`] bytes of GRH before the payload.
     pub fn create_ud_qp(&self, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
-        if self.inner.ctx().attr.caps & regs::CAP_UD == 0 {
-            return Err(Error::Unsupported(
-                "UD QPs: the device does not report CAP_UD (an rnicd older than ABI 1.3?)",
-            ));
-        }
-        self.create_qp_on(send_cq, recv_cq, caps, false, None, QPT_UD)
+        self.create_qp_of_type(QPT_UD, send_cq, recv_cq, caps, false, None)
     }
 }
 
@@ -45,14 +39,12 @@ impl Qp {
     /// Moves a UD QP from RESET through INIT and RTR to RTS, with Q_Key `qkey` (received
     /// packets must carry it) and first PSN `sq_psn`.
     pub fn ud_ready(&self, qkey: u32, sq_psn: u32) -> Result<()> {
-        let qkey = ModifyQpQkey { qkey, reserved: 0 };
         let init = QpAttr {
             qp_state: QpState::Init as u8,
             port_num: 1,
             ..QpAttr::default()
         };
-        let mask = attr::STATE | attr::PKEY_INDEX | attr::PORT | attr::QKEY;
-        self.modify_with(&init, mask, qkey.as_bytes())?;
+        self.modify_with_qkey(&init, attr::STATE | attr::PKEY_INDEX | attr::PORT, qkey)?;
         let rtr = QpAttr {
             qp_state: QpState::Rtr as u8,
             ..QpAttr::default()

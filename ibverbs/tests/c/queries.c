@@ -88,10 +88,16 @@ int main(void)
 	printf("pkey %d %04x %d %d\n", rc, ntohs(pkey), ibv_query_pkey(ctx, 1, 1, &pkey),
 	       ibv_get_pkey_index(ctx, 1, htons(0xffff)));
 
-	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16 };
+	/* A CQ with the fields of a plain ibv_wc, left for ibv_close_device to destroy;
+	 * one with timestamps, which rnic lacks. */
+	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS };
+	errno = 0;
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &cq_attr);
+	printf("create_cq_ex %d %d %d\n", cq != NULL, errno, cq ? cq->cqe >= 16 : -1);
+	cq_attr.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
 	errno = 0;
 	int created = ibv_create_cq_ex(ctx, &cq_attr) != NULL;
-	printf("create_cq_ex %d %d\n", created, errno);
+	printf("create_cq_ex_ts %d %d\n", created, errno);
 	struct ibv_values_ex values = { .comp_mask = 0 };
 	printf("rt_values %d\n", ibv_query_rt_values_ex(ctx, &values));
 
