@@ -17,17 +17,23 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P] [--mtu N]]...
-               [--nic-dump FILE] [--mem MB] [--timeout S] [--] CMD...
+Usage: boot.sh [--rxe | --verbs] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P] [--mtu N]]...
+               [--nic-dump FILE] [--file HOST[:GUEST]]... [--mem MB] [--timeout S] [--] CMD...
 
 Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
 attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
 (its words joined by spaces, run by the guest's sh, like ssh), and exits with its status.
 With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x quits QEMU).
 
-  --rxe             boot the Soft-RoCE guest instead (build-rxe-guest.sh: Debian trixie with
-                    rdma-core, perftest and rdma_rxe; rxe0 is added on eth0, so give it a
-                    --nic); no rnic functions; default --mem 1024
+  --rxe             boot the Soft-RoCE guest instead (build-debian-guest.sh: Debian trixie
+                    with rdma-core, perftest and rdma_rxe; rxe0 is added on eth0, so give it
+                    a --nic); no rnic functions; default --mem 1024
+  --verbs           boot the verbs guest instead: Debian trixie with ibverbs-utils and
+                    perftest on rnic's libibverbs.so.1 (installed as the system libibverbs,
+                    built from ibverbs/ by build-debian-guest.sh), so Debian's unmodified
+                    ibv_devinfo, ibv_rc_pingpong, ib_write_bw ... drive the attached
+                    functions (rnic_0, rnic_1, ... in PCI order; GID index 1); default
+                    --mem 1024
 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
@@ -48,7 +54,11 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     follows it: 4200 gives 4096, 2200 gives 2048, 1500 gives 1024
   --nic-dump FILE   write a pcap of everything eth0 sends and receives to FILE (QEMU's
                     filter-dump), moved there when the guest is done
-  --mem MB          guest memory in MiB (default 512; 1024 with --rxe)
+  --file HOST[:GUEST]
+                    copy the host file HOST into the guest as GUEST (an absolute path;
+                    default /root/<its name>, the command's working directory), e.g. a
+                    verbs program of your own for --verbs; repeatable
+  --mem MB          guest memory in MiB (default 512; 1024 with --rxe or --verbs)
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
 
 Environment:
@@ -69,6 +79,8 @@ socket_dir=""
 want_pf=0
 vfs=()
 rxe=0
+verbs=0
+files=()
 nics=()
 ips=()
 mtus=()
@@ -83,6 +95,9 @@ while [ $# -gt 0 ]; do
     --pf) want_pf=1; shift ;;
     --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
     --vf=*) vfs+=("${1#*=}"); shift ;;
+    --verbs) verbs=1; shift ;;
+    --file) [ $# -ge 2 ] || die "--file needs HOST[:GUEST]"; files+=("$2"); shift 2 ;;
+    --file=*) files+=("${1#*=}"); shift ;;
     --rxe) rxe=1; shift ;;
     --nic) [ $# -ge 2 ] || die "--nic needs dgram:LPORT:RPORT[:MAC]"; nics+=("$2"); shift 2 ;;
     --nic=*) nics+=("${1#*=}"); shift ;;
@@ -102,7 +117,7 @@ while [ $# -gt 0 ]; do
     *) cmd=("$@"); break ;;
     esac
 done
-[ -n "$mem" ] || { if [ $rxe = 1 ]; then mem=1024; else mem=512; fi; }
+[ -n "$mem" ] || { if [ $rxe = 1 ] || [ $verbs = 1 ]; then mem=1024; else mem=512; fi; }
 [[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem $mem: give a whole number of MiB, e.g. --mem 1024"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout $timeout_s: give whole seconds (0 for none)"
 for v in ${vfs[@]+"${vfs[@]}"}; do
@@ -114,6 +129,7 @@ fi
 if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
     die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
 fi
+[ $rxe = 0 ] || [ $verbs = 0 ] || die "--rxe and --verbs are two different guests: give one (boot another guest for the other)"
 # Each NIC as: local port, remote port, MAC.
 nic_lports=()
 nic_rports=()
@@ -141,6 +157,18 @@ for m in ${mtus[@]+"${mtus[@]}"}; do
         || die "--mtu $m: give bytes from 68 to 65000, e.g. --mtu 4200 (rxe then runs a 4096-byte path MTU)"
 done
 [ -z "$nic_dump" ] || [ ${#nics[@]} -gt 0 ] || die "--nic-dump needs a --nic to dump"
+file_srcs=()
+file_dests=()
+for f in ${files[@]+"${files[@]}"}; do
+    src=${f%%:*}
+    dest=/root/$(basename -- "$src")
+    [[ $f != *:* ]] || dest=${f#*:}
+    [ -f "$src" ] || die "--file $f: $src is not a file"
+    [[ $dest == /* && $dest != */ && /$dest/ != */../* && $dest != *$'\n'* ]] ||
+        die "--file $f: give the guest path as an absolute file path, e.g. --file $src:/usr/local/bin/$(basename -- "$src")"
+    file_srcs+=("$src")
+    file_dests+=("$dest")
+done
 interactive=0
 if [ ${#cmd[@]} -eq 0 ]; then
     [ -t 0 ] || die "no guest command given: boot.sh [options] -- CMD... (or run it from a terminal for a shell)"
@@ -152,7 +180,9 @@ fi
 # --- set-up (both idempotent) --------------------------------------------------------------
 bash "$here/setup.sh"
 if [ $rxe = 1 ]; then
-    base_initrd=$(bash "$here/build-rxe-guest.sh")
+    base_initrd=$(bash "$here/build-debian-guest.sh" rxe)
+elif [ $verbs = 1 ]; then
+    base_initrd=$(bash "$here/build-debian-guest.sh" verbs)
 else
     base_initrd=$(bash "$here/build-initramfs.sh")
 fi
@@ -311,6 +341,18 @@ else
       (cd "$run_dir/guest-files" && echo rnic-run.sh | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n
     } >"$run_dir/initrd.gz"
     rm -rf "$run_dir/guest-files"
+fi
+
+# --file: one more cpio with the files at their guest paths (and their parent directories).
+if [ ${#files[@]} -gt 0 ]; then
+    mkdir "$run_dir/guest-add"
+    for i in "${!files[@]}"; do
+        mkdir -p "$run_dir/guest-add$(dirname -- "${file_dests[$i]}")"
+        cp -- "${file_srcs[$i]}" "$run_dir/guest-add${file_dests[$i]}"
+    done
+    (cd "$run_dir/guest-add" && find . -mindepth 1 | LC_ALL=C sort | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+        gzip -n >>"$run_dir/initrd.gz"
+    rm -rf "$run_dir/guest-add"
 fi
 
 # --- QEMU ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 # Builds the guest initramfs: $GUEST_KIT/initramfs.gz (default /var/cache/rnic/guest-kit).
 #   - busybox (static, from setup.sh) with a /bin symlink for each applet,
 #   - every bin of the rnic-driver package, built static, in /usr/bin,
-#   - the virtio_net modules (from build-rxe-guest.sh, in $GUEST_KIT/net-modules) and
+#   - the virtio_net modules (from build-debian-guest.sh, in $GUEST_KIT/net-modules) and
 #     guest-lib.sh, so a guest booted with boot.sh --nic has its eth0 (eth1, ...),
 #   - an /init that mounts proc, sysfs and devtmpfs, loads the virtio_net modules when a
 #     virtio-net device is present and brings up each ethN given an address by a kernel

@@ -5,11 +5,15 @@ RNIC_CACHE=${RNIC_CACHE:-/var/cache/rnic}
 TRIXIE_ROOT=$RNIC_CACHE/trixie-root
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_KIT=$RNIC_CACHE/guest-kit
-# The Soft-RoCE (rdma_rxe) guest: its debootstrapped root and its packed image.
+# The Debian guests (build-debian-guest.sh): their debootstrapped root (named after the
+# first of them), the Soft-RoCE (rdma_rxe) guest's packed image, and the verbs guest's
+# (rnic's libibverbs in place of Debian's).
 # shellcheck disable=SC2034
 RXE_ROOT=$RNIC_CACHE/rxe-root
 # shellcheck disable=SC2034
 RXE_KIT=$RNIC_CACHE/rxe-guest
+# shellcheck disable=SC2034
+VERBS_KIT=$RNIC_CACHE/verbs-guest
 # Debian trixie's rdma-core and perftest packages unpacked, the reference of rnic's
 # libibverbs (ibverbs-ref.sh; ibverbs/ reads it).
 # shellcheck disable=SC2034

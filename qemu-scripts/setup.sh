@@ -5,7 +5,7 @@
 #   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs,
 #   - tshark on the host, which the capture test decodes rnicd's pcap with,
 #   - the Soft-RoCE (rdma_rxe) guest image and the virtio_net modules of the busybox guest
-#     (build-rxe-guest.sh; its first build takes about two minutes),
+#     (build-debian-guest.sh rxe; its first build takes about two minutes),
 #   - Debian's libibverbs headers and rdma-core/perftest binaries, unpacked as the
 #     reference of rnic's libibverbs, with ibverbs-utils and perftest installed in the
 #     trixie root to run against it (ibverbs-ref.sh).
@@ -115,7 +115,7 @@ main() {
     ensure_tshark
     ensure_qemu
     ensure_guest_kit
-    bash "$here/build-rxe-guest.sh" >/dev/null
+    bash "$here/build-debian-guest.sh" rxe >/dev/null
     ensure_trixie_root
     bash "$here/ibverbs-ref.sh" >/dev/null
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"

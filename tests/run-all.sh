@@ -31,4 +31,10 @@ cargo test -p rnic-tests --test vm -- --ignored --test-threads=1
 step "VM test: perftest on a Soft-RoCE guest against rnic-perf on the host (rnicd's Ethernet port)"
 cargo test -p rnic-tests --test vm_rxe -- --ignored --test-threads=1
 
+step "VM tests: Debian's verbs programs on rnic's libibverbs (the verbs guest), against each other and against Soft-RoCE"
+# A release rnicd: a debug one falls behind a Soft-RoCE guest's bursts (see release_rnicd
+# in tests/src/vm.rs). The guests' libibverbs is built by qemu-scripts/build-debian-guest.sh.
+cargo build --release -p rnic-device --bin rnicd
+cargo test -p rnic-tests --test vm_verbs -- --ignored --test-threads=1
+
 step "all tests passed"

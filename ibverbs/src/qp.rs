@@ -737,8 +737,24 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
     Ok((d, (mask & DEVICE_MASK) as u32, qkey))
 }
 
+/// The READs and atomics a QP may have in flight (`max_rd_atomic`) when asked for
+/// `asked`, on a function that allows `most`: at most `most`. Asking for more is no
+/// error, as on mlx5 or bnxt_re: perftest, for one, asks for as many as the *peer*
+/// allows (its `out_reads`, 128 on Soft-RoCE), and a requester that keeps fewer READs in
+/// flight than it may stays within what any responder allows. (The responder's side,
+/// `max_dest_rd_atomic`, is the resources it holds: the device refuses more than it
+/// has.)
+fn initiator_depth(asked: u8, most: u32) -> u8 {
+    if u32::from(asked) <= most {
+        return asked;
+    }
+    log::debug!("max_rd_atomic {asked} lowered to the function's {most} (max_qp_init_rd_atom)");
+    u8::try_from(most).unwrap_or(u8::MAX)
+}
+
 /// `ibv_modify_qp`: 0 or an errno; `qp->state` follows a state change, as libibverbs
-/// keeps it.
+/// keeps it. `max_rd_atomic` above the function's `max_qp_init_rd_atom` is lowered to
+/// it (see [`initiator_depth`]).
 ///
 /// # Safety
 ///
@@ -755,8 +771,12 @@ pub(crate) unsafe extern "C" fn ibv_modify_qp(
         }
         // SAFETY: non-NULL; the caller's structure.
         let a = unsafe { attr.read_unaligned() };
-        let (d, m, qkey) = device_attr(&a, mask)?;
+        let (mut d, m, qkey) = device_attr(&a, mask)?;
         let q = &obj.r;
+        if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+            let most = q.ctx.query_device()?.limits.max_qp_init_rd_atom;
+            d.max_rd_atomic = initiator_depth(d.max_rd_atomic, most);
+        }
         let r = match qkey {
             Some(k) => q.qp.modify_with_qkey(&d, m, k),
             None => q.qp.modify(&d, m),
@@ -1284,6 +1304,15 @@ mod tests {
         assert_eq!(device_attr(&a, IBV_QP_AV).err(), Some(libc::EINVAL));
         assert_eq!(device_qp_type(IBV_QPT_UC), Err(libc::EOPNOTSUPP));
         assert_eq!(device_qp_type(IBV_QPT_RC), Ok(QPT_RC));
+    }
+
+    #[test]
+    fn initiator_depth_above_the_functions_is_lowered_to_it() {
+        assert_eq!(initiator_depth(0, 16), 0);
+        assert_eq!(initiator_depth(16, 16), 16);
+        // perftest asks for its peer's out_reads: 128 from Soft-RoCE.
+        assert_eq!(initiator_depth(128, 16), 16);
+        assert_eq!(initiator_depth(255, 1000), 255);
     }
 
     #[test]

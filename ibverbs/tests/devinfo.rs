@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::fmt::Write as _;
-use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use ibverbs::attr::node_guid;
@@ -17,6 +15,7 @@ use rnic_abi::cmd::QueryDeviceResp;
 use rnic_driver::device::PciIdentity;
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::Device;
+use rnic_tests::ibv_tools::check_devinfo;
 
 /// The trixie root with an rnicd, and the truth about its functions.
 struct Setup(common::Root);
@@ -57,96 +56,9 @@ impl Setup {
     }
 }
 
-/// `0052:4eff:fe49:4301`, as ibv_devinfo prints a GUID.
-fn devinfo_guid(mac: [u8; 6]) -> String {
-    node_guid(mac)
-        .chunks(2)
-        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// The block of `ibv_devinfo` output about device `name`.
-fn block<'a>(devinfo: &'a str, name: &str) -> &'a str {
-    let start = devinfo
-        .find(&format!("hca_id:\t{name}\n"))
-        .unwrap_or_else(|| panic!("no hca_id {name} in:\n{devinfo}"));
-    let rest = &devinfo[start + 1..];
-    &devinfo[start..start + 1 + rest.find("hca_id:").unwrap_or(rest.len())]
-}
-
-/// The value of `key:` in a devinfo block (tabs collapsed).
-fn field<'a>(block: &'a str, key: &str) -> &'a str {
-    block
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix(&format!("{key}:")))
-        .map(str::trim)
-        .unwrap_or_else(|| panic!("no {key} in:\n{block}"))
-}
-
 /// Checks one device's `ibv_devinfo -v` block against the function's truth.
 fn check_device(devinfo: &str, name: &str, q: &QueryDeviceResp, pci: &PciIdentity, up: bool) {
-    let b = block(devinfo, name);
-    let l = &q.limits;
-    let fw = format!(
-        "{}.{}.{}",
-        q.fw_version >> 16 & 0xff,
-        q.fw_version >> 8 & 0xff,
-        q.fw_version & 0xff
-    );
-    let expect: Vec<(&str, String)> = vec![
-        ("transport", "InfiniBand (0)".into()),
-        ("fw_ver", fw),
-        ("node_guid", devinfo_guid(q.mac)),
-        ("sys_image_guid", devinfo_guid(q.mac)),
-        ("vendor_id", format!("{:#06x}", pci.vendor_id)),
-        ("vendor_part_id", pci.device_id.to_string()),
-        ("hw_ver", format!("0x{:X}", pci.revision)),
-        ("phys_port_cnt", "1".into()),
-        ("max_mr_size", format!("{:#x}", l.max_mr_size)),
-        ("page_size_cap", "0x1000".into()),
-        ("max_qp", l.max_qp.to_string()),
-        ("max_qp_wr", l.max_qp_wr.to_string()),
-        ("max_sge", l.max_sge.to_string()),
-        ("max_cq", l.max_cq.to_string()),
-        ("max_cqe", l.max_cqe.to_string()),
-        ("max_mr", l.max_mr.to_string()),
-        ("max_pd", l.max_pd.to_string()),
-        ("max_qp_rd_atom", l.max_qp_rd_atom.to_string()),
-        ("max_qp_init_rd_atom", l.max_qp_init_rd_atom.to_string()),
-        ("num_comp_vectors", "1".into()),
-        (
-            "state",
-            if up {
-                "PORT_ACTIVE (4)"
-            } else {
-                "PORT_DOWN (1)"
-            }
-            .into(),
-        ),
-        ("max_mtu", "4096 (5)".into()),
-        ("active_mtu", "4096 (5)".into()),
-        ("link_layer", "Ethernet".into()),
-        ("gid_tbl_len", "2".into()),
-        ("pkey_tbl_len", "1".into()),
-    ];
-    let mut wrong = String::new();
-    for (key, want) in expect {
-        let got = field(b, key);
-        if got != want {
-            let _ = writeln!(wrong, "  {key}: {got:?}, want {want:?}");
-        }
-    }
-    let mut link_local = [0u8; 16];
-    link_local[..2].copy_from_slice(&[0xfe, 0x80]);
-    link_local[8..].copy_from_slice(&node_guid(q.mac));
-    for (i, gid) in [link_local, q.gid].into_iter().enumerate() {
-        let line = format!("GID[{i:>3}]:\t\t{}, RoCE v2", Ipv6Addr::from(gid));
-        if !b.contains(&line) {
-            let _ = writeln!(wrong, "  no line {line:?}");
-        }
-    }
-    assert!(wrong.is_empty(), "{name}:\n{wrong}in:\n{b}");
+    check_devinfo(devinfo, name, q, pci, node_guid(q.mac), up);
 }
 
 #[test]

@@ -17,127 +17,14 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::net::Ipv6Addr;
-use std::process::Output;
 use std::time::Duration;
 
 use common::Root;
 use rnic_tests::free_port;
+use rnic_tests::ibv_tools::{check_perftest, Perftest, ToolOutput};
 
 /// How long one program may run (a debug rnicd on a loaded two-core machine).
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// What perftest itself says on stderr about a device it does not know (it turns inline
-/// data off for READ and atomic tests on any vendor's device but its own list): the only
-/// lines stderr may have.
-const PERFTEST_NOTICES: &[&str] =
-    &["Device not recognized to implement inline feature. Disabling it"];
-
-/// What one end printed: its QPs and GIDs, the peer's, and the result row.
-struct End {
-    name: &'static str,
-    stdout: String,
-    local: BTreeSet<(u32, Ipv6Addr)>,
-    remote: BTreeSet<(u32, Ipv6Addr)>,
-    /// The fields of the row after the `#bytes` header, if there is one.
-    row: Option<Vec<f64>>,
-}
-
-/// A GID as perftest prints it: 16 decimal bytes, colon-separated.
-fn perftest_gid(s: &str) -> Ipv6Addr {
-    let bytes: Vec<u8> = s
-        .trim()
-        .split(':')
-        .map(|b| {
-            b.parse()
-                .unwrap_or_else(|_| panic!("GID byte {b:?} in {s:?}"))
-        })
-        .collect();
-    let raw: [u8; 16] = bytes
-        .try_into()
-        .unwrap_or_else(|_| panic!("a GID of 16 bytes: {s:?}"));
-    Ipv6Addr::from(raw)
-}
-
-impl End {
-    fn new(name: &'static str, out: &Output) -> End {
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the {name} failed ({}):\n{stdout}\n{stderr}",
-            out.status
-        );
-        let unexpected: Vec<&str> = stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !PERFTEST_NOTICES.contains(&l.trim()))
-            .collect();
-        assert!(
-            unexpected.is_empty(),
-            "the {name} wrote to stderr:\n{stderr}"
-        );
-        let lines: Vec<&str> = stdout.lines().collect();
-        let mut local = BTreeSet::new();
-        let mut remote = BTreeSet::new();
-        for (i, l) in lines.iter().enumerate() {
-            let l = l.trim();
-            let set = if l.starts_with("local address:") {
-                &mut local
-            } else if l.starts_with("remote address:") {
-                &mut remote
-            } else {
-                continue;
-            };
-            let qpn = l
-                .split("QPN 0x")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .unwrap_or_else(|| panic!("no QPN in {l:?}"));
-            let gid = lines
-                .get(i + 1)
-                .and_then(|g| g.trim().strip_prefix("GID:"))
-                .unwrap_or_else(|| panic!("no GID line after {l:?}"));
-            set.insert((qpn, perftest_gid(gid)));
-        }
-        let row = lines
-            .iter()
-            .position(|l| l.trim_start().starts_with("#bytes"))
-            .map(|i| {
-                lines
-                    .get(i + 1)
-                    .unwrap_or_else(|| panic!("no row after the header:\n{stdout}"))
-                    .split_whitespace()
-                    .map(|f| f.parse().unwrap_or_else(|_| panic!("{f:?} in the row")))
-                    .collect()
-            });
-        End {
-            name,
-            stdout,
-            local,
-            remote,
-            row,
-        }
-    }
-
-    /// Checks the result row: `bytes`, `iterations`, and a positive figure in column
-    /// `figure` (the average bandwidth or latency).
-    fn check_row(&self, bytes: f64, iterations: f64, figure: usize) {
-        let name = self.name;
-        let row = self
-            .row
-            .as_ref()
-            .unwrap_or_else(|| panic!("the {name} printed no result:\n{}", self.stdout));
-        assert_eq!(
-            (row[0], row[1]),
-            (bytes, iterations),
-            "the {name}'s result:\n{}",
-            self.stdout
-        );
-        assert!(row[figure] > 0.0, "the {name}'s result:\n{}", self.stdout);
-    }
-}
 
 /// What a test measures: bandwidth or latency.
 #[derive(Clone, Copy, PartialEq)]
@@ -188,31 +75,15 @@ fn perftest(program: &str, extra: &[&str], qps: u32, bytes: f64, iterations: f64
         }
         return;
     }
-    let server = End::new("server", &server);
-    let client = End::new("client", &client);
+    let server = Perftest::new("server", &ToolOutput::from(&server));
+    let client = Perftest::new("client", &ToolOutput::from(&client));
     let total = match kind {
         Kind::Bw => iterations * f64::from(qps),
         Kind::Lat => iterations,
     };
     // The average: BW average (column 3) or t_avg (column 5).
     let figure = if kind == Kind::Bw { 3 } else { 5 };
-    client.check_row(bytes, total, figure);
-    if server.row.is_some() {
-        server.check_row(bytes, total, figure);
-    }
-    for (end, me, peer) in [(&server, gids[0], gids[1]), (&client, gids[1], gids[0])] {
-        assert_eq!(
-            end.local.len(),
-            qps as usize,
-            "{}:\n{}",
-            end.name,
-            end.stdout
-        );
-        assert!(end.local.iter().all(|a| a.1 == me), "{}", end.stdout);
-        assert!(end.remote.iter().all(|a| a.1 == peer), "{}", end.stdout);
-    }
-    assert_eq!(server.local, client.remote);
-    assert_eq!(client.local, server.remote);
+    check_perftest(&server, &client, gids, qps as usize, (bytes, total, figure));
 }
 
 /// A test of `program` with its defaults and one with `-q 4`.

@@ -10,67 +10,14 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::net::Ipv6Addr;
-use std::process::Output;
 use std::time::Duration;
 
 use common::Root;
 use rnic_tests::free_port;
+use rnic_tests::ibv_tools::{check_pingpong, Pingpong, ToolOutput};
 
 /// How long one program may run.
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// One end's `local address:` or `remote address:` line: QP number and GID.
-type Address = (u32, Ipv6Addr);
-
-/// What one end printed.
-struct End {
-    name: &'static str,
-    stdout: String,
-    stderr: String,
-    local: BTreeSet<Address>,
-    remote: BTreeSet<Address>,
-}
-
-impl End {
-    fn new(name: &'static str, out: &Output) -> End {
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "the {name} failed ({}):\n{stdout}\n{stderr}",
-            out.status
-        );
-        let addresses = |which: &str| -> BTreeSet<Address> {
-            stdout
-                .lines()
-                .filter_map(|l| l.trim().strip_prefix(which))
-                .map(|l| {
-                    let qpn = l
-                        .split("QPN 0x")
-                        .nth(1)
-                        .and_then(|r| u32::from_str_radix(&r[..6], 16).ok())
-                        .unwrap_or_else(|| panic!("no QPN in {l:?}"));
-                    let gid = l
-                        .split("GID ")
-                        .nth(1)
-                        .and_then(|g| g.trim().parse().ok())
-                        .unwrap_or_else(|| panic!("no GID in {l:?}"));
-                    (qpn, gid)
-                })
-                .collect()
-        };
-        let (local, remote) = (addresses("local address:"), addresses("remote address:"));
-        End {
-            name,
-            stdout,
-            stderr,
-            local,
-            remote,
-        }
-    }
-}
 
 /// Runs `program` with `args` as server on rnic_0 and client on rnic_1, checks what both
 /// print. `size` and `iters` are the run's (the programs' defaults unless `args` change
@@ -94,40 +41,9 @@ fn pingpong(program: &str, args: &[&str], size: u64, iters: u64, qps: usize) {
         &with("rnic_1", Some("127.0.0.1")),
         LIMIT,
     );
-    let client = End::new("client", &client);
-    let server = End::new("server", &server);
-
-    for (end, me, peer) in [(&server, gids[0], gids[1]), (&client, gids[1], gids[0])] {
-        let name = end.name;
-        assert!(
-            end.stderr.trim().is_empty(),
-            "the {name} wrote to stderr:\n{}",
-            end.stderr
-        );
-        assert_eq!(end.local.len(), qps, "{name}'s QPs:\n{}", end.stdout);
-        assert!(
-            end.local.iter().all(|a| a.1 == me),
-            "{name}:\n{}",
-            end.stdout
-        );
-        assert!(
-            end.remote.iter().all(|a| a.1 == peer),
-            "{name}:\n{}",
-            end.stdout
-        );
-        let bytes = format!("{} bytes in ", size * iters * 2);
-        let iterations = format!("{iters} iters in ");
-        assert!(
-            end.stdout.lines().any(|l| l.starts_with(&bytes))
-                && end.stdout.lines().any(|l| l.starts_with(&iterations)),
-            "the {name} did not report {bytes:?} and {iterations:?}:\n{}",
-            end.stdout
-        );
-        assert!(!end.stdout.contains("invalid data"), "{}", end.stdout);
-    }
-    // Each end talked to the QPs the other created.
-    assert_eq!(server.local, client.remote);
-    assert_eq!(client.local, server.remote);
+    let server = Pingpong::new("server", &ToolOutput::from(&server));
+    let client = Pingpong::new("client", &ToolOutput::from(&client));
+    check_pingpong(&server, &client, gids, qps, size, iters);
 }
 
 #[test]

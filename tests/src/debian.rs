@@ -40,3 +40,32 @@ pub fn require(path: &Path, what: &str) {
         path.display()
     );
 }
+
+/// Compiles the C program `src` into `exe` with gcc against the reference headers
+/// (trixie's kernel headers, unpacked beside libibverbs-dev, before the host's: verbs.h
+/// is built against them), `extra` arguments last.
+pub fn compile_c(src: &Path, exe: &Path, extra: &[&str]) {
+    let include = ibverbs_ref().join("usr/include");
+    require(
+        &include.join("infiniband/verbs.h"),
+        "Debian's libibverbs-dev headers",
+    );
+    let out = Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Werror", "-I"])
+        .arg(&include)
+        .arg("-I")
+        .arg(include.join("x86_64-linux-gnu"))
+        .arg(src)
+        .arg("-o")
+        .arg(exe)
+        .args(extra)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "{} does not compile against {}:\n{}",
+        src.display(),
+        include.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -2,6 +2,7 @@
 //! raw vfio-user messages for what the crate's client cannot send.
 
 pub mod debian;
+pub mod ibv_tools;
 pub mod net;
 pub mod ops;
 pub mod tshark;
@@ -69,6 +70,11 @@ impl Rnicd {
     /// [`Rnicd::start`] with its directory (sockets, log) made in `parent`: a chroot
     /// whose programs must reach the sockets wants them inside the root.
     pub fn start_in(parent: &Path, vfs: u16, extra: &[&str]) -> Self {
+        Self::start_binary_in(&bin("rnicd"), parent, vfs, extra)
+    }
+
+    /// [`Rnicd::start_in`] with the rnicd binary `binary` (a release build, say).
+    pub fn start_binary_in(binary: &Path, parent: &Path, vfs: u16, extra: &[&str]) -> Self {
         let from_env = std::env::var("RNICD_ARGS").unwrap_or_default();
         let mut args: Vec<&str> = extra.to_vec();
         let given = |opt: &str| extra.iter().any(|a| a.split('=').next() == Some(opt));
@@ -88,7 +94,7 @@ impl Rnicd {
             .expect("tempdir");
         let log = dir.path().join("rnicd.log");
         let sockets = dir.path().join("sock");
-        let child = Command::new(bin("rnicd"))
+        let child = Command::new(binary)
             .arg("--socket-dir")
             .arg(&sockets)
             .arg("--vfs")

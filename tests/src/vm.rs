@@ -1,7 +1,9 @@
-//! Helpers for the VM tests (tests/tests/vm.rs): guests booted by `qemu-scripts/boot.sh`
-//! (the busybox guest with the rnic driver, or the Soft-RoCE `--rxe` guest), the QEMU
-//! `dgram` links joining their NICs, and an rnicd whose sockets QEMU reaches.
+//! Helpers for the VM tests (tests/tests/vm*.rs): guests booted by `qemu-scripts/boot.sh`
+//! (the busybox guest with the rnic driver, the Soft-RoCE `--rxe` guest, or the `--verbs`
+//! guest with rnic's libibverbs), the QEMU `dgram` links joining their NICs, an rnicd whose
+//! sockets QEMU reaches, and the runs of verbs programs read back from a guest's console.
 
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -97,6 +99,12 @@ impl Boot {
         Self::rnic().arg("--rxe")
     }
 
+    /// The verbs guest (`--verbs`): Debian's ibverbs-utils and perftest on rnic's
+    /// libibverbs.so.1, which drives the attached functions (`rnic_0`, ... in PCI order).
+    pub fn verbs() -> Self {
+        Self::rnic().arg("--verbs")
+    }
+
     /// Adds one boot.sh argument.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
@@ -174,6 +182,26 @@ pub fn finished(name: &str, out: &Output) -> (String, Option<i32>) {
     (console, out.status.code())
 }
 
+/// rnicd's release build (target/release/rnicd, or under `$CARGO_TARGET_DIR`), with a
+/// message naming the build command when it is missing. For VM runs where a debug rnicd
+/// cannot keep up with a guest: a Soft-RoCE guest's perftest on four QPs sends up to 512
+/// 64 KiB messages at once, a debug rnicd's port then overflows its 8192-frame inbox
+/// (measured: 62% of the frames dropped) and the go-back-N retransmissions that follow
+/// stall the run for minutes.
+pub fn release_rnicd() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"));
+    let path = target.join("release/rnicd");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (cargo build --release -p rnic-device --bin rnicd; \
+         tests/run-all.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// Starts an rnicd with `vfs` VFs and `extra` arguments, its sockets (and its log,
 /// `rnicd.log`) in a fresh folder named after `name` where QEMU reaches them; returns the
 /// folder and the process.
@@ -236,3 +264,100 @@ retry_connect() {
     done
 }
 "#;
+
+/// Shell functions for guest scripts that run verbs programs (Debian's pingpongs and
+/// perftest), for [`tool_runs`] to read back:
+///
+/// - `run_tool [-r] LABEL CMD...` runs CMD (killed after `$TOOL_TIMEOUT` seconds, 180 by
+///   default) with its standard output, standard error and exit status kept under
+///   /tmp/tool-LABEL.*; returns its status. `-r`: a client, run again every 0.5 s (up to
+///   120 s) while it says "Couldn't connect" (rdma-core's and perftest's words when the
+///   server does not listen yet; the guests boot at their own speed).
+/// - `show_tool LABEL...` prints each run as a block: `@@@ TOOL LABEL status N seconds S`,
+///   its standard output, `@@@ TOOL LABEL stderr`, its standard error, `@@@ TOOL LABEL end`.
+///   A server run in the background (`run_tool ... &`) is shown after `wait`, so blocks never
+///   interleave.
+pub const GUEST_SH_TOOLS: &str = r#"
+run_tool() {
+    rt_retry=0
+    if [ "$1" = -r ]; then rt_retry=1; shift; fi
+    rt_label=$1
+    shift
+    rt_tries=0
+    rt_start=$(date +%s.%N)
+    while :; do
+        timeout -k 5 "${TOOL_TIMEOUT:-180}" "$@" >"/tmp/tool-$rt_label.out" 2>"/tmp/tool-$rt_label.err"
+        rt_status=$?
+        [ $rt_retry = 1 ] && [ $rt_status != 0 ] && [ $rt_tries -lt 240 ] &&
+            cat "/tmp/tool-$rt_label.out" "/tmp/tool-$rt_label.err" | grep -q "Couldn't connect" || break
+        rt_tries=$((rt_tries + 1))
+        sleep 0.5
+    done
+    echo "$rt_status $rt_start $(date +%s.%N)" >"/tmp/tool-$rt_label.status"
+    return $rt_status
+}
+show_tool() {
+    for st_label in "$@"; do
+        set -- $(cat "/tmp/tool-$st_label.status" 2>/dev/null || echo none 0 0)
+        echo "@@@ TOOL $st_label status $1 seconds $(echo "$2 $3" | awk '{ printf "%.1f", $2 - $1 }')"
+        cat "/tmp/tool-$st_label.out" 2>/dev/null
+        echo "@@@ TOOL $st_label stderr"
+        cat "/tmp/tool-$st_label.err" 2>/dev/null
+        echo "@@@ TOOL $st_label end"
+    done
+}
+"#;
+
+/// One program's run in a guest, as [`GUEST_SH_TOOLS`]' `show_tool` printed it.
+#[derive(Debug, Clone)]
+pub struct ToolRun {
+    /// Exit status and output.
+    pub output: crate::ibv_tools::ToolOutput,
+    /// How long it ran (with its retries), in seconds.
+    pub seconds: f64,
+}
+
+/// The runs a guest's console shows, by label (carriage returns of the serial console
+/// removed). Panics on a block that does not end.
+pub fn tool_runs(console: &str) -> BTreeMap<String, ToolRun> {
+    let console = console.replace('\r', "");
+    let mut runs = BTreeMap::new();
+    let mut lines = console.lines();
+    while let Some(line) = lines.next() {
+        let Some(head) = line.strip_prefix("@@@ TOOL ") else {
+            continue;
+        };
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let [label, "status", status, "seconds", seconds] = words[..] else {
+            continue;
+        };
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        let mut into = &mut stdout;
+        let (stderr_mark, end_mark) = (
+            format!("@@@ TOOL {label} stderr"),
+            format!("@@@ TOOL {label} end"),
+        );
+        loop {
+            let l = lines
+                .next()
+                .unwrap_or_else(|| panic!("the console's block of {label} does not end"));
+            if l == stderr_mark {
+                into = &mut stderr;
+            } else if l == end_mark {
+                break;
+            } else {
+                into.push_str(l);
+                into.push('\n');
+            }
+        }
+        let output = crate::ibv_tools::ToolOutput {
+            status: status.parse().ok(),
+            stdout,
+            stderr,
+        };
+        let seconds = seconds.parse().unwrap_or(f64::NAN);
+        runs.insert(label.to_string(), ToolRun { output, seconds });
+    }
+    runs
+}

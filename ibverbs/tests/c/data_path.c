@@ -148,8 +148,8 @@ static void open_end(struct end *e, struct ibv_device *dev)
 	CHECK(e->qpx && &e->qpx->qp_base == e->qp, "qp_to_qp_ex");
 }
 
-/* RESET -> INIT -> RTR -> RTS, talking to QP `qpn` at `gid`. */
-static void connect_qp(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid)
+/* RESET -> INIT, every remote access allowed. */
+static void qp_to_init(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -158,30 +158,40 @@ static void connect_qp(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid)
 	};
 	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS) == 0, "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qpn;
-	a.rq_psn = 0x123;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			    IBV_QP_MIN_RNR_TIMER) == 0, "RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0x123;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "RTS");
+}
+
+/* INIT -> RTR, talking to QP `qpn` at `gid`, answering `max_dest_rd_atomic` READs and
+ * atomics at once: ibv_modify_qp's answer. */
+static int qp_to_rtr(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid, int max_dest_rd_atomic)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qpn,
+		.rq_psn = 0x123, .max_dest_rd_atomic = max_dest_rd_atomic, .min_rnr_timer = 12,
+		.ah_attr = { .is_global = 1, .port_num = 1,
+			     .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } },
+	};
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			     IBV_QP_MIN_RNR_TIMER);
+}
+
+/* RTR -> RTS with `max_rd_atomic` READs and atomics in flight: ibv_modify_qp's answer. */
+static int qp_to_rts(struct ibv_qp *qp, int max_rd_atomic)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS, .sq_psn = 0x123, .timeout = 14, .retry_cnt = 7,
+		.rnr_retry = 7, .max_rd_atomic = max_rd_atomic,
+	};
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* RESET -> INIT -> RTR -> RTS, talking to QP `qpn` at `gid`. */
+static void connect_qp(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid)
+{
+	qp_to_init(qp);
+	CHECK(qp_to_rtr(qp, qpn, gid, 4) == 0, "RTR");
+	CHECK(qp_to_rts(qp, 4) == 0, "RTS");
 	CHECK(qp->state == IBV_QPS_RTS, "qp->state follows");
 }
 
@@ -538,6 +548,35 @@ static void srq_steps(struct end *a, struct end *b)
 	printf("ok srq\n");
 }
 
+/* A QP asked for more READs and atomics in flight than the function allows, as perftest
+ * asks when its peer allows more (its max_rd_atomic is the peer's out_reads, 128 on
+ * Soft-RoCE): RTS works, with the function's most; more responder resources than the
+ * function has are refused. */
+static void deep_initiator(struct end *a, struct end *b)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(a->ctx, &da) == 0, "query_device");
+	struct ibv_qp_init_attr ia = {
+		.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(a->pd, &ia);
+	CHECK(qp, "create_qp");
+	qp_to_init(qp);
+	CHECK(qp_to_rtr(qp, b->qp->qp_num, b->gid, da.max_qp_rd_atom + 1) == EINVAL,
+	      "max_dest_rd_atomic above max_qp_rd_atom");
+	CHECK(qp_to_rtr(qp, b->qp->qp_num, b->gid, da.max_qp_rd_atom) == 0, "RTR");
+	CHECK(qp_to_rts(qp, 128) == 0, "RTS with max_rd_atomic 128");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	CHECK(ibv_query_qp(qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC, &qi) == 0, "query_qp");
+	CHECK(da.max_qp_init_rd_atom < 128 && qa.max_rd_atomic == da.max_qp_init_rd_atom &&
+	      qa.max_dest_rd_atomic == da.max_qp_rd_atom, "max_rd_atomic %d of %d",
+	      qa.max_rd_atomic, da.max_qp_init_rd_atom);
+	CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
+	printf("ok deep_initiator\n");
+}
+
 static void refusals(struct end *a)
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -547,12 +586,17 @@ static void refusals(struct end *a)
 	errno = 0;
 	CHECK(!ibv_reg_mr(a->pd, gone, 100, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT,
 	      "unmapped memory");
-	/* A shared file mapping. */
+	/* A shared file mapping: on the host (RNIC_VFIO_USER) the library cannot move it onto
+	 * memory rnicd reaches; in a VM its pages are locked and translated like any. */
 	FILE *f = tmpfile();
 	CHECK(f && ftruncate(fileno(f), page) == 0, "tmpfile");
 	char *shared = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0);
 	errno = 0;
-	CHECK(!ibv_reg_mr(a->pd, shared, 100, 0) && errno == EOPNOTSUPP, "shared mapping");
+	struct ibv_mr *smr = ibv_reg_mr(a->pd, shared, 100, 0);
+	if (getenv("RNIC_VFIO_USER"))
+		CHECK(!smr && errno == EOPNOTSUPP, "shared mapping on the host");
+	else
+		CHECK(smr && ibv_dereg_mr(smr) == 0, "shared mapping in a VM");
 	munmap(shared, page);
 	fclose(f);
 	/* Read-only memory registered for writes; fine for reads. */
@@ -625,6 +669,7 @@ int main(void)
 	rc_steps(&a, &b);
 	ud_steps(&a, &b);
 	srq_steps(&a, &b);
+	deep_initiator(&a, &b);
 	refusals(&a);
 	teardown(&a);
 	teardown(&b);

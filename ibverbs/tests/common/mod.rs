@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rnic_tests::debian::{ibverbs_ref, require, trixie_root};
+use rnic_tests::debian::{require, trixie_root};
 use rnic_tests::{finish_within, Rnicd};
 
 /// The libibverbs.so the tests were built with (cargo builds the cdylib with the rlib
@@ -21,34 +21,7 @@ pub fn library() -> PathBuf {
         .expect("libibverbs.so is built with the crate's tests (crate-type cdylib)")
 }
 
-/// Compiles the C program `src` into `exe` with gcc against the reference headers
-/// (trixie's kernel headers, unpacked beside libibverbs-dev, before the host's: verbs.h
-/// is built against them), `extra` arguments last.
-pub fn compile(src: &Path, exe: &Path, extra: &[&str]) {
-    let include = ibverbs_ref().join("usr/include");
-    require(
-        &include.join("infiniband/verbs.h"),
-        "Debian's libibverbs-dev headers",
-    );
-    let out = Command::new("gcc")
-        .args(["-std=gnu11", "-Wall", "-Werror", "-I"])
-        .arg(&include)
-        .arg("-I")
-        .arg(include.join("x86_64-linux-gnu"))
-        .arg(src)
-        .arg("-o")
-        .arg(exe)
-        .args(extra)
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "{} does not compile against {}:\n{}",
-        src.display(),
-        include.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+pub use rnic_tests::debian::compile_c as compile;
 
 /// Compiles tests/c/`name`.c against Debian's headers and links it against the built
 /// library (as `-libverbs`, through a copy named as rdma-core's): returns the directory

@@ -1,0 +1,623 @@
+//! VM tests of the verbs guest (`boot.sh --verbs`): Debian trixie's unmodified
+//! ibverbs-utils and perftest, with rnic's libibverbs.so.1 installed as the system
+//! libibverbs, drive rnic functions attached to TCG guests (through PCI sysfs and
+//! /proc/self/pagemap, as root). They show:
+//!
+//! - `ibv_devices` and `ibv_devinfo -v` list the guest's functions with the attributes the
+//!   functions themselves report (QUERY_DEVICE and config space, asked on the host);
+//! - `ibv_rc_pingpong` (plain, `-e`, `-s 1`, `-s 65536 -c`), `ibv_ud_pingpong` and
+//!   `ibv_srq_pingpong` run between two VFs of one guest, between two guests (a VF each,
+//!   the TCP rendezvous on a second Ethernet segment), and against a Soft-RoCE guest in
+//!   both roles (rnicd's Ethernet port and the rxe guest's eth0 on one QEMU segment);
+//! - perftest's `ib_{write,read,send,atomic}_{bw,lat}`, with their defaults and with
+//!   `-q 4` for the bandwidth tests, run between two guests; against Soft-RoCE, in both
+//!   roles, with fewer iterations (see [`RXE_PERFTEST`]).
+//!
+//! Every run must exit 0 with nothing on stderr (perftest: nothing but its own notice),
+//! each end must name the other's QPs and both functions' GIDs, and report the run's bytes
+//! and iterations (the pingpongs) or its result row (perftest).
+//!
+//! They boot VMs, so they are ignored by default: `cargo build --workspace --bins && cargo
+//! test -p rnic-tests --test vm_verbs -- --ignored --test-threads=1` (as root, after
+//! qemu-scripts/setup.sh; tests/run-all.sh runs them).
+
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+use std::time::Instant;
+
+use rnic_abi::cmd::QueryDeviceResp;
+use rnic_driver::device::PciIdentity;
+use rnic_driver::transport::vfio_user::VfioUserTransport;
+use rnic_driver::Device;
+use rnic_tests::ibv_tools::{
+    check_devinfo, check_perftest, check_pingpong, Perftest, Pingpong, ToolOutput,
+};
+use rnic_tests::vm::{
+    release_rnicd, tool_runs, vm_run_base, Boot, DgramLink, ToolRun, GUEST_SH_TOOLS,
+};
+use rnic_tests::Rnicd;
+
+/// What a run's result must show.
+#[derive(Clone, Copy)]
+enum Check {
+    /// A pingpong: message size, iterations, QPs per end.
+    Pingpong { size: u64, iters: u64, qps: usize },
+    /// perftest: the result row's message size and iterations (of all QPs), QPs per end,
+    /// and the column of the figure that must be positive (4: MsgRate, which perftest
+    /// prints with more digits than the bandwidth, 0.00 MiB/s for 200 atomics on rxe;
+    /// 5: t_avg).
+    Perftest {
+        bytes: f64,
+        iters: f64,
+        qps: usize,
+        figure: usize,
+    },
+}
+
+/// One run of a Debian program: both ends take `args` (after the device and GID
+/// options), the client also the server's address.
+#[derive(Clone, Copy)]
+struct Run {
+    label: &'static str,
+    program: &'static str,
+    args: &'static str,
+    check: Check,
+}
+
+/// How a pairing runs the programs: `iters` iterations (per QP) instead of each
+/// program's default, and `extra` options on both ends.
+#[derive(Clone, Copy)]
+struct Setting {
+    iters: Option<u64>,
+    extra: &'static str,
+}
+
+/// The programs' defaults.
+const DEFAULTS: Setting = Setting {
+    iters: None,
+    extra: "",
+};
+
+/// A pingpong: message size, iterations, QPs per end.
+const fn pingpong(
+    label: &'static str,
+    program: &'static str,
+    args: &'static str,
+    (size, iters, qps): (u64, u64, usize),
+) -> Run {
+    Run {
+        label,
+        program,
+        args,
+        check: Check::Pingpong { size, iters, qps },
+    }
+}
+
+/// The pingpongs, with their defaults (1000 iterations; 4096 bytes, UD 1024, the SRQ
+/// test on 16 QPs) unless said.
+const PINGPONGS: [Run; 6] = [
+    pingpong("rc", "ibv_rc_pingpong", "", (4096, 1000, 1)),
+    pingpong("rc-events", "ibv_rc_pingpong", "-e", (4096, 1000, 1)),
+    pingpong("rc-1-byte", "ibv_rc_pingpong", "-s 1", (1, 1000, 1)),
+    pingpong("rc-64k", "ibv_rc_pingpong", "-s 65536 -c", (65536, 1000, 1)),
+    pingpong("ud", "ibv_ud_pingpong", "", (1024, 1000, 1)),
+    pingpong("srq", "ibv_srq_pingpong", "", (4096, 1000, 16)),
+];
+
+/// The pingpongs against Soft-RoCE: 200 iterations instead of 1000, since rxe runs in
+/// the TCG guest's kernel (a round trip takes 15 to 70 ms there; 1000 would take five
+/// minutes for both roles).
+const RXE_PINGPONG: Setting = Setting {
+    iters: Some(200),
+    extra: "",
+};
+
+/// A perftest bandwidth test on `qps` QPs (1 or 4): message size, iterations per QP.
+/// `-F`: go on when the CPU's clock cannot be measured (see
+/// [`rnic_tests::ibv_tools::PERFTEST_UNTIMED`]).
+const fn bw(label: &'static str, program: &'static str, qps: usize, bytes: f64, iters: f64) -> Run {
+    Run {
+        label,
+        program,
+        args: if qps == 1 { "-F" } else { "-F -q 4" },
+        check: Check::Perftest {
+            bytes,
+            iters: iters * qps as f64,
+            qps,
+            figure: 4,
+        },
+    }
+}
+
+/// A perftest latency test: message size, iterations.
+const fn lat(label: &'static str, program: &'static str, bytes: f64, iters: f64) -> Run {
+    Run {
+        label,
+        program,
+        args: "-F",
+        check: Check::Perftest {
+            bytes,
+            iters,
+            qps: 1,
+            figure: 5,
+        },
+    }
+}
+
+/// perftest with its defaults (message size, iterations), and the bandwidth tests again
+/// on four QPs.
+const PERFTEST: [Run; 12] = [
+    bw("write-bw", "ib_write_bw", 1, 65536.0, 5000.0),
+    bw("read-bw", "ib_read_bw", 1, 65536.0, 1000.0),
+    bw("send-bw", "ib_send_bw", 1, 65536.0, 1000.0),
+    bw("atomic-bw", "ib_atomic_bw", 1, 8.0, 1000.0),
+    lat("write-lat", "ib_write_lat", 2.0, 1000.0),
+    lat("read-lat", "ib_read_lat", 2.0, 1000.0),
+    lat("send-lat", "ib_send_lat", 2.0, 1000.0),
+    lat("atomic-lat", "ib_atomic_lat", 8.0, 1000.0),
+    bw("write-bw-4qps", "ib_write_bw", 4, 65536.0, 5000.0),
+    bw("read-bw-4qps", "ib_read_bw", 4, 65536.0, 1000.0),
+    bw("send-bw-4qps", "ib_send_bw", 4, 65536.0, 1000.0),
+    bw("atomic-bw-4qps", "ib_atomic_bw", 4, 8.0, 1000.0),
+];
+
+/// perftest against Soft-RoCE: the default message sizes, but 200 iterations (per QP)
+/// instead of 1000 or 5000, since rxe runs in the TCG guest's kernel (a latency test's
+/// round trip takes about 10 ms there), and a QP timeout of about 1 s (`-u 18`,
+/// 4.096 us * 2^18) instead of 67 ms (14): four QPs' 64 KiB READs keep rxe busy for more
+/// than half a second (measured: the third QP's first answer came 650 ms after its
+/// requests), and with 67 ms rnic's requester gives up (`RETRY_EXC_ERR`) after 7 retries
+/// while rxe is still answering the other QPs.
+const RXE_PERFTEST: Setting = Setting {
+    iters: Some(200),
+    extra: "-u 18",
+};
+
+/// The device one end uses and its GID index (a shell word: the rxe guest finds its own
+/// with `rxe-gid-index`).
+#[derive(Clone, Copy)]
+struct Dev {
+    name: &'static str,
+    gid_index: &'static str,
+}
+
+/// rnic's first (in the two-guest tests: only) function in a verbs guest.
+const RNIC_0: Dev = Dev {
+    name: "rnic_0",
+    gid_index: "1",
+};
+/// The rxe guest's Soft-RoCE device.
+const RXE_0: Dev = Dev {
+    name: "rxe0",
+    gid_index: "$(rxe-gid-index)",
+};
+
+impl Run {
+    /// The command line of one end under `setting`: `server` is the server's address for
+    /// a client.
+    fn command(&self, dev: Dev, setting: Setting, server: Option<&str>) -> String {
+        let gid = if self.program.starts_with("ib_") {
+            "-x"
+        } else {
+            "-g"
+        };
+        let iters = setting.iters.map(|n| format!("-n {n}")).unwrap_or_default();
+        let words = [
+            self.program,
+            "-d",
+            dev.name,
+            gid,
+            dev.gid_index,
+            self.args,
+            &iters,
+            setting.extra,
+            server.unwrap_or(""),
+        ];
+        words
+            .iter()
+            .filter(|w| !w.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The label of one end's run in phase `phase`.
+    fn label(&self, phase: &str, end: &str) -> String {
+        format!("{phase}-{}-{end}", self.label)
+    }
+
+    /// Checks both ends' outputs under `setting`; `gids`: the server's and the client's.
+    fn check(
+        &self,
+        setting: Setting,
+        server: &ToolOutput,
+        client: &ToolOutput,
+        gids: [Ipv6Addr; 2],
+    ) {
+        match self.check {
+            Check::Pingpong { size, iters, qps } => {
+                let iters = setting.iters.unwrap_or(iters);
+                let s = Pingpong::new(&format!("{} server", self.label), server);
+                let c = Pingpong::new(&format!("{} client", self.label), client);
+                check_pingpong(&s, &c, gids, qps, size, iters);
+            }
+            Check::Perftest {
+                bytes,
+                iters,
+                qps,
+                figure,
+            } => {
+                let iters = setting.iters.map_or(iters, |n| (n * qps as u64) as f64);
+                let s = Perftest::new(&format!("{} server", self.label), server);
+                let c = Perftest::new(&format!("{} client", self.label), client);
+                check_perftest(&s, &c, gids, qps, (bytes, iters, figure));
+            }
+        }
+    }
+}
+
+/// Runs under one setting, their labels prefixed with `name`.
+#[derive(Clone, Copy)]
+struct Phase<'a> {
+    name: &'a str,
+    runs: &'a [Run],
+    setting: Setting,
+}
+
+impl Phase<'_> {
+    /// Guest script lines serving the runs one after the other on `dev`, each shown
+    /// when done.
+    fn serve(&self, dev: Dev) -> String {
+        self.lines(dev, "server", None)
+    }
+
+    /// Guest script lines running the clients on `dev` against `server`, each retried
+    /// until its server listens.
+    fn connect(&self, dev: Dev, server: &str) -> String {
+        self.lines(dev, "client", Some(server))
+    }
+
+    /// Guest script lines running each run's server on `server` in the background and
+    /// its client on `client` against it, over the guest's loopback: two functions of one
+    /// guest.
+    fn both(&self, server: Dev, client: Dev) -> String {
+        self.runs
+            .iter()
+            .map(|r| {
+                let (s, c) = (r.label(self.name, "server"), r.label(self.name, "client"));
+                format!(
+                    "run_tool {s} {} &\nrun_tool -r {c} {}\nwait\nshow_tool {s} {c}\n",
+                    r.command(server, self.setting, None),
+                    r.command(client, self.setting, Some("127.0.0.1"))
+                )
+            })
+            .collect()
+    }
+
+    fn lines(&self, dev: Dev, end: &str, server: Option<&str>) -> String {
+        let retry = if server.is_some() { "-r " } else { "" };
+        self.runs
+            .iter()
+            .map(|r| {
+                let label = r.label(self.name, end);
+                let command = r.command(dev, self.setting, server);
+                format!("run_tool {retry}{label} {command}\nshow_tool {label}\n")
+            })
+            .collect()
+    }
+
+    /// Checks each run from the runs the server's and the client's consoles show
+    /// (`gids`: the server's and the client's); prints how long each took.
+    fn check(
+        &self,
+        server: &BTreeMap<String, ToolRun>,
+        client: &BTreeMap<String, ToolRun>,
+        gids: [Ipv6Addr; 2],
+    ) {
+        for r in self.runs {
+            let get = |runs: &BTreeMap<String, ToolRun>, end: &str| -> ToolRun {
+                let label = r.label(self.name, end);
+                runs.get(&label)
+                    .unwrap_or_else(|| panic!("no run {label} on the {end}'s console"))
+                    .clone()
+            };
+            let (s, c) = (get(server, "server"), get(client, "client"));
+            eprintln!(
+                "{} {}: server {:.1} s, client {:.1} s",
+                self.name, r.label, s.seconds, c.seconds
+            );
+            r.check(self.setting, &s.output, &c.output, gids);
+        }
+    }
+}
+
+/// A guest script: the tool functions, then `body`.
+fn script(body: &str) -> String {
+    format!("{GUEST_SH_TOOLS}\n{body}echo '=== script done'\n")
+}
+
+/// A function's QUERY_DEVICE answer and PCI identity, asked on the host (the function is
+/// closed again before a guest attaches it: rnicd serves one client at a time).
+fn truth(rnicd: &Rnicd, function: &str) -> (QueryDeviceResp, PciIdentity) {
+    let t = VfioUserTransport::connect(&rnicd.socket(function)).expect("connect");
+    let device = Device::open(Box::new(t)).expect("open");
+    (device.query_device().expect("QUERY_DEVICE"), device.pci())
+}
+
+/// An rnicd (the release build, see [`release_rnicd`]) whose sockets QEMU reaches, with
+/// `vfs` VFs and `extra` arguments.
+fn rnicd(vfs: u16, extra: &[&str]) -> Rnicd {
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    Rnicd::start_binary_in(&release_rnicd(), &base, vfs, extra)
+}
+
+/// The console of a finished guest, which must have exited 0 after its whole script.
+fn console_of(name: &str, child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("wait for the guest");
+    let (console, status) = rnic_tests::vm::finished(name, &out);
+    assert_eq!(status, Some(0), "{name} failed");
+    assert!(
+        console.contains("=== script done"),
+        "{name} did not finish its script"
+    );
+    console
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn ibv_devices_and_ibv_devinfo_in_the_verbs_guest_show_its_functions() {
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let truth = [truth(&rnicd, "vf0"), truth(&rnicd, "vf1")];
+    let body = "run_tool devices ibv_devices\nrun_tool list ibv_devinfo -l\n\
+                run_tool devinfo ibv_devinfo -v\nrun_tool devinfo-1 ibv_devinfo -d rnic_1\n\
+                show_tool devices list devinfo devinfo-1\n";
+    let guest = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .vf(1)
+        .spawn(&script(body));
+    let runs = tool_runs(&console_of("verbs guest", guest));
+    let out = |label: &str| -> String {
+        let run = &runs[label];
+        run.output.assert_success(label);
+        assert!(
+            run.output.stderr.is_empty(),
+            "{label} wrote to stderr:\n{}",
+            run.output.stderr
+        );
+        run.output.stdout.clone()
+    };
+
+    // Which device is which VF: by node GUID (the guest orders them by PCI address).
+    let devices = out("devices");
+    let mut names = Vec::new();
+    for (q, _) in &truth {
+        let guid: String = ibverbs::attr::node_guid(q.mac)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let name = devices
+            .lines()
+            .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [name, g] if g == guid => Some(name.to_string()),
+                _ => None,
+            })
+            .unwrap_or_else(|| {
+                panic!("no device with GUID {guid} in ibv_devices' output:\n{devices}")
+            });
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(names, ["rnic_0", "rnic_1"], "{devices}");
+
+    let list = out("list");
+    assert!(
+        list.contains("2 HCAs found:")
+            && list.contains("\trnic_0\n")
+            && list.contains("\trnic_1\n"),
+        "{list}"
+    );
+    let devinfo = out("devinfo");
+    let devinfo_1 = out("devinfo-1");
+    for (q, pci) in &truth {
+        let guid = ibverbs::attr::node_guid(q.mac);
+        let name = if devinfo_1.contains(&rnic_tests::ibv_tools::devinfo_guid(guid)) {
+            "rnic_1"
+        } else {
+            "rnic_0"
+        };
+        check_devinfo(&devinfo, name, q, pci, guid, true);
+    }
+    assert!(
+        !devinfo_1.contains("rnic_0"),
+        "-d rnic_1 shows rnic_1 only:\n{devinfo_1}"
+    );
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_c_program_copied_into_the_verbs_guest_drives_every_verb() {
+    // As the README says to run one's own program: built on the host against Debian's
+    // <infiniband/verbs.h>, linked against a libibverbs.so.1 (this one rnic's; the guest's
+    // is rnic's whichever it was), copied in with boot.sh --file.
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        rnic_tests::bin_dir().join("deps/libibverbs.so"),
+        dir.path().join("libibverbs.so"),
+    )
+    .expect("copy the library the tests were built with");
+    let exe = dir.path().join("data_path");
+    rnic_tests::debian::compile_c(
+        &rnic_tests::vm::repo().join("ibverbs/tests/c/data_path.c"),
+        &exe,
+        &[&format!("-L{}", dir.path().display()), "-libverbs"],
+    );
+    let guest = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .vf(1)
+        .arg("--file")
+        .arg(exe.to_str().expect("UTF-8 path"))
+        .spawn(&script(
+            "run_tool data-path ./data_path\nshow_tool data-path\n",
+        ));
+    let runs = tool_runs(&console_of("verbs guest", guest));
+    let run = &runs["data-path"].output;
+    // The program checks every byte, completion, errno and event itself and stops at the
+    // first wrong one; `ok done` is its last line.
+    run.assert_success("data_path");
+    let steps: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect();
+    assert_eq!(steps.last(), Some(&"done"), "{}", run.stdout);
+    assert!(steps.len() > 10, "{}", run.stdout);
+    // What rnic lacks said so, one line each, and nothing else complained.
+    assert!(
+        run.stderr
+            .lines()
+            .all(|l| l.starts_with("libibverbs (rnic): ")),
+        "{}",
+        run.stderr
+    );
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let (q0, q1) = (truth(&rnicd, "vf0").0, truth(&rnicd, "vf1").0);
+    // Server on rnic_0, client on rnic_1 (QEMU gives VF0 the lower PCI address), over
+    // the guest's loopback.
+    let rnic_1 = Dev {
+        name: "rnic_1",
+        ..RNIC_0
+    };
+    let phase = Phase {
+        name: "vfs",
+        runs: &PINGPONGS,
+        setting: DEFAULTS,
+    };
+    let body = phase.both(RNIC_0, rnic_1);
+    let guest = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .vf(1)
+        .timeout(600)
+        .spawn(&script(&body));
+    let runs = tool_runs(&console_of("verbs guest", guest));
+    phase.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn debian_pingpongs_and_perftest_run_between_two_verbs_guests() {
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let gids: [Ipv6Addr; 2] = [
+        truth(&rnicd, "vf0").0.gid.into(),
+        truth(&rnicd, "vf1").0.gid.into(),
+    ];
+    // Guest A (VF0) serves, guest B (VF1) connects; TCP between their eth0s.
+    let tcp = DgramLink::new();
+    let (a_ip, b_ip) = ("10.84.0.1", "10.84.0.2");
+    let all: Vec<Run> = PINGPONGS.iter().chain(&PERFTEST).copied().collect();
+    let phase = Phase {
+        name: "guests",
+        runs: &all,
+        setting: DEFAULTS,
+    };
+    let guest = |vf: u32, nic: String, ip: &str, body: String| {
+        Boot::verbs()
+            .socket_dir(&rnicd.socket_dir())
+            .vf(vf)
+            .nic(nic, &format!("{ip}/24"))
+            .timeout(900)
+            .spawn(&script(&body))
+    };
+    let a = guest(0, tcp.nic_a(), a_ip, phase.serve(RNIC_0));
+    let b = guest(1, tcp.nic_b(), b_ip, phase.connect(RNIC_0, a_ip));
+    let a = tool_runs(&console_of("guest A (VF0)", a));
+    let b = tool_runs(&console_of("guest B (VF1)", b));
+    phase.check(&a, &b, gids);
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+/// rnicd's Ethernet port and a Soft-RoCE guest's eth0 share a QEMU segment; the verbs
+/// guest (VF0, 10.82.0.2 on it) and the rxe guest (10.82.0.100) talk TCP over a second
+/// segment (10.83.0.1 and .2). The rxe guest's RoCE NIC has a jumbo MTU (4200 bytes:
+/// rxe's active MTU 4096, as rnic's), so perftest's defaults agree on the path MTU; the
+/// pingpongs ask for 1024 themselves. In phase `rnic-serves` the verbs guest serves
+/// `runs` (under `setting`) and the rxe guest connects; in `rxe-serves` the other way
+/// round.
+fn against_rxe(runs: &[Run], setting: Setting) {
+    let rnic_serves = Phase {
+        name: "rnic-serves",
+        runs,
+        setting,
+    };
+    let rxe_serves = Phase {
+        name: "rxe-serves",
+        ..rnic_serves
+    };
+    let started = Instant::now();
+    let [roce, tcp] = DgramLink::distinct::<2>();
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", roce.a, roce.b);
+    let rnicd = rnicd(1, &["--net", &net]);
+    let rnic_gid: Ipv6Addr = truth(&rnicd, "vf0").0.gid.into();
+    let rxe_gid: Ipv6Addr = "::ffff:10.82.0.100".parse().expect("GID");
+    let (rnic_ip, rxe_ip) = ("10.83.0.1", "10.83.0.2");
+    let rnic_body = rnic_serves.serve(RNIC_0) + &rxe_serves.connect(RNIC_0, rxe_ip);
+    let rxe_body = rnic_serves.connect(RXE_0, rnic_ip) + &rxe_serves.serve(RXE_0);
+    let rnic = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .nic(tcp.nic_a(), &format!("{rnic_ip}/24"))
+        .timeout(1200)
+        .spawn(&script(&rnic_body));
+    let rxe = Boot::rxe()
+        .nic(roce.nic_b(), "10.82.0.100/24")
+        .arg("--mtu")
+        .arg("4200")
+        .nic(tcp.nic_b(), &format!("{rxe_ip}/24"))
+        .timeout(1200)
+        .spawn(&script(&rxe_body));
+    let rnic = tool_runs(&console_of("verbs guest (rnic VF0)", rnic));
+    let rxe = tool_runs(&console_of("rxe guest", rxe));
+    // What crossed rnicd's Ethernet port, shown before the checks.
+    let stats: serde_json::Value =
+        serde_json::from_str(&rnicd.admin(&["--json", "stats", "port"])).expect("JSON");
+    let port = stats.get("port").unwrap_or(&stats);
+    eprintln!("rnicd's port: {port}");
+    rnic_serves.check(&rnic, &rxe, [rnic_gid, rxe_gid]);
+    rxe_serves.check(&rxe, &rnic, [rxe_gid, rnic_gid]);
+    // The RoCE traffic crossed rnicd's Ethernet port.
+    for counter in ["tx_frames", "rx_frames"] {
+        assert!(
+            port[counter].as_u64().unwrap_or(0) > 1000,
+            "rnicd's port {counter}: {port}"
+        );
+    }
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn debian_pingpongs_run_between_the_verbs_guest_and_soft_roce_both_ways() {
+    against_rxe(&PINGPONGS, RXE_PINGPONG);
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn perftest_runs_between_the_verbs_guest_and_soft_roce_both_ways() {
+    against_rxe(&PERFTEST, RXE_PERFTEST);
+}
