@@ -31,13 +31,9 @@ done
 cpu_a="${cpus%,*}"
 cpu_b="${cpus#*,}"
 
-if ! command -v perf >/dev/null; then
-    echo "=== [latency] installing perf (linux-perf)" >&2
-    apt-get install -y --no-install-recommends linux-perf >&2
-fi
-mkdir -p "$out"
-
 source bench/lib.sh
+need_perf latency
+mkdir -p "$out"
 echo "=== [latency] building release binaries" >&2
 bin="$(release_bin)"
 bench_workdir

@@ -5,6 +5,7 @@
 #   start_rnicd BIN NAME ARGS... starts BIN/rnicd with its sockets in $work/NAME, waits
 #                                for its PF socket; its pid in $started (and in pids)
 #   cpu_ticks PID                utime + stime of a process, in clock ticks
+#   need_perf TAG                installs perf (linux-perf) with apt if it is missing
 
 release_bin() {
     cargo build --release -p rnic-device -p rnic-driver --bins >&2
@@ -33,3 +34,9 @@ start_rnicd() {
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+need_perf() {
+    command -v perf >/dev/null && return 0
+    echo "=== [$1] installing perf (linux-perf)" >&2
+    apt-get install -y --no-install-recommends linux-perf >&2
+}

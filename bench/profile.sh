@@ -27,13 +27,9 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-if ! command -v perf >/dev/null; then
-    echo "=== [profile] installing perf (linux-perf)" >&2
-    apt-get install -y --no-install-recommends linux-perf >&2
-fi
-mkdir -p "$out"
-
 source bench/lib.sh
+need_perf profile
+mkdir -p "$out"
 echo "=== [profile] building release binaries" >&2
 bin="$(release_bin)"
 bench_workdir

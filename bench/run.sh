@@ -3,11 +3,13 @@
 # report with every figure beside its baseline (memcpy, loopback UDP) measured in the same
 # run. Not a test: it asserts nothing and takes a few minutes.
 #
-#   bash bench/run.sh [--quick] [--repeat N] [--out FILE]
+#   bash bench/run.sh [--quick] [--repeat N] [--out FILE] [--only SECTIONS]
 #
 # --quick runs fewer iterations (a smoke run); --repeat N (default 3) runs every
 # measurement N times and reports the median run; the report goes to FILE (default
-# target/bench/report.md), the raw JSON beside it.
+# target/bench/report.md), the raw JSON beside it. --only runs some of the sections, a
+# comma-separated list of: one (two functions of one rnicd), udp (two rnicd over UDP),
+# scaling (N pairs at once), idle.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,15 +17,19 @@ cd "$repo"
 repeat=3
 quick=0
 out="$repo/target/bench/report.md"
+only="one,udp,scaling,idle"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 ;;
         --repeat) repeat="$2"; shift ;;
         --out) out="$2"; shift ;;
-        *) echo "usage: bash bench/run.sh [--quick] [--repeat N] [--out FILE]" >&2; exit 2 ;;
+        --only) only="$2"; shift ;;
+        *) echo "usage: bash bench/run.sh [--quick] [--repeat N] [--out FILE] [--only SECTIONS]" >&2; exit 2 ;;
     esac
     shift
 done
+# want SECTION: whether --only names it.
+want() { [[ ",$only," == *",$1,"* ]]; }
 mkdir -p "$(dirname "$out")"
 raw="$(dirname "$out")/raw"
 rm -rf "$raw"
@@ -55,9 +61,11 @@ perf() {
     } >>"$out"
 }
 
-start_rnicd "$bin" one --vfs 8
-start_rnicd "$bin" udp-a --net udp:127.0.71.1
-start_rnicd "$bin" udp-b --net udp:127.0.72.1
+if want one; then start_rnicd "$bin" one --vfs 8; fi
+if want udp; then
+    start_rnicd "$bin" udp-a --net udp:127.0.71.1
+    start_rnicd "$bin" udp-b --net udp:127.0.72.1
+fi
 one_a="$work/one/pf.sock"
 one_b="$work/one/vf0.sock"
 udp_a="$work/udp-a/pf.sock"
@@ -73,10 +81,11 @@ udp_b="$work/udp-b/pf.sock"
     echo "a loopback UDP socket pair with datagrams of min(message, MTU) bytes (the limit for"
     echo "two rnicd). Ratios are figure / baseline."
     echo
-    echo "## Two functions of one rnicd (PF and VF0)"
-    echo
 } >"$out"
 
+if want one; then
+echo "## Two functions of one rnicd (PF and VF0)" >>"$out"
+echo >>"$out"
 perf "RDMA WRITE bandwidth, all sizes" "$one_a" "$one_b" write_bw --all -n "$((bw_iters / 5))"
 perf "RDMA WRITE bandwidth, 64 KiB" "$one_a" "$one_b" write_bw -s 65536 -n "$bw_iters"
 perf "RDMA READ bandwidth, 64 KiB" "$one_a" "$one_b" read_bw -s 65536 -n "$bw_iters"
@@ -89,15 +98,20 @@ for q in 1 16 64 256; do
         write_bw -s 64 -q "$q" -t 16 -n "$((rate_total / q + 16))"
 done
 
+fi
+
+if want udp; then
 echo "## Two rnicd over loopback UDP" >>"$out"
 echo >>"$out"
 perf "RDMA WRITE bandwidth, 64 KiB, 4096-byte MTU" "$udp_a" "$udp_b" write_bw -s 65536 -m 4096 -n "$bw_iters"
 perf "RDMA WRITE latency, 8 bytes" "$udp_a" "$udp_b" write_lat -s 8 -n "$lat_iters"
+fi
 
 # Scaling: N pairs of functions driven at once (rnic-perf --pairs, each pair its own
 # thread sleeping on completion interrupts, -e), one rnicd with 2N VFs against N rnicd
 # with one pair each; 64 KiB WRITE bandwidth and 64-byte WRITE message rate. N stops at
 # 8 (16 VFs); pairs beyond the machine's cores share them, which the table shows.
+if want scaling; then
 if [ "$quick" = 1 ]; then scale_secs=1; else scale_secs=2; fi
 echo "=== [bench] scaling: 1, 2, 4, 8 pairs, one rnicd against N rnicd" >&2
 start_rnicd "$bin" scale --vfs 16
@@ -154,6 +168,7 @@ for n in (1, 2, 4, 8):
           f"| {small['mpps'] / one_small['mpps']:.2f} |" if memcpy else "")
 print()
 PY
+fi
 
 # idle_figures PID SECONDS: one line of CPU share over SECONDS and resident memory.
 idle_figures() {
@@ -167,6 +182,7 @@ idle_figures() {
     echo "- resident memory: $(awk '/VmRSS/ {printf "%.1f MiB (target: under 64 MiB)", $2 / 1024}' "/proc/$pid/status")"
 }
 
+if want idle; then
 echo "=== [bench] idle rnicd with 8 VFs" >&2
 start_rnicd "$bin" idle --vfs 8
 idle_pid="$started"
@@ -205,6 +221,8 @@ sleep 1
     idle_figures "$idle_pid" 10
     echo
 } >>"$out"
+
+fi
 
 echo "=== [bench] report: $out" >&2
 cat "$out"

@@ -17,8 +17,9 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe | --verbs] [--socket-dir DIR] [--pf] [--vf N]... [--nic SPEC [--ip A/P] [--mtu N]]...
-               [--nic-dump FILE] [--file HOST[:GUEST]]... [--mem MB] [--timeout S] [--] CMD...
+Usage: boot.sh [--rxe | --verbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
+               [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
+               [--mem MB] [--timeout S] [--] CMD...
 
 Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
 attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
@@ -41,6 +42,10 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     inside the trixie root, DIR must be under $RNIC_CACHE/trixie-root.
   --pf              attach the physical function (DIR/pf.sock)
   --vf N            attach virtual function N (DIR/vfN.sock); repeatable
+  --iommu           give the guest a virtual IOMMU (QEMU's intel-iommu, kernel intel_iommu=on):
+                    each function gets an IOMMU group, /init loads the vfio modules
+                    (vfio, vfio_iommu_type1, vfio-pci, ...) and the driver reaches the
+                    functions through VFIO, with interrupts, instead of sysfs
   --nic dgram:LPORT:RPORT[:MAC]
                     a virtio-net NIC whose frames go, one per UDP datagram, from
                     127.0.0.1:LPORT to 127.0.0.1:RPORT (a QEMU dgram netdev; the peer uses
@@ -81,6 +86,7 @@ vfs=()
 rxe=0
 verbs=0
 files=()
+iommu=0
 nics=()
 ips=()
 mtus=()
@@ -99,6 +105,7 @@ while [ $# -gt 0 ]; do
     --file) [ $# -ge 2 ] || die "--file needs HOST[:GUEST]"; files+=("$2"); shift 2 ;;
     --file=*) files+=("${1#*=}"); shift ;;
     --rxe) rxe=1; shift ;;
+    --iommu) iommu=1; shift ;;
     --nic) [ $# -ge 2 ] || die "--nic needs dgram:LPORT:RPORT[:MAC]"; nics+=("$2"); shift 2 ;;
     --nic=*) nics+=("${1#*=}"); shift ;;
     --ip) [ $# -ge 2 ] || die "--ip needs ADDR/PREFIX"; ips+=("$2"); shift 2 ;;
@@ -130,6 +137,7 @@ if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
     die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
 fi
 [ $rxe = 0 ] || [ $verbs = 0 ] || die "--rxe and --verbs are two different guests: give one (boot another guest for the other)"
+[ $rxe = 0 ] || [ $iommu = 0 ] || die "--iommu is for the rnic and verbs guests (their vfio modules); the --rxe guest has none"
 # Each NIC as: local port, remote port, MAC.
 nic_lports=()
 nic_rports=()
@@ -377,6 +385,16 @@ done
 if [ -n "$nic_dump" ]; then
     qemu_args+=(-object "filter-dump,id=dump0,netdev=nic0,file=$(qemu_path "$run_dir/eth0.pcap")")
 fi
+if [ $iommu = 1 ]; then
+    # The IOMMU must exist before the devices behind it: QEMU's vfio devices look up
+    # their DMA address space when they are realized, so it comes first. caching-mode=on
+    # makes the guest report every mapping it creates (not only removals), which is what
+    # lets QEMU forward each one to the device as a DMA_MAP. intremap=off: no interrupt
+    # remapping (MSI-X still works; vfio_iommu_type1 is loaded with allow_unsafe_interrupts).
+    qemu_args+=(-device intel-iommu,caching-mode=on,intremap=off)
+    # rnic_iommu=1 reaches /init, which then loads the vfio modules.
+    append+=" intel_iommu=on iommu=pt rnic_iommu=1"
+fi
 qemu_args+=(-append "$append${RNIC_BOOT_APPEND:+ $RNIC_BOOT_APPEND}")
 for i in "${!socks[@]}"; do
     qemu_args+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"${names[$i]}\",\"socket\":{\"path\":\"$(qemu_path "${socks[$i]}")\",\"type\":\"unix\"}}")
@@ -385,7 +403,7 @@ read -ra extra <<<"${RNIC_BOOT_EXTRA_QEMU_ARGS:-}"
 qemu_args+=(${extra[@]+"${extra[@]}"})
 mapfile -t qemu_prefix < <(qemu_argv)
 
-log "booting (TCG; $([ $rxe = 1 ] && echo "rxe guest" || echo "functions: ${names[*]:-none}"); NICs: ${nics[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
+log "booting (TCG; $([ $rxe = 1 ] && echo "rxe guest" || echo "functions: ${names[*]:-none}")$([ $iommu = 1 ] && echo "; virtual IOMMU"); NICs: ${nics[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
 start=$SECONDS
 if [ $interactive = 1 ]; then
     # --foreground keeps QEMU in our process group so it may use the terminal; <&0 keeps

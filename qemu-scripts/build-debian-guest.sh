@@ -61,12 +61,16 @@ if [ "$flavour" = rxe ]; then
     # with PCLMULQDQ, so failing to load it is fine: crc32_generic then serves rxe's ICRC.
     modules=(virtio_net crc32_generic crc32_pclmul rdma_rxe ib_uverbs)
     optional_modules=" crc32_pclmul "
+    iommu_modules=()
     flavour_excludes=()
 else
     kit=$VERBS_KIT
     base=$VERBS_KIT/base.zst
     modules=(virtio_net)
     optional_modules=" "
+    # Loaded only with a virtual IOMMU (boot.sh --iommu, kernel word rnic_iommu=1): the
+    # library then reaches the functions through VFIO, with interrupts.
+    iommu_modules=(vfio_iommu_type1 vfio_pci)
     # Debian's libibverbs and its provider plug-ins stay out: rnic's library is provider
     # and libibverbs in one, added by the library cpio.
     flavour_excludes=(--exclude="./$libdir/libibverbs.so*" --exclude="./$libdir/libibverbs"
@@ -125,9 +129,9 @@ build_base() {
         chroot "$RXE_ROOT" depmod "$kver"
     fi
     local guest_files net_files f m name rel
-    mapfile -t guest_files < <(module_files "${modules[@]}")
+    mapfile -t guest_files < <(module_files "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"})
     [ ${#guest_files[@]} -gt 0 ] || die "modprobe found none of ${modules[*]} for kernel $kver"
-    for m in "${modules[@]}"; do
+    for m in "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"}; do
         printf '%s\n' "${guest_files[@]}" | grep -q "/${m}\.ko" || [[ $optional_modules == *" $m "* ]] ||
             die "module $m is not in kernel $kver's tree"
     done
@@ -187,6 +191,7 @@ build_base() {
     ln -s /usr/bin/busybox "$stage/usr/local/sbin/poweroff"
     cp "$here/guest-lib.sh" "$stage/etc/rnic/guest-lib.sh"
     printf '%s\n' "${modules[@]}" >"$stage/etc/rnic/modules"
+    echo ${iommu_modules[@]+"${iommu_modules[@]}"} >"$stage/etc/rnic/iommu-modules"
     echo "$optional_modules" >"$stage/etc/rnic/optional-modules"
     echo "$flavour" >"$stage/etc/rnic/flavour"
     echo "$flavour-guest" >"$stage/etc/hostname"
@@ -263,6 +268,16 @@ setup() {
         esac
     done
     rnic_net_up || return 1
+    # boot.sh --iommu (kernel word rnic_iommu=1): a virtual IOMMU without interrupt
+    # remapping (intremap=off), so vfio_iommu_type1 must be told to accept MSI-X without it.
+    if [ "${rnic_iommu:-}" = 1 ]; then
+        for m in $(cat /etc/rnic/iommu-modules); do
+            args=""
+            [ "$m" = vfio_iommu_type1 ] && args=allow_unsafe_interrupts=1
+            modprobe "$m" $args || { echo "$flavour guest: modprobe $m failed"; return 1; }
+        done
+        [ -e /dev/vfio/vfio ] || { echo "$flavour guest: no /dev/vfio/vfio after loading the vfio modules"; return 1; }
+    fi
     if [ "$flavour" = verbs ]; then
         functions=""
         for dev in /sys/bus/pci/devices/*; do

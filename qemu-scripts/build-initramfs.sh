@@ -68,6 +68,31 @@ if [ -f "$GUEST_KIT/net-modules/load-order" ]; then
 else
     log "warning: no virtio_net modules in $GUEST_KIT/net-modules (run qemu-scripts/setup.sh): guests get no NIC"
 fi
+# The vfio modules (boot.sh --iommu: the driver then reaches the functions through VFIO),
+# resolved once per kernel by the Soft-RoCE root's modprobe (it holds the kernel's module
+# tree and modules.dep) and kept decompressed, so busybox insmod needs no xz.
+vfio_dir=$GUEST_KIT/vfio-modules
+kver=$(cat "$GUEST_KIT/kernel-version")
+if [ "$(cat "$vfio_dir/kernel-version" 2>/dev/null)" != "$kver" ]; then
+    [ -f "$RXE_ROOT/usr/lib/modules/$kver/modules.dep" ] ||
+        die "no module tree for kernel $kver in $RXE_ROOT: run qemu-scripts/setup.sh first"
+    mapfile -t vfio_files < <(chroot "$RXE_ROOT" modprobe -S "$kver" --show-depends -a vfio_pci vfio_iommu_type1 |
+        awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++')
+    printf '%s\n' "${vfio_files[@]}" | grep -q '/vfio-pci\.ko' ||
+        die "modprobe found no vfio-pci module for kernel $kver (CONFIG_VFIO_PCI=m expected)"
+    vfio_tmp=$(mktemp -d "$GUEST_KIT/.vfio-modules.XXXXXX")
+    for f in "${vfio_files[@]}"; do
+        name=$(basename "$f" .xz)
+        xz -dc "$RXE_ROOT$f" >"$vfio_tmp/$name"
+        echo "$name" >>"$vfio_tmp/load-order"
+    done
+    echo "$kver" >"$vfio_tmp/kernel-version"
+    rm -rf "$vfio_dir"
+    mv -T "$vfio_tmp" "$vfio_dir"
+    log "vfio modules for kernel $kver: $(xargs <"$vfio_dir/load-order")"
+fi
+mkdir -p "$stage/lib/modules/rnic-vfio"
+cp "$vfio_dir"/*.ko "$vfio_dir/load-order" "$stage/lib/modules/rnic-vfio/"
 echo 'root:x:0:0:root:/root:/bin/sh' >"$stage/etc/passwd"
 echo 'root:x:0:' >"$stage/etc/group"
 
@@ -92,9 +117,24 @@ if [ -n "${has_nic:-}" ]; then
     done
 fi
 [ $net_ok = 1 ] && rnic_net_up || net_ok=0
+# boot.sh --iommu (kernel word rnic_iommu=1): the guest has a virtual IOMMU, and the driver
+# binds the functions to vfio-pci. The IOMMU has no interrupt remapping (intremap=off), so
+# vfio_iommu_type1 must be told to accept MSI-X without it.
+vfio_ok=1
+if [ "${rnic_iommu:-}" = 1 ]; then
+    for m in $(cat /lib/modules/rnic-vfio/load-order); do
+        args=""
+        [ "$m" = vfio_iommu_type1.ko ] && args=allow_unsafe_interrupts=1
+        insmod /lib/modules/rnic-vfio/$m $args || { echo "rnic guest: insmod $m failed"; vfio_ok=0; }
+    done
+    [ -e /dev/vfio/vfio ] || { echo "rnic guest: no /dev/vfio/vfio after loading the vfio modules"; vfio_ok=0; }
+fi
 cd /root
 if [ $net_ok = 0 ]; then
     echo "rnic guest: network set-up failed, not running the command"
+    status=125
+elif [ $vfio_ok = 0 ]; then
+    echo "rnic guest: vfio set-up failed, not running the command"
     status=125
 elif [ -f /rnic-run.sh ]; then
     sh /rnic-run.sh </dev/null

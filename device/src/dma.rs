@@ -63,9 +63,13 @@ pub enum DmaMapError {
         /// What mmap said.
         source: vm_memory::mmap::MmapRegionError,
     },
-    /// DMA_UNMAP named a range that is not exactly one mapped region.
-    #[error("DMA_UNMAP of {iova:#x}+{size:#x} does not match a mapped region")]
-    NotMapped {
+    /// DMA_UNMAP named a range that cuts a mapped region in two: regions are unmapped
+    /// whole.
+    #[error(
+        "DMA_UNMAP of {iova:#x}+{size:#x} cuts a mapped region: unmap whole regions (as \
+         they were mapped)"
+    )]
+    Straddles {
         /// Start of the range.
         iova: u64,
         /// Size of the range.
@@ -182,7 +186,10 @@ impl DmaSpace {
         self.refused.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Unmaps the region that starts at `iova` and is `size` bytes long.
+    /// Unmaps every region inside `iova`..`iova + size`, as Linux's VFIO type1 IOMMU
+    /// does: a range that holds no mapping unmaps nothing and is no error (QEMU sends such
+    /// unmaps whenever a guest's IOMMU address space changes), and a range that cuts a
+    /// region is refused, leaving everything mapped.
     pub fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaMapError> {
         {
             let mut refused = self.refused_ranges();
@@ -193,14 +200,18 @@ impl DmaSpace {
         }
         let readable = self.readable.lock().unwrap_or_else(|e| e.into_inner());
         let writable = self.writable.lock().unwrap_or_else(|e| e.into_inner());
-        let not_mapped = || DmaMapError::NotMapped { iova, size };
-        let new_readable = remove(&self.readable.memory(), iova, size).ok_or_else(not_mapped)?;
-        let new_writable = remove(&self.writable.memory(), iova, size);
-        readable.replace(new_readable);
+        let end = iova.saturating_add(size);
+        let straddles = || DmaMapError::Straddles { iova, size };
+        // The writable view's regions are a subset of the readable view's.
+        let new_readable =
+            remove_within(&self.readable.memory(), iova, end).ok_or_else(straddles)?;
+        let new_writable =
+            remove_within(&self.writable.memory(), iova, end).ok_or_else(straddles)?;
+        if let Some(r) = new_readable {
+            readable.replace(r);
+        }
         if let Some(w) = new_writable {
             writable.replace(w);
-        } else {
-            drop(writable);
         }
         Ok(())
     }
@@ -283,6 +294,27 @@ pub struct Backing {
     pub offset: u64,
 }
 
+/// `mem` without its regions inside `iova..end`: `Some(None)` when there are none (it stays
+/// as it is), `None` when a region lies partly inside.
+fn remove_within(mem: &GuestMemoryMmap, iova: u64, end: u64) -> Option<Option<GuestMemoryMmap>> {
+    use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+    let mut inside = Vec::new();
+    for r in mem.iter() {
+        let (start, len) = (r.start_addr().raw_value(), r.len());
+        let r_end = start.saturating_add(len);
+        if start >= iova && r_end <= end {
+            inside.push((start, len));
+        } else if start < end && r_end > iova {
+            return None;
+        }
+    }
+    let mut left: Option<GuestMemoryMmap> = None;
+    for (start, len) in inside {
+        left = Some(remove(left.as_ref().unwrap_or(mem), start, len)?);
+    }
+    Some(left)
+}
+
 /// `mem` without the region that starts at `iova` and is `size` bytes long, if there is one.
 fn remove(mem: &GuestMemoryMmap, iova: u64, size: u64) -> Option<GuestMemoryMmap> {
     use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
@@ -322,9 +354,10 @@ pub(crate) mod tests {
         let err = space.map(0, 0x1000, 0, None, true).unwrap_err();
         assert!(err.to_string().contains("memory-backend-memfd"), "{err}");
         assert_eq!(space.region_count(), 0);
-        // Unmapping the refused range is not an error; unmapping it twice is.
+        // Unmapping the refused range is not an error, nor is unmapping it twice (nothing
+        // is mapped there).
         space.unmap(0, 0x1000).unwrap();
-        assert!(space.unmap(0, 0x1000).is_err());
+        space.unmap(0, 0x1000).unwrap();
     }
 
     #[test]
@@ -411,20 +444,35 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn unmap_removes_exactly_one_region() {
+    fn unmap_removes_the_regions_inside_the_range_whole() {
         let space = DmaSpace::new();
-        space
-            .map(0x10000, 0x1000, 0, Some(memfd(0x1000)), true)
-            .unwrap();
-        space
-            .map(0x20000, 0x1000, 0, Some(memfd(0x1000)), true)
-            .unwrap();
-        assert!(space.unmap(0x10000, 0x2000).is_err());
-        space.unmap(0x10000, 0x1000).unwrap();
-        assert_eq!(space.region_count(), 1);
+        for (iova, size, writable) in [
+            (0x10000, 0x1000, true),
+            (0x12000, 0x1000, false),
+            (0x20000, 0x1000, true),
+            (0x30000, 0x2000, true),
+        ] {
+            space
+                .map(iova, size, 0, Some(memfd(size)), writable)
+                .unwrap();
+        }
+        // Two regions, one of them read-only, and the hole between them.
+        space.unmap(0x10000, 0x3000).unwrap();
+        assert_eq!(space.region_count(), 2);
+        assert_eq!(space.backing(0x12000, false), None);
+        // Nothing mapped there: nothing to do, no error (QEMU sends such unmaps).
+        space.unmap(0x10000, 0x3000).unwrap();
+        space.unmap(0x50000, 0x1000).unwrap();
+        // A range that cuts a region in two is refused, and leaves it mapped.
+        assert!(matches!(
+            space.unmap(0x31000, 0x1000),
+            Err(DmaMapError::Straddles { .. })
+        ));
+        assert!(space.unmap(0x2f000, 0x2000).is_err());
+        assert_eq!(space.region_count(), 2);
         space.unmap(0x20000, 0x1000).unwrap();
+        space.unmap(0x30000, 0x2000).unwrap();
         assert_eq!(space.region_count(), 0);
-        assert!(space.unmap(0x20000, 0x1000).is_err());
     }
 
     #[test]

@@ -261,6 +261,10 @@ impl Transport for InProcess {
         format!("in-process:{}", self.function.identity().id)
     }
 
+    fn kind(&self) -> String {
+        "in-process (the fuzzer calls the device directly)".into()
+    }
+
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
         self.function
             .region_read(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), buf)

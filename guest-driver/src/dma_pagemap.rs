@@ -21,7 +21,7 @@ use std::sync::Arc;
 use rnic_abi::PAGE_SIZE;
 
 use crate::error::{Error, Result};
-use crate::transport::user_memory::{mappings, os_error, page_span, PinUnit, UserPages};
+use crate::transport::user_memory::{accessible, os_error, page_span, PinUnit, UserPages};
 use crate::transport::{DmaBuffer, DmaRelease};
 
 /// The device's page size, the unit of [`DmaBuffer::pages`].
@@ -57,35 +57,17 @@ impl PagemapAllocator {
                 e,
             )
         })?;
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let reported = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        // The arithmetic below relies on whole device pages per kernel page; anything
-        // else would be a broken sysconf, so fall back to the common case.
-        let sys_page = usize::try_from(reported)
-            .ok()
-            .filter(|p| p.is_power_of_two() && *p >= DEVICE_PAGE)
-            .unwrap_or(DEVICE_PAGE);
-        Ok(Self { pagemap, sys_page })
+        Ok(Self {
+            pagemap,
+            sys_page: sys_page_size(),
+        })
     }
 
     /// Allocates `size` bytes rounded up to whole 4 KiB pages (at least one), zeroed,
     /// pinned, with the guest-physical address of every page.
     pub(crate) fn alloc(&self, size: usize) -> Result<DmaBuffer> {
         let len = round_up(size.max(1), DEVICE_PAGE).ok_or_else(|| too_large(size))?;
-        let mapping = if len > DEVICE_PAGE {
-            match Mapping::new(len, Backing::Huge, self.sys_page) {
-                Ok(m) => m,
-                Err(e) => {
-                    // Expected whenever no hugepages are reserved (vm.nr_hugepages = 0).
-                    log::debug!(
-                        "no hugetlb page for a {len}-byte DMA buffer ({e}); using 4 KiB pages"
-                    );
-                    Mapping::new(len, Backing::Small, self.sys_page)?
-                }
-            }
-        } else {
-            Mapping::new(len, Backing::Small, self.sys_page)?
-        };
+        let mapping = Mapping::for_dma(len, self.sys_page)?;
         self.finish(mapping, len)
     }
 
@@ -190,19 +172,7 @@ impl PagemapAllocator {
     ) -> Result<DmaBuffer> {
         let (start, end) = page_span(addr, len)
             .ok_or_else(|| os_error(format!("{len} bytes at {addr:#x}"), libc::EINVAL))?;
-        for v in mappings(start, end)? {
-            if !v.read || (writable && !v.write) {
-                return Err(os_error(
-                    format!(
-                        "{:#x}..{:#x} is not {} by this process",
-                        v.start.max(start),
-                        v.end.min(end),
-                        if writable { "writable" } else { "readable" }
-                    ),
-                    libc::EFAULT,
-                ));
-            }
-        }
+        accessible(start, end, writable)?;
         pins.map(addr, len, &[(start, end, ())], |(), s, l| {
             self.pin(s, l, writable)
         })
@@ -257,6 +227,19 @@ impl PagemapAllocator {
     }
 }
 
+/// The kernel's page size, which can be larger than the device's 4 KiB pages (arm64
+/// kernels with 16 or 64 KiB pages).
+pub(crate) fn sys_page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let reported = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    // The arithmetic of the allocators relies on whole device pages per kernel page;
+    // anything else would be a broken sysconf, so fall back to the common case.
+    usize::try_from(reported)
+        .ok()
+        .filter(|p| p.is_power_of_two() && *p >= DEVICE_PAGE)
+        .unwrap_or(DEVICE_PAGE)
+}
+
 /// Which kind of pages back a mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backing {
@@ -267,14 +250,36 @@ enum Backing {
 }
 
 /// An anonymous, locked, populated mapping; unmapped on drop unless handed over with
-/// [`Mapping::into_raw`], so every error path of [`PagemapAllocator::alloc`] cleans up.
+/// [`Mapping::into_raw`], so every error path of an allocator cleans up. Also the memory
+/// of the VFIO transport's DMA buffers, which VFIO then maps for the device.
 #[derive(Debug)]
-struct Mapping {
+pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     map_len: usize,
 }
 
 impl Mapping {
+    /// Memory for a DMA buffer of `len` bytes (a multiple of 4 KiB): a 2 MiB hugetlb
+    /// mapping for more than a page where the kernel has one reserved (it is never moved
+    /// and is contiguous within each 2 MiB), else kernel pages.
+    pub(crate) fn for_dma(len: usize, sys_page: usize) -> Result<Self> {
+        if len > DEVICE_PAGE {
+            match Mapping::new(len, Backing::Huge, sys_page) {
+                Ok(m) => return Ok(m),
+                // Expected whenever no hugepages are reserved (vm.nr_hugepages = 0).
+                Err(e) => log::debug!(
+                    "no hugetlb page for a {len}-byte DMA buffer ({e}); using 4 KiB pages"
+                ),
+            }
+        }
+        Mapping::new(len, Backing::Small, sys_page)
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// Maps at least `len` bytes, locks them and writes to every page.
     fn new(len: usize, backing: Backing, sys_page: usize) -> Result<Self> {
         let granule = match backing {
@@ -343,8 +348,9 @@ impl Mapping {
         Ok(mapping)
     }
 
-    /// Gives up ownership without unmapping.
-    fn into_raw(self) -> (NonNull<u8>, usize) {
+    /// Gives up ownership without unmapping: (first byte, mapped length), for
+    /// [`unmap`] later.
+    pub(crate) fn into_raw(self) -> (NonNull<u8>, usize) {
         let raw = (self.ptr, self.map_len);
         std::mem::forget(self);
         raw
@@ -371,7 +377,7 @@ impl DmaRelease for PagemapRelease {
 }
 
 /// Unlocks and unmaps memory mapped by [`Mapping::new`].
-fn unmap(ptr: NonNull<u8>, map_len: usize) {
+pub(crate) fn unmap(ptr: NonNull<u8>, map_len: usize) {
     let addr = ptr.as_ptr().cast::<libc::c_void>();
     // SAFETY: `addr..addr+map_len` is a mapping of ours that nothing uses any more (its
     // owner is being dropped). munlock on never-locked memory is harmless, and munmap

@@ -10,6 +10,15 @@
 //! * [`run_indirect_keys`]: an indirect key over three regions of B as the rkey of a WRITE
 //!   (scatter) and a READ (gather), a pattern key gathering strided data, and a WRITE past
 //!   the indirect key's end that must fail and leave every guard byte as it was.
+//! * [`dma_isolation_exercise`]: what an IOMMU keeps from the device (a guest with one,
+//!   the functions driven through VFIO): registering a page at an IOVA this process never
+//!   mapped fails with DMA_ERROR, in the writable and the read-only view; the
+//!   application's own heap buffer, registered in place (`map_user_memory`), receives an
+//!   RDMA WRITE byte for byte with its neighbours untouched, and once given back its IOVA
+//!   is refused again; registering another process's page by its guest-physical address
+//!   (a child process, [`hold_secret`], keeps secret bytes there) fails with DMA_ERROR.
+//!   Where the device accepts that page (no IOMMU: the page map), the scenario READs it
+//!   and fails, saying whether the secret came back.
 //!
 //! Each check reports one line (`ok: ...`) through a callback; the first failed check ends
 //! the scenario with a [`FeatureError`] naming it.
@@ -594,6 +603,271 @@ pub fn indirect_keys_exercise(a: &Endpoint, b: &Endpoint, checks: &mut Checks) -
 }
 
 // ---------------------------------------------------------------------------------------
+// DMA isolation: what an IOMMU keeps out of the device's reach.
+
+/// Seed of the bytes the secret holder ([`hold_secret`]) keeps in its page.
+const SECRET_SEED: u64 = 0x5EC2_E7ED;
+/// The hidden `rnic-features` scenario the isolation scenario runs in a child process.
+pub const HOLD_SECRET: &str = "hold-secret";
+
+/// The child process of the isolation scenario: allocates one page of DMA-able memory
+/// the way the page-map transport does (pinned, its guest-physical address looked up),
+/// fills it with secret bytes, prints `secret-page 0x<guest-physical address>` and keeps
+/// the page until its standard input closes. Another process's memory, as a device
+/// without an IOMMU reaches it.
+pub fn hold_secret() -> crate::Result<()> {
+    use std::io::{Read, Write};
+    let page = crate::dma_pagemap::PagemapAllocator::new()?.alloc(4096)?;
+    page.write(0, &pattern(4096, SECRET_SEED));
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "secret-page {:#x}", page.pages()[0])
+        .and_then(|()| out.flush())
+        .map_err(|e| crate::Error::Io("print the secret page's address".into(), e))?;
+    // Until the parent is done (it closes our stdin, or dies).
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(page);
+    Ok(())
+}
+
+/// A child process running [`hold_secret`], ended on drop.
+struct SecretHolder {
+    child: std::process::Child,
+    /// The guest-physical address of its secret page.
+    page: u64,
+}
+
+impl SecretHolder {
+    /// Starts `exe` (the `rnic-features` binary) as the holder and reads its page's address.
+    fn start(exe: &std::path::Path) -> Result<Self> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(exe)
+            .arg(HOLD_SECRET)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| FeatureError(format!("start {} {HOLD_SECRET}: {e}", exe.display())))?;
+        let mut line = String::new();
+        let read = child
+            .stdout
+            .take()
+            .map(|out| std::io::BufReader::new(out).read_line(&mut line));
+        let page = line
+            .trim()
+            .strip_prefix("secret-page 0x")
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        match page {
+            Some(page) => Ok(Self { child, page }),
+            None => {
+                let _ = child.kill();
+                let status = child.wait();
+                Err(FeatureError(format!(
+                    "the secret holder printed {line:?} ({read:?}, {status:?}), not its page's address: run as root"
+                )))
+            }
+        }
+    }
+}
+
+impl Drop for SecretHolder {
+    fn drop(&mut self) {
+        // Closing its stdin ends it; it holds nothing else.
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// A [`DmaBuffer`](crate::transport::DmaBuffer) of one page that the device is told lives
+/// at `device_page`, while the driver's side is `local`'s first page: what registering
+/// memory the driver does not own looks like.
+///
+/// # Safety
+/// The result must be dropped before `local`.
+unsafe fn foreign_page(
+    local: &crate::transport::DmaBuffer,
+    device_page: u64,
+) -> crate::transport::DmaBuffer {
+    let ptr = local.as_ptr();
+    // SAFETY: `local` outlives the result (the caller's promise) and holds a page; no
+    // release: the memory is `local`'s to give back.
+    unsafe { crate::transport::DmaBuffer::new(ptr, 4096, vec![device_page], None) }
+}
+
+/// A page of `b`'s DMA memory, the driver's side of a [`register_foreign`].
+fn spare_page(b: &Endpoint) -> Result<crate::transport::DmaBuffer> {
+    b.ctx
+        .device()
+        .transport()
+        .alloc_dma(4096)
+        .map_err(drv("allocate a page"))
+}
+
+/// Registers one page that the device is told is at `device_page` in `b`'s PD with
+/// `access`, the driver's side being `local` ([`spare_page`]). `Ok(None)` if the device
+/// refused it with DMA_ERROR; the MR (and `local`, which must outlive it) if it accepted.
+fn register_foreign(
+    b: &Endpoint,
+    local: crate::transport::DmaBuffer,
+    device_page: u64,
+    access: u32,
+) -> Result<Option<(Mr, crate::transport::DmaBuffer)>> {
+    // SAFETY: `foreign` is dropped before `local`: both go together, the MR (holding
+    // `foreign`) first, as the caller drops the tuple's fields in order.
+    let foreign = Arc::new(unsafe { foreign_page(&local, device_page) });
+    match b.pd.reg_mr(foreign, 0, 4096, access) {
+        Ok(mr) => Ok(Some((mr, local))),
+        Err(crate::Error::Command {
+            name: "DMA_ERROR", ..
+        }) => Ok(None),
+        Err(e) => Err(FeatureError(format!(
+            "REG_MR of a page at {device_page:#x} failed otherwise than with DMA_ERROR: {e}"
+        ))),
+    }
+}
+
+/// Bytes of the application buffer the isolation scenario registers in place.
+const APP_LEN: usize = 5000;
+/// Where in its heap allocation the registered range starts: not page-aligned.
+const APP_OFFSET: usize = 1001;
+
+/// The isolation scenario between `a` and `b` (see the module documentation): memory the
+/// driver never mapped for the device, memory it gave back, and another process's memory
+/// cannot be registered, while the application's own memory registered in place can;
+/// `exe` is the `rnic-features` binary, run as the secret holder.
+pub fn dma_isolation_exercise(
+    a: &Endpoint,
+    b: &Endpoint,
+    exe: &std::path::Path,
+    checks: &mut Checks,
+) -> Result<()> {
+    let vfio = a
+        .ctx
+        .device()
+        .transport()
+        .as_any()
+        .downcast_ref::<crate::transport::vfio::VfioTransport>();
+    if let Some(vfio) = vfio {
+        let iova = vfio
+            .unmapped_iova()
+            .ok_or_else(|| FeatureError("the VFIO container has no free IOVA left".into()))?;
+        for (what, access) in [
+            ("writable", ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE),
+            ("read-only", ACCESS_REMOTE_READ),
+        ] {
+            let got = register_foreign(b, spare_page(b)?, iova, access)?;
+            checks.check(
+                &format!("dma-isolation: REG_MR ({what}) of IOVA {iova:#x}, never mapped, fails with DMA_ERROR"),
+                got.is_none(),
+                || "the device accepted memory nobody mapped for it".into(),
+            )?;
+        }
+    }
+    let (qa, _qb) = rc_pair(a, b)?;
+
+    // The application's own memory, registered where it is (what ibv_reg_mr does): an
+    // RDMA WRITE lands in it, and in nothing around it.
+    let mut heap = vec![FILL; 3 * 4096];
+    let at = heap.as_mut_ptr() as usize + APP_OFFSET;
+    let buf = b
+        .ctx
+        .device()
+        .transport()
+        .map_user_memory(at, APP_LEN, true)
+        .map_err(drv("make application memory reachable"))?;
+    let app_pages = buf.pages().to_vec();
+    let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
+    let mr =
+        b.pd.reg_mr_iova(Arc::new(buf), at % 4096, APP_LEN, at as u64, access)
+            .map_err(drv("register application memory"))?;
+    let data = pattern(APP_LEN, 9);
+    a.mr.write(0, &data);
+    let wc = complete(
+        &qa,
+        a.cq,
+        &rdma(1, true, mr.rkey(), at as u64, a.mr.sge(0, APP_LEN)),
+    )?;
+    check_wc(
+        checks,
+        "dma-isolation: an RDMA WRITE into application memory registered in place completes",
+        &wc,
+        1,
+        WcStatus::Success,
+    )?;
+    let (before, rest) = heap.split_at(APP_OFFSET);
+    let (landed, after) = rest.split_at(APP_LEN);
+    checks.check(
+        "dma-isolation: the WRITE's bytes are in the application's buffer, and only there",
+        landed == data && before.iter().chain(after).all(|&x| x == FILL),
+        || "the buffer or its neighbours hold other bytes".into(),
+    )?;
+    if vfio.is_some() {
+        // Given back (deregistered, so unmapped from the IOMMU): out of reach again. The
+        // VFIO transport hands out IOVAs next fit, so neither the probe's page (taken
+        // first anyway) nor REG_MR's page list is mapped at the IOVAs just freed.
+        let local = spare_page(b)?;
+        drop(mr);
+        let got = register_foreign(b, local, app_pages[0], ACCESS_REMOTE_READ)?;
+        checks.check(
+            &format!(
+                "dma-isolation: REG_MR of IOVA {:#x}, application memory given back, fails with DMA_ERROR",
+                app_pages[0]
+            ),
+            got.is_none(),
+            || "the device still reaches memory the IOMMU unmapped".into(),
+        )?;
+    }
+    drop(heap);
+
+    let holder = SecretHolder::start(exe)?;
+    if vfio.is_some_and(|v| v.is_mapped(holder.page)) {
+        return Err(FeatureError(format!(
+            "the secret page's guest-physical address {:#x} is also an IOVA of this process: the check would prove nothing",
+            holder.page
+        )));
+    }
+    // Kept as one tuple: its MR (which holds the foreign buffer) drops before the page.
+    let Some(registered) = register_foreign(b, spare_page(b)?, holder.page, ACCESS_REMOTE_READ)?
+    else {
+        return checks.check(
+            &format!(
+                "dma-isolation: REG_MR of another process's page (guest-physical {:#x}) fails with DMA_ERROR",
+                holder.page
+            ),
+            true,
+            String::new,
+        );
+    };
+    // Accepted: see whether the device really hands out the other process's bytes.
+    a.mr.write(0, &[0; 4096]);
+    let mr = &registered.0;
+    let wc = complete(
+        &qa,
+        a.cq,
+        &rdma(2, false, mr.rkey(), mr.iova(), a.mr.sge(0, 4096)),
+    )?;
+    let leaked =
+        wc.status == Ok(WcStatus::Success) && read_mr(a.mr, 0, 4096) == pattern(4096, SECRET_SEED);
+    checks.check(
+        "dma-isolation: another process's page is out of the device's reach",
+        false,
+        || {
+            if leaked {
+                format!(
+                    "REG_MR accepted another process's page (guest-physical {:#x}) and an RDMA READ of it returned the process's secret bytes: the device reaches all guest memory (no IOMMU)",
+                    holder.page
+                )
+            } else {
+                format!(
+                    "REG_MR accepted another process's page (guest-physical {:#x}); a READ of it completed {}",
+                    holder.page,
+                    wc.status_str()
+                )
+            }
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------------------
 // The tool.
 
 /// Which two functions to open.
@@ -608,12 +882,14 @@ pub enum Functions {
 }
 
 /// Which scenario to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scenario {
     /// [`dc_exercise`] and [`dc_wrong_key`].
     Dc,
     /// [`indirect_keys_exercise`].
     IndirectKeys,
+    /// [`dma_isolation_exercise`], with this binary (`rnic-features`) as the secret holder.
+    DmaIsolation(std::path::PathBuf),
 }
 
 /// One opened function with the objects of an [`Endpoint`] (for the DC targets, one
@@ -661,9 +937,9 @@ impl Opened {
 
 fn open_pair(functions: &Functions) -> Result<(Box<dyn Transport>, Box<dyn Transport>)> {
     let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
-        Ok(Box::new(SysfsTransport::open(bdf).map_err(drv(
-            &format!("open PCI function {bdf} (as root, bound to no driver)"),
-        ))?))
+        crate::transport::open_pci(bdf).map_err(drv(&format!(
+            "open PCI function {bdf} (as root, bound to no driver, or to vfio-pci behind an IOMMU)"
+        )))
     };
     Ok(match functions {
         Functions::Pci(a, b) => (pci(a)?, pci(b)?),
@@ -709,6 +985,9 @@ pub fn run(functions: &Functions, scenario: Scenario, say: &mut dyn FnMut(&str))
         }
         Scenario::IndirectKeys => {
             indirect_keys_exercise(&a.endpoint(0), &b.endpoint(0), &mut checks)?
+        }
+        Scenario::DmaIsolation(exe) => {
+            dma_isolation_exercise(&a.endpoint(0), &b.endpoint(0), &exe, &mut checks)?
         }
     }
     Ok(checks.passed())

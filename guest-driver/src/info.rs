@@ -35,6 +35,8 @@ pub struct Report {
     pub capabilities: Vec<&'static str>,
     /// Resource limits, by ibverbs name.
     pub limits: Vec<(&'static str, u64)>,
+    /// How the driver reaches the function ([`crate::transport::Transport::kind`]).
+    pub transport: String,
     /// Whether the driver gets interrupts on this transport.
     pub interrupts: bool,
 }
@@ -107,6 +109,7 @@ impl Report {
                 ("msix_vectors", l.msix_vectors.into()),
                 ("cmdq_max_size", l.cmdq_max_size.into()),
             ],
+            transport: device.transport().kind(),
             interrupts: device.interrupts(),
         })
     }
@@ -138,6 +141,7 @@ impl Report {
         let _ = writeln!(s, "  mac:          {}", self.mac);
         let _ = writeln!(s, "  gid:          {}", self.gid);
         let _ = writeln!(s, "  capabilities: {}", self.capabilities.join(" "));
+        let _ = writeln!(s, "  transport:    {}", self.transport);
         let _ = writeln!(
             s,
             "  interrupts:   {}",

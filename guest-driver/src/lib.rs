@@ -1,8 +1,9 @@
 //! A userspace driver for rnic, the emulated RDMA NIC.
 //!
-//! One driver for two worlds: inside a VM it reaches the PCI function through sysfs
-//! ([`transport::sysfs`]); on the host it speaks vfio-user to rnicd itself and plays the
-//! VMM ([`transport::vfio_user`]). Everything above the [`transport::Transport`] trait is
+//! One driver for two worlds: inside a VM it reaches the PCI function through VFIO when
+//! the VM has an IOMMU ([`transport::vfio`]) and through sysfs otherwise
+//! ([`transport::sysfs`]), choosing by itself ([`transport::open_pci`]); on the host it
+//! speaks vfio-user to rnicd itself and plays the VMM ([`transport::vfio_user`]). Everything above the [`transport::Transport`] trait is
 //! shared: [`device::Device`] opens and resets a function and runs its command queue
 //! ([`cmdq`]).
 
@@ -32,18 +33,23 @@ use transport::vfio_user::VfioUserTransport;
 pub enum Location {
     /// A vfio-user socket on the host.
     VfioUser(std::path::PathBuf),
-    /// A PCI function in this (virtual) machine.
+    /// A PCI function in this (virtual) machine, reached through VFIO if it has an IOMMU
+    /// group, else through sysfs ([`transport::open_pci`]).
     Pci(String),
 }
 
 impl Location {
     /// Opens the function.
     pub fn open(&self) -> Result<Device> {
-        let transport: Box<dyn transport::Transport> = match self {
+        Device::open(self.open_transport()?)
+    }
+
+    /// Opens the transport to the function, without opening the function itself.
+    pub fn open_transport(&self) -> Result<Box<dyn transport::Transport>> {
+        Ok(match self {
             Location::VfioUser(path) => Box::new(VfioUserTransport::connect(Path::new(path))?),
-            Location::Pci(bdf) => Box::new(SysfsTransport::open(bdf)?),
-        };
-        Device::open(transport)
+            Location::Pci(bdf) => transport::open_pci(bdf)?,
+        })
     }
 
     /// Every rnic function of this machine's PCI bus.

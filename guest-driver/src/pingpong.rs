@@ -115,8 +115,13 @@ const RX_DEPTH: u32 = 128;
 const TX_DEPTH: u32 = 16;
 /// The RNR NAK timer code the responder advertises (0.64 ms, as `ibv_rc_pingpong`).
 const MIN_RNR_TIMER: u8 = 12;
-/// How long a wait sleeps at most before it looks at the clock again.
+/// How long a wait sleeps at most before it looks at the clock again (and whether the QP
+/// moved, with --follow-*).
 const WAIT_SLICE: Duration = Duration::from_millis(20);
+/// The same for a wait on completion events with no QP to follow: the event ends it, so
+/// the slice only bounds how late the time limit is noticed, and a long one keeps an idle
+/// waiter asleep.
+const EVENT_WAIT_SLICE: Duration = Duration::from_secs(1);
 /// Magic of control messages.
 const CTRL_MAGIC: &[u8; 6] = b"RNICPP";
 /// Version of control messages.
@@ -869,9 +874,9 @@ pub(crate) fn open(
     buf_len: usize,
 ) -> Result<(Device, Option<Device>, Arc<DmaBuffer>)> {
     let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
-        Ok(Box::new(SysfsTransport::open(bdf).map_err(drv(
-            &format!("open PCI function {bdf} (as root, with the function bound to no driver)"),
-        ))?))
+        crate::transport::open_pci(bdf).map_err(drv(&format!(
+            "open PCI function {bdf} (as root, with the function bound to no driver, or to vfio-pci behind an IOMMU)"
+        )))
     };
     let mut spare: Option<Box<dyn Transport>> = None;
     let transport: Box<dyn Transport> = match choice {
@@ -917,7 +922,8 @@ pub(crate) fn open(
         match follow {
             Some(DeviceChoice::Pci(bdf)) if !matches!(choice, DeviceChoice::VfioUser(_)) => {
                 // In a VM every function reaches all of guest memory at its physical
-                // addresses, so the second function needs nothing shared explicitly.
+                // addresses, or (behind an IOMMU) everything this process's VFIO
+                // container maps, so the second function needs nothing shared explicitly.
                 spare = Some(pci(bdf)?);
             }
             Some(_) => return fail("--follow-pci goes with a PCI function (in a VM)"),
@@ -1160,7 +1166,12 @@ impl Session {
             if left == Some(Duration::ZERO) {
                 return Err(self.timed_out(what));
             }
-            let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
+            let most = if self.cfg.events && self.spare.is_none() {
+                EVENT_WAIT_SLICE
+            } else {
+                WAIT_SLICE
+            };
+            let slice = left.map_or(most, |l| l.min(most));
             let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, &mut idle, slice)?;
             self.pending.extend(got);
         }

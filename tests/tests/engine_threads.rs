@@ -49,8 +49,20 @@ fn perf(args: &[&std::ffi::OsStr]) -> String {
     text
 }
 
-fn os(v: &[&str]) -> Vec<std::ffi::OsString> {
-    v.iter().map(|s| s.into()).collect()
+/// Runs rnic-perf `args` on `pairs` of rnicd's functions ("vf0", ...), the first of each
+/// posting, all pairs at once, checking every byte.
+fn perf_on(rnicd: &Rnicd, args: &[&str], pairs: &[(&str, &str)]) -> String {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(|s| s.into()).collect();
+    for (a, b) in pairs {
+        all.extend([
+            "--vfio-user".into(),
+            rnicd.socket(a).into_os_string(),
+            "--remote-vfio-user".into(),
+            rnicd.socket(b).into_os_string(),
+        ]);
+    }
+    let refs: Vec<&std::ffi::OsStr> = all.iter().map(|a| a.as_os_str()).collect();
+    perf(&refs)
 }
 
 /// With `--placement spread`, VF0 (function 1) runs on thread 1 and VF1 (function 2) on
@@ -68,27 +80,20 @@ fn functions_on_different_threads_exchange_every_operation() {
         engine_ticks(rnicd.pid()).len() == 2
     });
     let before = engine_ticks(rnicd.pid());
-    let ends = [
-        "--vfio-user".into(),
-        rnicd.socket("vf0").into_os_string(),
-        "--remote-vfio-user".into(),
-        rnicd.socket("vf1").into_os_string(),
-    ];
+    let vf0_vf1 = [("vf0", "vf1")];
     for test in ["write_bw", "read_bw", "send_bw"] {
-        let mut args = os(&[test, "-s", "65536", "-n", "200", "-q", "4", "-t", "16"]);
-        args.extend(ends.iter().cloned());
-        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-        perf(&refs);
+        perf_on(
+            &rnicd,
+            &[test, "-s", "65536", "-n", "200", "-q", "4", "-t", "16"],
+            &vf0_vf1,
+        );
     }
     for (test, size) in [
         ("write_lat", "8"),
         ("send_lat", "4096"),
         ("atomic_lat", "8"),
     ] {
-        let mut args = os(&[test, "-s", size, "-n", "200"]);
-        args.extend(ends.iter().cloned());
-        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-        perf(&refs);
+        perf_on(&rnicd, &[test, "-s", size, "-n", "200"], &vf0_vf1);
     }
     let after = engine_ticks(rnicd.pid());
     for (name, ticks) in &after {
@@ -125,17 +130,11 @@ fn last_placement(log: &str) -> HashMap<String, usize> {
 #[test]
 fn the_placement_follows_the_traffic() {
     let rnicd = Rnicd::start(4, &["--threads", "2", "--placement", "auto"]);
-    let mut args = os(&["write_bw", "-s", "65536", "-D", "1.5"]);
-    for (a, b) in [("vf0", "vf2"), ("vf1", "vf3")] {
-        args.extend([
-            "--vfio-user".into(),
-            rnicd.socket(a).into_os_string(),
-            "--remote-vfio-user".into(),
-            rnicd.socket(b).into_os_string(),
-        ]);
-    }
-    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let report = perf(&refs);
+    let report = perf_on(
+        &rnicd,
+        &["write_bw", "-s", "65536", "-D", "1.5"],
+        &[("vf0", "vf2"), ("vf1", "vf3")],
+    );
     assert!(report.contains("2 pairs at once"), "{report}");
     let placed = last_placement(&rnicd.log());
     assert_eq!(placed["vf0"], placed["vf2"], "{placed:?}");
@@ -149,17 +148,11 @@ fn the_placement_follows_the_traffic() {
 #[test]
 fn busy_pairs_on_one_thread_are_spread_while_the_other_sleeps() {
     let rnicd = Rnicd::start(8, &["--threads", "2", "--placement", "auto"]);
-    let mut args = os(&["write_bw", "-e", "-s", "65536", "-D", "1.5"]);
-    for (a, b) in [("vf2", "vf3"), ("vf6", "vf7")] {
-        args.extend([
-            "--vfio-user".into(),
-            rnicd.socket(a).into_os_string(),
-            "--remote-vfio-user".into(),
-            rnicd.socket(b).into_os_string(),
-        ]);
-    }
-    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    perf(&refs);
+    perf_on(
+        &rnicd,
+        &["write_bw", "-e", "-s", "65536", "-D", "1.5"],
+        &[("vf2", "vf3"), ("vf6", "vf7")],
+    );
     let placed = last_placement(&rnicd.log());
     assert_eq!(placed["vf2"], placed["vf3"], "{placed:?}");
     assert_eq!(placed["vf6"], placed["vf7"], "{placed:?}");
@@ -189,15 +182,8 @@ fn threads_share_one_capture_and_one_fault_injector() {
         ],
     );
     for test in ["write_bw", "read_bw", "send_bw"] {
-        let mut args = os(&[test, "-s", "20000", "-n", "60", "-q", "2", "-m", "1024"]);
-        args.extend([
-            "--vfio-user".into(),
-            rnicd.socket("vf0").into_os_string(),
-            "--remote-vfio-user".into(),
-            rnicd.socket("vf1").into_os_string(),
-        ]);
-        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-        perf(&refs);
+        let args = [test, "-s", "20000", "-n", "60", "-q", "2", "-m", "1024"];
+        perf_on(&rnicd, &args, &[("vf0", "vf1")]);
     }
     rnicd.stop_with(libc::SIGTERM);
     let log = rnicd.log();

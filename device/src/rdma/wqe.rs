@@ -92,11 +92,16 @@ pub fn decode_send(
     caps: &QpCaps,
     room: u32,
 ) -> Result<SendOp, WqeError> {
-    let mut fixed = [0u8; 64];
-    if !read(0, &mut fixed) {
+    // One read for the fixed part and, as far as the entry has room, the first SGEs
+    // after it: most WQEs have one or two, and a guest-memory read costs more than the
+    // bytes it moves.
+    let mut head = [0u8; 64 + HEAD_SGES * 16];
+    let first = (room as usize).clamp(64, head.len());
+    if !read(0, &mut head[..first]) {
         return Err(WqeError::Unreachable);
     }
-    let wqe = SendWqe::read_from_bytes(&fixed).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
+    let wqe =
+        SendWqe::read_from_bytes(&head[..64]).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
     let malformed = WqeError::Malformed { wr_id: wqe.wr_id };
     if wqe.opcode > wr::SEND_WITH_INV {
         return Err(malformed);
@@ -120,16 +125,25 @@ pub fn decode_send(
     if n > caps.max_send_sge || 64 + u64::from(n) * 16 > u64::from(room) {
         return Err(malformed);
     }
-    let mut raw = vec![0u8; n as usize * 16];
-    if !read(64, &mut raw) {
-        return Err(WqeError::Unreachable);
-    }
+    let end = 64 + n as usize * 16;
+    let sges = if end <= first {
+        sges_of(&head[64..end])
+    } else {
+        let mut raw = vec![0u8; end - 64];
+        if !read(64, &mut raw) {
+            return Err(WqeError::Unreachable);
+        }
+        sges_of(&raw)
+    };
     Ok(SendOp {
         wqe,
-        sges: sges_of(&raw),
+        sges,
         inline: None,
     })
 }
+
+/// SGEs that [`decode_send`] reads together with the fixed part of a WQE.
+const HEAD_SGES: usize = 4;
 
 /// A receive WQE, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,9 +193,12 @@ fn read_sges(q: &WorkQueue, mem: &GuestMemoryMmap, at: u64, n: u32) -> Result<Ve
 }
 
 fn sges_of(raw: &[u8]) -> Vec<Sge> {
-    raw.chunks_exact(16)
-        .filter_map(|c| Sge::read_from_bytes(c).ok())
-        .collect()
+    let mut sges = Vec::with_capacity(raw.len() / 16);
+    sges.extend(
+        raw.chunks_exact(16)
+            .filter_map(|c| Sge::read_from_bytes(c).ok()),
+    );
+    sges
 }
 
 #[cfg(test)]

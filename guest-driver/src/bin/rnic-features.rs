@@ -14,6 +14,12 @@ use rnic_driver::features::{self, Functions, Scenario};
 /// key completes REM_ACCESS_ERR. indirect-keys: an indirect key over three regions of B is
 /// the rkey of a WRITE (scatter) and a READ (gather), a pattern key gathers strided data,
 /// and a WRITE past the indirect key's end completes REM_ACCESS_ERR touching nothing.
+/// dma-isolation (in a guest with an IOMMU, where the functions are driven through VFIO):
+/// registering a page at an IOVA this process never mapped fails with DMA_ERROR; a heap
+/// buffer registered in place takes an RDMA WRITE, and once deregistered its IOVA is
+/// refused again; registering another process's page by its guest-physical address (a
+/// child process holds secret bytes there) fails with DMA_ERROR. Without an IOMMU the
+/// device reads that process's secret, and the check fails saying so.
 ///
 /// Ends with `rnic-features: all N checks passed` (exit 0), or `rnic-features: FAILED: ...`
 /// naming what failed (exit 1, on standard error).
@@ -40,11 +46,24 @@ enum Which {
     Dc,
     /// Indirect and pattern memory keys.
     IndirectKeys,
+    /// What the IOMMU keeps from the device (a guest with an IOMMU, VFIO transport).
+    DmaIsolation,
+    /// The dma-isolation scenario's child process: holds a page of secret bytes.
+    #[value(hide = true)]
+    HoldSecret,
 }
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    if let Which::HoldSecret = args.scenario {
+        // A child of dma-isolation: its stdout carries only the page's address.
+        if let Err(e) = features::hold_secret() {
+            eprintln!("rnic-features {}: {e}", features::HOLD_SECRET);
+            std::process::exit(1);
+        }
+        return;
+    }
     match run(&args) {
         Ok(n) => println!("rnic-features: all {n} checks passed"),
         Err(e) => {
@@ -76,6 +95,10 @@ fn run(args: &Args) -> Result<usize, String> {
     let scenario = match args.scenario {
         Which::Dc => Scenario::Dc,
         Which::IndirectKeys => Scenario::IndirectKeys,
+        Which::DmaIsolation => Scenario::DmaIsolation(
+            std::env::current_exe().map_err(|e| format!("find this program's path: {e}"))?,
+        ),
+        Which::HoldSecret => unreachable!("handled in main"),
     };
     features::run(&functions, scenario, &mut |line| println!("{line}")).map_err(|e| e.to_string())
 }

@@ -9,8 +9,10 @@ use rnic_driver::Location;
 /// Prints the PCI identity, ABI version, capabilities and limits of rnic functions, read
 /// through each function's command queue.
 ///
-/// Inside a VM it finds every rnic function in sysfs (or the one --pci names); on the host
-/// it connects to a vfio-user socket of rnicd (--vfio-user). Opening a function resets it.
+/// Inside a VM it finds every rnic function in sysfs (or the one --pci names) and reaches
+/// it through VFIO when the VM has an IOMMU (else through sysfs and the page map); on the
+/// host it connects to a vfio-user socket of rnicd (--vfio-user). The report says which
+/// transport and whether interrupts work. Opening a function resets it.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
@@ -25,6 +27,11 @@ struct Args {
     /// Print JSON (an array of reports) instead of text.
     #[arg(long)]
     json: bool,
+
+    /// Reset each function through its transport first, as a VMM would (vfio-user
+    /// DEVICE_RESET, VFIO_DEVICE_RESET, or the sysfs `reset` file), then open it.
+    #[arg(long)]
+    function_reset: bool,
 }
 
 fn main() {
@@ -53,7 +60,11 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
     };
     let mut reports = Vec::new();
     for location in &locations {
-        let device = location.open()?;
+        let transport = location.open_transport()?;
+        if args.function_reset {
+            transport.function_reset()?;
+        }
+        let device = rnic_driver::Device::open(transport)?;
         reports.push(Report::gather(&location.to_string(), &device)?);
     }
     if args.json {

@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::Error as DriverError;
-use crate::transport::sysfs::SysfsTransport;
 use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
 use crate::transport::Transport;
 use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
@@ -226,7 +225,7 @@ fn open(location: &Location, memory: usize) -> Result<Context> {
                 ..Default::default()
             },
         )?),
-        Location::Pci(bdf) => Box::new(SysfsTransport::open(bdf)?),
+        Location::Pci(bdf) => crate::transport::open_pci(bdf)?,
     };
     Ok(Context::new(Device::open(transport)?)?)
 }

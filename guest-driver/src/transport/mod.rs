@@ -1,21 +1,58 @@
 //! How the driver reaches the device: the one layer that differs between a VM and the host.
 //!
 //! Everything above [`Transport`] (the command queue, the verbs) is the same code whether
-//! the device is a PCI function seen through sysfs inside a VM ([`sysfs::SysfsTransport`])
-//! or a vfio-user socket on the host, where the driver itself plays the VMM
-//! ([`vfio_user::VfioUserTransport`]).
+//! the device is a PCI function inside a VM or a vfio-user socket on the host, where the
+//! driver itself plays the VMM ([`vfio_user::VfioUserTransport`]). Inside a VM there are
+//! two ways, and [`open_pci`] picks one by itself:
+//!
+//! - the function has an IOMMU group (the VM has a virtual IOMMU): Linux VFIO
+//!   ([`vfio::VfioTransport`]), with DMA addresses the driver maps itself and MSI-X
+//!   interrupts as eventfds;
+//! - it has none: PCI sysfs ([`sysfs::SysfsTransport`]), with guest-physical addresses
+//!   from the page map and no interrupts (the guest kernel has no VFIO no-IOMMU mode).
 
 pub mod sysfs;
 pub(crate) mod user_memory;
+pub mod vfio;
 pub mod vfio_user;
 
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rnic_abi::PAGE_SIZE;
+use vmm_sys_util::eventfd::EventFd;
 
 use crate::error::{Error, Result};
+
+/// The environment variable that overrides [`open_pci`]'s choice: `vfio`, `sysfs` or
+/// `auto` (the default). `sysfs` behind an IOMMU works only while the function is bound
+/// to no driver and the IOMMU passes its DMA through untranslated (`iommu=pt`): what
+/// the VM tests use to show what the IOMMU protects.
+pub const TRANSPORT_ENV: &str = "RNIC_TRANSPORT";
+
+/// Opens the rnic function at PCI address `bdf` inside this (virtual) machine with the
+/// transport that fits it: VFIO when the function has an IOMMU group (it is then behind
+/// an IOMMU, where guest-physical addresses are not what the device may reach), PCI sysfs
+/// with the page map otherwise; [`TRANSPORT_ENV`] overrides the choice.
+pub fn open_pci(bdf: &str) -> Result<Box<dyn Transport>> {
+    open_pci_in(Path::new(sysfs::SYSFS_PCI_DEVICES), bdf)
+}
+
+/// [`open_pci`] with the PCI devices listed under `root`.
+fn open_pci_in(root: &Path, bdf: &str) -> Result<Box<dyn Transport>> {
+    let (full, dev) = sysfs::locate(root, bdf)?;
+    let choice = std::env::var(TRANSPORT_ENV).unwrap_or_default();
+    Ok(if use_vfio(&full, &choice, vfio::iommu_group(&dev))? {
+        Box::new(vfio::VfioTransport::open(&full)?)
+    } else {
+        Box::new(sysfs::SysfsTransport::open(&full)?)
+    })
+}
 
 /// Access to one rnic PCI function.
 pub trait Transport: Send + Sync {
@@ -62,9 +99,12 @@ pub trait Transport: Send + Sync {
     fn interrupt_fd(&self, _vector: u16) -> Option<std::os::fd::RawFd> {
         None
     }
-    /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, or the sysfs
-    /// `reset` file).
+    /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, VFIO's
+    /// VFIO_DEVICE_RESET, or the sysfs `reset` file).
     fn function_reset(&self) -> Result<()>;
+    /// What kind of transport this is, for reports (`rnic-info`): its name and how the
+    /// device reaches memory, e.g. `vfio (IOMMU group 3)`.
+    fn kind(&self) -> String;
     /// The concrete transport, for what only one of them can do (tests, tools).
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -124,11 +164,11 @@ impl MappedBar {
     }
 }
 
-/// A shared, read-write mmap of a file (guest RAM, a doorbell BAR), unmapped on drop.
+/// A shared, read-write mmap of a file (guest RAM, a BAR), unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
+    /// The mapped memory, as a BAR; valid as long as `self`.
+    bar: MappedBar,
 }
 
 // SAFETY: a plain memory mapping, only accessed through MappedBar or DmaBuffer.
@@ -156,29 +196,168 @@ impl Mapping {
         }
         let ptr =
             NonNull::new(ptr as *mut u8).ok_or_else(|| Error::last_os(format!("mmap {what}")))?;
-        Ok(Self { ptr, len })
+        // SAFETY: the mapping stays until `self` is dropped, and the MappedBar is only
+        // lent out by reference.
+        let bar = unsafe { MappedBar::new(ptr, len) };
+        Ok(Self { bar })
     }
 
     /// The first byte of the mapping.
     pub fn ptr(&self) -> NonNull<u8> {
-        self.ptr
+        self.bar.ptr
     }
 
     /// Its size in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.bar.len
     }
 
     /// Whether it is empty (never: mmap refuses empty mappings).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.bar.len == 0
+    }
+
+    /// The mapping as a BAR: volatile, bounds-checked 32-bit accesses.
+    pub fn bar(&self) -> &MappedBar {
+        &self.bar
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly what new() mapped.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+        // SAFETY: unmapping exactly what new() mapped; no reference to `bar` outlives us.
+        if unsafe { libc::munmap(self.bar.ptr.as_ptr().cast(), self.bar.len) } != 0 {
+            log::warn!("munmap failed: {}", io::Error::last_os_error());
+        }
+    }
+}
+
+/// Checks a 32-bit access to BAR0 of `len` bytes at `offset` of function `what`, which
+/// [`MappedBar`] would otherwise turn into a panic.
+pub(crate) fn check_reg(what: &str, len: usize, offset: u64) -> Result<()> {
+    let fits = offset.checked_add(4).is_some_and(|end| end <= len as u64);
+    if offset & 3 == 0 && fits {
+        return Ok(());
+    }
+    Err(Error::Io(
+        format!(
+            "BAR0 register access at {offset:#x} of {what}: must be 4-byte aligned inside the {len:#x}-byte BAR"
+        ),
+        io::Error::from(io::ErrorKind::InvalidInput),
+    ))
+}
+
+/// Checks a config-space access of `len` bytes at `offset` of function `what` against the
+/// size of PCIe config space.
+pub(crate) fn check_config(what: &str, offset: u16, len: usize) -> Result<()> {
+    if usize::from(offset) + len <= rnic_abi::pci::CONFIG_SPACE_SIZE {
+        return Ok(());
+    }
+    Err(Error::Io(
+        format!(
+            "config access of {len} bytes at {offset:#x} of {what}: beyond the {:#x}-byte config space",
+            rnic_abi::pci::CONFIG_SPACE_SIZE
+        ),
+        io::Error::from(io::ErrorKind::InvalidInput),
+    ))
+}
+
+/// Whether [`open_pci`] takes VFIO for function `bdf`, given [`TRANSPORT_ENV`]'s value
+/// `choice` (empty when unset) and the function's IOMMU group.
+fn use_vfio(bdf: &str, choice: &str, group: Option<u32>) -> Result<bool> {
+    match (choice, group) {
+        ("" | "auto", Some(group)) => {
+            log::info!("{bdf} is in IOMMU group {group}: using VFIO");
+            Ok(true)
+        }
+        ("" | "auto", None) => {
+            log::info!("the guest has no IOMMU for {bdf}: using the page map (PCI sysfs)");
+            Ok(false)
+        }
+        ("vfio", _) => Ok(true),
+        ("sysfs", _) => Ok(false),
+        (other, _) => Err(Error::NotFound(format!(
+            "{TRANSPORT_ENV}={other}: give vfio, sysfs or auto (the default)"
+        ))),
+    }
+}
+
+/// The eventfds of a function's MSI-X vectors, one per vector, as handed to the VMM
+/// (vfio-user SET_IRQS) or the kernel (VFIO_DEVICE_SET_IRQS): what makes
+/// [`Transport::wait_interrupt`] sleep until the device signals.
+#[derive(Debug, Default)]
+pub(crate) struct InterruptFds {
+    fds: Mutex<Vec<EventFd>>,
+}
+
+impl InterruptFds {
+    /// `count` fresh non-blocking eventfds, to be handed over and then [`installed`](Self::install).
+    pub(crate) fn create(count: u16) -> Result<Vec<EventFd>> {
+        (0..count)
+            .map(|_| {
+                EventFd::new(libc::EFD_NONBLOCK)
+                    .map_err(|e| Error::Io("create an interrupt eventfd".into(), e))
+            })
+            .collect()
+    }
+
+    /// Replaces the whole set (the old descriptors close).
+    pub(crate) fn install(&self, fds: Vec<EventFd>) {
+        *self.lock() = fds;
+    }
+
+    /// How many vectors are set up.
+    pub(crate) fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<EventFd>> {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The descriptor of `vector`, if set up.
+    pub(crate) fn raw(&self, vector: u16) -> Option<std::os::fd::RawFd> {
+        self.lock().get(usize::from(vector)).map(|v| v.as_raw_fd())
+    }
+
+    /// Sleeps until `vector` fires or `timeout` passes; `Ok(false)` on timeout. Clears the
+    /// eventfd's count, so one signal wakes one wait.
+    pub(crate) fn wait(&self, vector: u16, timeout: Duration) -> Result<bool> {
+        // A duplicate, so that the lock is not held while sleeping and a concurrent
+        // re-install cannot close the descriptor under poll.
+        let fd = {
+            let fds = self.lock();
+            let v = fds
+                .get(usize::from(vector))
+                .ok_or(Error::Unsupported("interrupt vector not enabled"))?;
+            v.try_clone()
+                .map_err(|e| Error::Io("dup an interrupt eventfd".into(), e))?
+        };
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Round up: a sub-millisecond timeout must still sleep, not spin.
+        let ms = timeout.as_micros().div_ceil(1000);
+        let ms = i32::try_from(ms).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd that lives across the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                // A signal is no interrupt of the device: an early wake-up says "nothing
+                // yet", as a timeout does, and the caller looks again.
+                return Ok(false);
+            }
+            return Err(Error::Io("poll an interrupt eventfd".into(), e));
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        // Non-blocking read to clear the count; EAGAIN means another waiter took it.
+        let _ = fd.read();
+        Ok(true)
     }
 }
 
@@ -242,6 +421,11 @@ impl DmaBuffer {
     /// Whether the buffer is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The driver's address of the first byte.
+    pub(crate) fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
     }
 
     /// The device address of each page.
@@ -384,5 +568,77 @@ pub(crate) fn poll_until<T>(
         } else {
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_follows_the_iommu_group_unless_told_otherwise() {
+        let pick = |choice: &str, group| use_vfio("0000:00:03.0", choice, group).unwrap();
+        assert!(pick("", Some(3)), "an IOMMU group: VFIO");
+        assert!(!pick("", None), "none: the page map");
+        assert!(pick("auto", Some(3)) && !pick("auto", None));
+        assert!(!pick("sysfs", Some(3)) && pick("vfio", None));
+        let err = use_vfio("0000:00:03.0", "uio", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("RNIC_TRANSPORT=uio") && err.contains("vfio, sysfs or auto"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn interrupt_fds_wake_a_waiter_once_per_signal() {
+        let irqs = InterruptFds::default();
+        assert!(irqs.wait(0, Duration::ZERO).is_err(), "no vector yet");
+        assert_eq!(irqs.raw(0), None);
+        irqs.install(InterruptFds::create(2).unwrap());
+        assert_eq!(irqs.count(), 2);
+        let fd = irqs.raw(1).unwrap();
+        // What the kernel does when MSI-X vector 1 fires: add 1 to its eventfd.
+        // SAFETY: writes 8 bytes from a u64 we own to an eventfd `irqs` keeps open.
+        let n = unsafe { libc::write(fd, (&1u64 as *const u64).cast(), 8) };
+        assert_eq!(n, 8);
+        assert!(
+            !irqs.wait(0, Duration::from_millis(1)).unwrap(),
+            "vector 0 is quiet"
+        );
+        let start = std::time::Instant::now();
+        assert!(irqs.wait(1, Duration::from_secs(5)).unwrap());
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "a pending signal wakes at once"
+        );
+        // The signal was consumed: the next wait sleeps its whole timeout.
+        let start = std::time::Instant::now();
+        assert!(!irqs.wait(1, Duration::from_micros(300)).unwrap());
+        assert!(
+            start.elapsed() >= Duration::from_micros(300),
+            "a short timeout still sleeps"
+        );
+        irqs.install(Vec::new());
+        assert_eq!(irqs.raw(1), None);
+    }
+
+    #[test]
+    fn access_checks_name_the_function_and_the_limit() {
+        assert!(check_reg("f", 0x4000, 0x3ffc).is_ok());
+        for bad in [2, 0x4000, 0x3ffe, u64::MAX - 1] {
+            let err = check_reg("f", 0x4000, bad).unwrap_err().to_string();
+            assert!(
+                err.contains("of f") && err.contains("0x4000-byte BAR"),
+                "{err}"
+            );
+        }
+        assert!(check_config("f", 0xffc, 4).is_ok());
+        let err = check_config("f", 0xffe, 4).unwrap_err().to_string();
+        assert!(
+            err.contains("of f") && err.contains("config space"),
+            "{err}"
+        );
     }
 }

@@ -10,25 +10,25 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rnic_abi::pci::{self, cfg};
 
 use super::user_memory::UserPages;
-use super::{DmaBuffer, MappedBar, Transport};
+use super::{check_config, check_reg, DmaBuffer, MappedBar, Mapping, Transport};
 use crate::dma_pagemap::{user_pins, PagemapAllocator, PinnedPages};
 use crate::error::{Error, Result};
 
 /// Where the kernel lists PCI functions.
-const SYSFS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
+pub(crate) const SYSFS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
 
 /// A function's `driver` link may name this one and still leave the device to us:
 /// pci-stub only claims a device to keep other drivers off it.
-const HARMLESS_DRIVER: &str = "pci-stub";
+pub(crate) const HARMLESS_DRIVER: &str = "pci-stub";
 
 /// An rnic function inside a VM, driven from userspace through PCI sysfs.
 #[derive(Debug)]
@@ -36,11 +36,8 @@ pub struct SysfsTransport {
     bdf: String,
     dev: PathBuf,
     config: File,
-    regs: MappedBar,
-    doorbells: MappedBar,
-    // The mappings behind `regs` and `doorbells`, unmapped when the transport goes.
-    _regs_mapping: BarMapping,
-    _doorbell_mapping: BarMapping,
+    regs: Mapping,
+    doorbells: Mapping,
     dma: PagemapAllocator,
     /// Application memory pinned for registrations ([`Transport::map_user_memory`]).
     user: Arc<UserPages<PinnedPages>>,
@@ -54,7 +51,9 @@ impl SysfsTransport {
 
     /// Opens the rnic function at PCI address `bdf` (`0000:00:03.0`; the domain may be
     /// left out). Enables it, turns on memory decoding and bus mastering, and maps its
-    /// register and doorbell BARs.
+    /// register and doorbell BARs. This works only where the device reaches
+    /// guest-physical addresses, i.e. in a VM without an IOMMU; [`super::open_pci`]
+    /// picks VFIO instead where there is one.
     pub fn open(bdf: &str) -> Result<Self> {
         open_in(Path::new(SYSFS_PCI_DEVICES), bdf)
     }
@@ -68,39 +67,6 @@ impl SysfsTransport {
     pub fn bdf(&self) -> &str {
         &self.bdf
     }
-
-    /// Checks a BAR0 access, which [`MappedBar`] would otherwise turn into a panic.
-    fn check_reg(&self, offset: u64) -> Result<()> {
-        let fits = offset
-            .checked_add(4)
-            .is_some_and(|end| end <= self.regs.len() as u64);
-        if offset & 3 == 0 && fits {
-            return Ok(());
-        }
-        Err(Error::Io(
-            format!(
-                "BAR0 register access at {offset:#x} of {}: must be 4-byte aligned inside the {:#x}-byte BAR",
-                self.bdf,
-                self.regs.len()
-            ),
-            io::Error::from(ErrorKind::InvalidInput),
-        ))
-    }
-
-    /// Checks a config-space access against the size of PCIe config space.
-    fn check_config(&self, offset: u16, len: usize) -> Result<()> {
-        if usize::from(offset) + len <= pci::CONFIG_SPACE_SIZE {
-            return Ok(());
-        }
-        Err(Error::Io(
-            format!(
-                "config access of {len} bytes at {offset:#x} of {}: beyond the {:#x}-byte config space",
-                self.bdf,
-                pci::CONFIG_SPACE_SIZE
-            ),
-            io::Error::from(ErrorKind::InvalidInput),
-        ))
-    }
 }
 
 impl Transport for SysfsTransport {
@@ -109,32 +75,32 @@ impl Transport for SysfsTransport {
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
-        self.check_config(offset, buf.len())?;
+        check_config(&self.bdf, offset, buf.len())?;
         self.config
             .read_exact_at(buf, u64::from(offset))
             .map_err(|e| config_error(&self.bdf, "read", offset, buf.len(), e))
     }
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<()> {
-        self.check_config(offset, data.len())?;
+        check_config(&self.bdf, offset, data.len())?;
         self.config
             .write_all_at(data, u64::from(offset))
             .map_err(|e| config_error(&self.bdf, "write", offset, data.len(), e))
     }
 
     fn reg_read32(&self, offset: u64) -> Result<u32> {
-        self.check_reg(offset)?;
-        Ok(self.regs.read32(offset))
+        check_reg(&self.bdf, self.regs.len(), offset)?;
+        Ok(self.regs.bar().read32(offset))
     }
 
     fn reg_write32(&self, offset: u64, value: u32) -> Result<()> {
-        self.check_reg(offset)?;
-        self.regs.write32(offset, value);
+        check_reg(&self.bdf, self.regs.len(), offset)?;
+        self.regs.bar().write32(offset, value);
         Ok(())
     }
 
     fn doorbells(&self) -> &MappedBar {
-        &self.doorbells
+        self.doorbells.bar()
     }
 
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
@@ -161,6 +127,10 @@ impl Transport for SysfsTransport {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn kind(&self) -> String {
+        "sysfs (no IOMMU: guest-physical addresses from the page map)".into()
     }
 
     fn function_reset(&self) -> Result<()> {
@@ -228,15 +198,7 @@ fn open_first_in(root: &Path) -> Result<SysfsTransport> {
 /// [`SysfsTransport::open`] under `root`.
 fn open_in(root: &Path, bdf: &str) -> Result<SysfsTransport> {
     let (bdf, dev) = locate(root, bdf)?;
-
-    let vendor = read_hex_u16(&dev.join("vendor"))
-        .map_err(|e| Error::Io(format!("read the vendor ID of {bdf}"), e))?;
-    if vendor != pci::VENDOR_ID {
-        return Err(Error::NotFound(format!(
-            "{bdf} has vendor ID {vendor:#06x}, not rnic's {:#06x}: is this an rnic function?",
-            pci::VENDOR_ID
-        )));
-    }
+    check_vendor(&bdf, &dev)?;
     check_no_driver(&bdf, &dev)?;
     enable(&bdf, &dev)?;
 
@@ -247,37 +209,21 @@ fn open_in(root: &Path, bdf: &str) -> Result<SysfsTransport> {
         .map_err(|e| open_error(&bdf, &dev.join("config"), e))?;
     enable_decoding(&bdf, &config)?;
 
-    let regs_mapping = BarMapping::map(&bdf, &dev, pci::REG_BAR)?;
-    if (regs_mapping.len as u64) < pci::REG_BAR_SIZE {
-        return Err(Error::Device(format!(
-            "BAR{} of {bdf} is {:#x} bytes, rnic's is {:#x}: is this an rnic function?",
-            pci::REG_BAR,
-            regs_mapping.len,
-            pci::REG_BAR_SIZE
-        )));
-    }
-    let doorbell_mapping = BarMapping::map(&bdf, &dev, pci::DOORBELL_BAR)?;
-    if (doorbell_mapping.len as u64) < rnic_abi::PAGE_SIZE {
-        return Err(Error::Device(format!(
-            "BAR{} of {bdf} is {:#x} bytes, less than one doorbell page: is this an rnic function?",
-            pci::DOORBELL_BAR,
-            doorbell_mapping.len
-        )));
-    }
+    let regs = map_bar(&bdf, &dev, pci::REG_BAR)?;
+    let doorbells = map_bar(&bdf, &dev, pci::DOORBELL_BAR)?;
+    check_bar_sizes(&bdf, regs.len(), doorbells.len())?;
     let dma = PagemapAllocator::new()?;
 
     log::info!(
         "opened rnic function {bdf}: BAR{} {:#x} bytes, BAR{} {:#x} bytes",
         pci::REG_BAR,
-        regs_mapping.len,
+        regs.len(),
         pci::DOORBELL_BAR,
-        doorbell_mapping.len
+        doorbells.len()
     );
     Ok(SysfsTransport {
-        regs: regs_mapping.bar(),
-        doorbells: doorbell_mapping.bar(),
-        _regs_mapping: regs_mapping,
-        _doorbell_mapping: doorbell_mapping,
+        regs,
+        doorbells,
         bdf,
         dev,
         config,
@@ -286,9 +232,40 @@ fn open_in(root: &Path, bdf: &str) -> Result<SysfsTransport> {
     })
 }
 
+/// Refuses a function whose vendor ID is not rnic's.
+pub(crate) fn check_vendor(bdf: &str, dev: &Path) -> Result<()> {
+    let vendor = read_hex_u16(&dev.join("vendor"))
+        .map_err(|e| Error::Io(format!("read the vendor ID of {bdf}"), e))?;
+    if vendor != pci::VENDOR_ID {
+        return Err(Error::NotFound(format!(
+            "{bdf} has vendor ID {vendor:#06x}, not rnic's {:#06x}: is this an rnic function?",
+            pci::VENDOR_ID
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses BARs too small for rnic's registers (BAR0) or one doorbell page (BAR2).
+pub(crate) fn check_bar_sizes(bdf: &str, regs: usize, doorbells: usize) -> Result<()> {
+    if (regs as u64) < pci::REG_BAR_SIZE {
+        return Err(Error::Device(format!(
+            "BAR{} of {bdf} is {regs:#x} bytes, rnic's is {:#x}: is this an rnic function?",
+            pci::REG_BAR,
+            pci::REG_BAR_SIZE
+        )));
+    }
+    if (doorbells as u64) < rnic_abi::PAGE_SIZE {
+        return Err(Error::Device(format!(
+            "BAR{} of {bdf} is {doorbells:#x} bytes, less than one doorbell page: is this an rnic function?",
+            pci::DOORBELL_BAR,
+        )));
+    }
+    Ok(())
+}
+
 /// Finds the sysfs directory of `bdf`, accepting addresses without the PCI domain as
 /// `lspci` prints them (`00:03.0`). Returns the full address and the directory.
-fn locate(root: &Path, bdf: &str) -> Result<(String, PathBuf)> {
+pub(crate) fn locate(root: &Path, bdf: &str) -> Result<(String, PathBuf)> {
     // The name becomes a path component: refuse anything that could leave `root`.
     let bdf = bdf.trim();
     if bdf.is_empty() || bdf.contains('/') || bdf == "." || bdf == ".." {
@@ -313,21 +290,33 @@ fn locate(root: &Path, bdf: &str) -> Result<(String, PathBuf)> {
     )))
 }
 
+/// The name of the kernel driver bound to the function at `dev`, if any.
+pub(crate) fn bound_driver(dev: &Path) -> Option<String> {
+    let target = fs::read_link(dev.join("driver")).ok()?;
+    Some(
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
+}
+
 /// Refuses a function a kernel driver owns: both would program the same device.
 fn check_no_driver(bdf: &str, dev: &Path) -> Result<()> {
-    let Ok(target) = fs::read_link(dev.join("driver")) else {
+    let Some(driver) = bound_driver(dev) else {
         return Ok(());
     };
-    let driver = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     if driver == HARMLESS_DRIVER {
         return Ok(());
     }
+    let hint = if driver == super::vfio::VFIO_PCI {
+        " (or open it through VFIO, as rnic's tools do by themselves when the function has an IOMMU group)"
+    } else {
+        ""
+    };
     Err(Error::Io(
         format!(
-            "kernel driver `{driver}` is bound to {bdf}: unbind it first (echo {bdf} > {}/driver/unbind)",
+            "kernel driver `{driver}` is bound to {bdf}: unbind it first (echo {bdf} > {}/driver/unbind){hint}",
             dev.display()
         ),
         io::Error::from(ErrorKind::ResourceBusy),
@@ -391,92 +380,45 @@ fn enable_decoding(bdf: &str, config: &File) -> Result<()> {
     Ok(())
 }
 
-/// A BAR mapped from its `resource<N>` file; unmapped on drop.
-#[derive(Debug)]
-struct BarMapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the value only owns the mapping (it is unmapped once, on drop); all access to
-// the memory goes through the MappedBar handed out by `bar`.
-unsafe impl Send for BarMapping {}
-// SAFETY: see above; `&BarMapping` gives no access to the memory at all.
-unsafe impl Sync for BarMapping {}
-
-impl BarMapping {
-    /// Maps BAR `index` of the function at `dev` whole.
-    fn map(bdf: &str, dev: &Path, index: u8) -> Result<Self> {
-        let path = dev.join(format!("resource{index}"));
-        // O_SYNC makes the kernel map the BAR uncached, as device memory must be.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_SYNC)
-            .open(&path)
-            .map_err(|e| {
-                if e.kind() == ErrorKind::NotFound {
-                    Error::Io(
-                        format!(
-                            "{bdf} has no BAR{index} ({} is missing): is this an rnic function?",
-                            path.display()
-                        ),
-                        e,
-                    )
-                } else {
-                    open_error(bdf, &path, e)
-                }
-            })?;
-        let size = bar_size(dev, index, &file)
-            .map_err(|e| Error::Io(format!("find the size of BAR{index} of {bdf}"), e))?;
-        let len = usize::try_from(size).ok().filter(|&len| len > 0).ok_or_else(|| {
-            Error::Device(format!(
-                "BAR{index} of {bdf} has no usable size ({size:#x}): is this an rnic function, and did the guest firmware assign its BARs?"
-            ))
+/// Maps BAR `index` of the function at `dev` whole, from its `resource<N>` file.
+fn map_bar(bdf: &str, dev: &Path, index: u8) -> Result<Mapping> {
+    let path = dev.join(format!("resource{index}"));
+    // O_SYNC makes the kernel map the BAR uncached, as device memory must be.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_SYNC)
+        .open(&path)
+        .map_err(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                Error::Io(
+                    format!(
+                        "{bdf} has no BAR{index} ({} is missing): is this an rnic function?",
+                        path.display()
+                    ),
+                    e,
+                )
+            } else {
+                open_error(bdf, &path, e)
+            }
         })?;
-        // SAFETY: maps a file we hold open; the kernel picks the address, so no existing
-        // memory is affected. The result is checked before use.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(Error::last_os(format!(
-                "mmap {} ({len:#x} bytes): is a kernel driver bound? unbind it (a kernel in lockdown mode also refuses this)",
-                path.display()
-            )));
-        }
-        // The mapping stays valid after the file is closed, so `file` may go now.
-        let ptr = NonNull::new(addr.cast::<u8>()).ok_or_else(|| {
-            Error::Io(
-                format!("mmap {} returned address 0", path.display()),
-                io::Error::other("null mapping"),
-            )
-        })?;
-        Ok(Self { ptr, len })
-    }
-
-    /// A bounds-checked view of the mapping.
-    fn bar(&self) -> MappedBar {
-        // SAFETY: the mapping lives as long as `self`, which the transport keeps next to
-        // the MappedBar and drops no earlier than it.
-        unsafe { MappedBar::new(self.ptr, self.len) }
-    }
-}
-
-impl Drop for BarMapping {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, which no MappedBar outlives (see `bar`).
-        if unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) } != 0 {
-            log::warn!("munmap of a BAR failed: {}", io::Error::last_os_error());
-        }
-    }
+    let size = bar_size(dev, index, &file)
+        .map_err(|e| Error::Io(format!("find the size of BAR{index} of {bdf}"), e))?;
+    let len = usize::try_from(size).ok().filter(|&len| len > 0).ok_or_else(|| {
+        Error::Device(format!(
+            "BAR{index} of {bdf} has no usable size ({size:#x}): is this an rnic function, and did the guest firmware assign its BARs?"
+        ))
+    })?;
+    // The mapping stays valid after the file is closed, so `file` may go now.
+    Mapping::new(
+        file.as_raw_fd(),
+        len,
+        0,
+        &format!(
+            "{} ({len:#x} bytes; is a kernel driver bound? unbind it. A kernel in lockdown mode also refuses this)",
+            path.display()
+        ),
+    )
 }
 
 /// The size of BAR `index`: the length of its `resource<N>` file, or failing that its
@@ -498,7 +440,7 @@ fn bar_size(dev: &Path, index: u8, file: &File) -> io::Result<u64> {
 }
 
 /// Reads a sysfs attribute holding one hex number (`0xf1c0`).
-fn read_hex_u16(path: &Path) -> io::Result<u16> {
+pub(crate) fn read_hex_u16(path: &Path) -> io::Result<u16> {
     let text = fs::read_to_string(path)?;
     parse_hex(text.trim())
         .and_then(|v| u16::try_from(v).ok())
@@ -522,18 +464,18 @@ fn parse_hex(text: &str) -> Option<u64> {
 }
 
 /// Writes `value` to an existing sysfs attribute (never creates a file).
-fn write_sysfs(path: &Path, value: &str) -> io::Result<()> {
+pub(crate) fn write_sysfs(path: &Path, value: &str) -> io::Result<()> {
     OpenOptions::new()
         .write(true)
         .open(path)?
         .write_all_at(value.as_bytes(), 0)
 }
 
-fn is_permission(e: &io::Error) -> bool {
+pub(crate) fn is_permission(e: &io::Error) -> bool {
     e.kind() == ErrorKind::PermissionDenied
 }
 
-fn open_error(bdf: &str, path: &Path, e: io::Error) -> Error {
+pub(crate) fn open_error(bdf: &str, path: &Path, e: io::Error) -> Error {
     let hint = if is_permission(&e) {
         " (run as root)"
     } else {

@@ -269,6 +269,26 @@ pub(crate) fn mappings(start: usize, end: usize) -> Result<Vec<Vma>> {
     covering(text.lines().filter_map(Vma::parse), start, end)
 }
 
+/// The mappings of this process over `start..end` (page-aligned), checked readable, and
+/// writable if `writable`: `EFAULT` naming the part that is not.
+pub(crate) fn accessible(start: usize, end: usize, writable: bool) -> Result<Vec<Vma>> {
+    let vmas = mappings(start, end)?;
+    for v in &vmas {
+        if !v.read || (writable && !v.write) {
+            return Err(os_error(
+                format!(
+                    "{:#x}..{:#x} is not {} by this process",
+                    v.start.max(start),
+                    v.end.min(end),
+                    if writable { "writable" } else { "readable" }
+                ),
+                libc::EFAULT,
+            ));
+        }
+    }
+    Ok(vmas)
+}
+
 /// The mappings of `all` (in address order) that overlap `start..end`, which must cover
 /// it without a gap.
 fn covering(all: impl Iterator<Item = Vma>, start: usize, end: usize) -> Result<Vec<Vma>> {

@@ -13,17 +13,18 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rnic_abi::pci::{cfg, CONFIG_SPACE_SIZE, DOORBELL_BAR, REG_BAR};
+use rnic_abi::pci::{cfg, DOORBELL_BAR, REG_BAR};
 use rnic_abi::PAGE_SIZE;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX,
 };
 use vfio_user::Client;
-use vmm_sys_util::eventfd::EventFd;
 
 use super::user_memory::{self, Memfd, PinUnit, UserPages};
-use super::{page_round, DmaBuffer, DmaRelease, MappedBar, Mapping, Transport};
+use super::{
+    check_config, page_round, DmaBuffer, DmaRelease, InterruptFds, MappedBar, Mapping, Transport,
+};
 use crate::error::{Error, Result};
 
 /// Where the memfd "guest RAM" appears in the device's DMA address space. Any page-aligned
@@ -59,10 +60,9 @@ pub struct VfioUserTransport {
     path: PathBuf,
     /// Shared with the releases of registered application memory, which DMA_UNMAP.
     client: Arc<Mutex<Client>>,
-    doorbells: MappedBar,
-    _doorbell_mapping: Mapping,
+    doorbells: Mapping,
     memory: Arc<GuestRam>,
-    vectors: Mutex<Vec<EventFd>>,
+    vectors: InterruptFds,
     /// Application memory DMA-mapped for registrations ([`Transport::map_user_memory`]).
     user: Arc<UserPages<UserDma>>,
 }
@@ -228,14 +228,12 @@ impl VfioUserTransport {
         })?;
         let len = usize::try_from(region.size)
             .map_err(|_| Error::Device("doorbell BAR too large".into()))?;
-        let doorbell_mapping = Mapping::new(
+        let doorbells = Mapping::new(
             file_offset.file().as_raw_fd(),
             len,
             file_offset.start(),
             "doorbell BAR",
         )?;
-        // SAFETY: the mapping lives in the same struct, dropped after the MappedBar.
-        let doorbells = unsafe { MappedBar::new(doorbell_mapping.ptr(), len) };
 
         let client = Arc::new(Mutex::new(client));
         let unmap_client = client.clone();
@@ -253,9 +251,8 @@ impl VfioUserTransport {
             path: path.to_path_buf(),
             client,
             doorbells,
-            _doorbell_mapping: doorbell_mapping,
             memory: guest_ram,
-            vectors: Mutex::new(Vec::new()),
+            vectors: InterruptFds::default(),
             user,
         })
     }
@@ -284,14 +281,14 @@ impl Transport for VfioUserTransport {
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
-        check_config(offset, buf.len())?;
+        check_config(&self.describe(), offset, buf.len())?;
         self.client()
             .region_read(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), buf)
             .map_err(vfio("config read"))
     }
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<()> {
-        check_config(offset, data.len())?;
+        check_config(&self.describe(), offset, data.len())?;
         self.client()
             .region_write(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), data)
             .map_err(vfio("config write"))
@@ -312,7 +309,7 @@ impl Transport for VfioUserTransport {
     }
 
     fn doorbells(&self) -> &MappedBar {
-        &self.doorbells
+        self.doorbells.bar()
     }
 
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
@@ -343,12 +340,7 @@ impl Transport for VfioUserTransport {
     }
 
     fn enable_interrupts(&self, count: u16) -> Result<bool> {
-        let fds = (0..count)
-            .map(|_| {
-                EventFd::new(libc::EFD_NONBLOCK)
-                    .map_err(|e| Error::Io("create an interrupt eventfd".into(), e))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let fds = InterruptFds::create(count)?;
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         self.client()
             .set_irqs(
@@ -359,7 +351,7 @@ impl Transport for VfioUserTransport {
                 &raw,
             )
             .map_err(vfio("SET_IRQS"))?;
-        *self.vectors.lock().unwrap_or_else(|e| e.into_inner()) = fds;
+        self.vectors.install(fds);
         // As the VMM, also do what the guest's MSI-X setup does: enable MSI-X.
         let at = cfg::MSIX_CAP as u16 + cfg::MSIX_MSG_CTRL as u16;
         let mut ctrl = [0u8; 2];
@@ -370,36 +362,11 @@ impl Transport for VfioUserTransport {
     }
 
     fn wait_interrupt(&self, vector: u16, timeout: Duration) -> Result<bool> {
-        let fd = {
-            let vectors = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
-            let v = vectors
-                .get(usize::from(vector))
-                .ok_or(Error::Unsupported("interrupt vector not enabled"))?;
-            v.try_clone()
-                .map_err(|e| Error::Io("dup an interrupt eventfd".into(), e))?
-        };
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            return Err(Error::last_os("poll an interrupt eventfd"));
-        }
-        if n == 0 {
-            return Ok(false);
-        }
-        // Non-blocking read to clear the count; EAGAIN means someone else consumed it.
-        let _ = fd.read();
-        Ok(true)
+        self.vectors.wait(vector, timeout)
     }
 
     fn interrupt_fd(&self, vector: u16) -> Option<std::os::fd::RawFd> {
-        let vectors = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
-        vectors.get(usize::from(vector)).map(|v| v.as_raw_fd())
+        self.vectors.raw(vector)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -409,19 +376,10 @@ impl Transport for VfioUserTransport {
     fn function_reset(&self) -> Result<()> {
         self.client().reset().map_err(vfio("DEVICE_RESET"))
     }
-}
 
-fn check_config(offset: u16, len: usize) -> Result<()> {
-    if usize::from(offset) + len > CONFIG_SPACE_SIZE {
-        return Err(Error::Io(
-            format!("config access of {len} bytes at {offset:#x}"),
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "beyond the 4 KiB config space",
-            ),
-        ));
+    fn kind(&self) -> String {
+        "vfio-user (this process plays the VMM)".into()
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -83,9 +83,13 @@ pub const EQ_ENTRIES: u32 = 1024;
 /// MSI-X vector of the event queue when the transport delivers interrupts (vector 0 is the
 /// command queue's).
 pub const EQ_VECTOR: u16 = 1;
-/// Longest the driver sleeps on the EQ's interrupt before it looks at the ring anyway, so
-/// an interrupt lost to a race costs at most this much.
-const EQ_WAIT_SLICE: Duration = Duration::from_millis(10);
+/// Longest the driver sleeps on the EQ's interrupt before it looks at the ring anyway.
+/// An eventfd keeps its count, so a lone waiter loses no interrupt; with several threads
+/// waiting on one context, one may take the signal (and the event, into the pending
+/// list) another was waiting for, and this bounds what that costs the other. Long enough
+/// that an idle waiter hardly ever wakes (10 times a second: well under 1% of a TCG
+/// guest's CPU), short enough to be a rare, bounded delay.
+const EQ_WAIT_SLICE: Duration = Duration::from_millis(100);
 /// Offset in an [`Eqe`] of the u32 whose top byte is `owner`.
 const EQE_OWNER_WORD: usize = 12;
 
