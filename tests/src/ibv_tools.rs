@@ -395,3 +395,19 @@ pub fn check_devinfo(
     }
     assert!(wrong.is_empty(), "{name}:\n{wrong}in:\n{b}");
 }
+
+/// The `idle_wait: wall W cpu C` line of ibverbs/tests/c/data_path.c: how long its
+/// blocking completion wait took, and the CPU time the process used meanwhile (seconds).
+pub fn idle_wait(stdout: &str) -> (f64, f64) {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("idle_wait: "))
+        .unwrap_or_else(|| panic!("no idle_wait line in:\n{stdout}"));
+    match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["wall", w, "cpu", c] => match (w.parse(), c.parse()) {
+            (Ok(w), Ok(c)) => (w, c),
+            _ => panic!("idle_wait figures that are not numbers: {line}"),
+        },
+        _ => panic!("an idle_wait line of another form: {line}"),
+    }
+}

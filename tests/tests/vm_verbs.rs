@@ -9,6 +9,11 @@
 //!   `ibv_srq_pingpong` run between two VFs of one guest, between two guests (a VF each,
 //!   the TCP rendezvous on a second Ethernet segment), and against a Soft-RoCE guest in
 //!   both roles (rnicd's Ethernet port and the rxe guest's eth0 on one QEMU segment);
+//! - in a guest with a virtual IOMMU (`boot.sh --verbs --iommu`) the library binds the
+//!   functions to vfio-pci and runs the same verbs through VFIO, and a blocked
+//!   `ibv_get_cq_event` uses no CPU (MSI-X eventfds);
+//! - a C program copied into the guest (ibverbs/tests/c/data_path.c) drives every verb,
+//!   and the memory the device must not reach (unmapped, read-only for writes) is refused;
 //! - perftest's `ib_{write,read,send,atomic}_{bw,lat}`, with their defaults and with
 //!   `-q 4` for the bandwidth tests, run between two guests; against Soft-RoCE, in both
 //!   roles, with fewer iterations (see [`RXE_PERFTEST`]).
@@ -437,39 +442,34 @@ fn ibv_devices_and_ibv_devinfo_in_the_verbs_guest_show_its_functions() {
     eprintln!("done after {:?}", started.elapsed());
 }
 
-#[test]
-#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
-fn a_c_program_copied_into_the_verbs_guest_drives_every_verb() {
-    // As the README says to run one's own program: built on the host against Debian's
-    // <infiniband/verbs.h>, linked against a libibverbs.so.1 (this one rnic's; the guest's
-    // is rnic's whichever it was), copied in with boot.sh --file.
-    let started = Instant::now();
-    let rnicd = rnicd(2, &[]);
-    let dir = tempfile::tempdir().expect("tempdir");
+/// ibverbs/tests/c/data_path.c built in `dir` as the README says to build one's own
+/// program: on the host against Debian's <infiniband/verbs.h>, linked against a
+/// libibverbs.so.1 (this one rnic's; the guest's is rnic's whichever it was), to be
+/// copied in with boot.sh --file.
+fn data_path_program(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::copy(
         rnic_tests::bin_dir().join("deps/libibverbs.so"),
-        dir.path().join("libibverbs.so"),
+        dir.join("libibverbs.so"),
     )
     .expect("copy the library the tests were built with");
-    let exe = dir.path().join("data_path");
+    let exe = dir.join("data_path");
     rnic_tests::debian::compile_c(
         &rnic_tests::vm::repo().join("ibverbs/tests/c/data_path.c"),
         &exe,
-        &[&format!("-L{}", dir.path().display()), "-libverbs"],
+        &[&format!("-L{}", dir.display()), "-libverbs"],
     );
-    let guest = Boot::verbs()
-        .socket_dir(&rnicd.socket_dir())
-        .vf(0)
-        .vf(1)
-        .arg("--file")
-        .arg(exe.to_str().expect("UTF-8 path"))
-        .spawn(&script(
-            "run_tool data-path ./data_path\nshow_tool data-path\n",
-        ));
-    let runs = tool_runs(&console_of("verbs guest", guest));
+    exe
+}
+
+/// Guest script lines running data_path (copied in by [`data_path_program`]) as run
+/// `data-path`.
+const RUN_DATA_PATH: &str = "run_tool data-path ./data_path\nshow_tool data-path\n";
+
+/// Checks data_path's run: it checks every byte, completion, errno and event itself and
+/// stops at the first wrong one; `ok done` is its last line, and what rnic lacks was said
+/// on stderr, one line each. Returns its idle wait's wall and CPU seconds.
+fn check_data_path(runs: &BTreeMap<String, ToolRun>) -> (f64, f64) {
     let run = &runs["data-path"].output;
-    // The program checks every byte, completion, errno and event itself and stops at the
-    // first wrong one; `ok done` is its last line.
     run.assert_success("data_path");
     let steps: Vec<&str> = run
         .stdout
@@ -485,6 +485,88 @@ fn a_c_program_copied_into_the_verbs_guest_drives_every_verb() {
             .all(|l| l.starts_with("libibverbs (rnic): ")),
         "{}",
         run.stderr
+    );
+    rnic_tests::ibv_tools::idle_wait(&run.stdout)
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_c_program_copied_into_the_verbs_guest_drives_every_verb() {
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = data_path_program(dir.path());
+    let guest = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .vf(1)
+        .arg("--file")
+        .arg(exe.to_str().expect("UTF-8 path"))
+        .spawn(&script(RUN_DATA_PATH));
+    let (wall, cpu) = check_data_path(&tool_runs(&console_of("verbs guest", guest)));
+    // Without an IOMMU the library has no interrupts and polls: only reported.
+    eprintln!("idle wait without interrupts: {cpu:.3} s CPU in {wall:.3} s");
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn in_an_iommu_guest_the_verbs_library_drives_the_vfs_through_vfio_and_sleeps_while_idle() {
+    // boot.sh --verbs --iommu: the functions have IOMMU groups, so the library binds them
+    // to vfio-pci, maps the application's memory at IOVAs of its own and waits on MSI-X
+    // eventfds. data_path (every verb, the refusals, and a blocking wait through two idle
+    // seconds), then the pingpongs and two perftest programs between the two VFs.
+    let started = Instant::now();
+    let rnicd = rnicd(2, &[]);
+    let (q0, q1) = (truth(&rnicd, "vf0").0, truth(&rnicd, "vf1").0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = data_path_program(dir.path());
+    let runs: Vec<Run> = PINGPONGS
+        .iter()
+        .chain([&PERFTEST[0], &PERFTEST[6]])
+        .copied()
+        .collect();
+    let phase = Phase {
+        name: "iommu",
+        runs: &runs,
+        setting: DEFAULTS,
+    };
+    let rnic_1 = Dev {
+        name: "rnic_1",
+        ..RNIC_0
+    };
+    let drivers = "run_tool drivers sh -c 'for d in /sys/bus/pci/devices/*; do \
+                   [ \"$(cat $d/vendor)\" = 0xf1c0 ] && echo \"${d##*/} $(basename $(readlink $d/driver)) \
+                   group $(basename $(readlink $d/iommu_group))\"; done'\nshow_tool drivers\n";
+    let body = format!("{RUN_DATA_PATH}{}{drivers}", phase.both(RNIC_0, rnic_1));
+    let guest = Boot::verbs()
+        .arg("--iommu")
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .vf(1)
+        .arg("--file")
+        .arg(exe.to_str().expect("UTF-8 path"))
+        .timeout(900)
+        .spawn(&script(&body));
+    let runs = tool_runs(&console_of("verbs guest with an IOMMU", guest));
+    let (wall, cpu) = check_data_path(&runs);
+    eprintln!("idle wait through VFIO: {cpu:.3} s CPU in {wall:.3} s");
+    assert!(
+        cpu < 0.1 * wall,
+        "waiting {wall:.3} s for a completion event took {cpu:.3} s of CPU: the wait did not sleep on the interrupt"
+    );
+    phase.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
+    // The library took both functions through VFIO: bound to vfio-pci, each in a group.
+    let drivers = &runs["drivers"].output;
+    drivers.assert_success("driver listing");
+    let bound: Vec<&str> = drivers.stdout.lines().collect();
+    assert_eq!(bound.len(), 2, "{}", drivers.stdout);
+    assert!(
+        bound
+            .iter()
+            .all(|l| l.split_whitespace().nth(1) == Some("vfio-pci")),
+        "{}",
+        drivers.stdout
     );
     eprintln!("done after {:?}", started.elapsed());
 }

@@ -8,7 +8,8 @@
  * an asynchronous event; a remote access error that raises one on the responder; and
  * what must be refused: memory this process does not have, shared file mappings,
  * read-only memory for writes, dma-buf, UC QPs, addresses without a GRH, destroying
- * what is in use.
+ * what is in use. And a blocking completion wait through two idle seconds, with the CPU
+ * time it took.
  *
  * Every check exits with a message on stderr when it fails; each step that passes
  * prints `ok STEP` for ibverbs/tests/data_path.rs. Buffers come from malloc, unaligned. */
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -577,6 +579,68 @@ static void deep_initiator(struct end *a, struct end *b)
 	printf("ok deep_initiator\n");
 }
 
+/* A connected pair of fresh RC QPs (the ends' own QPs are in error by now). */
+struct pair {
+	struct end *a, *b;
+	struct ibv_qp *qa, *qb;
+};
+
+static struct ibv_qp *rc_qp(struct end *e)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(e->pd, &ia);
+	CHECK(qp, "create_qp");
+	return qp;
+}
+
+/* Sends 8 bytes on the pair after two seconds: what idle_wait waits for. */
+static void *late_send(void *arg)
+{
+	struct pair *p = arg;
+	sleep(2);
+	struct ibv_sge sge = { .addr = (uintptr_t)p->a->buf, .length = 8, .lkey = p->a->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 301, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	CHECK(ibv_post_send(p->qa, &wr, &bad) == 0, "post_send");
+	return NULL;
+}
+
+/* ibv_get_cq_event blocking while nothing happens for two seconds. With interrupts
+ * (vfio-user on the host, VFIO in a guest with an IOMMU) the process sleeps in it; the
+ * line `idle_wait: wall W cpu C` gives the wait's wall time and the CPU time the whole
+ * process used meanwhile, for the caller to judge (without interrupts the library polls). */
+static void idle_wait(struct end *a, struct end *b)
+{
+	struct pair p = { .a = a, .b = b, .qa = rc_qp(a), .qb = rc_qp(b) };
+	connect_qp(p.qa, p.qb->qp_num, b->gid);
+	connect_qp(p.qb, p.qa->qp_num, a->gid);
+	post_recv(p.qb, b->mr, b->buf, 64, 300);
+	CHECK(ibv_req_notify_cq(b->cq, 0) == 0, "req_notify_cq");
+	struct timespec c0, c1;
+	double w0 = now();
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, late_send, &p) == 0, "pthread_create");
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	CHECK(ibv_get_cq_event(b->ch, &cq, &cq_ctx) == 0, "get_cq_event");
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	double wall = now() - w0;
+	double cpu = (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) / 1e9;
+	CHECK(cq == b->cq, "the event names the CQ");
+	ibv_ack_cq_events(cq, 1);
+	CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+	CHECK(wall >= 1.9, "the event came after %.3f s, before the send", wall);
+	expect(poll_one(b->cq), 300, IBV_WC_RECV);
+	expect(poll_one(a->cq), 301, IBV_WC_SEND);
+	CHECK(ibv_destroy_qp(p.qa) == 0 && ibv_destroy_qp(p.qb) == 0, "destroy_qp");
+	printf("idle_wait: wall %.3f cpu %.3f\n", wall, cpu);
+	printf("ok idle_wait\n");
+}
+
 static void refusals(struct end *a)
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -670,6 +734,7 @@ int main(void)
 	ud_steps(&a, &b);
 	srq_steps(&a, &b);
 	deep_initiator(&a, &b);
+	idle_wait(&a, &b);
 	refusals(&a);
 	teardown(&a);
 	teardown(&b);

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# What rnic's libibverbs costs inside a guest: Debian's unmodified ib_write_bw (64 KiB)
+# and ib_write_lat (8 B) between two VFs of one verbs guest (boot.sh --verbs), beside
+# rnic-perf's write_bw and write_lat on the same two VFs of the same guest, in the same
+# boot. Not a test: it asserts nothing.
+#
+#   bash bench/verbs-guest.sh [--iommu] [--bw-iters N] [--iters N] [--out FILE]
+#
+# The guest runs under TCG, so the figures are the emulated CPU's; their ratio is the
+# library's overhead. --iommu: the guest has a virtual IOMMU, and both reach the
+# functions through VFIO instead of sysfs and the page map. perftest runs as two
+# processes (server on rnic_0, client on rnic_1, TCP on the guest's loopback), rnic-perf
+# as one that drives both ends. Needs qemu-scripts/setup.sh (run by boot.sh).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+bw_iters=2000
+iters=1000
+iommu=()
+out="$repo/target/bench/verbs-guest.md"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --iommu) iommu=(--iommu) ;;
+        --bw-iters) bw_iters="$2"; shift ;;
+        --iters) iters="$2"; shift ;;
+        --out) out="$2"; shift ;;
+        *) echo "usage: bash bench/verbs-guest.sh [--iommu] [--bw-iters N] [--iters N] [--out FILE]" >&2; exit 2 ;;
+    esac
+    shift
+done
+mkdir -p "$(dirname "$out")"
+
+source bench/lib.sh
+echo "=== [verbs-guest] building release binaries" >&2
+bin="$(release_bin)"
+# QEMU may run inside the trixie root: rnicd's sockets go where it reaches them.
+root=/var/cache/rnic/trixie-root
+base="$root/run/rnic-bench"
+[ -d "$root/run" ] || base=/var/cache/rnic/run/rnic-bench
+mkdir -p "$base"
+work="$(mktemp -d "$base/verbs-guest.XXXXXX")"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+start_rnicd "$bin" rnic --vfs 2
+
+# The guest's side: each measurement as a line `NAME FIGURES...` (perftest's and
+# rnic-perf's first result row).
+cat >"$work/bench.sh" <<EOF
+bw_iters=$bw_iters
+iters=$iters
+EOF
+cat >>"$work/bench.sh" <<'EOF'
+row() { awk '/#bytes/ {getline; print; exit}' "$1"; }
+# perftest TEST ARGS...: server on rnic_0, client on rnic_1 (retried until it listens).
+perftest() {
+    t=$1; shift
+    $t -d rnic_0 -x 1 -F "$@" >/tmp/server.txt 2>&1 &
+    s=$!
+    for _ in $(seq 200); do
+        $t -d rnic_1 -x 1 -F "$@" 127.0.0.1 >/tmp/client.txt 2>&1 && break
+        grep -q "Couldn't connect" /tmp/client.txt || { cat /tmp/client.txt; break; }
+        sleep 0.3
+    done
+    wait $s
+    row /tmp/client.txt
+}
+# The two functions' PCI addresses, for rnic-perf.
+set -- $(for d in /sys/bus/pci/devices/*; do [ "$(cat $d/vendor)" = 0xf1c0 ] && echo ${d##*/}; done)
+echo "PT_BW $(perftest ib_write_bw -s 65536 -n $bw_iters)"
+echo "RP_BW $(rnic-perf write_bw --pci $1 --remote-pci $2 -s 65536 -n $bw_iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "PT_LAT $(perftest ib_write_lat -s 8 -n $iters)"
+echo "RP_LAT $(rnic-perf write_lat --pci $1 --remote-pci $2 -s 8 -n $iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+EOF
+
+echo "=== [verbs-guest] booting the verbs guest${iommu:+ with an IOMMU}" >&2
+console="$(RNIC_RNICD="$bin/rnicd" bash qemu-scripts/boot.sh --verbs ${iommu[@]+"${iommu[@]}"} \
+    --socket-dir "$work/rnic" --vf 0 --vf 1 --timeout 1200 \
+    --file "$bin/rnic-perf:/usr/local/bin/rnic-perf" --file "$work/bench.sh:/root/bench.sh" \
+    -- sh /root/bench.sh)"
+line() { echo "$console" | tr -d '\r' | sed -n "s/^$1 //p" | head -n1; }
+pt_bw=$(line PT_BW); rp_bw=$(line RP_BW); pt_lat=$(line PT_LAT); rp_lat=$(line RP_LAT)
+for v in "$pt_bw" "$rp_bw" "$pt_lat" "$rp_lat"; do
+    [ -n "$v" ] || { echo "bench/verbs-guest.sh: a measurement is missing; the guest said:" >&2; echo "$console" >&2; exit 1; }
+done
+
+row() {
+    awk -v name="$1" -v a="$2" -v b="$3" -v unit="$4" \
+        'BEGIN { printf "| %s | %s %s | %s %s | %.2f |\n", name, a, unit, b, unit, (b > 0 ? a / b : 0) }'
+}
+{
+    echo "# rnic's libibverbs against the driver, in a verbs guest"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo
+    echo "Two VFs of one release rnicd attached to one TCG guest (boot.sh --verbs${iommu:+ --iommu})."
+    echo "perftest (Debian trixie's, unmodified) on rnic's libibverbs.so.1; rnic-perf on the"
+    echo "driver's own verbs, in the same guest."
+    echo
+    echo "| measurement | perftest on libibverbs | rnic-perf | perftest / rnic-perf |"
+    echo "|---|---|---|---|"
+    # perftest: #bytes #iterations BW peak BW average MsgRate (MiB/s);
+    # rnic-perf: #bytes #iterations peak average MsgRate (MB/s).
+    row "ib_write_bw / write_bw 64 KiB, average" \
+        "$(echo "$pt_bw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_bw" | awk '{printf "%.0f", $4}')" MB/s
+    # perftest: #bytes #iterations t_min t_max t_typical ...; rnic-perf: ... t_min t_median.
+    row "ib_write_lat / write_lat 8 B, typical / median" \
+        "$(echo "$pt_lat" | awk '{print $5}')" "$(echo "$rp_lat" | awk '{print $4}')" µs
+} >"$out"
+echo "=== [verbs-guest] report: $out" >&2
+cat "$out"
