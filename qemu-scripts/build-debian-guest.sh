@@ -132,7 +132,7 @@ build_base() {
     mapfile -t guest_files < <(module_files "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"})
     [ ${#guest_files[@]} -gt 0 ] || die "modprobe found none of ${modules[*]} for kernel $kver"
     for m in "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"}; do
-        printf '%s\n' "${guest_files[@]}" | grep -q "/${m}\.ko" || [[ $optional_modules == *" $m "* ]] ||
+        printf '%s\n' "${guest_files[@]}" | grep -q "/${m//_/[_-]}\.ko" || [[ $optional_modules == *" $m "* ]] ||
             die "module $m is not in kernel $kver's tree"
     done
 

@@ -178,7 +178,7 @@ fn two_guests_run_rnic_pingpong_against_each_other() {
 
 #[test]
 #[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
-fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest() {
+fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest_with_the_driver_and_with_libibverbs() {
     let out = Command::new("bash")
         .arg(repo().join("qemu-scripts/demo.sh"))
         .args(["--timeout", "400"])
@@ -200,6 +200,19 @@ fn the_main_job_demo_runs_rdma_between_two_vfs_in_one_guest() {
         "three ping-pongs finished"
     );
     assert!(console.contains("demo: all done"));
+    // The verbs guest: Debian's programs on rnic's libibverbs, both ends done (each
+    // counts 200 round trips of 4096 bytes both ways).
+    assert!(console.contains("=== ibv_devices"), "the verbs guest ran");
+    assert!(
+        console.contains("rnic_0") && console.contains("rnic_1"),
+        "ibv_devices lists both functions"
+    );
+    assert_eq!(
+        console.matches("1638400 bytes in").count(),
+        2,
+        "both ends of ibv_rc_pingpong finished"
+    );
+    assert!(console.contains("demo: verbs done"));
 }
 
 #[test]

@@ -536,8 +536,9 @@ fn in_an_iommu_guest_the_verbs_library_drives_the_vfs_through_vfio_and_sleeps_wh
         ..RNIC_0
     };
     let drivers = "run_tool drivers sh -c 'for d in /sys/bus/pci/devices/*; do \
-                   [ \"$(cat $d/vendor)\" = 0xf1c0 ] && echo \"${d##*/} $(basename $(readlink $d/driver)) \
-                   group $(basename $(readlink $d/iommu_group))\"; done'\nshow_tool drivers\n";
+                   if [ \"$(cat $d/vendor)\" = 0xf1c0 ]; then echo \"${d##*/} \
+                   $(basename $(readlink $d/driver)) group $(basename $(readlink $d/iommu_group))\"; \
+                   fi; done'\nshow_tool drivers\n";
     let body = format!("{RUN_DATA_PATH}{}{drivers}", phase.both(RNIC_0, rnic_1));
     let guest = Boot::verbs()
         .arg("--iommu")
