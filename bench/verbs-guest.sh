@@ -2,15 +2,19 @@
 # What rnic's libibverbs costs inside a guest: Debian's unmodified ib_write_bw (64 KiB)
 # and ib_write_lat (8 B) between two VFs of one verbs guest (boot.sh --verbs), beside
 # rnic-perf's write_bw and write_lat on the same two VFs of the same guest, in the same
-# boot. Not a test: it asserts nothing.
+# boot; and ib_send_bw / ib_send_lat with -e (sleeping on completion events) beside
+# rnic-perf's send_bw / send_lat -e. Not a test: it asserts nothing.
 #
-#   bash bench/verbs-guest.sh [--iommu] [--bw-iters N] [--iters N] [--out FILE]
+#   bash bench/verbs-guest.sh [--iommu] [--smp N] [--bw-iters N] [--iters N] [--out FILE]
 #
 # The guest runs under TCG, so the figures are the emulated CPU's; their ratio is the
 # library's overhead. --iommu: the guest has a virtual IOMMU, and both reach the
-# functions through VFIO instead of sysfs and the page map. perftest runs as two
-# processes (server on rnic_0, client on rnic_1, TCP on the guest's loopback), rnic-perf
-# as one that drives both ends. Needs qemu-scripts/setup.sh (run by boot.sh).
+# functions through VFIO, with interrupts, instead of sysfs and the page map (where -e
+# waits are the library's polling thread). perftest runs as two processes (server on
+# rnic_0, client on rnic_1, TCP on the guest's loopback), rnic-perf as one that drives
+# both ends: spinning, perftest has one more busy thread, and each vCPU is a host thread
+# beside rnicd's engine (--smp N: the guest's vCPUs, default 1). Needs
+# qemu-scripts/setup.sh (run by boot.sh).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,14 +22,16 @@ cd "$repo"
 bw_iters=2000
 iters=1000
 iommu=()
+smp=1
 out="$repo/target/bench/verbs-guest.md"
 while [ $# -gt 0 ]; do
     case "$1" in
         --iommu) iommu=(--iommu) ;;
+        --smp) smp="$2"; shift ;;
         --bw-iters) bw_iters="$2"; shift ;;
         --iters) iters="$2"; shift ;;
         --out) out="$2"; shift ;;
-        *) echo "usage: bash bench/verbs-guest.sh [--iommu] [--bw-iters N] [--iters N] [--out FILE]" >&2; exit 2 ;;
+        *) echo "usage: bash bench/verbs-guest.sh [--iommu] [--smp N] [--bw-iters N] [--iters N] [--out FILE]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -71,16 +77,26 @@ echo "PT_BW $(perftest ib_write_bw -s 65536 -n $bw_iters)"
 echo "RP_BW $(rnic-perf write_bw --pci $1 --remote-pci $2 -s 65536 -n $bw_iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
 echo "PT_LAT $(perftest ib_write_lat -s 8 -n $iters)"
 echo "RP_LAT $(rnic-perf write_lat --pci $1 --remote-pci $2 -s 8 -n $iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+# Sleeping on completion events (-e), as perftest's WRITE tests cannot: with interrupts
+# only (VFIO; without, rnic-perf -e refuses and the library polls).
+[ -e /dev/vfio/vfio ] || exit 0
+echo "PT_SBW $(perftest ib_send_bw -e -s 65536 -n $bw_iters)"
+echo "RP_SBW $(rnic-perf send_bw -e --pci $1 --remote-pci $2 -s 65536 -n $bw_iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "PT_SLAT $(perftest ib_send_lat -e -s 8 -n $iters)"
+echo "RP_SLAT $(rnic-perf send_lat -e --pci $1 --remote-pci $2 -s 8 -n $iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
 EOF
 
 echo "=== [verbs-guest] booting the verbs guest${iommu:+ with an IOMMU}" >&2
 console="$(RNIC_RNICD="$bin/rnicd" bash qemu-scripts/boot.sh --verbs ${iommu[@]+"${iommu[@]}"} \
-    --socket-dir "$work/rnic" --vf 0 --vf 1 --timeout 1200 \
+    --socket-dir "$work/rnic" --vf 0 --vf 1 --smp "$smp" --timeout 1200 \
     --file "$bin/rnic-perf:/usr/local/bin/rnic-perf" --file "$work/bench.sh:/root/bench.sh" \
     -- sh /root/bench.sh)"
 line() { echo "$console" | tr -d '\r' | sed -n "s/^$1 //p" | head -n1; }
 pt_bw=$(line PT_BW); rp_bw=$(line RP_BW); pt_lat=$(line PT_LAT); rp_lat=$(line RP_LAT)
-for v in "$pt_bw" "$rp_bw" "$pt_lat" "$rp_lat"; do
+pt_sbw=$(line PT_SBW); rp_sbw=$(line RP_SBW); pt_slat=$(line PT_SLAT); rp_slat=$(line RP_SLAT)
+events=("$pt_sbw" "$rp_sbw" "$pt_slat" "$rp_slat")
+[ ${#iommu[@]} = 1 ] || events=()
+for v in "$pt_bw" "$rp_bw" "$pt_lat" "$rp_lat" ${events[@]+"${events[@]}"}; do
     [ -n "$v" ] || { echo "bench/verbs-guest.sh: a measurement is missing; the guest said:" >&2; echo "$console" >&2; exit 1; }
 done
 
@@ -93,7 +109,7 @@ row() {
     echo
     echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo
-    echo "Two VFs of one release rnicd attached to one TCG guest (boot.sh --verbs${iommu:+ --iommu})."
+    echo "Two VFs of one release rnicd attached to one TCG guest (boot.sh --verbs${iommu:+ --iommu} --smp $smp)."
     echo "perftest (Debian trixie's, unmodified) on rnic's libibverbs.so.1; rnic-perf on the"
     echo "driver's own verbs, in the same guest."
     echo
@@ -106,6 +122,12 @@ row() {
     # perftest: #bytes #iterations t_min t_max t_typical ...; rnic-perf: ... t_min t_median.
     row "ib_write_lat / write_lat 8 B, typical / median" \
         "$(echo "$pt_lat" | awk '{print $5}')" "$(echo "$rp_lat" | awk '{print $4}')" µs
+    if [ ${#iommu[@]} = 1 ]; then
+        row "ib_send_bw / send_bw 64 KiB, events, average" \
+            "$(echo "$pt_sbw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_sbw" | awk '{printf "%.0f", $4}')" MB/s
+        row "ib_send_lat / send_lat 8 B, events, typical / median" \
+            "$(echo "$pt_slat" | awk '{print $5}')" "$(echo "$rp_slat" | awk '{print $4}')" µs
+    fi
 } >"$out"
 echo "=== [verbs-guest] report: $out" >&2
 cat "$out"

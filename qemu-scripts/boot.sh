@@ -19,7 +19,7 @@ usage() {
     cat <<'EOF'
 Usage: boot.sh [--rxe | --verbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
                [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
-               [--mem MB] [--timeout S] [--] CMD...
+               [--mem MB] [--smp N] [--timeout S] [--] CMD...
 
 Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
 attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
@@ -64,6 +64,8 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     default /root/<its name>, the command's working directory), e.g. a
                     verbs program of your own for --verbs; repeatable
   --mem MB          guest memory in MiB (default 512; 1024 with --rxe or --verbs)
+  --smp N           virtual CPUs (default 1; under TCG each is a host thread, so more than
+                    the host's cores minus rnicd's only slows everything)
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
 
 Environment:
@@ -92,6 +94,7 @@ ips=()
 mtus=()
 nic_dump=""
 mem=""
+smp=1
 timeout_s=300
 cmd=()
 while [ $# -gt 0 ]; do
@@ -115,7 +118,9 @@ while [ $# -gt 0 ]; do
     --nic-dump) [ $# -ge 2 ] || die "--nic-dump needs a file"; nic_dump=$2; shift 2 ;;
     --nic-dump=*) nic_dump=${1#*=}; shift ;;
     --mem) [ $# -ge 2 ] || die "--mem needs a size in MiB"; mem=$2; shift 2 ;;
+    --smp) [ $# -ge 2 ] || die "--smp needs a number of CPUs"; smp=$2; shift 2 ;;
     --mem=*) mem=${1#*=}; shift ;;
+    --smp=*) smp=${1#*=}; shift ;;
     --timeout) [ $# -ge 2 ] || die "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
     --timeout=*) timeout_s=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -125,6 +130,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$mem" ] || { if [ $rxe = 1 ] || [ $verbs = 1 ]; then mem=1024; else mem=512; fi; }
+[[ $smp =~ ^[1-9][0-9]?$ ]] || die "--smp $smp: give a number of virtual CPUs from 1 to 99, e.g. --smp 2"
 [[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem $mem: give a whole number of MiB, e.g. --mem 1024"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout $timeout_s: give whole seconds (0 for none)"
 for v in ${vfs[@]+"${vfs[@]}"}; do
@@ -366,7 +372,7 @@ fi
 # --- QEMU ----------------------------------------------------------------------------------
 # shellcheck disable=SC2054 # the commas are QEMU's
 qemu_args=(
-    -machine q35,accel=tcg -m "$mem"
+    -machine q35,accel=tcg -m "$mem" -smp "$smp"
     -object "memory-backend-memfd,id=mem,size=${mem}M,share=on" -numa node,memdev=mem
     -display none -vga none -no-reboot -nic none
     -chardev "stdio,id=con,mux=on,logfile=$(qemu_path "$console_log")"
