@@ -271,6 +271,11 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
 /// Any pointer.
 pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     errno_result("ibv_destroy_cq", || {
+        // The event thread holds a CQ for a moment while it queues its event, under the
+        // context's CQ table lock: with that lock held here, a reference counted as a
+        // user is a QP's, never the event thread's.
+        let rctx = lookup::<ibv_cq_ex, Cq>(cq.cast())?.r.ctx.clone();
+        let mut cqs = rctx.events.cqs.lock().unwrap_or_else(|e| e.into_inner());
         let obj = unregister::<ibv_cq_ex, Cq>(cq.cast(), |o| {
             if users(o) > 0 {
                 log::debug!("CQ {cq:p} is still used by QPs");
@@ -278,12 +283,9 @@ pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             }
             Ok(())
         })?;
+        cqs.remove(&obj.r.cq.cqn());
+        drop(cqs);
         let events = &obj.r.ctx.events;
-        events
-            .cqs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&obj.r.cq.cqn());
         if let Some(ch) = &obj.r.channel {
             ch.r.forget(&obj);
         }

@@ -111,7 +111,7 @@ fn lock(path: &std::path::Path, location: &Location, name: &str) -> Result<File,
 fn open_within(location: &Location, name: &str, timeout: Duration) -> Result<Device, Errno> {
     let (tx, rx) = mpsc::channel();
     let loc = location.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("{name}-open"))
         .spawn(move || {
             let _ = tx.send(loc.open());
@@ -120,7 +120,14 @@ fn open_within(location: &Location, name: &str, timeout: Duration) -> Result<Dev
             log::warn!("{name}: cannot start a thread to open {location}: {e}");
             libc::EAGAIN
         })?;
-    match rx.recv_timeout(timeout) {
+    let answer = rx.recv_timeout(timeout);
+    if answer.is_ok() {
+        // The thread has answered: wait for its end too, so that what it frees on its
+        // way out (its clones, its thread cache) is freed before this returns and the
+        // application registers memory (see heap_quiet).
+        let _ = thread.join();
+    }
+    match answer {
         Ok(Ok(device)) => Ok(device),
         Ok(Err(e)) => {
             log::warn!("{name}: cannot open {location}: {e}");

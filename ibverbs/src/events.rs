@@ -297,31 +297,45 @@ fn run(weak: Weak<RnicContext>) {
     let mut idle = 0u32;
     loop {
         let Some(ctx) = weak.upgrade() else { return };
-        if ctx.events.stop.load(Ordering::Acquire) {
-            return;
-        }
         let interrupts = ctx.verbs.uses_interrupts();
-        let wait = if interrupts { WAIT } else { Duration::ZERO };
-        match ctx.verbs.get_event(wait) {
-            Ok(Some(e)) => {
+        let got = if ctx.events.stop.load(Ordering::Acquire) {
+            None
+        } else {
+            let wait = if interrupts { WAIT } else { Duration::ZERO };
+            Some(ctx.verbs.get_event(wait))
+        };
+        // From here the thread may allocate and free, the last reference to the context
+        // included (see heap_quiet); the wait above does neither.
+        let quiet = crate::heap_quiet::shared();
+        let pause = match got {
+            None => {
+                drop(ctx);
+                drop(quiet);
+                return;
+            }
+            Some(Ok(Some(e))) => {
                 dispatch(&ctx, e);
                 idle = 0;
-                continue;
+                None
             }
-            Ok(None) => {}
-            Err(e) => {
+            Some(Ok(None)) if interrupts => None,
+            Some(Ok(None)) => {
+                idle = idle.saturating_add(1);
+                Some(if idle < BUSY_LOOKS {
+                    POLL_BUSY
+                } else {
+                    POLL_IDLE
+                })
+            }
+            Some(Err(e)) => {
                 log::warn!("{}: reading the event queue failed: {e}", ctx.name());
-                std::thread::sleep(WAIT);
+                Some(WAIT)
             }
-        }
+        };
         drop(ctx);
-        if !interrupts {
-            idle = idle.saturating_add(1);
-            std::thread::sleep(if idle < BUSY_LOOKS {
-                POLL_BUSY
-            } else {
-                POLL_IDLE
-            });
+        drop(quiet);
+        if let Some(p) = pause {
+            std::thread::sleep(p);
         }
     }
 }
@@ -331,8 +345,9 @@ fn dispatch(ctx: &RnicContext, e: Event) {
     let ev = &ctx.events;
     match e {
         Event::Completion { cqn } => {
-            let cq = lock(&ev.cqs).get(&cqn).and_then(Weak::upgrade);
-            match cq {
+            // The table stays locked until the CQ is let go (see ibv_destroy_cq).
+            let cqs = lock(&ev.cqs);
+            match cqs.get(&cqn).and_then(Weak::upgrade) {
                 Some(cq) => cq.r.completion_event(&cq),
                 None => log::debug!("completion event of CQ {cqn}, which is gone"),
             }

@@ -29,6 +29,7 @@ mod discover;
 mod events;
 pub mod exports;
 mod ffi;
+mod heap_quiet;
 mod objects;
 mod pd;
 mod provider;

@@ -133,15 +133,17 @@ fn reg_mr(
     }
     let ctx = &pdo.r.ctx;
     let writable = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) != 0;
-    let buf = ctx
-        .verbs
-        .device()
-        .transport()
-        .map_user_memory(addr as usize, len, writable)
-        .map_err(|e| {
-            log::warn!("{}: ibv_reg_mr: {e}", ctx.name());
-            errno_of(&e)
-        })?;
+    let mapped = {
+        let _quiet = crate::heap_quiet::exclusive();
+        ctx.verbs
+            .device()
+            .transport()
+            .map_user_memory(addr as usize, len, writable)
+    };
+    let buf = mapped.map_err(|e| {
+        log::warn!("{}: ibv_reg_mr: {e}", ctx.name());
+        errno_of(&e)
+    })?;
     let offset = addr as usize % rnic_abi::PAGE_SIZE as usize;
     let mr = pdo
         .r
