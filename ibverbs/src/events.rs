@@ -3,7 +3,8 @@
 //! `ibv_ack_async_event`, the context's `async_fd`).
 //!
 //! The function has one event queue, read by one thread per context ([`start`]). It
-//! sleeps on the queue's MSI-X interrupt (an eventfd on the host transport; inside a VM,
+//! sleeps on the queue's MSI-X interrupt (an eventfd on the host and through VFIO; closing
+//! the context wakes it through a descriptor of its own; inside a VM without an IOMMU,
 //! where a userspace driver gets no interrupts, it looks at the queue every millisecond,
 //! every 50 µs while events come) and moves each event to where the application waits:
 //! a completion event to the channel of its CQ, an asynchronous event to the context's
@@ -37,9 +38,11 @@ use crate::objects::{self, lookup, register, unregister, users, Obj};
 use crate::qp::QpObj;
 use crate::srq::SrqObj;
 
-/// How long the event thread waits on the interrupt before it looks whether its context
-/// is closing: what closing a context may take.
-const WAIT: Duration = Duration::from_millis(20);
+/// Longest the event thread sleeps on the interrupt before it looks at the queue anyway
+/// (closing the context wakes it at once, through its stop descriptor); and how long it
+/// pauses after a failed read of the queue.
+const WAIT: Duration = Duration::from_secs(1);
+const RETRY: Duration = Duration::from_millis(20);
 /// Without interrupts: how often the event thread looks at the event queue when idle,
 /// and when events came recently.
 const POLL_IDLE: Duration = Duration::from_millis(1);
@@ -240,6 +243,8 @@ pub(crate) struct ContextEvents {
     pub(crate) qps: Mutex<HashMap<u32, Weak<QpObj>>>,
     pub(crate) srqs: Mutex<HashMap<u32, Weak<SrqObj>>>,
     stop: AtomicBool,
+    /// Posted by [`ContextEvents::stop`]: wakes the event thread out of its sleep.
+    stop_fd: SemFd,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -258,6 +263,7 @@ impl ContextEvents {
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            stop_fd: SemFd::new()?,
             thread: Mutex::new(None),
         })
     }
@@ -270,6 +276,7 @@ impl ContextEvents {
     /// Stops the event thread and waits for it.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.stop_fd.post();
         if let Some(t) = lock(&self.thread).take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
@@ -278,8 +285,8 @@ impl ContextEvents {
     }
 }
 
-/// Starts the event thread of `ctx`. It holds the context only while it waits or
-/// dispatches, so closing the context ([`ContextEvents::stop`]) takes at most [`WAIT`].
+/// Starts the event thread of `ctx`. Closing the context ([`ContextEvents::stop`]) wakes
+/// it and waits for its end.
 pub(crate) fn start(ctx: &Arc<RnicContext>) -> Result<(), Errno> {
     let weak = Arc::downgrade(ctx);
     let t = std::thread::Builder::new()
@@ -293,19 +300,27 @@ pub(crate) fn start(ctx: &Arc<RnicContext>) -> Result<(), Errno> {
     Ok(())
 }
 
+/// What the event thread does after a look at the queue.
+enum Pause {
+    /// Looks again at once: it found an event.
+    None,
+    /// Sleeps on the interrupt eventfd (and the stop descriptor).
+    Interrupt(RawFd),
+    /// Sleeps this long: no interrupts, or the read failed.
+    For(Duration),
+}
+
 fn run(weak: Weak<RnicContext>) {
     let mut idle = 0u32;
     loop {
         let Some(ctx) = weak.upgrade() else { return };
-        let interrupts = ctx.verbs.uses_interrupts();
         let got = if ctx.events.stop.load(Ordering::Acquire) {
             None
         } else {
-            let wait = if interrupts { WAIT } else { Duration::ZERO };
-            Some(ctx.verbs.get_event(wait))
+            Some(ctx.verbs.get_event(Duration::ZERO))
         };
         // From here the thread may allocate and free, the last reference to the context
-        // included (see heap_quiet); the wait above does neither.
+        // included (see heap_quiet); the look above does neither.
         let quiet = crate::heap_quiet::shared();
         let pause = match got {
             None => {
@@ -316,27 +331,59 @@ fn run(weak: Weak<RnicContext>) {
             Some(Ok(Some(e))) => {
                 dispatch(&ctx, e);
                 idle = 0;
-                None
+                Pause::None
             }
-            Some(Ok(None)) if interrupts => None,
-            Some(Ok(None)) => {
-                idle = idle.saturating_add(1);
-                Some(if idle < BUSY_LOOKS {
-                    POLL_BUSY
-                } else {
-                    POLL_IDLE
-                })
-            }
+            Some(Ok(None)) => match ctx.verbs.event_fd() {
+                Some(fd) => Pause::Interrupt(fd),
+                None => {
+                    idle = idle.saturating_add(1);
+                    Pause::For(if idle < BUSY_LOOKS {
+                        POLL_BUSY
+                    } else {
+                        POLL_IDLE
+                    })
+                }
+            },
             Some(Err(e)) => {
                 log::warn!("{}: reading the event queue failed: {e}", ctx.name());
-                Some(WAIT)
+                Pause::For(RETRY)
             }
         };
-        drop(ctx);
         drop(quiet);
-        if let Some(p) = pause {
-            std::thread::sleep(p);
+        match pause {
+            Pause::None => {}
+            // The context is held while sleeping: its descriptors stay open.
+            Pause::Interrupt(fd) => sleep_on_interrupt(fd, ctx.events.stop_fd.raw()),
+            Pause::For(d) => std::thread::sleep(d),
         }
+        let _quiet = crate::heap_quiet::shared();
+        drop(ctx);
+    }
+}
+
+/// Sleeps until the interrupt eventfd `event_fd` or the stop descriptor `stop_fd` is
+/// readable, or [`WAIT`] passes, and clears the interrupt's count (the queue is looked at
+/// next; an interrupt after this read leaves a count that ends the next sleep at once).
+fn sleep_on_interrupt(event_fd: RawFd, stop_fd: RawFd) {
+    let mut fds = [
+        libc::pollfd {
+            fd: event_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = i32::try_from(WAIT.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: two valid pollfds that live across the call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if n > 0 && fds[0].revents & libc::POLLIN != 0 {
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into a u64 we own from the (non-blocking) eventfd.
+        unsafe { libc::read(event_fd, (&mut count as *mut u64).cast(), 8) };
     }
 }
 
