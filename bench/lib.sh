@@ -6,6 +6,7 @@
 #                                for its PF socket; its pid in $started (and in pids)
 #   cpu_ticks PID                utime + stime of a process, in clock ticks
 #   need_perf TAG                installs perf (linux-perf) with apt if it is missing
+#   ratio_row NAME A B UNIT      a markdown row: NAME, A and B with UNIT, and A / B
 
 release_bin() {
     cargo build --release -p rnic-device -p rnic-driver --bins >&2
@@ -39,4 +40,9 @@ need_perf() {
     command -v perf >/dev/null && return 0
     echo "=== [$1] installing perf (linux-perf)" >&2
     apt-get install -y --no-install-recommends linux-perf >&2
+}
+
+ratio_row() {
+    awk -v name="$1" -v a="$2" -v b="$3" -v unit="$4" \
+        'BEGIN { printf "| %s | %s %s | %s %s | %.2f |\n", name, a, unit, b, unit, (b > 0 ? a / b : 0) }'
 }

@@ -57,7 +57,7 @@ bw_iters=$bw_iters
 iters=$iters
 EOF
 cat >>"$work/bench.sh" <<'EOF'
-row() { awk '/#bytes/ {getline; print; exit}' "$1"; }
+first_row() { awk '/#bytes/ {getline; print; exit}'; }
 # perftest TEST ARGS...: server on rnic_0, client on rnic_1 (retried until it listens).
 perftest() {
     t=$1; shift
@@ -69,21 +69,23 @@ perftest() {
         sleep 0.3
     done
     wait $s
-    row /tmp/client.txt
+    first_row </tmp/client.txt
 }
-# The two functions' PCI addresses, for rnic-perf.
+# rnic-perf TEST ARGS... on the guest's two functions (by PCI address).
 set -- $(for d in /sys/bus/pci/devices/*; do [ "$(cat $d/vendor)" = 0xf1c0 ] && echo ${d##*/}; done)
+pci0=$1 pci1=$2
+rnic_perf() { rnic-perf "$@" --pci $pci0 --remote-pci $pci1 --no-baseline 2>&1 | first_row; }
 echo "PT_BW $(perftest ib_write_bw -s 65536 -n $bw_iters)"
-echo "RP_BW $(rnic-perf write_bw --pci $1 --remote-pci $2 -s 65536 -n $bw_iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "RP_BW $(rnic_perf write_bw -s 65536 -n $bw_iters)"
 echo "PT_LAT $(perftest ib_write_lat -s 8 -n $iters)"
-echo "RP_LAT $(rnic-perf write_lat --pci $1 --remote-pci $2 -s 8 -n $iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "RP_LAT $(rnic_perf write_lat -s 8 -n $iters)"
 # Sleeping on completion events (-e), as perftest's WRITE tests cannot: with interrupts
 # only (VFIO; without, rnic-perf -e refuses and the library polls).
 [ -e /dev/vfio/vfio ] || exit 0
 echo "PT_SBW $(perftest ib_send_bw -e -s 65536 -n $bw_iters)"
-echo "RP_SBW $(rnic-perf send_bw -e --pci $1 --remote-pci $2 -s 65536 -n $bw_iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "RP_SBW $(rnic_perf send_bw -e -s 65536 -n $bw_iters)"
 echo "PT_SLAT $(perftest ib_send_lat -e -s 8 -n $iters)"
-echo "RP_SLAT $(rnic-perf send_lat -e --pci $1 --remote-pci $2 -s 8 -n $iters --no-baseline 2>&1 | awk '/#bytes/ {getline; print; exit}')"
+echo "RP_SLAT $(rnic_perf send_lat -e -s 8 -n $iters)"
 EOF
 
 echo "=== [verbs-guest] booting the verbs guest${iommu:+ with an IOMMU}" >&2
@@ -100,10 +102,6 @@ for v in "$pt_bw" "$rp_bw" "$pt_lat" "$rp_lat" ${events[@]+"${events[@]}"}; do
     [ -n "$v" ] || { echo "bench/verbs-guest.sh: a measurement is missing; the guest said:" >&2; echo "$console" >&2; exit 1; }
 done
 
-row() {
-    awk -v name="$1" -v a="$2" -v b="$3" -v unit="$4" \
-        'BEGIN { printf "| %s | %s %s | %s %s | %.2f |\n", name, a, unit, b, unit, (b > 0 ? a / b : 0) }'
-}
 {
     echo "# rnic's libibverbs against the driver, in a verbs guest"
     echo
@@ -117,15 +115,15 @@ row() {
     echo "|---|---|---|---|"
     # perftest: #bytes #iterations BW peak BW average MsgRate (MiB/s);
     # rnic-perf: #bytes #iterations peak average MsgRate (MB/s).
-    row "ib_write_bw / write_bw 64 KiB, average" \
+    ratio_row "ib_write_bw / write_bw 64 KiB, average" \
         "$(echo "$pt_bw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_bw" | awk '{printf "%.0f", $4}')" MB/s
     # perftest: #bytes #iterations t_min t_max t_typical ...; rnic-perf: ... t_min t_median.
-    row "ib_write_lat / write_lat 8 B, typical / median" \
+    ratio_row "ib_write_lat / write_lat 8 B, typical / median" \
         "$(echo "$pt_lat" | awk '{print $5}')" "$(echo "$rp_lat" | awk '{print $4}')" µs
     if [ ${#iommu[@]} = 1 ]; then
-        row "ib_send_bw / send_bw 64 KiB, events, average" \
+        ratio_row "ib_send_bw / send_bw 64 KiB, events, average" \
             "$(echo "$pt_sbw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_sbw" | awk '{printf "%.0f", $4}')" MB/s
-        row "ib_send_lat / send_lat 8 B, events, typical / median" \
+        ratio_row "ib_send_lat / send_lat 8 B, events, typical / median" \
             "$(echo "$pt_slat" | awk '{print $5}')" "$(echo "$rp_slat" | awk '{print $4}')" µs
     fi
 } >"$out"

@@ -88,10 +88,7 @@ rnic_perf() {
     echo "|---|---|---|---|"
 } >"$out"
 
-row() {
-    awk -v name="$1" -v a="$2" -v b="$3" -v unit="$4" \
-        'BEGIN { printf "| %s | %s %s | %s %s | %.2f |\n", name, a, unit, b, unit, (b > 0 ? a / b : 0) }' >>"$out"
-}
+row() { ratio_row "$@" >>"$out"; }
 
 # measure LABEL BW_TEST LAT_TEST MODE: one bandwidth and one latency row.
 measure() {
