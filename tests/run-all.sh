@@ -12,9 +12,11 @@ step() { echo "=== [run-all] $*" >&2; }
 step "set-up: QEMU with vfio-user-pci, guest kernel, busybox, the Soft-RoCE guest, Debian's rdma-core for ibverbs/ (skipped where present)"
 bash qemu-scripts/setup.sh
 
-step "formatting and lints"
+step "formatting, lints and the API documentation"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# rustdoc warnings (broken links in the API documentation) fail the run.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 step "build the binaries the integration tests start"
 cargo build --workspace --bins

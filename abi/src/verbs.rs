@@ -278,7 +278,7 @@ impl WcStatus {
 }
 
 /// Event types in [`Eqe::event_type`]: the ibverbs async events (`enum ibv_event_type`),
-/// plus [`EVENT_COMPLETION`].
+/// plus [`event::EVENT_COMPLETION`].
 pub mod event {
     /// A CQ overran or could not be written; the CQ is in error.
     pub const CQ_ERR: u8 = 0;
@@ -292,17 +292,17 @@ pub mod event {
     pub const COMM_EST: u8 = 4;
     /// A QP in SQD has no more outstanding send work (`IBV_EVENT_SQ_DRAINED`).
     pub const SQ_DRAINED: u8 = 5;
-    /// An SRQ's WQEs fell below its limit ([`crate::srq`]); [`Eqe::object`] is the SRQ
+    /// An SRQ's WQEs fell below its limit ([`crate::srq`]); [`Eqe::object`](crate::verbs::Eqe::object) is the SRQ
     /// (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     pub const SRQ_LIMIT_REACHED: u8 = 15;
-    /// rnic-specific: QP [`Eqe::object`] left this function (`MIGRATE_QP`, see
+    /// rnic-specific: QP [`Eqe::object`](crate::verbs::Eqe::object) left this function (`MIGRATE_QP`, see
     /// [`crate::migration`]); its number now means nothing here, and what moved with it
     /// (its PD and MRs, CQs that moved) is gone too.
     pub const QP_DEPARTED: u8 = 0x40;
-    /// rnic-specific: QP [`Eqe::object`] arrived on this function (`MIGRATE_QP`); the
+    /// rnic-specific: QP [`Eqe::object`](crate::verbs::Eqe::object) arrived on this function (`MIGRATE_QP`); the
     /// driver learns its new numbering with `ADOPT_QP`.
     pub const QP_ARRIVED: u8 = 0x41;
-    /// A completion event: an armed CQ ([`Eqe::object`]) received a completion.
+    /// A completion event: an armed CQ ([`Eqe::object`](crate::verbs::Eqe::object)) received a completion.
     pub const EVENT_COMPLETION: u8 = 0x80;
 }
 

@@ -1,5 +1,9 @@
 //! rnicd: serves an emulated RDMA NIC (a PF and its VFs) over vfio-user sockets.
 
+// The doc comments of the options below are rnicd's --help text, written for a terminal
+// (DIR/vf<i>.sock, udp:ADDR[:PORT]), not rustdoc markup.
+#![allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

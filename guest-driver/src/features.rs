@@ -4,10 +4,10 @@
 //! of one VM do). The host tests (tests/tests/dc.rs, advanced.rs, features.rs) drive the
 //! same code.
 //!
-//! * [`run_dc`]: one DC initiator on function A, three DC targets on function B with
+//! * [`Scenario::Dc`]: one DC initiator on function A, three DC targets on function B with
 //!   distinct keys; SENDs and RDMA WRITEs interleaved across the targets, then READs back
 //!   ([`dc_exercise`]); then a WR with a wrong DC key ([`dc_wrong_key`]).
-//! * [`run_indirect_keys`]: an indirect key over three regions of B as the rkey of a WRITE
+//! * [`Scenario::IndirectKeys`]: an indirect key over three regions of B as the rkey of a WRITE
 //!   (scatter) and a READ (gather), a pattern key gathering strided data, and a WRITE past
 //!   the indirect key's end that must fail and leave every guard byte as it was.
 //! * [`dma_isolation_exercise`]: what an IOMMU keeps from the device (a guest with one,

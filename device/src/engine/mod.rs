@@ -1,7 +1,7 @@
 //! The device's engine: the threads that find and do the functions' work, as a NIC's
 //! processing units do.
 //!
-//! Each engine thread (a [`worker`]) runs the functions placed on it ([`balance`]): in a
+//! Each engine thread (a `worker`) runs the functions placed on it (`balance`): in a
 //! *pass* it gives each of them a turn (commands, frames that arrived, rung send queues,
 //! due timers) and forwards what they sent through the device's switch, which all
 //! threads share behind a lock. A thread polls doorbells while it has work and sleeps
@@ -14,7 +14,7 @@
 //! lock) and its frames arrive in the order they were sent, so order within a QP and
 //! one completion per work request hold as in one thread. The PF's admin commands, which
 //! act on any function and on the switch, and the moves of functions between threads
-//! run while every other thread is between passes ([`Shared::quiesce`]): no frame is
+//! run while every other thread is between passes (`Shared::quiesce`): no frame is
 //! then anywhere but in the switch, so a QP that migrates takes all of its traffic with
 //! it, as with one thread.
 

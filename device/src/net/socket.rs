@@ -135,7 +135,7 @@ pub fn size_buffers(fd: RawFd, what: &str) -> (libc::c_int, libc::c_int) {
 
 /// Asks the kernel to report with every datagram received on `fd` how many it dropped
 /// on that socket so far for want of room (`SO_RXQ_OVFL`; read by
-/// [`crate::net::udp::recv_one`]). Failure is not fatal: drops then go uncounted.
+/// `net::udp::recv_one`). Failure is not fatal: drops then go uncounted.
 pub fn count_drops(fd: RawFd, what: &str) {
     if let Err(e) = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1) {
         log::debug!("{what}: SO_RXQ_OVFL unavailable ({e}): kernel drops are not counted");

@@ -42,7 +42,7 @@
 //!
 //! The client (the active side) posts `iters` RDMA WRITEs from its buffer into the
 //! server's, or RDMA READs of the server's buffer into its own, `tx_depth` (128) in flight,
-//! one in [`CQ_MOD`] signalled (at least [`PROGRESS_MARKS`] in a run) and the last. Both sides walk their buffers as perftest
+//! one in [`CQ_MOD`] signalled (at least `PROGRESS_MARKS`, 8, in a run) and the last. Both sides walk their buffers as perftest
 //! does: when `size` is at most half the page size, message *i* goes to offset
 //! `(i mod (page / step)) * step`, `step` being `size` rounded up to the cache line
 //! ([`slot_offsets`]); otherwise every message uses offset 0. So the server's buffer

@@ -9,7 +9,7 @@
 //! Doorbells: page 0 of the doorbell BAR is the command queue's; the objects of a context
 //! ask for their slots from page [`DOORBELL_PAGE`] on, and spill to the next page when the
 //! device answers that a page's slots are all taken, up to the function's quota of
-//! doorbell pages (see [`ContextInner::with_doorbell_page`]).
+//! doorbell pages (see `ContextInner::with_doorbell_page`).
 //!
 //! ```no_run
 //! # fn demo(device: rnic_driver::Device) -> rnic_driver::Result<()> {
