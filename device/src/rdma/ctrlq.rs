@@ -103,14 +103,7 @@ impl RdmaState {
         if let Some(cq) = self.cqs.get_mut(&req.cqn) {
             cq.users += 1;
         }
-        let wq = WorkQueue {
-            ring,
-            entries: n,
-            stride: CTRL_WQE_STRIDE,
-            slot: slot_offset(page, slot),
-            taken: 0,
-            window: None,
-        };
+        let wq = WorkQueue::new(ring, n, CTRL_WQE_STRIDE, slot_offset(page, slot));
         self.ctrlqs
             .queues
             .insert(ctrlqn, Ctrlq { wq, cqn: req.cqn });

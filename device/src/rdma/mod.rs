@@ -601,13 +601,8 @@ impl RdmaState {
         for (page, slot) in [sq_slot, rq_slot] {
             env.doorbells.write32(slot_offset(page, slot), 0);
         }
-        let work_queue = |ring, entries, stride, (page, slot)| WorkQueue {
-            ring,
-            entries,
-            stride,
-            slot: slot_offset(page, slot),
-            taken: 0,
-            window: None,
+        let work_queue = |ring, entries, stride, (page, slot)| {
+            WorkQueue::new(ring, entries, stride, slot_offset(page, slot))
         };
         let qp = Qp {
             qpn,

@@ -32,6 +32,20 @@ pub struct WorkQueue {
 }
 
 impl WorkQueue {
+    /// A new queue on `ring`: `entries` entries of `stride` bytes, its doorbell slot at
+    /// byte offset `slot` of the doorbell BAR, nothing taken yet and no MMIO window. QP,
+    /// SRQ, shared send queue and control queue creation all start their queues this way.
+    pub fn new(ring: PagedBuffer, entries: u32, stride: u32, slot: u64) -> Self {
+        Self {
+            ring,
+            entries,
+            stride,
+            slot,
+            taken: 0,
+            window: None,
+        }
+    }
+
     /// Byte offset of entry `index` in the ring.
     pub fn entry_offset(&self, index: u32) -> u64 {
         u64::from(index % self.entries) * u64::from(self.stride)

@@ -121,14 +121,7 @@ impl RdmaState {
         let q = SharedSq {
             generation: self.shared_sqs.created,
             pdn: req.pdn,
-            wq: WorkQueue {
-                ring,
-                entries: n,
-                stride,
-                slot: slot_offset(page, slot),
-                taken: 0,
-                window: None,
-            },
+            wq: WorkQueue::new(ring, n, stride, slot_offset(page, slot)),
             caps: QpCaps {
                 max_send_sge: req.max_send_sge,
                 max_recv_sge: 0,

@@ -122,14 +122,7 @@ impl RdmaState {
         env.doorbells.write32(slot_offset(page, slot), 0);
         let srq = Srq {
             pdn: req.pdn,
-            wq: WorkQueue {
-                ring,
-                entries: n,
-                stride,
-                slot: slot_offset(page, slot),
-                taken: 0,
-                window: None,
-            },
+            wq: WorkQueue::new(ring, n, stride, slot_offset(page, slot)),
             caps: QpCaps {
                 max_send_sge: 0,
                 max_recv_sge: req.max_sge,
