@@ -546,6 +546,15 @@ fn qp_allows(qp: &Qp, access: u32) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The extended header (RETH, AtomicETH) a READ or atomic request must carry, if the QP
+/// lets remote peers do `access`. Both requests are checked the same way and in the same
+/// order: without the header the request is invalid; with it, [`qp_allows`] decides.
+fn header_if_allowed<H>(header: Option<H>, qp: &Qp, access: u32) -> Result<H, Failure> {
+    let header = header.ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
+    qp_allows(qp, access)?;
+    Ok(header)
+}
+
 fn read_request(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -553,11 +562,7 @@ fn read_request(
     env: &Env,
     wire: &mut Wire,
 ) -> Result<(), Failure> {
-    let reth = pkt
-        .hdrs
-        .reth
-        .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
-    qp_allows(qp, ACCESS_REMOTE_READ)?;
+    let reth = header_if_allowed(pkt.hdrs.reth, qp, ACCESS_REMOTE_READ)?;
     // A zero-length READ needs no valid address or rkey (IB C9-88).
     if reth.dma_len != 0 {
         rdma.mrs
@@ -688,11 +693,7 @@ fn atomic(
     env: &Env,
     wire: &mut Wire,
 ) -> Result<(), Failure> {
-    let a = pkt
-        .hdrs
-        .atomic
-        .ok_or(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr))?;
-    qp_allows(qp, ACCESS_REMOTE_ATOMIC)?;
+    let a = header_if_allowed(pkt.hdrs.atomic, qp, ACCESS_REMOTE_ATOMIC)?;
     if a.va % 8 != 0 {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
