@@ -101,7 +101,10 @@ struct Args {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // Milliseconds: transport timers and retransmissions are milliseconds apart.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
     let args = Args::parse();
     let config = DeviceConfig {
         socket_dir: args.socket_dir,

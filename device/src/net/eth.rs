@@ -509,7 +509,8 @@ impl Uplink for EthUplink {
         self.link.poll(now);
         let mut read = 0;
         let mut buf = std::mem::take(&mut self.buf);
-        while read < READ_BUDGET {
+        let start = Instant::now();
+        while read < READ_BUDGET && !crate::net::read_time_up(start, read) {
             match self.link.recv(&mut buf) {
                 Ok(true) => {
                     read += 1;
@@ -770,6 +771,51 @@ mod tests {
         assert_eq!(sent[1][..6], GUEST.mac);
         assert_eq!(sent[1][6..58], f[6..]);
         assert_eq!(u.stats().tx, 2);
+    }
+
+    /// A peer that never stops sending, each frame a little slower than the last was
+    /// read: a loaded host whose rnicd reads more slowly than its peer retransmits.
+    struct Endless {
+        frame: Vec<u8>,
+    }
+
+    impl Link for Endless {
+        fn fd(&self) -> RawFd {
+            -1
+        }
+        fn send(&mut self, _frame: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn recv(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            out.clone_from(&self.frame);
+            Ok(true)
+        }
+        fn describe(&self) -> String {
+            "endless".into()
+        }
+    }
+
+    #[test]
+    fn a_pass_stops_reading_a_peer_that_never_stops_sending_and_delivers_what_it_read() {
+        let frame = rxe_frame(GUEST, VF0, b"again");
+        let mut u = EthUplink::with_link(Box::new(Endless { frame }), &[PF, VF0]);
+        let start = Instant::now();
+        let read = u.poll(Instant::now());
+        let took = start.elapsed();
+        // Reading the whole budget would take over 100 ms here.
+        assert!(
+            read > 0 && read < READ_BUDGET / 4,
+            "read {read} frames in {took:?}"
+        );
+        let mut delivered = Vec::new();
+        assert_eq!(
+            u.receive(1, usize::MAX, &mut delivered, &mut Vec::new()),
+            read
+        );
+        assert!(delivered
+            .iter()
+            .all(|f| f[..] == rxe_frame(GUEST, VF0, b"again")[..]));
     }
 
     #[test]

@@ -70,6 +70,9 @@ fn udp_socket(addr: SocketAddrV4, shared: bool) -> io::Result<UdpSocket> {
 /// One frame per UDP datagram: `eth:dgram` (to one peer) and `eth:mcast` (to a group).
 pub struct DatagramLink {
     socket: UdpSocket,
+    /// Where datagrams are received, [`MAX_FRAME`] long: receiving straight into the
+    /// caller's buffer would zero its tail again for every frame.
+    rx: Vec<u8>,
     to: SocketAddrV4,
     name: String,
     /// What the kernel dropped on the socket.
@@ -81,6 +84,7 @@ impl DatagramLink {
     pub fn dgram(local: SocketAddrV4, remote: SocketAddrV4) -> io::Result<Self> {
         Ok(Self {
             socket: udp_socket(local, false)?,
+            rx: vec![0; MAX_FRAME],
             to: remote,
             name: format!("dgram {local} -> {remote}"),
             drops: KernelDrops::default(),
@@ -97,6 +101,7 @@ impl DatagramLink {
         socket.set_multicast_loop_v4(true)?;
         Ok(Self {
             socket,
+            rx: vec![0; MAX_FRAME],
             to: group,
             name: format!("mcast {group}"),
             drops: KernelDrops::default(),
@@ -114,11 +119,11 @@ impl Link for DatagramLink {
     }
 
     fn recv(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
-        out.resize(MAX_FRAME, 0);
-        match recv_one(&self.socket, out) {
+        match recv_one(&self.socket, &mut self.rx) {
             Ok(r) => {
                 // A longer datagram is cut to the buffer, and fails the port's checks.
-                out.truncate(r.len.min(MAX_FRAME));
+                out.clear();
+                out.extend_from_slice(&self.rx[..r.len.min(MAX_FRAME)]);
                 self.drops.update(r.kernel_drops);
                 Ok(true)
             }

@@ -31,6 +31,20 @@ use udp::UdpSpec;
 
 /// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
 /// functions are then 10.82.0.1, 10.82.0.2, ...
+/// How long one engine pass may read frames off the network before it hands them to the
+/// functions. A reader slower than its peer (a loaded host, a debug build) must still
+/// deliver what it read, and so acknowledge it: were it to read until the socket is
+/// empty, the peer's retransmissions of what it has not acknowledged would keep the
+/// socket from emptying, and the reader would never leave its loop.
+pub const READ_TIME: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Whether a read loop that started at `start` and has read `read` frames should stop
+/// for [`READ_TIME`] (looked at every 16 frames: a clock read per frame would cost more
+/// than the frame).
+pub fn read_time_up(start: std::time::Instant, read: usize) -> bool {
+    read.is_multiple_of(16) && start.elapsed() >= READ_TIME
+}
+
 pub const DEFAULT_IP_BASE: Ipv4Addr = Ipv4Addr::new(10, 82, 0, 1);
 
 /// What `--net` says.

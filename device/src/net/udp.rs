@@ -818,7 +818,8 @@ impl Uplink for UdpUplink {
         spare: &mut Vec<Vec<u8>>,
     ) -> usize {
         let mut read = 0;
-        while read < max {
+        let start = std::time::Instant::now();
+        while read < max && !super::read_time_up(start, read) {
             let Some(p) = self.ports.get(port) else {
                 return read;
             };

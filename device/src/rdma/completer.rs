@@ -72,11 +72,13 @@ pub fn on_response(
                     qp.req.rnr_left -= 1;
                 }
                 qp.req.rnr_until = Some(now + rnr_delay(code));
+                log::debug!("qp {:#x}: RNR NAK for PSN {p:#x}, code {code}", qp.qpn);
                 qp.req.go_back_to(p);
                 qp.req.timer = None;
                 return Ok(());
             }
             AethKind::Nak { code } => {
+                log::debug!("qp {:#x}: NAK {code} for PSN {p:#x}", qp.qpn);
                 let acked = acknowledge(qp, psn::add(p, 0xFF_FFFF));
                 if code == nak::PSN_SEQ_ERROR {
                     qp.req.go_back_to(p);
@@ -321,12 +323,18 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
             None => qp.req.ops.iter_mut().find(|o| waiting(o)),
         };
         if let Some(o) = oldest {
+            log::debug!("qp {:#x}: retries exhausted at PSN {una:#x}", qp.qpn);
             o.fail(WcStatus::RetryExcErr);
         }
         retire(rdma, qp, env, now);
         return;
     }
     qp.req.retry_left -= 1;
+    log::debug!(
+        "qp {:#x}: no answer in time, resending from PSN {una:#x} ({} retries left)",
+        qp.qpn,
+        qp.req.retry_left
+    );
     qp.req.go_back_to(una);
 }
 
