@@ -199,7 +199,6 @@ pub struct EthUplink {
     counters: PortStats,
     /// Frames put on and taken off the wire since the switch last asked, when capturing.
     capture: Option<Vec<Vec<u8>>>,
-    buf: Vec<u8>,
     /// Problems already reported, so that a flood of one is logged once.
     warned: HashSet<&'static str>,
 }
@@ -244,7 +243,6 @@ impl EthUplink {
             stats: UplinkStats::default(),
             counters: PortStats::default(),
             capture: None,
-            buf: Vec::new(),
             warned: HashSet::new(),
         }
     }
@@ -508,13 +506,14 @@ impl Uplink for EthUplink {
     fn poll(&mut self, now: Instant) -> usize {
         self.link.poll(now);
         let mut read = 0;
-        let mut buf = std::mem::take(&mut self.buf);
         let start = Instant::now();
         while read < READ_BUDGET && !crate::net::read_time_up(start, read) {
-            match self.link.recv(&mut buf) {
+            // Each frame is received into a buffer of its own, which the port keeps.
+            let mut frame = Vec::new();
+            match self.link.recv(&mut frame) {
                 Ok(true) => {
                     read += 1;
-                    self.handle(buf.clone(), now);
+                    self.handle(frame, now);
                 }
                 Ok(false) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -524,7 +523,6 @@ impl Uplink for EthUplink {
                 }
             }
         }
-        self.buf = buf;
         for arp in self.neighbors.tick(now) {
             self.transmit_arp(arp);
         }

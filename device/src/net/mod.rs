@@ -29,8 +29,6 @@ use eth::EthSpec;
 use rnic_abi::admin::PortStats;
 use udp::UdpSpec;
 
-/// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
-/// functions are then 10.82.0.1, 10.82.0.2, ...
 /// How long one engine pass may read frames off the network before it hands them to the
 /// functions. A reader slower than its peer (a loaded host, a debug build) must still
 /// deliver what it read, and so acknowledge it: were it to read until the socket is
@@ -45,6 +43,8 @@ pub fn read_time_up(start: std::time::Instant, read: usize) -> bool {
     read.is_multiple_of(16) && start.elapsed() >= READ_TIME
 }
 
+/// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
+/// functions are then 10.82.0.1, 10.82.0.2, ...
 pub const DEFAULT_IP_BASE: Ipv4Addr = Ipv4Addr::new(10, 82, 0, 1);
 
 /// What `--net` says.
