@@ -19,6 +19,14 @@ pub const CMDQ_DOORBELL: u64 = 0x040;
 /// Offset, in doorbell page 0, of the admin queue doorbell (u32), used as
 /// [`CMDQ_DOORBELL`] is (kick with page 0).
 pub const ADMINQ_DOORBELL: u64 = 0x044;
+/// Offset, in doorbell page 0, of the function's reset count (u32, written by the device,
+/// read by the driver; since ABI 1.6): how many times the function was reset since rnicd
+/// started, by any trigger (its driver's `DEVICE_CONTROL.RESET`, FLR, the VMM's
+/// DEVICE_RESET, the PF's `RESET_VF` or VF disable, the VMM going away). Every reset
+/// zeroes the rest of the BAR and writes the new count here, so a driver that remembers
+/// the count after its own reset sees, with one load and no message, that someone else
+/// reset the function under it.
+pub const RESET_COUNT: u64 = 0x048;
 /// Offset, in every doorbell page, of the rung-slot bitmap: [`SLOTS`] bits, bit `i` being
 /// bit `i % 8` of byte `i / 8` (so any word width reads it the same on little-endian
 /// machines). After writing any queue's doorbell slot, the driver sets the slot's bit (an

@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rnic_abi::doorbell::NOTIFY_REQUEST;
+use rnic_abi::doorbell::{NOTIFY_REQUEST, RESET_COUNT};
 use rnic_abi::PAGE_SIZE;
 
 /// The memfd behind a function's doorbell BAR, and the device's own mapping of it.
@@ -19,6 +19,9 @@ pub struct DoorbellBar {
     file: File,
     ptr: NonNull<u8>,
     len: usize,
+    /// The function's resets so far, written to [`RESET_COUNT`] by every reset: the
+    /// device's own copy, since the driver can write the BAR.
+    resets: AtomicU32,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics.
@@ -53,7 +56,12 @@ impl DoorbellBar {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(ptr as *mut u8).ok_or_else(io::Error::last_os_error)?;
-        Ok(Self { file, ptr, len })
+        Ok(Self {
+            file,
+            ptr,
+            len,
+            resets: AtomicU32::new(0),
+        })
     }
 
     /// The descriptor the VMM maps (handed out with the region's sparse-mmap area).
@@ -146,10 +154,13 @@ impl DoorbellBar {
         self.write32(u64::from(page) * PAGE_SIZE + NOTIFY_REQUEST, u32::from(on));
     }
 
-    /// Zeroes the whole BAR (function reset).
-    pub fn clear(&self) {
+    /// Function reset: zeroes the whole BAR but for [`RESET_COUNT`], which counts one
+    /// more reset.
+    pub fn reset(&self) {
+        let count = self.resets.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         // SAFETY: the whole mapping is ours to write.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+        self.write32(RESET_COUNT, count);
     }
 }
 
@@ -189,10 +200,16 @@ mod tests {
     }
 
     #[test]
-    fn clear_zeroes_everything() {
+    fn reset_zeroes_everything_but_the_reset_count() {
         let bar = DoorbellBar::new(1).unwrap();
+        assert_eq!(bar.read32(RESET_COUNT), Some(0));
         bar.write32(0x40, 9);
-        bar.clear();
+        bar.reset();
         assert_eq!(bar.read32(0x40), Some(0));
+        assert_eq!(bar.read32(RESET_COUNT), Some(1));
+        // A driver that overwrites the count does not change the device's own.
+        bar.write32(RESET_COUNT, 77);
+        bar.reset();
+        assert_eq!(bar.read32(RESET_COUNT), Some(2));
     }
 }

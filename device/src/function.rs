@@ -692,7 +692,7 @@ impl Function {
         st.cmdq.reset();
         admin.reset();
         st.traffic = Traffic::default();
-        self.doorbells.clear();
+        self.doorbells.reset();
     }
 
     /// The client went away: reset, and drop its memory and eventfds.
