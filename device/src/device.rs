@@ -144,7 +144,7 @@ impl Device {
         for function in &functions {
             let id = function.identity().id;
             let path = socket_path(&config.socket_dir, id);
-            let server = match vfio::bind(&path, function) {
+            let server = match vfio::bind(&path) {
                 Ok(s) => s,
                 Err(e) => {
                     sockets.iter().for_each(|p| remove_socket(p));

@@ -1,13 +1,24 @@
 //! The function's view of its client's memory: what DMA_MAP gave it, and nothing else.
 //!
-//! Every DMA_MAP region becomes a `vm-memory` region mapped from the file descriptor the
-//! client passed, so the device reads and writes guest RAM directly. Regions the client
+//! Every DMA_MAP window becomes a `vm-memory` region mapped from the file descriptor the
+//! client passed, so the device reads and writes guest RAM directly. Windows the client
 //! mapped read-only are kept apart from the writable ones: device writes only ever go
-//! through [`DmaSpace::writable`], where a read-only region is simply absent, so a write to
+//! through [`DmaSpace::writable`], where a read-only window is simply absent, so a write to
 //! it fails like a write to unmapped memory instead of faulting the process.
+//!
+//! The files are the client's, so nothing about them is trusted (docs/hardware-interface.md
+//! §5.2): a window must lie inside its file, and the file must be a memfd sealed against
+//! shrinking (a file that shrinks under a mapping turns the next access into SIGBUS,
+//! which would end every function of rnicd). What a client can make rnicd hold is
+//! bounded: its windows and their pages by the function's quota ([`DmaQuota`]), the
+//! files behind them by [`MAX_FILES`] (windows of one file share one descriptor).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vm_memory::{
     Address, FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
@@ -17,6 +28,13 @@ use vm_memory::{
 /// A snapshot of mapped memory. Holding it keeps every region it contains mapped in this
 /// process, even if the client unmaps it meanwhile, so an in-flight DMA never faults.
 pub type MemorySnapshot = vm_memory::GuestMemoryLoadGuard<GuestMemoryMmap>;
+
+/// How many distinct files the windows of one function may come from. A VMM maps guest
+/// RAM from one file per memory backend; each distinct file costs rnicd a descriptor.
+pub const MAX_FILES: usize = 64;
+
+/// Linux's `HUGETLBFS_MAGIC` (`statfs.f_type` of hugetlbfs).
+const HUGETLBFS_MAGIC: i64 = 0x958458f6;
 
 /// Why a DMA_MAP or DMA_UNMAP was refused.
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +52,37 @@ pub enum DmaMapError {
         size: u64,
     },
     /// The range is empty, overflows, or is not page-aligned.
-    #[error("DMA_MAP range {iova:#x}+{size:#x} is empty, overflows, or is not page-aligned")]
+    #[error("DMA_MAP range {iova:#x}+{size:#x} (file offset {offset:#x}) is empty, overflows, or is not page-aligned")]
     BadRange {
         /// Start of the range.
         iova: u64,
         /// Size of the range.
         size: u64,
+        /// Offset into the file.
+        offset: u64,
+    },
+    /// The window reaches past the end of its file.
+    #[error(
+        "DMA_MAP of {size:#x} bytes at file offset {offset:#x} reaches past the end of the \
+         file ({file_size:#x} bytes)"
+    )]
+    OutsideFile {
+        /// Size of the window.
+        size: u64,
+        /// Offset into the file.
+        offset: u64,
+        /// The file's size.
+        file_size: u64,
+    },
+    /// The descriptor is not memory rnicd can map safely.
+    #[error("DMA_MAP of {iova:#x}+{size:#x}: {why}")]
+    BadFile {
+        /// Start of the range.
+        iova: u64,
+        /// Size of the range.
+        size: u64,
+        /// What is wrong with the file, and what to do.
+        why: String,
     },
     /// The range overlaps one already mapped.
     #[error("DMA_MAP range {iova:#x}+{size:#x} overlaps an existing mapping")]
@@ -48,6 +91,16 @@ pub enum DmaMapError {
         iova: u64,
         /// Size of the range.
         size: u64,
+    },
+    /// The window would pass a limit: the function's quota, or [`MAX_FILES`].
+    #[error("DMA_MAP of {iova:#x}+{size:#x}: {why}")]
+    Quota {
+        /// Start of the range.
+        iova: u64,
+        /// Size of the range.
+        size: u64,
+        /// Which limit.
+        why: String,
     },
     /// mmap of the client's file failed.
     #[error(
@@ -83,14 +136,64 @@ impl From<DmaMapError> for io::Error {
     }
 }
 
+/// The limits of a function's DMA windows: its quota of windows and of the pages they
+/// cover (`rnic_abi::admin::Quota::dma_windows`, `dma_pages`, which the PF sets).
+pub trait DmaQuota: std::fmt::Debug + Send + Sync {
+    /// Charges one window of `pages` pages; `Err` says which limit it would pass.
+    fn charge_window(&self, pages: u64) -> Result<(), String>;
+    /// Gives back one window of `pages` pages.
+    fn release_window(&self, pages: u64);
+    /// The most windows the function may hold, for the client to know.
+    fn max_windows(&self) -> u32;
+}
+
+/// No limits but those of the process: for a function alone in a test.
+#[derive(Debug, Default)]
+pub struct Unlimited;
+
+impl DmaQuota for Unlimited {
+    fn charge_window(&self, _pages: u64) -> Result<(), String> {
+        Ok(())
+    }
+    fn release_window(&self, _pages: u64) {}
+    fn max_windows(&self) -> u32 {
+        u32::MAX
+    }
+}
+
+/// A file behind windows: one descriptor shared by all of them.
+#[derive(Debug)]
+struct Backer {
+    file: Arc<File>,
+    /// Whether `file` was opened for writing (windows the device may write need it).
+    writable: bool,
+    windows: usize,
+}
+
+/// A window, as the book keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    size: u64,
+    /// The (device, inode) of its file.
+    file: (u64, u64),
+}
+
+/// What the function's windows hold, for charging and releasing them.
+#[derive(Debug, Default)]
+struct Book {
+    /// Windows by device address.
+    windows: BTreeMap<u64, Window>,
+    files: HashMap<(u64, u64), Backer>,
+}
+
 /// The DMA address space of one function.
 #[derive(Debug)]
 pub struct DmaSpace {
     readable: GuestMemoryAtomic<GuestMemoryMmap>,
     writable: GuestMemoryAtomic<GuestMemoryMmap>,
-    /// Ranges whose DMA_MAP was refused for lack of a descriptor. QEMU maps its ROMs and
-    /// other devices' BARs that way and later unmaps them; those unmaps succeed quietly.
-    refused: std::sync::Mutex<Vec<(u64, u64)>>,
+    /// Taken first by every change.
+    book: Mutex<Book>,
+    quota: Box<dyn DmaQuota>,
 }
 
 impl Default for DmaSpace {
@@ -102,13 +205,28 @@ impl Default for DmaSpace {
 const PAGE: u64 = rnic_abi::PAGE_SIZE;
 
 impl DmaSpace {
-    /// An empty address space: every DMA fails until the client maps memory.
+    /// An empty address space without limits: every DMA fails until the client maps memory.
     pub fn new() -> Self {
+        Self::with_quota(Box::new(Unlimited))
+    }
+
+    /// An empty address space whose windows are charged to `quota`.
+    pub fn with_quota(quota: Box<dyn DmaQuota>) -> Self {
         Self {
             readable: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
             writable: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
-            refused: std::sync::Mutex::new(Vec::new()),
+            book: Mutex::new(Book::default()),
+            quota,
         }
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most windows the client may hold.
+    pub fn max_windows(&self) -> u32 {
+        self.quota.max_windows()
     }
 
     /// Maps `size` bytes of `file` from `offset` at device address `iova`.
@@ -121,10 +239,9 @@ impl DmaSpace {
         writable: bool,
     ) -> Result<(), DmaMapError> {
         let Some(file) = file else {
-            self.refused_ranges().push((iova, size));
             return Err(DmaMapError::NoFd { iova, size });
         };
-        let bad_range = || DmaMapError::BadRange { iova, size };
+        let bad_range = || DmaMapError::BadRange { iova, size, offset };
         if size == 0
             || !iova.is_multiple_of(PAGE)
             || !size.is_multiple_of(PAGE)
@@ -134,13 +251,66 @@ impl DmaSpace {
         }
         iova.checked_add(size).ok_or_else(bad_range)?;
         let len = usize::try_from(size).map_err(|_| bad_range())?;
+        let key = check_file(&file, iova, size, offset)?;
+        let mut book = self.book();
+        let known = book.files.get(&key);
+        if known.is_none() && book.files.len() >= MAX_FILES {
+            return Err(DmaMapError::Quota {
+                iova,
+                size,
+                why: format!(
+                    "the function's windows already come from {MAX_FILES} files, the most \
+                     one function may map"
+                ),
+            });
+        }
+        // Windows of one file share one descriptor: the first one that can do what the
+        // window needs (writing needs a descriptor opened for it).
+        let new_writable = opened_for_writing(&file);
+        let (shared, keep) = match known {
+            Some(b) if b.writable || !writable => (b.file.clone(), false),
+            _ => (Arc::new(file), true),
+        };
+        let pages = size / PAGE;
+        self.quota
+            .charge_window(pages)
+            .map_err(|why| DmaMapError::Quota { iova, size, why })?;
+        let mapped = self.insert(iova, size, offset, len, shared.clone(), writable);
+        if let Err(e) = mapped {
+            self.quota.release_window(pages);
+            return Err(e);
+        }
+        book.windows.insert(iova, Window { size, file: key });
+        let backer = book.files.entry(key).or_insert(Backer {
+            file: shared.clone(),
+            writable: new_writable,
+            windows: 0,
+        });
+        if keep && new_writable && !backer.writable {
+            backer.file = shared;
+            backer.writable = true;
+        }
+        backer.windows += 1;
+        Ok(())
+    }
+
+    /// Maps the window and adds it to the views.
+    fn insert(
+        &self,
+        iova: u64,
+        size: u64,
+        offset: u64,
+        len: usize,
+        file: Arc<File>,
+        writable: bool,
+    ) -> Result<(), DmaMapError> {
         let prot = if writable {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
             libc::PROT_READ
         };
         let mapping = MmapRegion::build(
-            Some(FileOffset::new(file, offset)),
+            Some(FileOffset::from_arc(file, offset)),
             len,
             prot,
             libc::MAP_SHARED | libc::MAP_NORESERVE,
@@ -151,8 +321,12 @@ impl DmaSpace {
             offset,
             source,
         })?;
-        let region = std::sync::Arc::new(
-            GuestRegionMmap::new(mapping, GuestAddress(iova)).ok_or_else(bad_range)?,
+        let region = Arc::new(
+            GuestRegionMmap::new(mapping, GuestAddress(iova)).ok_or(DmaMapError::BadRange {
+                iova,
+                size,
+                offset,
+            })?,
         );
         let overlap = || DmaMapError::Overlap { iova, size };
         // Take both update locks so the two views never disagree.
@@ -182,26 +356,33 @@ impl DmaSpace {
         Ok(())
     }
 
-    fn refused_ranges(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
-        self.refused.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Unmaps every region inside `iova`..`iova + size`, as Linux's VFIO type1 IOMMU
     /// does: a range that holds no mapping unmaps nothing and is no error (QEMU sends such
-    /// unmaps whenever a guest's IOMMU address space changes), and a range that cuts a
-    /// region is refused, leaving everything mapped.
+    /// unmaps whenever a guest's IOMMU address space changes, and for what it could not
+    /// map), and a range that cuts a region is refused, leaving everything mapped.
     pub fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaMapError> {
-        {
-            let mut refused = self.refused_ranges();
-            if let Some(i) = refused.iter().position(|&r| r == (iova, size)) {
-                refused.swap_remove(i);
-                return Ok(());
+        let mut book = self.book();
+        let end = iova.saturating_add(size);
+        let straddles = || DmaMapError::Straddles { iova, size };
+        // A window that starts before the range and reaches into it.
+        if let Some((&start, w)) = book.windows.range(..iova).next_back() {
+            if start + w.size > iova {
+                return Err(straddles());
             }
+        }
+        let inside: Vec<(u64, Window)> = book
+            .windows
+            .range(iova..end)
+            .map(|(&start, &w)| (start, w))
+            .collect();
+        if inside.iter().any(|&(start, w)| start + w.size > end) {
+            return Err(straddles());
+        }
+        if inside.is_empty() {
+            return Ok(());
         }
         let readable = self.readable.lock().unwrap_or_else(|e| e.into_inner());
         let writable = self.writable.lock().unwrap_or_else(|e| e.into_inner());
-        let end = iova.saturating_add(size);
-        let straddles = || DmaMapError::Straddles { iova, size };
         // The writable view's regions are a subset of the readable view's.
         let new_readable =
             remove_within(&self.readable.memory(), iova, end).ok_or_else(straddles)?;
@@ -213,12 +394,27 @@ impl DmaSpace {
         if let Some(w) = new_writable {
             writable.replace(w);
         }
+        for (start, w) in inside {
+            book.windows.remove(&start);
+            self.forget(&mut book, w);
+        }
         Ok(())
+    }
+
+    /// Releases a removed window's charge and, with its file's last window, the file.
+    fn forget(&self, book: &mut Book, w: Window) {
+        self.quota.release_window(w.size / PAGE);
+        if let Some(b) = book.files.get_mut(&w.file) {
+            b.windows -= 1;
+            if b.windows == 0 {
+                book.files.remove(&w.file);
+            }
+        }
     }
 
     /// Forgets every mapping (the client went away or asked UNMAP_ALL).
     pub fn unmap_all(&self) {
-        self.refused_ranges().clear();
+        let mut book = self.book();
         self.readable
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -227,6 +423,10 @@ impl DmaSpace {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .replace(GuestMemoryMmap::new());
+        let windows = std::mem::take(&mut book.windows);
+        for w in windows.into_values() {
+            self.forget(&mut book, w);
+        }
     }
 
     /// Memory the device may read.
@@ -251,11 +451,9 @@ impl DmaSpace {
     /// [`DmaSpace::backing`] of each `(device address, writable)` of `pages`, looking up
     /// each mapped file once (a large memory region has many pages in few mappings).
     pub fn backings(&self, pages: &[(u64, bool)]) -> Vec<Option<Backing>> {
-        use std::os::unix::fs::MetadataExt;
         use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
         let (r, w) = (self.readable(), self.writable());
-        let mut files: std::collections::HashMap<(bool, u64), Option<(u64, u64)>> =
-            Default::default();
+        let mut files: HashMap<(bool, u64), Option<(u64, u64)>> = Default::default();
         pages
             .iter()
             .map(|&(iova, writable)| {
@@ -276,11 +474,74 @@ impl DmaSpace {
             .collect()
     }
 
-    /// Number of mapped regions, for logs and tests.
+    /// Number of mapped windows, for logs and tests.
     pub fn region_count(&self) -> usize {
-        use vm_memory::GuestMemoryBackend;
-        self.readable.memory().num_regions()
+        self.book().windows.len()
     }
+
+    /// Number of distinct files behind the windows (each held open once).
+    pub fn file_count(&self) -> usize {
+        self.book().files.len()
+    }
+}
+
+/// Checks that `file` is memory rnicd may map `size` bytes of from `offset`: a regular
+/// shared-memory file (a memfd) sealed against shrinking, not on hugetlbfs, at least
+/// `offset + size` bytes long. Returns its (device, inode).
+fn check_file(file: &File, iova: u64, size: u64, offset: u64) -> Result<(u64, u64), DmaMapError> {
+    let bad = |why: String| DmaMapError::BadFile { iova, size, why };
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot fstat the descriptor: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(bad(format!(
+            "the descriptor is not a regular file (mode {:o}): rnicd maps only memfds",
+            meta.mode()
+        )));
+    }
+    // SAFETY: F_GET_SEALS on a descriptor we own.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        return Err(bad(
+            "the file is not a memfd (it cannot be sealed), so it could shrink under the \
+             mapping; back guest RAM with memory-backend-memfd"
+                .into(),
+        ));
+    }
+    if seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(bad(
+            "the memfd is not sealed against shrinking (F_SEAL_SHRINK), so it could shrink \
+             under the mapping; QEMU's memory-backend-memfd seals by default (seal=on)"
+                .into(),
+        ));
+    }
+    // SAFETY: an all-zero statfs is valid; fstatfs fills it.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs into a statfs we own, on a descriptor we own.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0
+        && fs.f_type as i64 == HUGETLBFS_MAGIC
+    {
+        return Err(bad(
+            "the memfd is on hugetlbfs, whose pages can run out under the mapping (SIGBUS); \
+             use memory-backend-memfd without hugetlb=on"
+                .into(),
+        ));
+    }
+    match offset.checked_add(size) {
+        Some(end) if end <= meta.len() => Ok((meta.dev(), meta.ino())),
+        _ => Err(DmaMapError::OutsideFile {
+            size,
+            offset,
+            file_size: meta.len(),
+        }),
+    }
+}
+
+/// Whether `file` was opened for writing.
+fn opened_for_writing(file: &File) -> bool {
+    // SAFETY: F_GETFL on a descriptor we own.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_ACCMODE == libc::O_RDWR
 }
 
 /// The memory behind a device address: which file, and where in it.
@@ -337,15 +598,213 @@ pub(crate) mod tests {
     use std::io::Write;
     use vm_memory::Bytes;
 
-    /// An anonymous memory file of `size` bytes, as a VMM's guest RAM.
+    /// An anonymous memory file of `size` bytes sealed against shrinking, as QEMU's
+    /// memory-backend-memfd makes guest RAM (it may still grow, for tests that write it
+    /// out).
     pub(crate) fn memfd(size: u64) -> File {
+        let f = unsealed_memfd(size);
+        // SAFETY: F_ADD_SEALS on a descriptor we own.
+        assert_eq!(
+            unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
+            0
+        );
+        f
+    }
+
+    /// A memfd of `size` bytes that could be shrunk under a mapping.
+    fn unsealed_memfd(size: u64) -> File {
         // SAFETY: memfd_create with a valid C string.
-        let fd = unsafe { libc::memfd_create(c"dma-test".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"dma-test".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         assert!(fd >= 0);
         // SAFETY: fd is a fresh descriptor we own.
         let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         f.set_len(size).unwrap();
         f
+    }
+
+    #[test]
+    fn files_that_could_shrink_or_are_not_memory_are_refused() {
+        let space = DmaSpace::new();
+        let refused = |f: File| match space.map(0x10000, 0x1000, 0, Some(f), true) {
+            Err(DmaMapError::BadFile { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(unsealed_memfd(0x1000)).contains("F_SEAL_SHRINK"));
+        let dir = std::env::temp_dir().join(format!("rnic-dma-{}", std::process::id()));
+        let plain = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&dir)
+            .unwrap();
+        plain.set_len(0x1000).unwrap();
+        assert!(refused(plain).contains("not a memfd"));
+        std::fs::remove_file(&dir).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe into an array of two.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the pipe's descriptors are ours.
+        let (r, _w) = unsafe {
+            (
+                <File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+                <File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+            )
+        };
+        assert!(refused(r).contains("not a regular file"));
+        assert_eq!(space.region_count(), 0);
+    }
+
+    #[test]
+    fn windows_must_lie_inside_their_file() {
+        let space = DmaSpace::new();
+        // 1 TiB onto a 4 KiB file, and a window that starts past its end.
+        for (size, offset) in [(1u64 << 40, 0), (0x1000, 0x1000), (0x2000, 0)] {
+            assert!(
+                matches!(
+                    space.map(0x10000, size, offset, Some(memfd(0x1000)), true),
+                    Err(DmaMapError::OutsideFile { .. })
+                ),
+                "{size:#x} at {offset:#x}"
+            );
+        }
+        assert!(matches!(
+            space.map(0x10000, 0x1000, u64::MAX - 0xfff, Some(memfd(0x1000)), true),
+            Err(DmaMapError::OutsideFile { .. })
+        ));
+        space
+            .map(0x10000, 0x1000, 0, Some(memfd(0x1000)), true)
+            .unwrap();
+    }
+
+    /// A quota of `windows` windows and `pages` pages.
+    #[derive(Debug)]
+    struct Fixed {
+        windows: u64,
+        pages: u64,
+        used: Mutex<(u64, u64)>,
+    }
+
+    impl DmaQuota for Fixed {
+        fn charge_window(&self, pages: u64) -> Result<(), String> {
+            let mut used = self.used.lock().unwrap();
+            if used.0 + 1 > self.windows || used.1 + pages > self.pages {
+                return Err("over the quota".into());
+            }
+            *used = (used.0 + 1, used.1 + pages);
+            Ok(())
+        }
+        fn release_window(&self, pages: u64) {
+            let mut used = self.used.lock().unwrap();
+            *used = (used.0 - 1, used.1 - pages);
+        }
+        fn max_windows(&self) -> u32 {
+            self.windows as u32
+        }
+    }
+
+    #[test]
+    fn windows_are_charged_to_the_quota_and_released_by_every_unmap() {
+        let quota = Arc::new(Fixed {
+            windows: 3,
+            pages: 4,
+            used: Mutex::new((0, 0)),
+        });
+        #[derive(Debug)]
+        struct Shared(Arc<Fixed>);
+        impl DmaQuota for Shared {
+            fn charge_window(&self, pages: u64) -> Result<(), String> {
+                self.0.charge_window(pages)
+            }
+            fn release_window(&self, pages: u64) {
+                self.0.release_window(pages)
+            }
+            fn max_windows(&self) -> u32 {
+                self.0.max_windows()
+            }
+        }
+        let space = DmaSpace::with_quota(Box::new(Shared(quota.clone())));
+        assert_eq!(space.max_windows(), 3);
+        let ram = memfd(0x10000);
+        let map =
+            |iova, pages| space.map(iova, pages * PAGE, 0, Some(ram.try_clone().unwrap()), true);
+        map(0x10000, 2).unwrap();
+        map(0x20000, 1).unwrap();
+        assert!(
+            matches!(map(0x30000, 2), Err(DmaMapError::Quota { .. })),
+            "pages"
+        );
+        map(0x30000, 1).unwrap();
+        assert!(
+            matches!(map(0x40000, 1), Err(DmaMapError::Quota { .. })),
+            "windows"
+        );
+        // A refused map charges nothing; an overlap gives back what it charged.
+        space.unmap(0x30000, 0x1000).unwrap();
+        assert!(matches!(map(0x10000, 1), Err(DmaMapError::Overlap { .. })));
+        assert_eq!(*quota.used.lock().unwrap(), (2, 3));
+        space.unmap(0x10000, 0x20000).unwrap();
+        assert_eq!(*quota.used.lock().unwrap(), (0, 0));
+        map(0x10000, 4).unwrap();
+        space.unmap_all();
+        assert_eq!(*quota.used.lock().unwrap(), (0, 0));
+        assert_eq!(space.file_count(), 0);
+    }
+
+    #[test]
+    fn windows_of_one_file_share_a_descriptor_and_files_are_limited() {
+        let space = DmaSpace::new();
+        let ram = memfd(0x100000);
+        for i in 0..8u64 {
+            space
+                .map(
+                    0x100000 + i * 0x1000,
+                    0x1000,
+                    i * 0x1000,
+                    Some(ram.try_clone().unwrap()),
+                    i % 2 == 0,
+                )
+                .unwrap();
+        }
+        assert_eq!((space.region_count(), space.file_count()), (8, 1));
+        for i in 1..MAX_FILES as u64 {
+            space
+                .map(
+                    0x1000_0000 + i * 0x1000,
+                    0x1000,
+                    0,
+                    Some(memfd(0x1000)),
+                    true,
+                )
+                .unwrap();
+        }
+        assert!(matches!(
+            space.map(0x2000_0000, 0x1000, 0, Some(memfd(0x1000)), true),
+            Err(DmaMapError::Quota { .. })
+        ));
+        // Another window of a file already in use is fine.
+        space
+            .map(0x3000_0000, 0x1000, 0, Some(ram.try_clone().unwrap()), true)
+            .unwrap();
+        // A file opened read-only cannot back a window the device writes, even when
+        // another window of it is readable only.
+        let path = format!("/proc/self/fd/{}", ram.as_raw_fd());
+        let read_only = File::open(&path).unwrap();
+        space
+            .map(0x4000_0000, 0x1000, 0, Some(read_only), false)
+            .unwrap();
+        space.unmap(0x100000, 0x8000).unwrap();
+        space.unmap(0x3000_0000, 0x1000).unwrap();
+        assert_eq!(
+            space.file_count(),
+            MAX_FILES,
+            "the read-only window keeps its file"
+        );
     }
 
     #[test]

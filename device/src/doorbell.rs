@@ -30,17 +30,30 @@ unsafe impl Send for DoorbellBar {}
 unsafe impl Sync for DoorbellBar {}
 
 impl DoorbellBar {
-    /// Creates a zeroed BAR of `pages` doorbell pages.
+    /// Creates a zeroed BAR of `pages` doorbell pages. The memfd is sealed at its size
+    /// before anyone else sees it: the VMM gets the descriptor itself, and a file that
+    /// shrinks under rnicd's own mapping would turn the device's next doorbell read into
+    /// SIGBUS.
     pub fn new(pages: u32) -> io::Result<Self> {
         let len = pages as usize * PAGE_SIZE as usize;
         // SAFETY: memfd_create with a valid C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"rnic-doorbells".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"rnic-doorbells".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor that we now own.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(len as u64)?;
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: F_ADD_SEALS on a descriptor we own.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         // SAFETY: mapping a file we own with a length it has; the result is checked.
         let ptr = unsafe {
             libc::mmap(
@@ -187,6 +200,22 @@ mod tests {
         let mut b = [0u8; 4];
         f.read_at(&mut b, PAGE_SIZE).unwrap();
         assert_eq!(u32::from_le_bytes(b), 1);
+    }
+
+    #[test]
+    fn the_memfd_the_vmm_gets_cannot_change_size() {
+        let bar = DoorbellBar::new(1).unwrap();
+        // SAFETY: dup of a valid fd, owned by the new File: what the VMM holds.
+        let f = unsafe { File::from_raw_fd(libc::dup(bar.fd())) };
+        assert!(f.set_len(0).is_err(), "shrinking would SIGBUS the device");
+        assert!(f.set_len(2 * PAGE_SIZE).is_err());
+        // SAFETY: F_ADD_SEALS on a descriptor we own: the seals are sealed too.
+        assert_ne!(
+            unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, 0) },
+            0
+        );
+        bar.write32(0x40, 5);
+        assert_eq!(bar.read32(0x40), Some(5));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use rnic_abi::cmd::{CmdHeader, Limits, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
 use rnic_abi::doorbell;
 use rnic_abi::pci::{self, DOORBELL_BAR, REG_BAR};
 use rnic_abi::regs::*;
-use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
+use rnic_abi::vfio_user::{IRQ_MSIX, REGION_CONFIG};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::rdma::switch::AddressTable;
@@ -23,7 +23,7 @@ use std::time::Instant;
 use crate::cmdq::{QueueBlock, Response, StartContext};
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
-use crate::msix::Msix;
+use crate::msix::{InterruptLine, Msix};
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
 use crate::rdma::switch::{Endpoint, Frame, Switch};
 use crate::rdma::wire::Wire;
@@ -342,6 +342,9 @@ pub struct Function {
     link_up: AtomicBool,
     dma: DmaSpace,
     doorbells: DoorbellBar,
+    /// The MSI-X messages on their way to the VMM (the same line as `state.msix`'s,
+    /// reachable without the function's lock).
+    interrupts: Arc<InterruptLine>,
     /// Set by a kick, cleared by the engine when it has looked.
     kicked: AtomicBool,
     /// The eventfd that wakes the engine thread running the function (its own until the
@@ -377,9 +380,11 @@ impl Function {
         pool: Arc<ResourcePool>,
         member: usize,
     ) -> io::Result<Self> {
+        let msix = Msix::new(pci::MSIX_VECTORS)?;
+        let interrupts = msix.line().clone();
         let state = State {
             config: ConfigSpace::new(identity.config_params()),
-            msix: Msix::new(pci::MSIX_VECTORS),
+            msix,
             cmdq: QueueBlock::new(CMDQ_REGS),
             rdma: RdmaState::with_pool(identity.id, identity.limits, pool.clone(), member),
             traffic: Traffic::default(),
@@ -399,6 +404,7 @@ impl Function {
             link_up: AtomicBool::new(true),
             dma: DmaSpace::new(),
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
+            interrupts,
             kicked: AtomicBool::new(false),
             waker: RwLock::new(Arc::new(EventFd::new(libc::EFD_NONBLOCK)?)),
         })
@@ -417,6 +423,12 @@ impl Function {
     /// The doorbell BAR.
     pub fn doorbells(&self) -> &DoorbellBar {
         &self.doorbells
+    }
+
+    /// The function's MSI-X messages on their way to the VMM: whoever serves the VMM
+    /// (the vfio-user connection, or a harness that plays it) delivers them.
+    pub fn interrupts(&self) -> &Arc<InterruptLine> {
+        &self.interrupts
     }
 
     /// Makes kicks of the function write `waker`: the eventfd of the engine thread that
@@ -453,7 +465,7 @@ impl Function {
     /// A vfio-user REGION_READ.
     pub fn region_read(&self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
         match region {
-            VFIO_PCI_CONFIG_REGION_INDEX => self.lock().config.read(offset, data),
+            REGION_CONFIG => self.lock().config.read(offset, data),
             r if r == u32::from(REG_BAR) => {
                 bar0_range(offset, data.len())?;
                 self.bar0_read(offset, data);
@@ -476,7 +488,7 @@ impl Function {
     /// A vfio-user REGION_WRITE.
     pub fn region_write(&self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         match region {
-            VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
+            REGION_CONFIG => self.config_write(offset, data),
             r if r == u32::from(REG_BAR) => {
                 bar0_range(offset, data.len())?;
                 self.bar0_write(offset, data);
@@ -650,14 +662,16 @@ impl Function {
         count: u32,
         fds: Vec<std::fs::File>,
     ) -> io::Result<()> {
-        if index == VFIO_PCI_MSIX_IRQ_INDEX {
-            return self.lock().msix.set_irqs(flags, start, count, fds);
+        if index == IRQ_MSIX {
+            return self.interrupts.set_irqs(flags, start, count, fds);
         }
         if count == 0 {
             // Tearing down an index that has nothing set is always fine.
             return Ok(());
         }
-        Err(invalid(format!("IRQ index {index} has no interrupts; rnic uses MSI-X (index {VFIO_PCI_MSIX_IRQ_INDEX})")))
+        Err(invalid(format!(
+            "IRQ index {index} has no interrupts; rnic uses MSI-X (index {IRQ_MSIX})"
+        )))
     }
 
     /// Function-level reset: everything the function holds goes back to power-on, except
@@ -699,7 +713,7 @@ impl Function {
     pub fn disconnect(&self) {
         let (mut admin, mut st) = self.lock_both();
         self.reset_locked(&mut st, &mut admin);
-        st.msix.clear_triggers();
+        self.interrupts.clear_triggers();
         self.dma.unmap_all();
     }
 
@@ -975,12 +989,12 @@ mod tests {
     use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, RespHeader, Status};
     use rnic_abi::doorbell::CMDQ_DOORBELL;
     use rnic_abi::pci::cfg;
-    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    use rnic_abi::vfio_user::{IRQ_SET_ACTION_TRIGGER, IRQ_SET_DATA_EVENTFD};
     use zerocopy::{FromBytes, IntoBytes};
 
     const BAR0: u32 = REG_BAR as u32;
     const DB: u32 = DOORBELL_BAR as u32;
-    const CONFIG: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
+    const CONFIG: u32 = REGION_CONFIG;
 
     /// Where the guest's RAM sits in the function's DMA space, and its layout.
     const IOVA: u64 = 0x4_0000;
@@ -1031,8 +1045,10 @@ mod tests {
         unsafe { File::from_raw_fd(fd) }
     }
 
-    /// Reads (and so resets) an eventfd's counter; 0 if it was never written.
-    fn take(efd: &mut File) -> u64 {
+    /// Delivers what `f` raised, as its vfio-user connection does, then reads (and so
+    /// resets) the eventfd's counter; 0 if it was never written.
+    fn take(f: &Function, efd: &mut File) -> u64 {
+        assert!(f.interrupts().deliver().is_empty());
         let mut b = [0u8; 8];
         match efd.read(&mut b) {
             Ok(8) => u64::from_ne_bytes(b),
@@ -1244,8 +1260,8 @@ mod tests {
     fn install_vector0(f: &Function) -> File {
         let efd = eventfd();
         f.set_irqs(
-            VFIO_PCI_MSIX_IRQ_INDEX,
-            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            IRQ_MSIX,
+            IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
             0,
             1,
             vec![efd.try_clone().unwrap()],
@@ -1734,6 +1750,20 @@ mod tests {
     }
 
     /// Checks that `f` is back at power-on in everything a reset restores.
+    /// The doorbell BAR after a reset: zeroed but for the reset count, which counts it.
+    fn assert_doorbells_reset(f: &Function) {
+        let bar = rd(f, DB, 0, doorbell::BAR_SIZE as usize);
+        let at = doorbell::RESET_COUNT as usize;
+        let count = u32::from_le_bytes(bar[at..at + 4].try_into().unwrap());
+        assert!(count > 0, "RESET_COUNT counts the reset");
+        assert!(
+            bar.iter()
+                .enumerate()
+                .all(|(i, &b)| b == 0 || (at..at + 4).contains(&i)),
+            "doorbell BAR zeroed"
+        );
+    }
+
     fn assert_power_on(f: &Function) {
         let fresh = vf();
         assert_eq!(status(f), STATUS_READY);
@@ -1747,12 +1777,7 @@ mod tests {
         );
         assert_eq!(rd32(f, CMDQ_MSIX_VECTOR), NO_VECTOR);
         assert_eq!(rd(f, CONFIG, 0, 4096), rd(&fresh, CONFIG, 0, 4096));
-        assert!(
-            rd(f, DB, 0, doorbell::BAR_SIZE as usize)
-                .iter()
-                .all(|&b| b == 0),
-            "doorbell BAR zeroed"
-        );
+        assert_doorbells_reset(f);
         assert!(!f.poll());
     }
 
@@ -1787,9 +1812,7 @@ mod tests {
             "config space is the OS's, not reset"
         );
         assert_eq!(rd(&f, BAR0, pci::MSIX_TABLE_OFFSET, 16 * 16), msix_table);
-        assert!(rd(&f, DB, 0, doorbell::BAR_SIZE as usize)
-            .iter()
-            .all(|&b| b == 0));
+        assert_doorbells_reset(&f);
         assert!(!f.poll());
         assert_restarts(&f, &mut guest);
     }
@@ -1843,9 +1866,13 @@ mod tests {
         guest.reset_rings();
         assert_eq!(enable(&f), ERR_NONE);
         set_msix(&f, cfg::MSIX_ENABLE);
-        take(&mut efd);
+        take(&f, &mut efd);
         nop_round_trip(&f, &mut guest, 1);
-        assert_eq!(take(&mut efd), 0, "the old client's eventfd was dropped");
+        assert_eq!(
+            take(&f, &mut efd),
+            0,
+            "the old client's eventfd was dropped"
+        );
     }
 
     #[test]
@@ -1854,19 +1881,19 @@ mod tests {
         let mut efd = install_vector0(&f);
         set_msix(&f, cfg::MSIX_ENABLE);
         nop_round_trip(&f, &mut guest, 1);
-        assert_eq!(take(&mut efd), 1);
+        assert_eq!(take(&f, &mut efd), 1);
         assert_eq!(rd32(&f, PBA), 0);
 
         // The driver can ask for no interrupt.
         guest.set_avail_flags(1);
         nop_round_trip(&f, &mut guest, 2);
-        assert_eq!(take(&mut efd), 0);
+        assert_eq!(take(&f, &mut efd), 0);
         guest.set_avail_flags(0);
 
         // Nor is there one without a vector.
         wr32(&f, CMDQ_MSIX_VECTOR, NO_VECTOR);
         nop_round_trip(&f, &mut guest, 3);
-        assert_eq!(take(&mut efd), 0);
+        assert_eq!(take(&f, &mut efd), 0);
         assert_eq!(rd32(&f, PBA), 0);
     }
 
@@ -1875,21 +1902,21 @@ mod tests {
         let (f, mut guest) = running(0);
         let mut efd = install_vector0(&f);
         nop_round_trip(&f, &mut guest, 1);
-        assert_eq!(take(&mut efd), 0);
+        assert_eq!(take(&f, &mut efd), 0);
         assert_eq!(rd32(&f, PBA) & 1, 1);
         assert_eq!(rd(&f, BAR0, PBA, 1), [1]);
         // Enabling MSI-X delivers it and clears the bit.
         set_msix(&f, cfg::MSIX_ENABLE);
-        assert_eq!(take(&mut efd), 1);
+        assert_eq!(take(&f, &mut efd), 1);
         assert_eq!(rd32(&f, PBA), 0);
 
         // The function mask holds messages back the same way.
         set_msix(&f, cfg::MSIX_ENABLE | cfg::MSIX_FUNCTION_MASK);
         nop_round_trip(&f, &mut guest, 2);
-        assert_eq!(take(&mut efd), 0);
+        assert_eq!(take(&f, &mut efd), 0);
         assert_eq!(rd32(&f, PBA), 1);
         set_msix(&f, cfg::MSIX_ENABLE);
-        assert_eq!(take(&mut efd), 1);
+        assert_eq!(take(&f, &mut efd), 1);
         assert_eq!(rd32(&f, PBA), 0);
 
         // The PBA is read-only.
@@ -1907,11 +1934,11 @@ mod tests {
         // Changed after the queue started: 0x1_0000 must not act as vector 0.
         wr32(&f, CMDQ_MSIX_VECTOR, 0x1_0000);
         nop_round_trip(&f, &mut guest, 1);
-        assert_eq!(take(&mut efd), 0);
+        assert_eq!(take(&f, &mut efd), 0);
         assert_eq!(rd32(&f, PBA), 0);
         wr32(&f, CMDQ_MSIX_VECTOR, 0);
         nop_round_trip(&f, &mut guest, 2);
-        assert_eq!(take(&mut efd), 1);
+        assert_eq!(take(&f, &mut efd), 1);
     }
 
     #[test]
@@ -1921,7 +1948,7 @@ mod tests {
         for index in [0, 1, 3, 4] {
             f.set_irqs(
                 index,
-                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
                 0,
                 0,
                 vec![],
@@ -1930,7 +1957,7 @@ mod tests {
             assert!(f
                 .set_irqs(
                     index,
-                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                    IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
                     0,
                     1,
                     vec![eventfd()]
@@ -1939,8 +1966,8 @@ mod tests {
         }
         assert!(f
             .set_irqs(
-                VFIO_PCI_MSIX_IRQ_INDEX,
-                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                IRQ_MSIX,
+                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
                 16,
                 1,
                 vec![eventfd()]

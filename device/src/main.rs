@@ -100,12 +100,44 @@ struct Args {
     placement: Placement,
 }
 
+/// Descriptors rnicd may hold for each function's client at most: the files behind its
+/// DMA windows, its MSI-X eventfds, and the connection itself.
+const DESCRIPTORS_PER_FUNCTION: u64 =
+    rnic_device::dma::MAX_FILES as u64 + rnic_abi::pci::MSIX_VECTORS as u64 + 4;
+
+/// Raises the soft limit on open descriptors to the hard one, as daemons that hold many
+/// do: each function's client may make rnicd hold [`DESCRIPTORS_PER_FUNCTION`].
+fn raise_descriptor_limit(functions: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let want = functions * DESCRIPTORS_PER_FUNCTION + 256;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit from a struct we own, within the hard limit.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+    if limit.rlim_cur < want {
+        log::warn!(
+            "the descriptor limit is {} but {functions} functions' clients may make rnicd hold \
+             {want}; raise it (ulimit -n) or a client that maps many files will be refused",
+            limit.rlim_cur
+        );
+    }
+}
+
 fn main() {
     // Milliseconds: transport timers and retransmissions are milliseconds apart.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
     let args = Args::parse();
+    raise_descriptor_limit(u64::from(args.vfs) + 1);
     let config = DeviceConfig {
         socket_dir: args.socket_dir,
         vfs: args.vfs,

@@ -20,4 +20,5 @@ fn main() {
     write("ops", &rnic_fuzz::seeds::ops_seeds());
     write("send", &rnic_fuzz::seeds::send_seeds());
     write("vfio", &rnic_fuzz::seeds::vfio_seeds());
+    write("vfio_socket", &rnic_fuzz::seeds::vfio_socket_seeds());
 }

@@ -14,4 +14,5 @@ pub mod ops;
 pub mod seeds;
 pub mod transport;
 pub mod vfio;
+pub mod vfio_socket;
 pub mod world;

@@ -26,8 +26,8 @@
 use rnic_abi::doorbell::{ADMINQ_DOORBELL, BAR_SIZE, CMDQ_DOORBELL};
 use rnic_abi::pci::{CONFIG_SPACE_SIZE, DOORBELL_BAR, REG_BAR, REG_BAR_SIZE};
 use rnic_abi::regs::{ADMINQ_REGS, DEVICE_STATUS, STATUS_CMDQ_RUNNING};
+use rnic_abi::vfio_user::REGION_CONFIG;
 use rnic_driver::cmdq::CommandQueue;
-use vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
 
 use crate::input::{Args, Record};
 use crate::world::{World, A, B};
@@ -167,12 +167,12 @@ pub fn run(world: &World, records: &[Record<'_>]) -> Effects {
                 let value = args.u64().to_le_bytes();
                 let data: Vec<u8> = value.iter().copied().cycle().take(len).collect();
                 fx.b_queue_touched = true;
-                let _ = b.region_write(VFIO_PCI_CONFIG_REGION_INDEX, offset, &data);
+                let _ = b.region_write(REGION_CONFIG, offset, &data);
             }
             Op::ConfigRead => {
                 let offset = u64::from(args.u16()) % (CONFIG_SPACE_SIZE as u64 + 16);
                 let mut data = vec![0; width(args.take(1) as u8)];
-                let _ = b.region_read(VFIO_PCI_CONFIG_REGION_INDEX, offset, &mut data);
+                let _ = b.region_read(REGION_CONFIG, offset, &mut data);
             }
             Op::Step => world.bench.step(),
         }

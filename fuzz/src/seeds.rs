@@ -442,9 +442,8 @@ pub fn vfio_seeds() -> Vec<Vec<u8>> {
     use crate::transport::{IOVA_BASE, RAM_SIZE};
     use crate::vfio::{request, Request};
     use rnic_abi::pci::REG_BAR;
-    use vfio_bindings::bindings::vfio::{
-        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-        VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    use rnic_abi::vfio_user::{
+        IRQ_MSIX, IRQ_SET_ACTION_TRIGGER, IRQ_SET_DATA_EVENTFD, IRQ_SET_DATA_NONE, REGION_CONFIG,
     };
 
     let map = |flags: u8, sel: u8, address: u64, size: u32, offset: u32, len: u32| {
@@ -485,21 +484,21 @@ pub fn vfio_seeds() -> Vec<Vec<u8>> {
         (0..0x90u64)
             .step_by(4)
             .flat_map(|o| read(reg, o, 4))
-            .chain(read(VFIO_PCI_CONFIG_REGION_INDEX, 0, 256))
+            .chain(read(REGION_CONFIG, 0, 256))
             .collect(),
         map(1, none, 0xfeb0_0000, 0x2_0000, 0, 0),
         [
             irqs(
-                VFIO_PCI_MSIX_IRQ_INDEX,
-                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                IRQ_MSIX,
+                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
                 0,
                 4,
                 4,
             ),
             step.clone(),
             irqs(
-                VFIO_PCI_MSIX_IRQ_INDEX,
-                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                IRQ_MSIX,
+                IRQ_SET_DATA_NONE | IRQ_SET_ACTION_TRIGGER,
                 0,
                 0,
                 0,
@@ -544,4 +543,179 @@ pub fn vfio_seeds() -> Vec<Vec<u8>> {
         .concat(),
         [unmap(1 << 2, 0, 0), step.clone(), step.clone()].concat(),
     ]
+}
+
+/// Seeds of the `vfio_socket` target: QEMU's conversation when it attaches a function (its
+/// version and capabilities, the device, region and IRQ questions, a DMA_MAP of guest RAM
+/// with its memfd, MSI-X eventfds, config space accesses, a reset), and the hostile
+/// clients of issue 26 (a memfd that can shrink, a window larger than its file, a pipe as
+/// an eventfd, a header announcing 4 GiB, commands before VERSION, descriptors where none
+/// belong).
+pub fn vfio_socket_seeds() -> Vec<Vec<u8>> {
+    use crate::transport::{IOVA_BASE, RAM_SIZE};
+    use crate::vfio_socket::{flags, message, record, Fds, Shape};
+    use rnic_abi::vfio_user::{
+        DeviceInfo, DmaMap, DmaUnmap, Header, IrqInfo, RegionAccess, RegionInfo, SetIrqs, Version,
+        CMD_DEVICE_GET_INFO, CMD_DEVICE_GET_IRQ_INFO, CMD_DEVICE_GET_REGION_INFO, CMD_DEVICE_RESET,
+        CMD_DEVICE_SET_IRQS, CMD_DMA_MAP, CMD_DMA_UNMAP, CMD_REGION_READ, CMD_REGION_WRITE,
+        CMD_VERSION, DMA_MAP_READ, DMA_MAP_WRITE, IRQ_MSIX, IRQ_SET_ACTION_TRIGGER,
+        IRQ_SET_DATA_EVENTFD, IRQ_SET_DATA_NONE, NUM_IRQS, NUM_REGIONS, REGION_CONFIG,
+    };
+    use zerocopy::IntoBytes;
+
+    let msg = |shape: Shape, fds: Fds, size: u8, command: u16, body: &[u8]| {
+        record(flags(shape, fds, size), &message(command, body))
+    };
+    let plain = |command: u16, body: &[u8]| msg(Shape::Message, Fds::None, 0, command, body);
+    let mut caps = Version { major: 0, minor: 0 }.as_bytes().to_vec();
+    caps.extend_from_slice(
+        b"{\"capabilities\":{\"max_msg_fds\":16,\"max_data_xfer_size\":1048576,\"pgsizes\":4096,\
+          \"max_dma_maps\":65535,\"write_multiple\":true}}\0",
+    );
+    let version = plain(CMD_VERSION, &caps);
+    let info = plain(
+        CMD_DEVICE_GET_INFO,
+        DeviceInfo {
+            argsz: 16,
+            ..Default::default()
+        }
+        .as_bytes(),
+    );
+    let region = |index: u32, argsz: u32| {
+        plain(
+            CMD_DEVICE_GET_REGION_INFO,
+            RegionInfo {
+                argsz,
+                index,
+                ..Default::default()
+            }
+            .as_bytes(),
+        )
+    };
+    let irq = |index: u32| {
+        plain(
+            CMD_DEVICE_GET_IRQ_INFO,
+            IrqInfo {
+                argsz: 16,
+                index,
+                ..Default::default()
+            }
+            .as_bytes(),
+        )
+    };
+    let map = |fds: Fds, size: u8, address: u64, len: u64, offset: u64| {
+        let body = DmaMap {
+            argsz: 32,
+            flags: DMA_MAP_READ | DMA_MAP_WRITE,
+            offset,
+            address,
+            size: len,
+        };
+        msg(Shape::NoReply, fds, size, CMD_DMA_MAP, body.as_bytes())
+    };
+    let unmap = |address: u64, size: u64| {
+        let body = DmaUnmap {
+            argsz: 24,
+            flags: 0,
+            address,
+            size,
+        };
+        plain(CMD_DMA_UNMAP, body.as_bytes())
+    };
+    let set_irqs = |fds: Fds, flags: u32, start: u32, count: u32| {
+        let body = SetIrqs {
+            argsz: 20,
+            flags,
+            index: IRQ_MSIX,
+            start,
+            count,
+        };
+        msg(Shape::Message, fds, 0, CMD_DEVICE_SET_IRQS, body.as_bytes())
+    };
+    let access = |region: u32, offset: u64, count: u32| RegionAccess {
+        offset,
+        region,
+        count,
+    };
+    let read = |region: u32, offset: u64, count: u32| {
+        plain(CMD_REGION_READ, access(region, offset, count).as_bytes())
+    };
+    let write = |region: u32, offset: u64, data: &[u8]| {
+        let mut body = access(region, offset, data.len() as u32)
+            .as_bytes()
+            .to_vec();
+        body.extend_from_slice(data);
+        plain(CMD_REGION_WRITE, &body)
+    };
+    let eventfds = IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER;
+    let ram = RAM_SIZE as u64;
+    let alias = IOVA_BASE + 2 * ram;
+
+    let attach: Vec<u8> = [version.clone(), info.clone()]
+        .into_iter()
+        .chain((0..NUM_REGIONS).map(|i| region(i, 32)))
+        .chain([region(2, 80)])
+        .chain((0..NUM_IRQS).map(irq))
+        .chain([
+            map(Fds::GuestRam, 2, alias, ram, 0),
+            set_irqs(Fds::Eventfd, eventfds, 0, 1),
+            read(REGION_CONFIG, 0, 64),
+            write(REGION_CONFIG, 4, &6u16.to_le_bytes()),
+            read(0, 0, 4),
+            set_irqs(Fds::None, IRQ_SET_DATA_NONE | IRQ_SET_ACTION_TRIGGER, 0, 1),
+            unmap(alias, ram),
+            plain(CMD_DEVICE_RESET, &[]),
+        ])
+        .flatten()
+        .collect();
+    let hostile_maps: Vec<u8> = [
+        version.clone(),
+        map(Fds::Unsealed, 0, 0x10_0000_0000, 0x1000, 0),
+        map(Fds::Sealed, 0, 0x10_0000_0000, 1 << 40, 0),
+        map(Fds::Sealed, 0, 0x10_0000_0000, 0x1000, 0x1000),
+        map(Fds::None, 0, 0xfeb0_0000, 0x2_0000, 0),
+        map(Fds::FullPipe, 0, 0x10_0000_0000, 0x1000, 0),
+        map(Fds::Sealed, 3, 0x20_0000_0000, 1 << 30, 0),
+        unmap(0x20_0000_0000, 1 << 30),
+    ]
+    .concat();
+    let hostile_irqs: Vec<u8> = [
+        version.clone(),
+        set_irqs(Fds::FullPipe, eventfds, 0, 1),
+        set_irqs(Fds::BlockingEventfd, eventfds, 1, 1),
+        set_irqs(Fds::Several, eventfds, 0, 3),
+        set_irqs(Fds::Eventfd, eventfds, 15, 2),
+    ]
+    .concat();
+    let mut huge = Header {
+        message_id: 1,
+        command: CMD_REGION_WRITE,
+        message_size: u32::MAX,
+        flags: 0,
+        error: 0,
+    }
+    .as_bytes()
+    .to_vec();
+    huge.extend_from_slice(access(0, 0, u32::MAX - 32).as_bytes());
+    let oversized: Vec<u8> = [
+        version.clone(),
+        record(flags(Shape::Raw, Fds::None, 0), &huge),
+    ]
+    .concat();
+    let out_of_order: Vec<u8> = [
+        info.clone(),
+        msg(Shape::Split, Fds::None, 0, CMD_VERSION, &caps),
+        version.clone(),
+        msg(
+            Shape::Message,
+            Fds::Eventfd,
+            0,
+            CMD_REGION_READ,
+            access(REGION_CONFIG, 0, 4).as_bytes(),
+        ),
+        read(REGION_CONFIG, 0xffe, 4),
+        read(9, 0, 4),
+    ]
+    .concat();
+    vec![attach, hostile_maps, hostile_irqs, oversized, out_of_order]
 }

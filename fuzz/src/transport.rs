@@ -21,15 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rnic_abi::pci::{cfg, DOORBELL_BAR, REG_BAR};
+use rnic_abi::vfio_user::{IRQ_MSIX, IRQ_SET_ACTION_TRIGGER, IRQ_SET_DATA_EVENTFD, REGION_CONFIG};
 use rnic_abi::PAGE_SIZE;
 use rnic_device::engine::Engine;
 use rnic_device::function::Function;
 use rnic_driver::transport::{DmaBuffer, DmaRelease, MappedBar, Mapping, Transport};
 use rnic_driver::{Error, Result};
-use vfio_bindings::bindings::vfio::{
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_MSIX_IRQ_INDEX,
-};
 
 /// Where guest RAM sits in each function's DMA space: high, so that a stray small address
 /// misses it.
@@ -75,14 +72,7 @@ pub struct GuestRam {
 impl GuestRam {
     /// Fresh RAM, all zero.
     pub fn new() -> std::io::Result<Arc<Self>> {
-        // SAFETY: memfd_create with a valid C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"rnic-fuzz-ram".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor that we own.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(RAM_SIZE as u64)?;
+        let file = sealed_memfd(c"rnic-fuzz-ram", RAM_SIZE as u64)?;
         let mapping = Mapping::new(file.as_raw_fd(), RAM_SIZE, 0, "guest RAM")
             .map_err(std::io::Error::other)?;
         Ok(Arc::new(Self {
@@ -267,13 +257,13 @@ impl Transport for InProcess {
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
         self.function
-            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), buf)
+            .region_read(REGION_CONFIG, u64::from(offset), buf)
             .map_err(|e| device_error("config read", e))
     }
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<()> {
         self.function
-            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, u64::from(offset), data)
+            .region_write(REGION_CONFIG, u64::from(offset), data)
             .map_err(|e| device_error("config write", e))
     }
 
@@ -321,8 +311,8 @@ impl Transport for InProcess {
         }
         self.function
             .set_irqs(
-                VFIO_PCI_MSIX_IRQ_INDEX,
-                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                IRQ_MSIX,
+                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
                 0,
                 u32::from(count),
                 theirs,
@@ -345,6 +335,8 @@ impl Transport for InProcess {
             ));
         }
         lock(&self.engine).step();
+        // What the function's vfio-user connection does in rnicd.
+        self.function.interrupts().deliver();
         let vectors = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
         let Some(efd) = vectors.get(usize::from(vector)) else {
             return Err(Error::Unsupported("interrupt vector not enabled"));
@@ -360,6 +352,26 @@ impl Transport for InProcess {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// A memfd of `size` bytes sealed at that size, as QEMU's memory-backend-memfd makes
+/// guest RAM (rnicd maps nothing else).
+pub fn sealed_memfd(name: &std::ffi::CStr, size: u64) -> std::io::Result<File> {
+    // SAFETY: memfd_create with a valid C string; the result is checked.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(size)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: F_ADD_SEALS on a descriptor we own.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// Reads (and so clears) an eventfd; whether it had been signalled.

@@ -1,6 +1,6 @@
 //! The `vfio` target's input: what a vfio-user client asks of rnicd's glue
-//! (`rnic_device::vfio::Backend`, the `ServerBackend` the vfio-user server calls for each
-//! message) for function B while its objects are live: DMA maps (overlapping, out of
+//! (`rnic_device::vfio::Backend`, the `Handler` rnicd's vfio-user server calls for each
+//! message it checked) for function B while its objects are live: DMA maps (overlapping, out of
 //! range, without a descriptor, with a descriptor shorter than the range, aliasing the
 //! guest RAM), unmaps (partial, unknown, all), region reads and writes of any region,
 //! offset and length, `SET_IRQS` of any index, flags, range and number of eventfds,
@@ -12,8 +12,9 @@
 use std::fs::File;
 use std::os::fd::FromRawFd;
 
+use rnic_abi::vfio_user::{DmaMap, DmaUnmap, SetIrqs};
+use rnic_device::vfio::server::Handler;
 use rnic_device::vfio::Backend;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::input::{Args, Record};
 use crate::transport::{IOVA_BASE, RAM_SIZE};
@@ -69,7 +70,11 @@ fn address(sel: u8, raw: u64) -> u64 {
     }
 }
 
-fn memfd(len: u64) -> File {
+/// A memfd of `len` bytes, sealed at that size (as rnicd requires) or not.
+fn memfd(len: u64, sealed: bool) -> File {
+    if sealed {
+        return crate::transport::sealed_memfd(c"rnic-fuzz-dma", len).expect("a sealed memfd");
+    }
     // SAFETY: memfd_create with a valid C string; the result is checked.
     let fd = unsafe { libc::memfd_create(c"rnic-fuzz-dma".as_ptr(), libc::MFD_CLOEXEC) };
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
@@ -99,26 +104,40 @@ pub fn run(world: &World, records: &[Record<'_>]) -> bool {
         disturbed |= !matches!(request, Request::RegionRead | Request::Step);
         match request {
             Request::DmaMap => {
-                let flags = DmaMapFlags::from_bits_retain(a.take(1) as u32);
+                let flags = a.take(1) as u32;
                 let sel = a.take(1) as u8;
                 let address = address(sel, a.take(8));
                 let size = a.take(4);
                 let offset = a.take(4) % (2 * RAM_SIZE as u64);
                 // No descriptor (as QEMU's ROMs), the guest RAM again (an alias), or a
-                // fresh file of a length of the input's choosing (possibly too short).
-                let fd = match (sel >> 2) % 3 {
+                // fresh file of a length of the input's choosing (possibly too short),
+                // sealed or not.
+                let fd = match (sel >> 2) % 4 {
                     0 => None,
                     1 => world.bench.rams[B].file().try_clone().ok(),
-                    _ => Some(memfd(a.take(3) % (4 * RAM_SIZE as u64))),
+                    k => Some(memfd(a.take(3) % (4 * RAM_SIZE as u64), k == 2)),
                 };
-                let _ = backend.dma_map(flags, offset, address, size, fd);
+                let map = DmaMap {
+                    argsz: 32,
+                    flags,
+                    offset,
+                    address,
+                    size,
+                };
+                let _ = backend.dma_map(&map, fd);
             }
             Request::DmaUnmap => {
-                let flags = DmaUnmapFlags::from_bits_retain(a.take(1) as u32);
+                let flags = a.take(1) as u32;
                 let sel = a.take(1) as u8;
                 let address = address(sel, a.take(8));
                 let size = a.take(4);
-                let _ = backend.dma_unmap(flags, address, size);
+                let unmap = DmaUnmap {
+                    argsz: 24,
+                    flags,
+                    address,
+                    size,
+                };
+                let _ = backend.dma_unmap(&unmap);
             }
             Request::RegionRead => {
                 let region = a.take(1) as u32 % 12;
@@ -138,11 +157,17 @@ pub fn run(world: &World, records: &[Record<'_>]) -> bool {
                 let start = a.take(4) as u32;
                 let count = a.take(4) as u32;
                 let fds = (0..a.take(1) % 40).map(|_| eventfd()).collect();
-                let _ = backend.set_irqs(index, flags, start, count, fds);
+                let request = SetIrqs {
+                    argsz: 20,
+                    flags,
+                    index,
+                    start,
+                    count,
+                };
+                let _ = backend.set_irqs(&request, fds);
+                backend.deliver_interrupts();
             }
-            Request::Reset => {
-                let _ = backend.reset();
-            }
+            Request::Reset => backend.reset(),
             Request::Step => world.bench.step(),
         }
     }

@@ -2,6 +2,7 @@
 //! raw vfio-user messages for what the crate's client cannot send.
 
 pub mod debian;
+pub mod hostile;
 pub mod ibv_tools;
 pub mod net;
 pub mod ops;
@@ -69,8 +70,12 @@ impl Rnicd {
 
     /// [`Rnicd::start`] with its directory (sockets, log) made in `parent`: a chroot
     /// whose programs must reach the sockets wants them inside the root.
+    ///
+    /// `RNICD_BIN` in the environment names another rnicd binary to start (an older
+    /// build, to show what a test catches there).
     pub fn start_in(parent: &Path, vfs: u16, extra: &[&str]) -> Self {
-        Self::start_binary_in(&bin("rnicd"), parent, vfs, extra)
+        let binary = std::env::var_os("RNICD_BIN").map_or_else(|| bin("rnicd"), PathBuf::from);
+        Self::start_binary_in(&binary, parent, vfs, extra)
     }
 
     /// [`Rnicd::start_in`] with the rnicd binary `binary` (a release build, say).
