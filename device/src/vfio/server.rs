@@ -157,21 +157,22 @@ impl Connection<'_> {
                     self.log.refused("interrupt", &refusal);
                 }
             }
+            // The client's message (or its leaving) before newcomers: a client that
+            // closed and one that connected right after find the socket free.
+            if fds[0].revents != 0 {
+                let message = match self.read_message() {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return End::Closed,
+                    Err(end) => return end,
+                };
+                if let Err(end) = self.handle(message) {
+                    return end;
+                }
+            }
             if let (Some(l), Some(p)) = (listener, rest.next()) {
                 if p.revents != 0 {
                     turn_away(l, self.log);
                 }
-            }
-            if fds[0].revents == 0 {
-                continue;
-            }
-            let message = match self.read_message() {
-                Ok(Some(m)) => m,
-                Ok(None) => return End::Closed,
-                Err(end) => return end,
-            };
-            if let Err(end) = self.handle(message) {
-                return end;
             }
         }
     }
