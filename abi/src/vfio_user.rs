@@ -118,7 +118,8 @@ pub const MAX_DATA_XFER: u32 = 0x1_0000;
 pub const MAX_VERSION_BODY: u32 = 4096;
 /// The longest message rnicd reads: a REGION_WRITE of [`MAX_DATA_XFER`] bytes. A header
 /// that announces more ends the connection before anything is read or allocated.
-pub const MAX_MESSAGE: u32 = (HEADER_SIZE + core::mem::size_of::<RegionAccess>()) as u32 + MAX_DATA_XFER;
+pub const MAX_MESSAGE: u32 =
+    (HEADER_SIZE + core::mem::size_of::<RegionAccess>()) as u32 + MAX_DATA_XFER;
 
 /// `VFIO_USER_DMA_MAP` body.
 #[derive(
