@@ -735,7 +735,75 @@ impl Transport for VfioUserTransport {
 
 #[cfg(test)]
 mod tests {
-    use super::first_fit;
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+    use zerocopy::{FromBytes, IntoBytes};
+
+    /// A socket that answers every VERSION with EBUSY and closes, as rnicd does while
+    /// another client holds the socket; counts the clients it turned away.
+    fn busy_socket(dir: &Path) -> (PathBuf, Arc<std::sync::atomic::AtomicUsize>) {
+        let path = dir.join("busy.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let turned_away = count.clone();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().map_while(std::result::Result::ok) {
+                let mut h = [0u8; wire::HEADER_SIZE];
+                if s.read_exact(&mut h).is_err() {
+                    continue;
+                }
+                let h = wire::Header::read_from_bytes(&h).unwrap();
+                let reply = wire::Header {
+                    message_id: h.message_id,
+                    command: h.command,
+                    message_size: wire::HEADER_SIZE as u32,
+                    flags: wire::FLAG_REPLY | wire::FLAG_ERROR,
+                    error: libc::EBUSY as u32,
+                };
+                let _ = s.write_all(reply.as_bytes());
+                turned_away.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        (path, count)
+    }
+
+    #[test]
+    fn an_ebusy_answer_is_retried_until_the_wait_runs_out() {
+        let dir = std::env::temp_dir().join(format!("rnic-busy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, count) = busy_socket(&dir);
+        let options = VfioUserOptions {
+            wait: Duration::from_millis(350),
+            ..VfioUserOptions::default()
+        };
+        let start = Instant::now();
+        let e = VfioUserTransport::connect_with(&path, &options).unwrap_err();
+        let took = start.elapsed();
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = e.to_string();
+        assert!(matches!(e, Error::Held { .. }), "{text}");
+        assert!(
+            text.contains(&format!("{} is held by another client", path.display()))
+                && text.contains("pass --wait SECS"),
+            "{text}"
+        );
+        assert!(count.load(Ordering::Relaxed) >= 3, "tried again");
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_millis(900),
+            "an EBUSY needs no reply timeout: {took:?}"
+        );
+    }
+
+    #[test]
+    fn the_wait_option_sets_the_process_wide_default() {
+        assert!(parse_wait("-1").is_err() && parse_wait("x").is_err());
+        assert_eq!(parse_wait("2.5"), Ok(2.5));
+        let before = default_wait();
+        WaitOption { wait: 2.5 }.apply();
+        assert_eq!(VfioUserOptions::default().wait, Duration::from_millis(2500));
+        set_default_wait(before);
+    }
 
     #[test]
     fn first_fit_finds_the_first_hole_big_enough() {
