@@ -12,7 +12,7 @@ use rnic_abi::regs::{self, QueueRegs};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{Error, Result};
-use crate::transport::{poll_until, DmaBuffer, Transport};
+use crate::transport::{poll_until, DmaBuffer, ResetWatch, Transport};
 
 /// Entries of the driver's command queue.
 pub const QUEUE_SIZE: u16 = 64;
@@ -51,6 +51,8 @@ pub struct CommandQueue {
     last_used: u16,
     next_token: u32,
     stats: QueueStats,
+    /// The function's reset count when the queue started: any reset since stopped it.
+    resets: ResetWatch,
 }
 
 /// Counters of how the queue talked to the device.
@@ -83,6 +85,7 @@ impl CommandQueue {
     /// Sets up and starts the queue whose registers are `qregs` (the command queue's or
     /// the admin queue's), with completions signalled on `vector` or, if `None`, polled.
     pub fn start_on(t: &dyn Transport, qregs: QueueRegs, vector: Option<u16>) -> Result<Self> {
+        let resets = ResetWatch::new(t);
         let rings = t.alloc_dma(rnic_abi::PAGE_SIZE as usize)?;
         let base = rings
             .contiguous()
@@ -126,11 +129,17 @@ impl CommandQueue {
             last_used: 0,
             next_token: 1,
             stats: QueueStats::default(),
+            resets,
         })
     }
 
     /// Sends `opcode` with `request` as its body and waits for the response, which may be up
     /// to `response_len` bytes after the header.
+    ///
+    /// Fails at once, before and during the wait, when the function is lost: the
+    /// transport lost it ([`Error::DeviceGone`], [`Transport::check_alive`]) or it was
+    /// reset since the queue started ([`Error::FunctionReset`]; a reset stops the queue,
+    /// so no completion would come).
     pub fn execute(
         &mut self,
         t: &dyn Transport,
@@ -138,6 +147,7 @@ impl CommandQueue {
         request: &[u8],
         response_len: usize,
     ) -> Result<Completion> {
+        self.resets.check(t)?;
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
         let header = CmdHeader {
@@ -178,7 +188,9 @@ impl CommandQueue {
         let used_idx = LAYOUT.used + 2;
         let expected = self.last_used.wrapping_add(1);
         let (rings, vector, stats) = (&self.rings, self.vector, &mut self.stats);
+        let resets = &self.resets;
         let mut wait = || -> Result<Option<()>> {
+            resets.check(t)?;
             // With interrupts, the device signals after it wrote the used ring: wait for
             // the signal first, so that none is left behind for the next command.
             if let Some(vector) = vector {

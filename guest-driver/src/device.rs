@@ -11,7 +11,7 @@ use zerocopy::FromBytes;
 
 use crate::cmdq::{check, CommandQueue, Completion};
 use crate::error::{Error, Result};
-use crate::transport::{poll_until, Transport};
+use crate::transport::{poll_until, ResetWatch, Transport};
 
 /// How long a function reset may take.
 const RESET_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,6 +41,9 @@ pub struct Device {
     admin: Mutex<Option<CommandQueue>>,
     pci: PciIdentity,
     interrupts: bool,
+    /// The function's reset count after the reset of [`Device::open`]: a change means
+    /// someone else reset it.
+    resets: ResetWatch,
 }
 
 impl std::fmt::Debug for Device {
@@ -85,6 +88,7 @@ impl Device {
             });
         }
         reset(t)?;
+        let resets = ResetWatch::new(t);
         let mut command = [0u8; 2];
         t.config_read(cfg::COMMAND as u16, &mut command)?;
         let command = u16::from_le_bytes(command) | cfg::COMMAND_MEMORY | cfg::COMMAND_BUS_MASTER;
@@ -98,7 +102,18 @@ impl Device {
             admin: Mutex::new(None),
             pci,
             interrupts,
+            resets,
         })
+    }
+
+    /// Fails at once if the function is lost to this driver: [`Error::DeviceGone`] when
+    /// the transport lost it (rnicd closed the socket), [`Error::FunctionReset`] when
+    /// someone else reset it since [`Device::open`] (its `RESET_COUNT` moved). An atomic
+    /// load and a load from the doorbell BAR: cheap enough for every round of a wait.
+    /// Every command checks it first, so teardown after such an error does not wait for
+    /// a device that is gone.
+    pub fn check_alive(&self) -> Result<()> {
+        self.resets.check(self.transport())
     }
 
     /// The transport, for what the verbs layer builds on it.
@@ -132,6 +147,7 @@ impl Device {
         request: &[u8],
         response_len: usize,
     ) -> Result<Completion> {
+        self.check_alive()?;
         self.cmdq()
             .execute(self.transport(), opcode, request, response_len)
     }
@@ -144,6 +160,7 @@ impl Device {
         request: &[u8],
         response_len: usize,
     ) -> Result<Completion> {
+        self.check_alive()?;
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         let queue = match &mut *admin {
             Some(q) => q,

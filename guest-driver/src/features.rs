@@ -99,18 +99,36 @@ pub struct Endpoint<'a> {
     pub gid: [u8; 16],
 }
 
-/// Polls `cq` until `n` completions arrived or `timeout` passed; returns what came.
+/// Polls `cq` until `n` completions arrived or `timeout` passed; returns what came (a
+/// lost function ends it early: see [`poll_wcs`]).
 pub fn poll_n(cq: &Cq, n: usize, timeout: Duration) -> Vec<Wc> {
-    let start = Instant::now();
     let mut got = Vec::new();
+    if let Err(e) = poll_into(cq, n, timeout, &mut got) {
+        log::warn!("polling a CQ: {e}");
+    }
+    got
+}
+
+/// [`poll_n`] that fails, within a poll round, when the CQ's function is lost (rnicd
+/// gone, or the function reset under the driver) instead of waiting out `timeout`.
+pub fn poll_wcs(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<Wc>> {
+    let mut got = Vec::new();
+    poll_into(cq, n, timeout, &mut got).map_err(drv("wait for completions"))?;
+    Ok(got)
+}
+
+/// Polls `cq` into `got` until it holds `n` completions or `timeout` passed.
+fn poll_into(cq: &Cq, n: usize, timeout: Duration, got: &mut Vec<Wc>) -> crate::Result<()> {
+    let start = Instant::now();
     while got.len() < n && start.elapsed() < timeout {
         let batch = cq.poll(n - got.len());
         if batch.is_empty() {
+            cq.check_alive()?;
             std::thread::sleep(Duration::from_micros(50));
         }
         got.extend(batch);
     }
-    got
+    Ok(())
 }
 
 /// A signaled send work request.
@@ -277,13 +295,13 @@ pub fn dc_exercise(a: &Endpoint, targets: &[Endpoint], checks: &mut Checks) -> R
         dci.post_dc_send(wr, &to(*i))
             .map_err(drv("post a DC send WR"))?;
     }
-    let got = poll_n(a.cq, wrs.len(), T);
+    let got = poll_wcs(a.cq, wrs.len(), T)?;
     let ids: Vec<(u64, std::result::Result<WcStatus, u8>)> =
         got.iter().map(|w| (w.wr_id, w.status)).collect();
     let want: Vec<(u64, std::result::Result<WcStatus, u8>)> = (0..wrs.len() as u64)
         .map(|n| (n, Ok(WcStatus::Success)))
         .collect();
-    let extra = poll_n(a.cq, 1, Duration::from_millis(50));
+    let extra = poll_wcs(a.cq, 1, Duration::from_millis(50))?;
     checks.check(
         &format!(
             "dc: {} WRs (SEND, WRITE, READ) to {} DCTs complete once, in order, with success",
@@ -294,7 +312,7 @@ pub fn dc_exercise(a: &Endpoint, targets: &[Endpoint], checks: &mut Checks) -> R
         || format!("got {ids:?} then {} more", extra.len()),
     )?;
     for (i, t) in targets.iter().enumerate() {
-        let recvs = poll_n(t.cq, DC_ROUNDS, T);
+        let recvs = poll_wcs(t.cq, DC_ROUNDS, T)?;
         let got: Vec<_> = recvs
             .iter()
             .map(|wc| (wc.wr_id, wc.status, wc.opcode, wc.byte_len as usize))
@@ -351,7 +369,7 @@ pub fn dc_wrong_key(a: &Endpoint, t: &Endpoint, checks: &mut Checks) -> Result<(
     };
     post(&dci, 1, dc_key(0) ^ 1)?;
     post(&dci, 2, dc_key(0))?;
-    let st: Vec<_> = poll_n(a.cq, 2, T)
+    let st: Vec<_> = poll_wcs(a.cq, 2, T)?
         .iter()
         .map(|w| (w.wr_id, w.status))
         .collect();
@@ -364,7 +382,7 @@ pub fn dc_wrong_key(a: &Endpoint, t: &Endpoint, checks: &mut Checks) -> Result<(
         || format!("got {st:?}"),
     )?;
     let untouched = read_mr(t.mr, DC_WRITE_AREA, 64) == [0x77; 64];
-    let no_recv = poll_n(t.cq, 1, Duration::from_millis(50)).is_empty();
+    let no_recv = poll_wcs(t.cq, 1, Duration::from_millis(50))?.is_empty();
     checks.check(
         "dc: the wrong key wrote nothing and consumed no receive",
         untouched && no_recv,
@@ -373,7 +391,7 @@ pub fn dc_wrong_key(a: &Endpoint, t: &Endpoint, checks: &mut Checks) -> Result<(
     let dci2 = dci_on(a)?;
     a.mr.write(0, &[0x42; 64]);
     post(&dci2, 3, dc_key(0))?;
-    let got: Vec<_> = poll_n(a.cq, 1, T)
+    let got: Vec<_> = poll_wcs(a.cq, 1, T)?
         .iter()
         .map(|w| (w.wr_id, w.status))
         .collect();
@@ -474,7 +492,7 @@ fn rc_pair(a: &Endpoint, b: &Endpoint) -> Result<(Qp, Qp)> {
 /// Posts `wr` on `qp` and waits for its completion on `cq`.
 fn complete(qp: &Qp, cq: &Cq, wr: &SendWr) -> Result<Wc> {
     qp.post_send(wr).map_err(drv("post a send WR"))?;
-    poll_n(cq, 1, T)
+    poll_wcs(cq, 1, T)?
         .pop()
         .ok_or_else(|| FeatureError(format!("WR {} did not complete within {T:?}", wr.wr_id)))
 }

@@ -1089,6 +1089,9 @@ impl Session {
                 None => {
                     let got = self.cq.poll(16);
                     if got.is_empty() {
+                        self.ctx
+                            .check_alive()
+                            .map_err(drv("wait for the flushed receives"))?;
                         std::thread::sleep(Duration::from_micros(100));
                     }
                     self.pending.extend(got);
@@ -1603,6 +1606,9 @@ pub(crate) fn idle_wait(
     idle: &mut u32,
     slice: Duration,
 ) -> Result<Vec<Wc>> {
+    // A lost function (rnicd gone, or reset under this driver) sends no completion: end
+    // the wait with that instead of waiting for the time limit.
+    ctx.check_alive().map_err(drv("wait for a completion"))?;
     if events {
         cq.req_notify(false);
         let got = cq.poll(16);

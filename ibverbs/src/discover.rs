@@ -8,8 +8,10 @@
 //! a VM two processes driving one function would reset each other's command queue. So
 //! taking a function ([`claim`]) is exclusive: in a VM an advisory lock on the
 //! function's sysfs `config` file keeps a second libibverbs process off (it gets
-//! `EBUSY` at once); on the host rnicd keeps a second client waiting, so the open gives
-//! up after [`OPEN_TIMEOUT`] with `EBUSY`.
+//! `EBUSY` at once); on the host the driver finds a socket held when rnicd answers its
+//! VERSION with `EBUSY` or (rnicd keeping a second client waiting) not within a second
+//! (`Error::Held`), and the open fails with `EBUSY`; [`OPEN_TIMEOUT`] bounds the whole
+//! open.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -129,6 +131,12 @@ fn open_within(location: &Location, name: &str, timeout: Duration) -> Result<Dev
     }
     match answer {
         Ok(Ok(device)) => Ok(device),
+        Ok(Err(rnic_driver::Error::Held { .. })) => {
+            log::warn!(
+                "{name}: {location} is held by another client (rnicd serves one client per function): is another process using it?"
+            );
+            Err(libc::EBUSY)
+        }
         Ok(Err(e)) => {
             log::warn!("{name}: cannot open {location}: {e}");
             Err(errno_of(&e))

@@ -344,6 +344,14 @@ fn run(weak: Weak<RnicContext>) {
                     })
                 }
             },
+            Some(Err(e)) if e.function_lost() => {
+                // rnicd is gone or the function was reset: no event will come again, and
+                // every verb now fails with the errno of `e`. Say it once and stop.
+                log::warn!("{}: {e}; no more events from it", ctx.name());
+                drop(ctx);
+                drop(quiet);
+                return;
+            }
             Some(Err(e)) => {
                 log::warn!("{}: reading the event queue failed: {e}", ctx.name());
                 Pause::For(RETRY)

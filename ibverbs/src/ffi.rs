@@ -136,8 +136,13 @@ pub(crate) fn unsupported(what: &str) -> Errno {
 pub(crate) fn errno_of(e: &Error) -> Errno {
     match e {
         Error::Io(_, io) => io_errno(io),
-        Error::VfioUser(_, vfio_user::Error::Connect(io)) => io_errno(io),
-        Error::VfioUser(..) | Error::Device(_) => libc::EIO,
+        Error::VfioUser(_, e) => e.errno(),
+        Error::Device(_) => libc::EIO,
+        // The function vanished (rnicd closed the socket): no such device any more.
+        Error::DeviceGone(_) => libc::ENODEV,
+        // Reset under the application: every object is gone, as after a fatal error.
+        Error::FunctionReset(_) => libc::EIO,
+        Error::Held { .. } => libc::EBUSY,
         Error::NotFound(_) | Error::AbiMismatch { .. } => libc::ENODEV,
         Error::Command { status, .. } => match Status::from_u16(*status) {
             Some(Status::NoResources) => libc::ENOMEM,

@@ -23,6 +23,9 @@ use serde::Serialize;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
+    #[command(flatten)]
+    wait: rnic_driver::transport::vfio_user::WaitOption,
+
     /// The vfio-user socket of the PF (host use).
     #[arg(long, value_name = "PATH", conflicts_with = "pci", global = true)]
     vfio_user: Option<PathBuf>,
@@ -203,6 +206,7 @@ fn number(s: &str) -> Result<u32, String> {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    args.wait.apply();
     if let Err(e) = run(&args) {
         eprintln!("rnic-admin: {e}");
         std::process::exit(1);

@@ -26,6 +26,9 @@ use rnic_driver::features::{self, Functions, Scenario};
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
+    #[command(flatten)]
+    wait: rnic_driver::transport::vfio_user::WaitOption,
+
     /// The scenario.
     scenario: Which,
 
@@ -56,6 +59,7 @@ enum Which {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    args.wait.apply();
     if let Which::HoldSecret = args.scenario {
         // A child of dma-isolation: its stdout carries only the page's address.
         if let Err(e) = features::hold_secret() {

@@ -16,6 +16,9 @@ use rnic_driver::Location;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
+    #[command(flatten)]
+    wait: rnic_driver::transport::vfio_user::WaitOption,
+
     /// The vfio-user socket of a function served by rnicd (host use).
     #[arg(long, value_name = "PATH", conflicts_with = "pci")]
     vfio_user: Option<PathBuf>,
@@ -37,6 +40,7 @@ struct Args {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    args.wait.apply();
     if let Err(e) = run(&args) {
         eprintln!("rnic-info: {e}");
         std::process::exit(1);

@@ -29,6 +29,9 @@ use rnic_driver::Location;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Args {
+    #[command(flatten)]
+    wait: rnic_driver::transport::vfio_user::WaitOption,
+
     /// The test.
     #[arg(value_parser = parse_test)]
     test: Test,
@@ -243,6 +246,7 @@ fn main() {
         std::process::exit(perf::perftest::main_with(argv));
     }
     let args = Args::parse();
+    args.wait.apply();
     let cfgs = match pairs(&args).and_then(|pairs| {
         pairs
             .into_iter()

@@ -51,6 +51,9 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 #[command(version, about, long_about, args_override_self = true)]
 #[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "peer"])))]
 struct Args {
+    #[command(flatten)]
+    wait: rnic_driver::transport::vfio_user::WaitOption,
+
     /// Wait for the other side on this TCP port (0: any free port, printed as `listening
     /// on port N`).
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = DEFAULT_PORT_STR)]
@@ -176,6 +179,7 @@ fn parse_psn(s: &str) -> Result<u32, String> {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    args.wait.apply();
     debug_assert_eq!(DEFAULT_PORT_STR, DEFAULT_PORT.to_string());
     match run(&args) {
         Ok(()) => {}

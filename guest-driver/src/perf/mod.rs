@@ -508,7 +508,11 @@ impl<'a> Waiter<'a> {
     /// The CQs had nothing. Spinning: a pause. Events: arm the CQs (the caller then
     /// looks once more, since a completion that came before the arm raises no event),
     /// or, armed already, sleep until an event comes.
+    /// A lost function (rnicd gone, reset under the driver) ends the wait with its error.
     fn idle(&mut self) -> Result<()> {
+        for end in &self.ends {
+            end.ctx.check_alive()?;
+        }
         if !self.events {
             std::hint::spin_loop();
         } else if !self.armed {
@@ -818,7 +822,7 @@ fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
         if cfg.events {
             wait_for(cfg, end, what, Wc::is_recv)?;
         }
-        wait_for_byte(&end.mrs[0], dst + last, marker, what)
+        wait_for_byte(end, dst + last, marker, what)
     };
     let mut checked = 0u64;
     for round in 0..rounds {
@@ -882,16 +886,23 @@ fn write_lat(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
     Ok(SizeResult::latency(size, &mut samples, checked))
 }
 
-fn wait_for_byte(mr: &Mr, offset: usize, value: u8, what: &str) -> Result<()> {
+/// Spins until byte `offset` of `end`'s first MR holds `value`; fails after [`STALL`], or
+/// at once when the function is lost.
+fn wait_for_byte(end: &End, offset: usize, value: u8, what: &str) -> Result<()> {
     let start = Instant::now();
     let mut b = [0u8; 1];
+    let mut spins = 0u32;
     loop {
-        mr.read(offset, &mut b);
+        end.mrs[0].read(offset, &mut b);
         if b[0] == value {
             return Ok(());
         }
         if start.elapsed() > STALL {
             return Err(stalled(what));
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024) {
+            end.ctx.check_alive()?;
         }
         std::hint::spin_loop();
     }

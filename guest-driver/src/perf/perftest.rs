@@ -588,6 +588,8 @@ impl Channel<'_> {
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == Interrupted => {}
                 Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => {
+                    cq.check_alive()
+                        .map_err(drv("watch the completion queue"))?;
                     if !cq.poll(1).is_empty() {
                         return Err(sends_arrived(test));
                     }
@@ -984,6 +986,10 @@ fn run_client(
         }
         let now = Instant::now();
         if wcs.is_empty() {
+            side.ctx.check_alive().map_err(drv(&format!(
+                "wait for the {} completions",
+                cfg.test.verb()
+            )))?;
             if now - last_progress > STALL || deadline.is_some_and(|d| now >= d) {
                 return fail(format!(
                     "{} {} of {} completed, then nothing for {} s: is the peer's QP connected, and the network between the two up?",
@@ -1099,6 +1105,9 @@ fn check_intact(mr: &Mr, before: &[u8]) -> Result<DataCheck> {
 #[command(name = "rnic-perf --perftest", version, about, long_about)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["listen", "connect"])))]
 struct Args {
+    #[command(flatten)]
+    wait: crate::transport::vfio_user::WaitOption,
+
     /// The test: write_bw (ib_write_bw) or read_bw (ib_read_bw).
     #[arg(long, value_name = "TEST", value_parser = parse_test)]
     perftest: Test,
@@ -1171,6 +1180,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    args.wait.apply();
     if !(args.time_limit >= 0.0 && args.time_limit.is_finite()) {
         eprintln!(
             "rnic-perf: --time-limit {}: give seconds (0: none)",

@@ -20,7 +20,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -102,6 +102,14 @@ pub trait Transport: Send + Sync {
     /// Asks the VMM-level reset of the function (vfio-user DEVICE_RESET, VFIO's
     /// VFIO_DEVICE_RESET, or the sysfs `reset` file).
     fn function_reset(&self) -> Result<()>;
+    /// Fails when the way to the function is gone for good: for vfio-user,
+    /// [`Error::DeviceGone`] once rnicd closed the socket. Cheap (an atomic load), so
+    /// waits call it on every round; `Ok(())` for transports that cannot lose the
+    /// function. A reset of the function is another matter, seen in the doorbell BAR
+    /// ([`ResetWatch`]).
+    fn check_alive(&self) -> Result<()> {
+        Ok(())
+    }
     /// What kind of transport this is, for reports (`rnic-info`): its name and how the
     /// device reaches memory, e.g. `vfio (IOMMU group 3)`.
     fn kind(&self) -> String;
@@ -315,6 +323,16 @@ impl InterruptFds {
         self.fds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Wakes every waiter on every vector (as if each fired): for a transport that
+    /// lost the device, whose waiters then find out.
+    pub(crate) fn wake_all(&self) {
+        for fd in self.lock().iter() {
+            if let Err(e) = fd.write(1) {
+                log::debug!("wake an interrupt waiter: {e}");
+            }
+        }
+    }
+
     /// The descriptor of `vector`, if set up.
     pub(crate) fn raw(&self, vector: u16) -> Option<std::os::fd::RawFd> {
         self.lock().get(usize::from(vector)).map(|v| v.as_raw_fd())
@@ -359,6 +377,53 @@ impl InterruptFds {
         let _ = fd.read();
         Ok(true)
     }
+}
+
+/// Notices a reset of the function that this driver did not do: the function's
+/// `RESET_COUNT` (doorbell page 0, `rnic_abi::doorbell::RESET_COUNT`, ABI 1.6), as read
+/// after the driver's own last reset, against what it reads now. Every reset advances
+/// the count, whoever asked for it (the PF's RESET_VF or VF disable, the VMM's reset, the
+/// client going away); it is one load from the mapped doorbell BAR, cheap enough for
+/// every round of a wait. A device older than ABI 1.6 reads 0 forever: nothing is
+/// noticed there.
+#[derive(Debug)]
+pub struct ResetWatch {
+    expected: AtomicU32,
+}
+
+impl ResetWatch {
+    /// Watches the function behind `t` from its count now: call it right after a reset
+    /// of the driver's own.
+    pub fn new(t: &dyn Transport) -> Self {
+        Self {
+            expected: AtomicU32::new(reset_count(t)),
+        }
+    }
+
+    /// Takes the count now as the driver's own: after a reset it did itself.
+    pub fn rearm(&self, t: &dyn Transport) {
+        self.expected.store(reset_count(t), Ordering::Relaxed);
+    }
+
+    /// Fails with [`Error::DeviceGone`] if the transport lost the function
+    /// ([`Transport::check_alive`]), or with [`Error::FunctionReset`] if the function
+    /// was reset since the driver's own last reset.
+    pub fn check(&self, t: &dyn Transport) -> Result<()> {
+        t.check_alive()?;
+        if reset_count(t) != self.expected.load(Ordering::Relaxed) {
+            return Err(Error::FunctionReset(t.describe()));
+        }
+        Ok(())
+    }
+}
+
+/// The function's `RESET_COUNT` (0 if the doorbell BAR is too small to hold it).
+fn reset_count(t: &dyn Transport) -> u32 {
+    let db = t.doorbells();
+    if (db.len() as u64) < rnic_abi::doorbell::RESET_COUNT + 4 {
+        return 0;
+    }
+    db.read32(rnic_abi::doorbell::RESET_COUNT)
 }
 
 /// Gives memory back when a [`DmaBuffer`] is dropped.

@@ -415,20 +415,35 @@ pub(crate) fn back_with_memfd(start: usize, end: usize, writable: bool) -> Resul
     Ok(out)
 }
 
+/// A fresh memfd of `len` bytes, created with `MFD_ALLOW_SEALING` and sealed so that its
+/// size never changes (`F_SEAL_SHRINK`, `F_SEAL_GROW`, then `F_SEAL_SEAL`): rnicd, as
+/// QEMU's `memory-backend-memfd` does, refuses DMA_MAP of a file whose size can shrink
+/// under the device's mapping. `what` names it in errors.
+pub(crate) fn sealed_memfd(name: &std::ffi::CStr, len: usize, what: &str) -> Result<File> {
+    // SAFETY: memfd_create with a valid C string; the result is checked.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(Error::last_os(format!("memfd_create for {what}")));
+    }
+    // SAFETY: a fresh descriptor, owned from here on by the File.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len as u64)
+        .map_err(|e| Error::Io(format!("size the {len}-byte memfd of {what}"), e))?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own; the result is checked.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(Error::last_os(format!("seal the memfd of {what}")));
+    }
+    Ok(file)
+}
+
 /// Moves the adjacent pieces `run` (start, end, their mapping) onto one fresh memfd:
 /// copies their bytes into it, then maps it over them with each piece's protection.
 fn move_run(run: &[(usize, usize, Vma)]) -> Result<Arc<Memfd>> {
     let start = run[0].0;
     let len = run[run.len() - 1].1 - start;
-    // SAFETY: memfd_create with a valid C string; the result is checked.
-    let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::last_os("memfd_create for registered memory"));
-    }
-    // SAFETY: a fresh descriptor, owned from here on by the File.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(len as u64)
-        .map_err(|e| Error::Io(format!("size a {len}-byte memfd"), e))?;
+    let file = sealed_memfd(MEMFD_NAME, len, "registered memory")?;
     // The copy goes through pwrite from the raw range, with no Rust reference to it:
     // another thread of the application may be writing it (the caveat above).
     let mut done = 0;

@@ -228,6 +228,12 @@ impl Cq {
         self.inner.ring.entries()
     }
 
+    /// Fails at once if the function this CQ lives on is lost to the driver
+    /// ([`super::Context::check_alive`]): for completion loops that hold only the CQ.
+    pub fn check_alive(&self) -> crate::Result<()> {
+        self.inner.bind.get().0.device.check_alive()
+    }
+
     /// Takes up to `max` new completions, oldest first, and tells the device their entries
     /// are free. Send completions also free their QP's send-queue slots
     /// ([`super::Qp::sq_free_slots`]), receive completions receive-queue slots.

@@ -327,6 +327,15 @@ impl Context {
         self.inner.eqn
     }
 
+    /// Fails at once if the function is lost to this driver ([`Device::check_alive`]:
+    /// rnicd gone, [`Error::DeviceGone`]; reset by someone else, [`Error::FunctionReset`]).
+    /// Cheap: call it in every round of a completion loop, so that a lost function ends
+    /// the loop instead of leaving it polling a CQ no completion will reach. Every wait
+    /// of this module calls it itself.
+    pub fn check_alive(&self) -> Result<()> {
+        self.inner.device.check_alive()
+    }
+
     /// Whether waiting for events sleeps on an interrupt (else it polls the event queue).
     pub fn uses_interrupts(&self) -> bool {
         self.inner.eq_vector.is_some()
@@ -580,6 +589,8 @@ impl ContextInner {
                     return Ok(found);
                 }
             }
+            // A lost function raises no event: say so instead of waiting for one.
+            self.device.check_alive()?;
             let elapsed = start.elapsed();
             if elapsed >= timeout {
                 return Ok(None);
@@ -678,21 +689,28 @@ fn command<R: FromBytes>(device: &Device, op: Opcode, request: &[u8]) -> Result<
     })
 }
 
-/// Sends a DESTROY-style command for `handle`, logging a failure.
+/// Sends a DESTROY-style command for `handle`, logging a failure. On a function that is
+/// lost ([`Error::function_lost`]: rnicd gone, or reset by someone else) the object is
+/// gone already and the device no longer touches its memory: that is success, quietly.
 fn destroy(device: &Device, op: Opcode, handle: u32, what: &str) -> Result<()> {
     let req = ObjectReq {
         handle,
         reserved: 0,
     };
-    device
-        .command(op, req.as_bytes(), 0)
-        .map(drop)
-        .inspect_err(|e| {
+    match device.command(op, req.as_bytes(), 0) {
+        Ok(_) => Ok(()),
+        Err(e) if e.function_lost() => {
+            log::debug!("{what} {handle:#x} went with its function: {e}");
+            Ok(())
+        }
+        Err(e) => {
             log::error!(
                 "{}: destroying {what} {handle:#x} failed: {e}; its memory is leaked so the device cannot write into memory reused for something else",
                 device.transport().describe()
-            )
-        })
+            );
+            Err(e)
+        }
+    }
 }
 
 /// The error of a request the caller got wrong (ibverbs' `EINVAL`).
