@@ -38,6 +38,12 @@ pub const fn member_of_vf(vf: u32) -> u32 {
 
 /// Resource counts of a function: its quota, or its usage. Also the device totals and
 /// what is left unassigned.
+///
+/// The first six count objects of the function (and what they hold); they are released
+/// when the objects go, at the latest at a reset of the function. The last two count the
+/// DMA windows the function's vfio-user client (its VMM) mapped with DMA_MAP: they belong
+/// to the client, survive every reset of the function and are released only by
+/// DMA_UNMAP or the client leaving (since ABI 1.6).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -56,6 +62,11 @@ pub struct Quota {
     /// Doorbell pages: the function may place queue doorbells in pages `0..doorbell_pages`
     /// of its doorbell BAR, and uses a page while any doorbell slot in it is assigned.
     pub doorbell_pages: u32,
+    /// DMA windows: the DMA_MAP mappings the function's client may hold at once (each
+    /// one a mapping of the device process). Since ABI 1.6.
+    pub dma_windows: u32,
+    /// 4 KiB pages the function's DMA windows may cover in all. Since ABI 1.6.
+    pub dma_pages: u32,
 }
 
 /// Response of `ADMIN_QUERY` (no request body): the device's pools and its VFs.
@@ -159,6 +170,10 @@ pub mod resource {
     pub const MR_PAGES: u32 = 4;
     /// [`super::Quota::doorbell_pages`].
     pub const DOORBELL_PAGES: u32 = 5;
+    /// [`super::Quota::dma_windows`].
+    pub const DMA_WINDOWS: u32 = 6;
+    /// [`super::Quota::dma_pages`].
+    pub const DMA_PAGES: u32 = 7;
 }
 
 /// [`SetAddressReq::flags`]: set the MAC.
@@ -349,12 +364,23 @@ mod tests {
 
     #[test]
     fn layouts_match_the_datasheet() {
-        assert_eq!(size_of::<Quota>(), 24);
-        assert_eq!(size_of::<AdminQueryResp>(), 56);
+        assert_eq!(size_of::<Quota>(), 32);
+        assert_eq!(core::mem::offset_of!(Quota, dma_windows), 24);
+        assert_eq!(core::mem::offset_of!(Quota, dma_pages), 28);
+        // The resource indexes are the fields' positions.
+        assert_eq!(
+            core::mem::offset_of!(Quota, dma_windows) / 4,
+            resource::DMA_WINDOWS as usize
+        );
+        assert_eq!(
+            core::mem::offset_of!(Quota, dma_pages) / 4,
+            resource::DMA_PAGES as usize
+        );
+        assert_eq!(size_of::<AdminQueryResp>(), 72);
         assert_eq!(size_of::<SetNumVfsReq>(), 8);
         assert_eq!(size_of::<MemberReq>(), 8);
-        assert_eq!(size_of::<MemberInfo>(), 80);
-        assert_eq!(size_of::<SetQuotaReq>(), 32);
+        assert_eq!(size_of::<MemberInfo>(), 96);
+        assert_eq!(size_of::<SetQuotaReq>(), 40);
         assert_eq!(size_of::<SetAddressReq>(), 32);
         assert_eq!(size_of::<SetLinkReq>(), 8);
         assert_eq!(size_of::<MemberStats>(), 64);

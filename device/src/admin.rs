@@ -266,7 +266,7 @@ impl AdminContext<'_> {
 mod tests {
     use super::*;
     use crate::function::{FunctionId, Identity};
-    use crate::resources::Resource;
+    use crate::resources::{DmaBudget, Resource};
     use rnic_abi::admin::{MemberStats, Quota};
 
     struct Device {
@@ -319,6 +319,16 @@ mod tests {
         assert_eq!((q.total_vfs, q.num_vfs), (2, 2));
         assert_eq!(q.totals.qps, 3 * crate::resources::DEFAULT_SHARE.qps);
         assert_eq!(q.unassigned, Quota::default());
+        // The DMA kinds: this machine's budget split three ways.
+        let share = crate::resources::default_share(3, DmaBudget::of_host());
+        assert!(share.dma_windows > 0);
+        assert_eq!(
+            (q.totals.dma_windows, q.totals.dma_pages),
+            (3 * share.dma_windows, 3 * share.dma_pages)
+        );
+        let r = d.run(Opcode::QueryMember, MemberReq::default().as_bytes());
+        let m = MemberInfo::read_from_bytes(&r.body).unwrap();
+        assert_eq!(m.quota, share);
     }
 
     #[test]
@@ -344,13 +354,11 @@ mod tests {
     #[test]
     fn quota_changes_are_checked_against_the_pool() {
         let mut d = device(1);
+        let share = d.pool.quota(0);
         let shrink = SetQuotaReq {
             member: 0,
             reserved: 0,
-            quota: Quota {
-                qps: 10,
-                ..crate::resources::DEFAULT_SHARE
-            },
+            quota: Quota { qps: 10, ..share },
         };
         assert_eq!(
             d.run(Opcode::SetQuota, shrink.as_bytes()).status,
@@ -359,10 +367,7 @@ mod tests {
         let grab = SetQuotaReq {
             member: 1,
             reserved: 0,
-            quota: Quota {
-                qps: 1000,
-                ..crate::resources::DEFAULT_SHARE
-            },
+            quota: Quota { qps: 1000, ..share },
         };
         let r = d.run(Opcode::SetQuota, grab.as_bytes());
         assert_eq!(
@@ -373,16 +378,57 @@ mod tests {
         let below = SetQuotaReq {
             member: 1,
             reserved: 0,
-            quota: Quota {
-                cqs: 4,
-                ..crate::resources::DEFAULT_SHARE
-            },
+            quota: Quota { cqs: 4, ..share },
         };
         let r = d.run(Opcode::SetQuota, below.as_bytes());
         assert_eq!(
             (r.status, r.syndrome),
             (Status::BadState, Resource::Cq.index())
         );
+        // The DMA kinds, likewise: the PF's whole share is free, one more is not.
+        let free = d.pool.unassigned();
+        for (quota, index) in [
+            (
+                Quota {
+                    dma_windows: share.dma_windows + free.dma_windows + 1,
+                    ..share
+                },
+                6,
+            ),
+            (
+                Quota {
+                    dma_pages: share.dma_pages + free.dma_pages + 1,
+                    ..share
+                },
+                7,
+            ),
+        ] {
+            let grab = SetQuotaReq {
+                member: 1,
+                reserved: 0,
+                quota,
+            };
+            let r = d.run(Opcode::SetQuota, grab.as_bytes());
+            assert_eq!((r.status, r.syndrome), (Status::NoResources, index));
+        }
+        d.pool.charge(1, Resource::DmaWindows, 2).unwrap();
+        let below = SetQuotaReq {
+            member: 1,
+            reserved: 0,
+            quota: Quota {
+                dma_windows: 1,
+                ..share
+            },
+        };
+        let r = d.run(Opcode::SetQuota, below.as_bytes());
+        assert_eq!((r.status, r.syndrome), (Status::BadState, 6));
+        // A VF reset keeps what its client mapped.
+        let vf0 = MemberReq {
+            member: 1,
+            reserved: 0,
+        };
+        assert_eq!(d.run(Opcode::ResetVf, vf0.as_bytes()).status, Status::Ok);
+        assert_eq!(d.pool.usage(1).dma_windows, 2);
         // The limits a function reports follow its quota.
         assert_eq!(d.functions[0].limits().max_qp, 10);
     }

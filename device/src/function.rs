@@ -28,7 +28,7 @@ use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
 use crate::rdma::switch::{Endpoint, Frame, Switch};
 use crate::rdma::wire::Wire;
 use crate::rdma::{Env, RdmaState};
-use crate::resources::{ResourcePool, DEFAULT_SHARE};
+use crate::resources::ResourcePool;
 
 /// Which function of the device this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -368,9 +368,10 @@ fn bar0_range(offset: u64, len: usize) -> io::Result<()> {
 }
 
 impl Function {
-    /// A function in its power-on state, alone with a resource pool of its own.
+    /// A function in its power-on state, alone with a resource pool of its own (the
+    /// default share, and the machine's whole DMA budget).
     pub fn new(identity: Identity) -> io::Result<Self> {
-        Self::with_pool(identity, Arc::new(ResourcePool::new(1, DEFAULT_SHARE)), 0)
+        Self::with_pool(identity, Arc::new(ResourcePool::with_defaults(1)), 0)
     }
 
     /// A function in its power-on state that is member `member` of a device whose

@@ -200,7 +200,7 @@ impl Device {
 }
 
 /// The counts of `q`, named as reports name them, in the order of [`Quota`].
-pub fn quota_list(q: &Quota) -> [(&'static str, u32); 6] {
+pub fn quota_list(q: &Quota) -> [(&'static str, u32); 8] {
     [
         ("qps", q.qps),
         ("cqs", q.cqs),
@@ -208,7 +208,60 @@ pub fn quota_list(q: &Quota) -> [(&'static str, u32); 6] {
         ("pds", q.pds),
         ("mr_pages", q.mr_pages),
         ("doorbell_pages", q.doorbell_pages),
+        ("dma_windows", q.dma_windows),
+        ("dma_pages", q.dma_pages),
     ]
+}
+
+const SIZE_UNITS: [(&str, u32); 5] = [("", 0), ("K", 10), ("M", 20), ("G", 30), ("T", 40)];
+
+/// A size in bytes from `N` or `N` with a suffix `K`, `M`, `G` or `T` (powers of 1024;
+/// either case, optionally followed by `iB`, as [`format_size`] prints them), or `N B`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let suffix = suffix.trim_start();
+    let unit = suffix
+        .strip_suffix("iB")
+        .filter(|u| !u.is_empty())
+        .or_else(|| suffix.strip_suffix('B'))
+        .unwrap_or(suffix);
+    let (_, shift) = SIZE_UNITS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(unit))?;
+    number.checked_mul(1 << shift)
+}
+
+/// `bytes` in whole 4 KiB pages, rounded up; `None` beyond what a [`Quota`] counts.
+pub fn pages_of(bytes: u64) -> Option<u32> {
+    u32::try_from(bytes.div_ceil(rnic_abi::PAGE_SIZE)).ok()
+}
+
+/// `bytes` in the largest binary unit it reaches, with at most one decimal: `0B`,
+/// `4KiB`, `1.5GiB`, `16TiB`.
+pub fn format_size(bytes: u64) -> String {
+    let (unit, shift) = SIZE_UNITS
+        .iter()
+        .rev()
+        .find(|(_, shift)| bytes >> shift > 0)
+        .copied()
+        .unwrap_or(SIZE_UNITS[0]);
+    if shift == 0 {
+        return format!("{bytes}B");
+    }
+    // Tenths of the unit, rounded to the nearest.
+    let tenths = (u128::from(bytes) * 10 + (1u128 << (shift - 1))) >> shift;
+    match tenths % 10 {
+        0 => format!("{}{unit}iB", tenths / 10),
+        d => format!("{}.{d}{unit}iB", tenths / 10),
+    }
+}
+
+/// `pages` 4 KiB pages as [`format_size`] prints their bytes.
+pub fn format_pages(pages: u32) -> String {
+    format_size(u64::from(pages) * rnic_abi::PAGE_SIZE)
 }
 
 /// Resource counts as reports show them: a JSON object `{"qps": n, ...}`.
@@ -228,11 +281,15 @@ impl Serialize for Counts {
 }
 
 impl Counts {
-    /// `qps N cqs N ...`.
+    /// `qps N cqs N ... dma_windows N dma_memory SIZE`: the counts, with the DMA pages
+    /// as the memory they cover ([`format_pages`]).
     pub fn text(&self) -> String {
         quota_list(&self.0)
             .iter()
-            .map(|(name, value)| format!("{name} {value}"))
+            .map(|&(name, value)| match name {
+                "dma_pages" => format!("dma_memory {}", format_pages(value)),
+                _ => format!("{name} {value}"),
+            })
             .collect::<Vec<_>>()
             .join(" ")
     }
@@ -310,20 +367,27 @@ impl DeviceReport {
         let mut s = format!("VFs: {} of {} enabled\n", self.num_vfs, self.total_vfs);
         let _ = writeln!(
             s,
-            "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9}",
-            "MEMBER", "STATE", "LINK", "MAC", "GID", "QPS", "MRS"
+            "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9} {:>13} {:>17}",
+            "MEMBER", "STATE", "LINK", "MAC", "GID", "QPS", "MRS", "DMA_WINDOWS", "DMA_MEMORY"
         );
         for m in &self.members {
+            let (usage, quota) = (&m.usage.0, &m.quota.0);
             let _ = writeln!(
                 s,
-                "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9}",
+                "{:<6} {:<8} {:<5} {:<17} {:<22} {:>9} {:>9} {:>13} {:>17}",
                 m.name,
                 if m.enabled { "enabled" } else { "disabled" },
                 if m.link_up { "up" } else { "down" },
                 m.mac,
                 m.gid,
-                format!("{}/{}", m.usage.0.qps, m.quota.0.qps),
-                format!("{}/{}", m.usage.0.mrs, m.quota.0.mrs),
+                format!("{}/{}", usage.qps, quota.qps),
+                format!("{}/{}", usage.mrs, quota.mrs),
+                format!("{}/{}", usage.dma_windows, quota.dma_windows),
+                format!(
+                    "{}/{}",
+                    format_pages(usage.dma_pages),
+                    format_pages(quota.dma_pages)
+                ),
             );
         }
         s
@@ -479,6 +543,53 @@ mod tests {
             PortReport::of(&PortStats::default()).text(),
             "port: none (rnicd runs without --net)\n"
         );
+    }
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1K"), Some(1024));
+        assert_eq!(parse_size("3m"), Some(3 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("16T"), Some(16 << 40));
+        assert_eq!(parse_size("16TiB"), Some(16 << 40));
+        assert_eq!(parse_size("512B"), Some(512));
+        for bad in ["", "G", "1.5G", "1P", "-1", "1 GG", "99999999T"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+        // Rounded up to whole pages, and no more than a quota counts.
+        assert_eq!(pages_of(0), Some(0));
+        assert_eq!(pages_of(1), Some(1));
+        assert_eq!(pages_of(4096), Some(1));
+        assert_eq!(pages_of(4097), Some(2));
+        assert_eq!(pages_of(1 << 30), Some(262144));
+        assert_eq!(pages_of(16 << 40), None);
+        assert_eq!(pages_of((16 << 40) - 4096), Some(u32::MAX));
+        assert_eq!(format_size(0), "0B");
+        assert_eq!(format_size(1023), "1023B");
+        assert_eq!(format_pages(1), "4KiB");
+        assert_eq!(format_size(3 << 29), "1.5GiB");
+        assert_eq!(format_pages(u32::MAX), "16TiB");
+        assert_eq!(format_pages(u32::MAX / 3), "5.3TiB");
+        // What it prints, it parses.
+        assert_eq!(parse_size(&format_pages(262144)), Some(1 << 30));
+    }
+
+    #[test]
+    fn counts_print_dma_memory_in_a_unit_and_dma_pages_exactly_in_json() {
+        let c = Counts(Quota {
+            qps: 2,
+            dma_windows: 7,
+            dma_pages: 262145,
+            ..Quota::default()
+        });
+        assert_eq!(
+            c.text(),
+            "qps 2 cqs 0 mrs 0 pds 0 mr_pages 0 doorbell_pages 0 dma_windows 7 dma_memory 1GiB"
+        );
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(json["dma_windows"], 7);
+        assert_eq!(json["dma_pages"], 262145);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rnic_abi::admin::{Quota, MEMBER_ENABLED, MEMBER_LINK_UP};
+use rnic_abi::admin::{resource, Quota, SetQuotaReq, MEMBER_ENABLED, MEMBER_LINK_UP};
 use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::regs;
 use rnic_abi::verbs::{CreateQpReq, ModifyQpReq, ObjectReq, PageList, RegMrReq, QPT_RC};
@@ -80,6 +80,8 @@ fn quota_sum(pf: &Device, members: u32) -> Quota {
         sum.pds += q.pds;
         sum.mr_pages += q.mr_pages;
         sum.doorbell_pages += q.doorbell_pages;
+        sum.dma_windows += q.dma_windows;
+        sum.dma_pages += q.dma_pages;
     }
     sum
 }
@@ -92,6 +94,18 @@ fn plus(a: Quota, b: Quota) -> Quota {
         pds: a.pds + b.pds,
         mr_pages: a.mr_pages + b.mr_pages,
         doorbell_pages: a.doorbell_pages + b.doorbell_pages,
+        dma_windows: a.dma_windows + b.dma_windows,
+        dma_pages: a.dma_pages + b.dma_pages,
+    }
+}
+
+/// `q` with only what the DMA mappings of its client hold, which no reset of the
+/// function releases: what a function uses after a reset.
+fn dma_only(q: Quota) -> Quota {
+    Quota {
+        dma_windows: q.dma_windows,
+        dma_pages: q.dma_pages,
+        ..Quota::default()
     }
 }
 
@@ -132,6 +146,9 @@ fn quotas_are_carved_from_the_pools_enforced_and_given_back() {
         pds: 1,
         mr_pages: 8,
         doorbell_pages: 2,
+        // Room for whatever the VF's client maps.
+        dma_windows: share.dma_windows,
+        dma_pages: share.dma_pages,
     };
     pf.set_quota(1, small).unwrap();
     let q = pf.admin_query().unwrap();
@@ -180,6 +197,9 @@ fn quotas_are_carved_from_the_pools_enforced_and_given_back() {
         Quota {
             // The EQ and all queues have their doorbells in page 1.
             doorbell_pages: 1,
+            // What the client mapped is its own affair.
+            dma_windows: used.dma_windows,
+            dma_pages: used.dma_pages,
             ..small
         }
     );
@@ -220,7 +240,8 @@ fn a_vf_reset_destroys_exactly_its_objects_and_leaks_nothing() {
 
     pf.reset_vf(1).unwrap();
     let after = all_members_usage(&pf, 3);
-    assert_eq!(after[1], Quota::default(), "vf0 leaked");
+    // Its client's DMA mappings survive the reset.
+    assert_eq!(after[1], dma_only(before[1]), "vf0 leaked");
     assert_eq!(after[2], before[2], "vf1 was touched");
     assert_eq!(after[0], before[0]);
     assert_eq!(pf.admin_query().unwrap().unassigned, unassigned);
@@ -303,8 +324,8 @@ fn a_disabled_vf_reports_disabled_and_does_nothing() {
     assert_eq!(m.flags & MEMBER_ENABLED, 0);
     assert_eq!(
         m.usage,
-        Quota::default(),
-        "disabling destroys what the VF held"
+        dma_only(m.usage),
+        "disabling destroys what the VF held (its client's mappings stay)"
     );
     assert_ne!(pf.query_member(1).unwrap().flags & MEMBER_ENABLED, 0);
 
@@ -727,6 +748,167 @@ fn rnic_admin_prints_text_and_json() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a PF"));
+}
+
+/// The DMA quotas (ABI 1.6): this machine's budget split evenly between the functions,
+/// set and read back through `rnic-admin` and the library, and carved from the pools as
+/// every other kind is. (The PF's socket takes one client at a time: the library's
+/// connection is closed while `rnic-admin` runs.)
+#[test]
+fn dma_quotas_split_the_budget_and_read_back_through_rnic_admin_and_the_library() {
+    let d = Rnicd::start(2, &[]);
+    let pf = open(&d, "pf");
+    let q = pf.admin_query().unwrap();
+    let share = pf.query_member(1).unwrap().quota;
+    drop(pf);
+    // Half the process's mappings and 16 TiB of pages, split three ways.
+    let windows = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(32768, |n| u32::try_from(n / 2).unwrap_or(u32::MAX));
+    assert_eq!(share.dma_windows, windows / 3);
+    assert_eq!(share.dma_pages, u32::MAX / 3);
+    assert_eq!(
+        (q.totals.dma_windows, q.totals.dma_pages),
+        (3 * share.dma_windows, 3 * share.dma_pages)
+    );
+    assert_eq!(q.unassigned, Quota::default());
+
+    // rnic-admin sets them; a size is rounded up to whole pages.
+    d.admin(&[
+        "quota",
+        "set",
+        "vf0",
+        "--dma-windows",
+        "100",
+        "--dma-memory",
+        "1G",
+    ]);
+    d.admin(&["quota", "set", "vf1", "--dma-memory", "5000"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&d.admin(&["quota", "show", "--json"])).expect("JSON");
+    let vf0 = &json["members"][1]["quota"];
+    assert_eq!(
+        (vf0["dma_windows"].as_u64(), vf0["dma_pages"].as_u64()),
+        (Some(100), Some(262144))
+    );
+    let vf1 = &json["members"][2]["quota"];
+    assert_eq!(vf1["dma_pages"], 2);
+    assert_eq!(vf1["dma_windows"], share.dma_windows, "not given: kept");
+    assert_eq!(json["members"][1]["usage"]["dma_windows"], 0);
+    assert_eq!(
+        json["unassigned"]["dma_pages"],
+        (share.dma_pages - 262144) + (share.dma_pages - 2)
+    );
+    // The tables show the memory in a unit.
+    let text = d.admin(&["quota", "show"]);
+    assert!(
+        text.contains(" doorbell_pages 16 dma_windows 100 dma_memory 1GiB\n"),
+        "{text}"
+    );
+    let vfs = d.admin(&["vfs"]);
+    let last_two = |line: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        words[words.len() - 2..].join(" ")
+    };
+    let header = vfs.lines().nth(1).expect("a header");
+    assert_eq!(last_two(header), "DMA_WINDOWS DMA_MEMORY", "{vfs}");
+    let line = vfs
+        .lines()
+        .find(|l| l.starts_with("vf0 "))
+        .expect("vf0's line");
+    assert_eq!(last_two(line), "0/100 0B/1GiB", "{vfs}");
+    let json: serde_json::Value = serde_json::from_str(&d.admin(&["vfs", "--json"])).expect("JSON");
+    assert_eq!(json["members"][2]["quota"]["dma_pages"], 2);
+
+    // The library reads the same, and nothing else changed.
+    let pf = open(&d, "pf");
+    let m = pf.query_member(1).unwrap().quota;
+    assert_eq!((m.dma_windows, m.dma_pages), (100, 262144));
+    assert_eq!(
+        Quota {
+            dma_windows: share.dma_windows,
+            dma_pages: share.dma_pages,
+            ..m
+        },
+        share
+    );
+    let q = pf.admin_query().unwrap();
+    assert_eq!(q.unassigned.dma_windows, share.dma_windows - 100);
+    assert_eq!(plus(quota_sum(&pf, 3), q.unassigned), q.totals);
+
+    // Beyond what is unassigned: NO_RESOURCES, the syndrome naming the kind; nothing
+    // changes.
+    let free = q.unassigned;
+    let vf1 = pf.query_member(2).unwrap().quota;
+    for (quota, index) in [
+        (
+            Quota {
+                dma_windows: vf1.dma_windows + free.dma_windows + 1,
+                ..vf1
+            },
+            resource::DMA_WINDOWS,
+        ),
+        (
+            Quota {
+                dma_pages: vf1.dma_pages + free.dma_pages + 1,
+                ..vf1
+            },
+            resource::DMA_PAGES,
+        ),
+    ] {
+        assert_eq!(status_of(pf.set_quota(2, quota)), Status::NoResources);
+        let req = SetQuotaReq {
+            member: 2,
+            reserved: 0,
+            quota,
+        };
+        let c = pf
+            .raw_admin_command(Opcode::SetQuota as u16, req.as_bytes(), 0)
+            .unwrap();
+        assert_eq!(
+            (Status::from_u16(c.header.status), c.header.syndrome),
+            (Some(Status::NoResources), index)
+        );
+        assert_eq!(pf.query_member(2).unwrap().quota, vf1);
+    }
+    drop(pf);
+    let rnic_admin = |args: &[&str]| {
+        Command::new(bin("rnic-admin"))
+            .arg("--vfio-user")
+            .arg(d.socket("pf"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let too_many = (100 + free.dma_windows + 1).to_string();
+    let out = rnic_admin(&["quota", "set", "vf0", "--dma-windows", &too_many]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NO_RESOURCES"), "{err}");
+    // Sizes that are none, or more than a quota counts, are refused before anything runs.
+    for size in ["1.5G", "lots", "16T"] {
+        let out = rnic_admin(&["quota", "set", "vf0", "--dma-memory", size]);
+        assert!(!out.status.success(), "{size}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--dma-memory"), "{err}");
+    }
+
+    // Exactly what is unassigned can be taken; then nothing is left.
+    let pf = open(&d, "pf");
+    assert_eq!(pf.query_member(1).unwrap().quota, m);
+    pf.set_quota(
+        2,
+        Quota {
+            dma_windows: vf1.dma_windows + free.dma_windows,
+            dma_pages: vf1.dma_pages + free.dma_pages,
+            ..vf1
+        },
+    )
+    .unwrap();
+    let q = pf.admin_query().unwrap();
+    assert_eq!(q.unassigned, Quota::default());
+    assert_eq!(quota_sum(&pf, 3), q.totals);
 }
 
 /// A VF's DMA reaches only what its own client mapped: a memory region naming pages of

@@ -179,7 +179,7 @@ fn page_list_error(e: PageListError) -> Response {
 
 impl RdmaState {
     /// No objects, and `limits` to enforce, with a pool of its own whose quota is the
-    /// object counts of `limits` (the PF alone, as in unit tests).
+    /// object counts of `limits`, DMA unbounded (the PF alone, as in unit tests).
     pub fn new(limits: Limits) -> Self {
         let share = rnic_abi::admin::Quota {
             qps: limits.max_qp,
@@ -188,6 +188,8 @@ impl RdmaState {
             pds: limits.max_pd,
             mr_pages: u32::MAX,
             doorbell_pages: limits.doorbell_pages,
+            dma_windows: u32::MAX,
+            dma_pages: u32::MAX,
         };
         let pool = std::sync::Arc::new(ResourcePool::new(1, share));
         Self::with_pool(FunctionId::Pf, limits, pool, 0)

@@ -6,7 +6,8 @@ use clap::{Parser, Subcommand};
 use rnic_abi::admin::Quota;
 use rnic_abi::migration::MigrateQpReq;
 use rnic_driver::admin::{
-    member_name, parse_gid, parse_mac, parse_member, Counts, DeviceReport, PortReport, StatsReport,
+    member_name, pages_of, parse_gid, parse_mac, parse_member, parse_size, Counts, DeviceReport,
+    PortReport, StatsReport,
 };
 use rnic_driver::{Device, Error, Location};
 use serde::Serialize;
@@ -134,7 +135,9 @@ enum VfsAction {
 enum QuotaAction {
     /// Prints the device totals, what is unassigned, and every member's quota and usage.
     Show,
-    /// Changes a member's quota; counts not given keep their value.
+    /// Changes a member's quota; counts not given keep their value. No count may go below
+    /// what the member uses now (of DMA windows and memory: what its VMM has mapped) or
+    /// take more than is unassigned (`quota show`).
     Set {
         /// The member.
         #[arg(value_parser = member)]
@@ -157,6 +160,14 @@ enum QuotaAction {
         /// Doorbell pages (pages 0..N of the function's doorbell BAR).
         #[arg(long)]
         doorbell_pages: Option<u32>,
+        /// DMA windows: DMA_MAP mappings the member's VMM may hold at once.
+        #[arg(long)]
+        dma_windows: Option<u32>,
+        /// DMA memory the member's windows may cover in all: bytes, with an optional K,
+        /// M, G or T suffix (powers of 1024, e.g. 512M, 2G), rounded up to whole 4 KiB
+        /// pages (the quota counts pages; at most 16T - 4K).
+        #[arg(long, value_name = "SIZE", value_parser = dma_memory)]
+        dma_memory: Option<u32>,
     },
 }
 
@@ -193,6 +204,14 @@ fn mac(s: &str) -> Result<[u8; 6], String> {
 
 fn gid(s: &str) -> Result<[u8; 16], String> {
     parse_gid(s).ok_or_else(|| format!("{s:?} is no IPv4 or IPv6 address"))
+}
+
+/// `--dma-memory`: a size, in 4 KiB pages rounded up.
+fn dma_memory(s: &str) -> Result<u32, String> {
+    let bytes = parse_size(s).ok_or_else(|| {
+        format!("{s:?} is no size: bytes, with an optional K, M, G or T suffix (e.g. 512M)")
+    })?;
+    pages_of(bytes).ok_or_else(|| format!("{s}: more than a quota counts (16T - 4K)"))
 }
 
 fn number(s: &str) -> Result<u32, String> {
@@ -302,6 +321,8 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
                     pds,
                     mr_pages,
                     doorbell_pages,
+                    dma_windows,
+                    dma_memory,
                 },
         } => {
             let mut c: Quota = device.query_member(*member)?.quota;
@@ -316,6 +337,8 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
             set(&mut c.pds, pds);
             set(&mut c.mr_pages, mr_pages);
             set(&mut c.doorbell_pages, doorbell_pages);
+            set(&mut c.dma_windows, dma_windows);
+            set(&mut c.dma_pages, dma_memory);
             device.set_quota(*member, c)?;
             done(
                 json,
