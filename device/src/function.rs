@@ -28,7 +28,7 @@ use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
 use crate::rdma::switch::{Endpoint, Frame, Switch};
 use crate::rdma::wire::Wire;
 use crate::rdma::{Env, RdmaState};
-use crate::resources::ResourcePool;
+use crate::resources::{PoolQuota, ResourcePool};
 
 /// Which function of the device this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -381,6 +381,7 @@ impl Function {
         pool: Arc<ResourcePool>,
         member: usize,
     ) -> io::Result<Self> {
+        let dma = DmaSpace::with_quota(Box::new(PoolQuota::new(pool.clone(), member)));
         let msix = Msix::new(pci::MSIX_VECTORS)?;
         let interrupts = msix.line().clone();
         let state = State {
@@ -403,7 +404,7 @@ impl Function {
             admin: Mutex::new(QueueBlock::new(ADMINQ_REGS)),
             enabled: AtomicBool::new(true),
             link_up: AtomicBool::new(true),
-            dma: DmaSpace::new(),
+            dma,
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
             interrupts,
             kicked: AtomicBool::new(false),

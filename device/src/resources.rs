@@ -24,7 +24,7 @@
 //! Of the object kinds each function gets [`DEFAULT_SHARE`]; the DMA kinds split a
 //! device-wide budget ([`DmaBudget`]) evenly, since what runs out is the process's.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rnic_abi::admin::{resource, Quota};
 use rnic_abi::cmd::Status;
@@ -427,6 +427,59 @@ impl ResourcePool {
         }
         p.quota[function] = quota;
         Ok(())
+    }
+}
+
+/// A function's DMA windows charged to its quota in the device's pool
+/// ([`Resource::DmaWindows`], [`Resource::DmaPages`]): what its [`crate::dma::DmaSpace`]
+/// checks every DMA_MAP against.
+#[derive(Debug)]
+pub struct PoolQuota {
+    pool: Arc<ResourcePool>,
+    member: usize,
+}
+
+impl PoolQuota {
+    /// The DMA quota of `member` in `pool`.
+    pub fn new(pool: Arc<ResourcePool>, member: usize) -> Self {
+        Self { pool, member }
+    }
+}
+
+impl crate::dma::DmaQuota for PoolQuota {
+    fn charge_window(&self, pages: u64) -> Result<(), String> {
+        let (quota, usage) = (self.pool.quota(self.member), self.pool.usage(self.member));
+        self.pool
+            .charge(self.member, Resource::DmaWindows, 1)
+            .map_err(|_| {
+                format!(
+                    "the function holds {} DMA windows, its quota (rnic-admin quota set \
+                     --dma-windows)",
+                    usage.dma_windows
+                )
+            })?;
+        if self
+            .pool
+            .charge(self.member, Resource::DmaPages, pages)
+            .is_err()
+        {
+            self.pool.release(self.member, Resource::DmaWindows, 1);
+            return Err(format!(
+                "{pages} more pages would take the function's DMA windows past its quota of \
+                 {} pages ({} in use; rnic-admin quota set --dma-memory)",
+                quota.dma_pages, usage.dma_pages
+            ));
+        }
+        Ok(())
+    }
+
+    fn release_window(&self, pages: u64) {
+        self.pool.release(self.member, Resource::DmaWindows, 1);
+        self.pool.release(self.member, Resource::DmaPages, pages);
+    }
+
+    fn max_windows(&self) -> u32 {
+        self.pool.quota(self.member).dma_windows
     }
 }
 

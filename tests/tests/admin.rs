@@ -963,3 +963,65 @@ fn a_vf_cannot_register_memory_its_client_did_not_map() {
         .unwrap();
     assert_eq!(Status::from_u16(c.header.status), Some(Status::Ok));
 }
+
+/// A client's DMA windows are charged to its function's quota: they show in its usage,
+/// hold the quota (it cannot be lowered below them), survive the function's resets, go
+/// with the client, and a DMA_MAP beyond the quota is refused with ENOSPC. VERSION
+/// tells the client its window quota.
+#[test]
+fn a_clients_dma_windows_are_charged_to_its_quota() {
+    use rnic_tests::hostile::{memfd, Client};
+    use std::os::fd::AsRawFd;
+    let d = Rnicd::start(1, &[]);
+    let mut c = Client::attach(&d.socket("vf0"));
+    let ram = memfd(0x10_0000, true);
+    for i in 0..3u64 {
+        c.dma_map(
+            Some(ram.as_raw_fd()),
+            0x1_0000_0000 + i * 0x10_0000,
+            0x1_0000,
+            i * 0x1_0000,
+        )
+        .expect("a window");
+    }
+    let pf = open(&d, "pf");
+    let usage = pf.query_member(1).unwrap().usage;
+    assert_eq!((usage.dma_windows, usage.dma_pages), (3, 48));
+    let mut quota = pf.query_member(1).unwrap().quota;
+    quota.dma_windows = 2;
+    assert_eq!(
+        status_of(pf.set_quota(1, quota)),
+        Status::BadState,
+        "below usage"
+    );
+    quota.dma_windows = 3;
+    quota.dma_pages = 47;
+    assert_eq!(status_of(pf.set_quota(1, quota)), Status::BadState);
+    quota.dma_windows = 4;
+    quota.dma_pages = 64;
+    pf.set_quota(1, quota).unwrap();
+    c.dma_map(Some(ram.as_raw_fd()), 0x2_0000_0000, 0x1_0000, 0)
+        .expect("the fourth window");
+    assert_eq!(
+        c.dma_map(Some(ram.as_raw_fd()), 0x3_0000_0000, 0x1000, 0),
+        Err(libc::ENOSPC),
+        "a fifth window"
+    );
+    // A reset of the VF destroys its objects, not its client's mappings.
+    pf.reset_vf(1).unwrap();
+    let usage = pf.query_member(1).unwrap().usage;
+    assert_eq!((usage.dma_windows, usage.dma_pages), (4, 64));
+    drop(pf);
+    drop(c);
+    // A new client learns its quota of windows from VERSION; the old one's are gone.
+    let mut next = rnic_tests::hostile::Client::connect(&d.socket("vf0"));
+    let r = next.call(rnic_abi::vfio_user::CMD_VERSION, &[0, 0, 0, 0], &[]);
+    let caps = String::from_utf8_lossy(&r.body[4..]).into_owned();
+    assert!(caps.contains("\"max_dma_maps\":4"), "{caps}");
+    drop(next);
+    let pf = open(&d, "pf");
+    wait_for(T, "vf0's windows to go with its client", || {
+        pf.query_member(1).unwrap().usage.dma_windows == 0
+    });
+    assert_eq!(pf.query_member(1).unwrap().usage.dma_pages, 0);
+}

@@ -804,7 +804,10 @@ pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd], flags: i32) -> io
     if fds.len() > FD_ROOM {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} descriptors in one message; at most {FD_ROOM}", fds.len()),
+            format!(
+                "{} descriptors in one message; at most {FD_ROOM}",
+                fds.len()
+            ),
         ));
     }
     let mut iov = libc::iovec {
