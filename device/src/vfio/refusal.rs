@@ -252,7 +252,20 @@ impl ClientLog {
 
     /// Logs that `command` was refused (within the budget), and counts it.
     pub fn refused(&mut self, command: &str, refusal: &Refusal) {
-        *self.session.entry(refusal.rule).or_default() += 1;
+        let count = self.session.entry(refusal.rule).or_default();
+        *count += 1;
+        if refusal.rule == Rule::DmaNoFd && *count > 1 {
+            // QEMU maps its ROMs and other devices' BARs without descriptors at every
+            // boot: the first such refusal says how to give rnicd guest RAM, the others
+            // are expected and only counted.
+            log::debug!(
+                "{}: {command} refused, rule {}: {}",
+                self.name,
+                refusal.rule,
+                refusal.detail
+            );
+            return;
+        }
         if self.allow(Kind::Refused(refusal.rule), Instant::now()) {
             log::warn!(
                 "{}: {command} refused, rule {}: {}",
@@ -279,7 +292,7 @@ impl ClientLog {
         rules.sort();
         let list: Vec<String> = rules.iter().map(|(r, n)| format!("{r} {n}")).collect();
         if self.allow(Kind::Connection, Instant::now()) {
-            log::warn!(
+            log::info!(
                 "{}: the client that left had refusals: {}",
                 self.name,
                 list.join(", ")

@@ -513,12 +513,17 @@ impl Connection<'_> {
             info.flags |= REGION_FLAG_CAPS;
             info.argsz += caps.len() as u32;
         }
-        // As Linux's VFIO: argsz says how much room the whole answer needs; what does
-        // not fit is left out, and the client asks again with more room.
-        if caps.is_empty() || asked.argsz < info.argsz {
+        if caps.is_empty() {
             return Ok(Answer::Reply(info.as_bytes().to_vec(), None));
         }
+        // argsz says how much room the whole answer needs; when the client left less,
+        // the capabilities (and the descriptor) are left out and it asks again. Unlike
+        // Linux's VFIO, cap_offset says where they would be even then: QEMU's vfio-user
+        // client refuses CAPS with a cap_offset below the structure.
         info.cap_offset = std::mem::size_of::<RegionInfo>() as u32;
+        if asked.argsz < info.argsz {
+            return Ok(Answer::Reply(info.as_bytes().to_vec(), None));
+        }
         let mut reply = info.as_bytes().to_vec();
         reply.extend_from_slice(&caps);
         Ok(Answer::Reply(reply, region.fd))
@@ -1158,7 +1163,7 @@ mod tests {
             .unwrap();
         let (_, body) = read_reply(&mut client);
         let info = RegionInfo::read_from_bytes(&body).unwrap();
-        assert_eq!((info.argsz, info.cap_offset, body.len()), (32 + 32, 0, 32));
+        assert_eq!((info.argsz, info.cap_offset, body.len()), (32 + 32, 32, 32));
         client
             .write_all(&message(
                 2,
