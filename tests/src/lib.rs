@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: a real `rnicd` process on real sockets, and
-//! raw vfio-user messages for what the crate's client cannot send.
+//! a vfio-user client that sends what a well-behaved one would not ([`hostile`]).
 
 pub mod debian;
 pub mod hostile;
@@ -11,8 +11,6 @@ pub mod verbs_pair;
 pub mod vm;
 pub mod wire;
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -284,92 +282,6 @@ pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
             "timed out after {timeout:?} waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// vfio-user message header flag: this is a reply.
-pub const FLAG_REPLY: u32 = 1;
-/// vfio-user message header flag: the reply reports an error.
-pub const FLAG_ERROR: u32 = 1 << 5;
-/// vfio-user command numbers used by the raw tests.
-pub const CMD_VERSION: u16 = 1;
-/// DMA_MAP.
-pub const CMD_DMA_MAP: u16 = 2;
-/// DEVICE_GET_INFO.
-pub const CMD_DEVICE_GET_INFO: u16 = 4;
-
-/// A raw vfio-user connection for sending what a well-behaved client would not.
-pub struct RawClient {
-    /// The socket.
-    pub stream: UnixStream,
-    next_id: u16,
-}
-
-/// A decoded reply header and its payload.
-#[derive(Debug)]
-pub struct Reply {
-    /// Command the reply answers.
-    pub command: u16,
-    /// Header flags.
-    pub flags: u32,
-    /// Error number for error replies.
-    pub error: u32,
-    /// Bytes after the header.
-    pub payload: Vec<u8>,
-}
-
-impl RawClient {
-    /// Connects without negotiating.
-    pub fn connect(path: &Path) -> Self {
-        let stream = UnixStream::connect(path).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        Self { stream, next_id: 0 }
-    }
-
-    /// Encodes a message header.
-    pub fn header(&mut self, command: u16, payload_len: usize) -> Vec<u8> {
-        let mut h = Vec::with_capacity(16);
-        h.extend_from_slice(&self.next_id.to_le_bytes());
-        h.extend_from_slice(&command.to_le_bytes());
-        h.extend_from_slice(&((16 + payload_len) as u32).to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        self.next_id = self.next_id.wrapping_add(1);
-        h
-    }
-
-    /// Sends a command with `payload`.
-    pub fn send(&mut self, command: u16, payload: &[u8]) {
-        let mut msg = self.header(command, payload.len());
-        msg.extend_from_slice(payload);
-        self.stream.write_all(&msg).expect("send");
-    }
-
-    /// Reads one reply.
-    pub fn recv(&mut self) -> Reply {
-        let mut h = [0u8; 16];
-        self.stream.read_exact(&mut h).expect("reply header");
-        let size = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
-        let mut payload = vec![0u8; size.saturating_sub(16)];
-        self.stream.read_exact(&mut payload).expect("reply payload");
-        Reply {
-            command: u16::from_le_bytes([h[2], h[3]]),
-            flags: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
-            error: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
-            payload,
-        }
-    }
-
-    /// Negotiates protocol version 0.1 as QEMU does.
-    pub fn negotiate(&mut self) -> Reply {
-        let mut p = Vec::new();
-        p.extend_from_slice(&0u16.to_le_bytes());
-        p.extend_from_slice(&1u16.to_le_bytes());
-        p.extend_from_slice(b"{\"capabilities\":{}}\0");
-        self.send(CMD_VERSION, &p);
-        self.recv()
     }
 }
 

@@ -6,12 +6,12 @@ use std::time::Duration;
 use rnic_abi::cmd::{Opcode, Status, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
 use rnic_abi::pci::{self, cfg};
 use rnic_abi::regs;
+use rnic_abi::vfio_user::{CMD_DEVICE_GET_INFO, CMD_VERSION};
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
 use rnic_driver::Device;
-use rnic_tests::{
-    wait_for, RawClient, Rnicd, CMD_DEVICE_GET_INFO, CMD_DMA_MAP, FLAG_ERROR, FLAG_REPLY,
-};
+use rnic_tests::hostile::Client;
+use rnic_tests::{wait_for, Rnicd};
 
 fn open(rnicd: &Rnicd, name: &str) -> Device {
     let t = VfioUserTransport::connect(&rnicd.socket(name)).expect("connect");
@@ -306,33 +306,17 @@ fn a_second_client_follows_the_first() {
 #[test]
 fn fdless_dma_map_is_refused_with_an_error_naming_memfd() {
     let rnicd = Rnicd::start(0, &[]);
-    let mut raw = RawClient::connect(&rnicd.socket("pf"));
-    let v = raw.negotiate();
-    assert_eq!(v.flags & FLAG_ERROR, 0, "version negotiated");
-    // DMA_MAP: argsz, flags (read|write), offset, address, size; and no descriptor.
-    let mut p = Vec::new();
-    p.extend_from_slice(&32u32.to_le_bytes());
-    p.extend_from_slice(&3u32.to_le_bytes());
-    p.extend_from_slice(&0u64.to_le_bytes());
-    p.extend_from_slice(&0x1000_0000u64.to_le_bytes());
-    p.extend_from_slice(&0x10_0000u64.to_le_bytes());
-    raw.send(CMD_DMA_MAP, &p);
-    let r = raw.recv();
-    assert_eq!(r.command, CMD_DMA_MAP);
+    let mut raw = Client::attach(&rnicd.socket("pf"));
     assert_eq!(
-        r.flags & (FLAG_REPLY | FLAG_ERROR),
-        FLAG_REPLY | FLAG_ERROR,
-        "{r:?}"
+        raw.dma_map(None, 0x1000_0000, 0x10_0000, 0),
+        Err(libc::EBADF)
     );
     wait_for(Duration::from_secs(5), "the refusal in the log", || {
         rnicd.log().contains("memory-backend-memfd")
     });
     // The connection and the device go on.
-    raw.send(
-        CMD_DEVICE_GET_INFO,
-        &[16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-    );
-    assert_eq!(raw.recv().flags & FLAG_ERROR, 0);
+    let info = [16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    assert_eq!(raw.call(CMD_DEVICE_GET_INFO, &info, &[]).errno(), None);
 }
 
 #[test]
@@ -426,19 +410,16 @@ fn a_broken_client_costs_only_its_connection() {
     let rnicd = Rnicd::start(0, &[]);
     // A VERSION whose size is shorter than its own header, then garbage.
     {
-        let mut raw = RawClient::connect(&rnicd.socket("pf"));
-        let mut h = raw.header(1, 0);
-        h[4..8].copy_from_slice(&4u32.to_le_bytes());
-        use std::io::Write;
-        let _ = raw.stream.write_all(&h);
-        let _ = raw.stream.write_all(&[0xff; 64]);
+        let mut raw = Client::connect(&rnicd.socket("pf"));
+        let mut m = raw.message(CMD_VERSION, &[], 0);
+        m[4..8].copy_from_slice(&4u32.to_le_bytes());
+        m.extend_from_slice(&[0xff; 64]);
+        let _ = raw.send_raw(&m, &[]);
     }
     // A command number nobody knows, on a negotiated connection.
     {
-        let mut raw = RawClient::connect(&rnicd.socket("pf"));
-        raw.negotiate();
-        raw.send(0x7777, &[]);
-        assert_ne!(raw.recv().flags & FLAG_ERROR, 0);
+        let mut raw = Client::attach(&rnicd.socket("pf"));
+        assert!(raw.call(0x7777, &[], &[]).errno().is_some());
     }
     let mut rnicd = rnicd;
     assert!(rnicd.alive());

@@ -244,23 +244,16 @@ impl Connection<'_> {
                     format!("more than {FD_ROOM} descriptors came with one read"),
                 ),
             )),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(self.broke(
-                    "message",
-                    Refusal::new(
-                        Rule::MessageIncomplete,
-                        format!(
-                            "a message started but did not arrive whole within {} s",
-                            IO_TIMEOUT.as_secs()
-                        ),
+            Err(e) if timed_out(&e) => Err(self.broke(
+                "message",
+                Refusal::new(
+                    Rule::MessageIncomplete,
+                    format!(
+                        "a message started but did not arrive whole within {} s",
+                        IO_TIMEOUT.as_secs()
                     ),
-                ))
-            }
+                ),
+            )),
             Err(e) => Err(End::Io(e)),
         }
     }
@@ -595,23 +588,16 @@ impl Connection<'_> {
     fn write(&mut self, bytes: &[u8], fd: Option<RawFd>) -> Result<(), End> {
         match send_all(self.stream.as_raw_fd(), bytes, fd, 0) {
             Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(self.broke(
-                    "reply",
-                    Refusal::new(
-                        Rule::ReplyUnread,
-                        format!(
-                            "the client took no reply off the socket for {} s",
-                            IO_TIMEOUT.as_secs()
-                        ),
+            Err(e) if timed_out(&e) => Err(self.broke(
+                "reply",
+                Refusal::new(
+                    Rule::ReplyUnread,
+                    format!(
+                        "the client took no reply off the socket for {} s",
+                        IO_TIMEOUT.as_secs()
                     ),
-                ))
-            }
+                ),
+            )),
             Err(e) => Err(End::Io(e)),
         }
     }
@@ -626,6 +612,14 @@ impl Answer {
     fn empty() -> Self {
         Answer::Reply(Vec::new(), None)
     }
+}
+
+/// Whether a socket operation ran into its timeout ([`IO_TIMEOUT`]).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 fn length_refusal(len: usize, want: &str) -> Refusal {
