@@ -25,6 +25,8 @@ step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
 
 step "fuzz targets, a minute each (cargo fuzz; see fuzz/README.md)"
+# The fuzz crate is a workspace of its own (nightly): its lints, as the main workspace's.
+(cd fuzz && cargo +nightly clippy --all-targets -- -D warnings)
 bash fuzz/run.sh --seconds 60
 
 step "VM tests (QEMU guests with rnic functions attached, and Soft-RoCE guests)"
