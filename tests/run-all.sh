@@ -18,6 +18,19 @@ cargo clippy --workspace --all-targets -- -D warnings
 # rustdoc warnings (broken links in the API documentation) fail the run.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+step "unused dependencies (cargo machete, over every Cargo.toml of the repository, fuzz/ included)"
+# cargo-machete reads each crate's sources as text for what a dependency's use looks like
+# (`use foo`, `foo::`, `extern crate foo`) and fails on a [dependencies] entry that none of
+# them names: no build and no nightly (cargo-udeps needs both, and takes a dev-dependency
+# that only doc tests use for unused). It judges only [dependencies]: [dev-dependencies]
+# and [build-dependencies] it leaves alone. A dependency used in a way it cannot see (only
+# by a macro's expansion, say) goes into its crate's Cargo.toml with the reason:
+#   [package.metadata.cargo-machete]
+#   ignored = ["name"]   # why
+# Today no crate needs one.
+cargo machete --version >/dev/null 2>&1 || cargo install --locked cargo-machete --version 0.9.2
+cargo machete
+
 step "build the binaries the integration tests start"
 cargo build --workspace --bins
 
