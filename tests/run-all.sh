@@ -31,6 +31,13 @@ step "unused dependencies (cargo machete, over every Cargo.toml of the repositor
 cargo machete --version >/dev/null 2>&1 || cargo install --locked cargo-machete --version 0.9.2
 cargo machete
 
+step "module dependency cycles: the check's own tests (tests/check-module-cycles-tests.py)"
+python3 tests/check-module-cycles-tests.py
+# The check itself goes here once device/src has no cycle left (today its top level and
+# rdma/ have some; they are being removed): it fails on a cycle among device/src's
+# top-level modules or among those of device/src/rdma, and names the files and lines.
+# python3 tests/check-module-cycles.py device/src device/src/rdma
+
 step "build the binaries the integration tests start"
 cargo build --workspace --bins
 
