@@ -254,7 +254,7 @@ fn manual_mode_with_peers_written_in_advance() {
     let (g0, g1) = (gid_hex(&rnicd, "vf0"), gid_hex(&rnicd, "vf1"));
     // A fresh function's first QP is 0x11 and the PSN is 0 in manual mode, so both
     // command lines are known before either side runs.
-    let qpn = format!("{:x}", rnic_driver::pingpong::FIRST_QPN);
+    let qpn = format!("{:x}", rnic_tools::pingpong::FIRST_QPN);
     let peer_of_vf0 = format!("{qpn}:{g1}:0");
     let peer_of_vf1 = format!("0x{qpn}:{g0}:0x0");
     let iters = ITERS.to_string();

@@ -89,7 +89,7 @@ use crate::pingpong::{
     io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
     Result,
 };
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
 
 pub use crate::pingpong::Dest;
 

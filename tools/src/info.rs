@@ -7,8 +7,8 @@ use rnic_abi::cmd::{QueryDeviceResp, FUNCTION_KIND_PF};
 use rnic_abi::regs;
 use serde::Serialize;
 
-use crate::device::{Device, PciIdentity};
-use crate::error::Result;
+use rnic_driver::device::{Device, PciIdentity};
+use rnic_driver::error::Result;
 
 /// Everything rnic-info knows about one function.
 #[derive(Debug, Clone, Serialize)]
@@ -35,7 +35,7 @@ pub struct Report {
     pub capabilities: Vec<&'static str>,
     /// Resource limits, by ibverbs name.
     pub limits: Vec<(&'static str, u64)>,
-    /// How the driver reaches the function ([`crate::transport::Transport::kind`]).
+    /// How the driver reaches the function ([`rnic_driver::transport::Transport::kind`]).
     pub transport: String,
     /// Whether the driver gets interrupts on this transport.
     pub interrupts: bool,

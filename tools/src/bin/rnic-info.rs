@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use rnic_driver::info::Report;
+use rnic_tools::info::Report;
 use rnic_driver::Location;
 
 /// Prints the PCI identity, ABI version, capabilities and limits of rnic functions, read
@@ -17,7 +17,7 @@ use rnic_driver::Location;
 #[command(version, about, long_about)]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// The vfio-user socket of a function served by rnicd (host use).
     #[arg(long, value_name = "PATH", conflicts_with = "pci")]

@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::error::Error as DriverError;
-use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
-use crate::transport::Transport;
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
-use crate::{Device, Location};
+use rnic_driver::error::Error as DriverError;
+use rnic_driver::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
+use rnic_driver::transport::Transport;
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
+use rnic_driver::{Device, Location};
 
 pub use baseline::Baseline;
 pub use report::{Report, SizeResult};
@@ -225,7 +225,7 @@ fn open(location: &Location, memory: usize) -> Result<Context> {
                 ..Default::default()
             },
         )?),
-        Location::Pci(bdf) => crate::transport::open_pci(bdf)?,
+        Location::Pci(bdf) => rnic_driver::transport::open_pci(bdf)?,
     };
     Ok(Context::new(Device::open(transport)?)?)
 }

@@ -107,7 +107,7 @@ use crate::pingpong::{
     self, accept_one, completion_error_named, connect_retrying, drv, fail, io_msg, mtu_code,
     page_round, rc_qp, set_timeouts, DeviceChoice, PingpongError, Result,
 };
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
 
 pub use crate::ibv_compat::Role;
 
@@ -1106,7 +1106,7 @@ fn check_intact(mr: &Mr, before: &[u8]) -> Result<DataCheck> {
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["listen", "connect"])))]
 struct Args {
     #[command(flatten)]
-    wait: crate::transport::vfio_user::WaitOption,
+    wait: crate::cli::WaitOption,
 
     /// The test: write_bw (ib_write_bw) or read_bw (ib_read_bw).
     #[arg(long, value_name = "TEST", value_parser = parse_test)]

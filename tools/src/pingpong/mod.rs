@@ -54,7 +54,7 @@
 //! With [`Config::follow`] the tool also opens a second function of its guest (on the
 //! host: sharing its memory). When the PF moves the QP there (`rnic-admin migrate`), the
 //! first function reports `QP_DEPARTED`: the tool adopts the QP on the second one
-//! ([`crate::verbs::Qp::adopt`]) and goes on; the same if it is moved back. The report
+//! ([`rnic_driver::verbs::Qp::adopt`]) and goes on; the same if it is moved back. The report
 //! says how many moves it followed.
 //!
 //! # Figures
@@ -86,14 +86,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::transport::sysfs::SysfsTransport;
-use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport, DEFAULT_MEMORY};
-use crate::transport::{DmaBuffer, Transport};
-use crate::verbs::{
+use rnic_driver::transport::sysfs::SysfsTransport;
+use rnic_driver::transport::vfio_user::{VfioUserOptions, VfioUserTransport, DEFAULT_MEMORY};
+use rnic_driver::transport::{DmaBuffer, Transport};
+use rnic_driver::verbs::{
     self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps, QpState, RecvWr, SendWr, Wc, WcOpcode, WcStatus,
     WrOpcode,
 };
-use crate::Device;
+use rnic_driver::Device;
 
 /// `ibv_rc_pingpong`'s TCP port.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -147,7 +147,7 @@ pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T> {
 }
 
 /// Adds what was being done to a driver error.
-pub(crate) fn drv(what: &str) -> impl FnOnce(crate::Error) -> PingpongError + '_ {
+pub(crate) fn drv(what: &str) -> impl FnOnce(rnic_driver::Error) -> PingpongError + '_ {
     move |e| PingpongError(format!("{what}: {e}"))
 }
 
@@ -874,7 +874,7 @@ pub(crate) fn open(
     buf_len: usize,
 ) -> Result<(Device, Option<Device>, Arc<DmaBuffer>)> {
     let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
-        crate::transport::open_pci(bdf).map_err(drv(&format!(
+        rnic_driver::transport::open_pci(bdf).map_err(drv(&format!(
             "open PCI function {bdf} (as root, with the function bound to no driver, or to vfio-pci behind an IOMMU)"
         )))
     };
