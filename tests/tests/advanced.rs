@@ -9,9 +9,6 @@ use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
 use rnic_abi::regs;
 use rnic_abi::verbs::{wc_flags, ObjectReq};
-use rnic_tools::features::{
-    self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
-};
 use rnic_driver::verbs::{
     self, AsyncEvent, Cq, KeyRange, Mr, Qp, RecvWr, SendWr, Sge, Srq, UdAddress, Wc, WcOpcode,
     WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, GRH_LEN,
@@ -24,6 +21,9 @@ use rnic_tests::verbs_pair::{
 };
 use rnic_tests::wire::{carried_icrc, expected_icrc, pcap_frames};
 use rnic_tests::Rnicd;
+use rnic_tools::features::{
+    self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
+};
 use zerocopy::IntoBytes;
 
 const T: Duration = Duration::from_secs(10);

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic_driver::transport::sysfs::SysfsTransport;
-use rnic_driver::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
 use rnic_driver::transport::Transport;
 use rnic_driver::verbs::{
     self, Context, Cq, DcAddress, KeyRange, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Sge, Wc, WcOpcode,
@@ -35,25 +34,9 @@ use rnic_driver::verbs::{
 };
 use rnic_driver::Device;
 
-/// A failed check or step, with what went wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeatureError(pub String);
-
-impl std::fmt::Display for FeatureError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for FeatureError {}
-
-/// Result of a scenario step.
-pub type Result<T> = std::result::Result<T, FeatureError>;
-
-/// Adds what was being done to a driver error.
-fn drv(what: &str) -> impl FnOnce(rnic_driver::Error) -> FeatureError + '_ {
-    move |e| FeatureError(format!("{what}: {e}"))
-}
+use crate::error::{drv, ToolError};
+pub use crate::error::{Result, ToolError as FeatureError};
+use crate::open;
 
 /// Counts checks and reports each passed one through `say`.
 pub struct Checks<'s> {
@@ -70,7 +53,7 @@ impl<'s> Checks<'s> {
     /// Records check `what`: passed if `ok`, else an error naming it and `detail`.
     pub fn check(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
         if !ok {
-            return Err(FeatureError(format!("check failed: {what}: {}", detail())));
+            return Err(ToolError(format!("check failed: {what}: {}", detail())));
         }
         self.passed += 1;
         (self.say)(&format!("ok: {what}"));
@@ -494,7 +477,7 @@ fn complete(qp: &Qp, cq: &Cq, wr: &SendWr) -> Result<Wc> {
     qp.post_send(wr).map_err(drv("post a send WR"))?;
     poll_wcs(cq, 1, T)?
         .pop()
-        .ok_or_else(|| FeatureError(format!("WR {} did not complete within {T:?}", wr.wr_id)))
+        .ok_or_else(|| ToolError(format!("WR {} did not complete within {T:?}", wr.wr_id)))
 }
 
 fn rdma(wr_id: u64, write: bool, rkey: u32, remote_addr: u64, sge: Sge) -> SendWr {
@@ -664,7 +647,7 @@ impl SecretHolder {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| FeatureError(format!("start {} {HOLD_SECRET}: {e}", exe.display())))?;
+            .map_err(|e| ToolError(format!("start {} {HOLD_SECRET}: {e}", exe.display())))?;
         let mut line = String::new();
         let read = child
             .stdout
@@ -679,7 +662,7 @@ impl SecretHolder {
             None => {
                 let _ = child.kill();
                 let status = child.wait();
-                Err(FeatureError(format!(
+                Err(ToolError(format!(
                     "the secret holder printed {line:?} ({read:?}, {status:?}), not its page's address: run as root"
                 )))
             }
@@ -737,7 +720,7 @@ fn register_foreign(
         Err(rnic_driver::Error::Command {
             name: "DMA_ERROR", ..
         }) => Ok(None),
-        Err(e) => Err(FeatureError(format!(
+        Err(e) => Err(ToolError(format!(
             "REG_MR of a page at {device_page:#x} failed otherwise than with DMA_ERROR: {e}"
         ))),
     }
@@ -767,7 +750,7 @@ pub fn dma_isolation_exercise(
     if let Some(vfio) = vfio {
         let iova = vfio
             .unmapped_iova()
-            .ok_or_else(|| FeatureError("the VFIO container has no free IOVA left".into()))?;
+            .ok_or_else(|| ToolError("the VFIO container has no free IOVA left".into()))?;
         for (what, access) in [
             ("writable", ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE),
             ("read-only", ACCESS_REMOTE_READ),
@@ -838,7 +821,7 @@ pub fn dma_isolation_exercise(
 
     let holder = SecretHolder::start(exe)?;
     if vfio.is_some_and(|v| v.is_mapped(holder.page)) {
-        return Err(FeatureError(format!(
+        return Err(ToolError(format!(
             "the secret page's guest-physical address {:#x} is also an IOVA of this process: the check would prove nothing",
             holder.page
         )));
@@ -954,35 +937,24 @@ impl Opened {
 }
 
 fn open_pair(functions: &Functions) -> Result<(Box<dyn Transport>, Box<dyn Transport>)> {
-    let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
-        rnic_driver::transport::open_pci(bdf).map_err(drv(&format!(
-            "open PCI function {bdf} (as root, bound to no driver, or to vfio-pci behind an IOMMU)"
-        )))
-    };
     Ok(match functions {
-        Functions::Pci(a, b) => (pci(a)?, pci(b)?),
+        Functions::Pci(a, b) => (open::pci(a)?, open::pci(b)?),
         Functions::FirstTwoPci => {
             let all = SysfsTransport::find_all().map_err(drv(
                 "look for rnic functions on the PCI bus (on the host use --vfio-user PATH twice)",
             ))?;
             if all.len() < 2 {
-                return Err(FeatureError(format!(
+                return Err(ToolError(format!(
                     "found {} rnic function(s) on the PCI bus, need two: attach two (e.g. VF0 and VF1) or name them with --pci BDF --pci BDF",
                     all.len()
                 )));
             }
-            (pci(&all[0])?, pci(&all[1])?)
+            (open::pci(&all[0])?, open::pci(&all[1])?)
         }
         Functions::VfioUser(a, b) => {
-            let options = VfioUserOptions {
-                memory: 64 << 20,
-                ..VfioUserOptions::default()
-            };
-            let first = VfioUserTransport::connect_with(a, &options)
-                .map_err(drv(&format!("open vfio-user function {}", a.display())))?;
+            let first = open::vfio_user(a, 64 << 20)?;
             // Two functions of one "guest": the second maps the first's memory.
-            let second = VfioUserTransport::connect_sharing(b, &first)
-                .map_err(drv(&format!("open vfio-user function {}", b.display())))?;
+            let second = open::vfio_user_sharing(b, &first)?;
             (Box::new(first), Box::new(second))
         }
     })

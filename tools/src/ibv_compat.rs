@@ -80,18 +80,21 @@
 //! accepted: 1. Figures: `size * iters` bytes, over the client's loop; the server's clock
 //! runs from its QP being connected to the final `done`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::pingpong::{
-    self, accept_one, check_sizes, completion_error_named, connect_retrying, drv, fail, idle_wait,
-    io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
-    Result,
+use rnic_abi::verbs::mtu_code;
+use rnic_driver::verbs::{
+    self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode,
 };
-use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
+
+use crate::error::{drv, fail, timed_out, Result, ToolError};
+use crate::open::{self, DeviceChoice};
+use crate::pingpong::{DestJson, Op, RemoteBuf};
+use crate::rc::{check_sizes, completion_error, idle_wait, page_round};
+use crate::rendezvous::Conn;
 
 pub use crate::pingpong::Dest;
+pub use crate::rendezvous::Role;
 
 /// Bytes of `ibv_rc_pingpong`'s message, with its NUL: `sizeof
 /// "0000:000000:000000:00000000000000000000000000000000"`.
@@ -141,7 +144,7 @@ pub fn decode_key(msg: &[u8]) -> Result<RemoteBuf> {
         return fail("the peer's buffer message has no NUL: does it run the same --op?");
     }
     let text = std::str::from_utf8(text)
-        .map_err(|_| PingpongError("the peer's buffer message is not text".into()))?;
+        .map_err(|_| ToolError("the peer's buffer message is not text".into()))?;
     Dest::parse_buf_line(text)
 }
 
@@ -155,7 +158,7 @@ pub fn decode_msg(msg: &[u8]) -> Result<Dest> {
         ));
     };
     let text = std::str::from_utf8(&msg[..end])
-        .map_err(|_| PingpongError("the peer's message is not text".into()))?;
+        .map_err(|_| ToolError("the peer's message is not text".into()))?;
     Dest::parse_line(text)
 }
 
@@ -168,15 +171,6 @@ pub fn client_data(size: usize, chk: bool) -> Vec<u8> {
         data.iter_mut().step_by(CHK_PAGE).for_each(|b| *b = 0);
     }
     data
-}
-
-/// Which side of the TCP exchange this is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Wait for the client on this TCP port (0: any, printed).
-    Listen(u16),
-    /// Connect to `HOST[:PORT]`; this side sends first.
-    Connect(String),
 }
 
 /// What to run.
@@ -292,7 +286,7 @@ impl Side {
             return fail("--rx-depth must be at least 1");
         }
         let buf_len = page_round(cfg.size);
-        let (device, _, buf) = pingpong::open(&cfg.device, None, buf_len)?;
+        let (device, _, buf) = open::open(&cfg.device, None, buf_len)?;
         let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
         let limits = ctx.attr().limits;
         if cfg.rx_depth > limits.max_qp_wr {
@@ -415,20 +409,31 @@ impl Side {
         self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
     }
 
-    /// The server's exchange: read the client's message, connect, answer, read `done`.
-    fn serve(&self, port: u16, info: &mut dyn FnMut(&str)) -> Result<(Dest, TcpStream)> {
-        let stream = accept_one(
-            port,
-            self.deadline,
-            self.cfg.time_limit,
-            "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect",
-            info,
-        )?;
-        let remote = self.read_dest(&stream)?;
-        self.connect(&remote)?;
-        write_all(&stream, &self.messages(), "this side's address message")?;
-        read_done(&stream)?;
-        Ok((remote, stream))
+    /// The TCP exchange as `role`: the peer, with this side's QP connected to it, and the
+    /// connection, which write and read keep for their final `done`.
+    fn exchange(&self, role: &Role, info: &mut dyn FnMut(&str)) -> Result<(Dest, Conn)> {
+        let hint = "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect";
+        let mut conn = Conn::open(role, self.deadline, self.cfg.time_limit, hint, info)?;
+        let remote = match role {
+            // The server: read the client's message, connect, answer, read `done`.
+            Role::Listen(_) => {
+                let remote = self.read_dest(&mut conn)?;
+                self.connect(&remote)?;
+                conn.send(&self.messages(), "this side's address message")?;
+                read_done(&mut conn)?;
+                remote
+            }
+            // The client: send this side's message, read the server's, say `done`, and
+            // only then connect.
+            Role::Connect(_) => {
+                conn.send(&self.messages(), "this side's address message")?;
+                let remote = self.read_dest(&mut conn)?;
+                conn.send(DONE, "\"done\"")?;
+                self.connect(&remote)?;
+                remote
+            }
+        };
+        Ok((remote, conn))
     }
 
     /// This side's message, and for write and read its buffer message, as one write.
@@ -441,25 +446,16 @@ impl Side {
     }
 
     /// Reads the peer's message, and for write and read its buffer message.
-    fn read_dest(&self, stream: &TcpStream) -> Result<Dest> {
+    fn read_dest(&self, conn: &mut Conn) -> Result<Dest> {
         let mut msg = [0u8; MSG_LEN];
-        read_exact(stream, &mut msg, "address message")?;
+        conn.recv(&mut msg, "address message")?;
         let mut remote = decode_msg(&msg)?;
         if self.cfg.op != Op::Send {
             let mut key = [0u8; KEY_LEN];
-            read_exact(stream, &mut key, "buffer message")?;
+            conn.recv(&mut key, "buffer message")?;
             remote.buf = Some(decode_key(&key)?);
         }
         Ok(remote)
-    }
-
-    /// The client's exchange: send this side's message, read the server's, say `done`.
-    fn call(&self, target: &str) -> Result<(Dest, TcpStream)> {
-        let stream = connect_retrying(target, self.deadline)?;
-        write_all(&stream, &self.messages(), "this side's address message")?;
-        let remote = self.read_dest(&stream)?;
-        write_all(&stream, DONE, "\"done\"")?;
-        Ok((remote, stream))
     }
 
     /// The client of write and read: one WRITE or READ at a time, `iters` times.
@@ -502,7 +498,7 @@ impl Side {
             while !done {
                 for wc in self.completions(&mut idle)? {
                     if !wc.is_success() || wc.wr_id != SEND_WRID {
-                        return Err(completion_error_named(&wc, name));
+                        return Err(completion_error(&wc, name));
                     }
                     done = true;
                 }
@@ -586,7 +582,7 @@ impl Side {
                     return Err(no_receives_posted(&wc));
                 }
                 if !wc.is_success() {
-                    return Err(completion_error_named(&wc, name));
+                    return Err(completion_error(&wc, name));
                 }
                 match wc.wr_id {
                     SEND_WRID => scnt += 1,
@@ -620,8 +616,8 @@ impl Side {
 }
 
 /// The error of a SEND the peer answered with RNR NAKs until the retries ran out.
-fn no_receives_posted(wc: &Wc) -> PingpongError {
-    PingpongError(format!(
+fn no_receives_posted(wc: &Wc) -> ToolError {
+    ToolError(format!(
         "the peer posted no receives: it answered this side's SEND with RNR NAKs until the \
          {RNR_RETRY} retries ran out (completion: {}). Is it running a WRITE or READ test \
          (ib_write_bw, ib_read_bw, rnic-pingpong --op write)? Run ibv_rc_pingpong, or \
@@ -631,9 +627,9 @@ fn no_receives_posted(wc: &Wc) -> PingpongError {
 }
 
 /// Reads the client's `"done"` and its NUL.
-fn read_done(stream: &TcpStream) -> Result<()> {
+fn read_done(conn: &mut Conn) -> Result<()> {
     let mut done = [0u8; DONE.len()];
-    read_exact(stream, &mut done, "\"done\"")?;
+    conn.recv(&mut done, "\"done\"")?;
     if &done != DONE {
         return fail(format!(
             "the client sent {:?} instead of \"done\" and its NUL",
@@ -650,25 +646,6 @@ fn remote_access(op: Op) -> u32 {
         Op::Write => verbs::ACCESS_REMOTE_WRITE,
         Op::Read => verbs::ACCESS_REMOTE_READ,
     }
-}
-
-fn read_exact(mut stream: &TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
-    stream.read_exact(buf).map_err(|e| {
-        let msg = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "the peer closed the connection early".to_string()
-        } else {
-            io_msg(&e)
-        };
-        PingpongError(format!("read the peer's {what} over TCP: {msg}"))
-    })
-}
-
-/// Writes `data` in one `write` where the socket takes it (`ibv_rc_pingpong` expects
-/// each message whole from a single `read`).
-fn write_all(mut stream: &TcpStream, data: &[u8], what: &str) -> Result<()> {
-    stream
-        .write_all(data)
-        .map_err(|e| PingpongError(format!("send {what}: {}", io_msg(&e))))
 }
 
 /// Where `got` first differs from `want`, in words.
@@ -691,29 +668,22 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
     let mut side = Side::new(cfg, deadline)?;
     info(&address_line("local address: ", &side.local));
     let client = matches!(cfg.role, Role::Connect(_));
-    let (remote, stream) = match &cfg.role {
-        Role::Listen(port) => side.serve(*port, info)?,
-        Role::Connect(target) => {
-            let (remote, stream) = side.call(target)?;
-            side.connect(&remote)?;
-            (remote, stream)
-        }
-    };
+    let (remote, mut conn) = side.exchange(&cfg.role, info)?;
     info(&address_line("remote address:", &remote));
     let elapsed = match (cfg.op, client) {
         (Op::Send, _) => {
-            drop(stream);
+            drop(conn);
             side.run_pingpong(client)?
         }
         (_, true) => {
             let buf = remote.buf.expect("read_dest reads it for write and read");
             let elapsed = side.run_one_sided(&buf)?;
-            write_all(&stream, DONE, "the final \"done\"")?;
+            conn.send(DONE, "the final \"done\"")?;
             elapsed
         }
         (_, false) => {
             let start = Instant::now();
-            read_done(&stream)?;
+            read_done(&mut conn)?;
             let elapsed = start.elapsed();
             if cfg.op == Op::Write && cfg.check {
                 side.verify(cfg.iters)?;

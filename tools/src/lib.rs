@@ -5,8 +5,12 @@
 
 pub mod admin;
 pub mod cli;
+pub mod error;
 pub mod features;
 pub mod ibv_compat;
 pub mod info;
+pub mod open;
 pub mod perf;
 pub mod pingpong;
+pub mod rc;
+pub mod rendezvous;

@@ -4,13 +4,13 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use rnic_abi::admin::Quota;
-use rnic_abi::migration::MigrateQpReq;
 use rnic_abi::gid;
+use rnic_abi::migration::MigrateQpReq;
+use rnic_driver::{Device, Error, Location};
 use rnic_tools::admin::{
     member_name, pages_of, parse_mac, parse_member, parse_size, Counts, DeviceReport, PortReport,
     StatsReport,
 };
-use rnic_driver::{Device, Error, Location};
 use serde::Serialize;
 
 /// Administers an rnic device through the admin queue of its PF: VF enable, quotas,

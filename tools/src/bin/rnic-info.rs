@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use rnic_tools::info::Report;
 use rnic_driver::Location;
+use rnic_tools::info::Report;
 
 /// Prints the PCI identity, ABI version, capabilities and limits of rnic functions, read
 /// through each function's command queue.

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use rnic_tools::perf::{self, Config, Test};
 use rnic_driver::Location;
+use rnic_tools::perf::{self, Config, Test};
 
 /// Measures RDMA bandwidth or latency between two rnic functions, as perftest's ib_*_bw
 /// and ib_*_lat do, and prints each figure beside the baseline it is bounded by:

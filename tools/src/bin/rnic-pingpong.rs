@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
-use rnic_tools::ibv_compat;
+use rnic_abi::verbs::mtu_code;
 use rnic_tools::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DEFAULT_PORT};
+use rnic_tools::{ibv_compat, rc};
 
 /// Measures latency and bandwidth between two rnic functions over one RC queue pair, as
 /// ibv_rc_pingpong does, and checks every byte moved.
@@ -159,8 +160,8 @@ const DEFAULT_PORT_STR: &str = "18515";
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
-        Ok(v) if pingpong::mtu_code(v).is_some() => Ok(v),
-        _ => Err(format!("{s}: use 256, 512, 1024, 2048 or 4096")),
+        Ok(v) if mtu_code(v).is_some() => Ok(v),
+        _ => Err(format!("{s}: {}", rc::mtu_choices())),
     }
 }
 

@@ -97,19 +97,19 @@
 //! report, as perftest's server does; the server's own report (meaningless for a passive
 //! side, and not initialised by perftest) goes out as zeros.
 
-use std::io::{Read, Write};
-use std::net::{Ipv6Addr, TcpStream};
+use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
+use rnic_abi::verbs::{mtu_bytes, mtu_code};
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
 use serde::Serialize;
 
-use crate::pingpong::{
-    self, accept_one, completion_error_named, connect_retrying, drv, fail, io_msg, mtu_code,
-    page_round, rc_qp, set_timeouts, DeviceChoice, PingpongError, Result,
-};
-use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
+use crate::error::{drv, fail, Result, ToolError};
+use crate::open::{self, DeviceChoice};
+use crate::rc::{check_sizes, completion_error, page_round, random_psn, rc_qp};
+use crate::rendezvous::{self, Conn};
 
-pub use crate::ibv_compat::Role;
+pub use crate::rendezvous::Role;
 
 /// The perftest version whose exchange this module speaks.
 pub const VERSION: &str = "6.24";
@@ -236,9 +236,9 @@ pub fn encode_dest(d: &Dest) -> [u8; DEST_LEN] {
 pub fn decode_dest(msg: &[u8]) -> Result<Dest> {
     let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
     let text = std::str::from_utf8(&msg[..end])
-        .map_err(|_| PingpongError("the peer's address message is not text".into()))?;
+        .map_err(|_| ToolError("the peer's address message is not text".into()))?;
     let bad = || {
-        PingpongError(format!(
+        ToolError(format!(
             "the peer's address message {text:?} is not perftest's \
              LID:OUT_READS:QPN:PSN:RKEY:VADDR:16 GID bytes:SRQN (is it perftest on RoCE, \
              with the same test on both sides?)"
@@ -305,7 +305,10 @@ pub fn decode_mtu(msg: &[u8]) -> Option<u8> {
         .take_while(|b| b.is_ascii_digit())
         .map(|&b| b as char)
         .collect();
-    digits.parse::<u8>().ok().filter(|c| (1..=5).contains(c))
+    digits
+        .parse::<u8>()
+        .ok()
+        .filter(|&c| mtu_bytes(c).is_some())
 }
 
 /// A bandwidth report as perftest's `bw_report_data` travels (the fields exchanged).
@@ -511,7 +514,7 @@ impl Outcome {
 
 /// One TCP connection and which side of each exchange writes first.
 struct Channel<'a> {
-    stream: TcpStream,
+    conn: Conn,
     client: bool,
     /// While set, reads also look at this CQ: a completion on a server's CQ can only be the
     /// receive it posted, taken by a SEND (see [`sends_arrived`]).
@@ -525,41 +528,21 @@ impl Channel<'_> {
     fn swap<const N: usize>(&mut self, mine: &[u8; N], what: &str) -> Result<[u8; N]> {
         let mut theirs = [0u8; N];
         if self.client {
-            self.send(mine, what)?;
+            self.conn.send(mine, what)?;
             self.recv(&mut theirs, what)?;
         } else {
             self.recv(&mut theirs, what)?;
-            self.send(mine, what)?;
+            self.conn.send(mine, what)?;
         }
         Ok(theirs)
     }
 
-    fn send(&mut self, data: &[u8], what: &str) -> Result<()> {
-        self.stream
-            .write_all(data)
-            .map_err(|e| PingpongError(format!("send {what} to the peer: {}", io_msg(&e))))
-    }
-
     fn recv(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
         let read = match self.watch {
-            None => self.stream.read_exact(buf),
+            None => self.conn.read_exact(buf),
             Some((cq, test)) => self.recv_watching(buf, cq, test)?,
         };
-        read.map_err(|e| {
-            let msg = match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => {
-                    "the peer closed the connection (did it fail? see its output)".to_string()
-                }
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                    match &self.silence_hint {
-                        Some(hint) => format!("no answer: {hint}"),
-                        None => io_msg(&e),
-                    }
-                }
-                _ => io_msg(&e),
-            };
-            PingpongError(format!("read the peer's {what}: {msg}"))
-        })
+        read.map_err(|e| rendezvous::read_error(what, &e, self.silence_hint.as_deref()))
     }
 
     /// `read_exact` in short reads, looking at `cq` between them, so that a SEND from the
@@ -573,17 +556,18 @@ impl Channel<'_> {
     ) -> Result<std::io::Result<()>> {
         use std::io::ErrorKind::{Interrupted, TimedOut, UnexpectedEof, WouldBlock};
         let limit = self
-            .stream
+            .conn
+            .stream()
             .read_timeout()
-            .map_err(|e| PingpongError(format!("TCP: {e}")))?;
+            .map_err(|e| ToolError(format!("TCP: {e}")))?;
         let started = Instant::now();
-        set_timeouts(&self.stream, Some(WATCH_TICK))?;
+        self.conn.set_time_left(Some(WATCH_TICK))?;
         let mut filled = 0;
         let read = loop {
             if filled == buf.len() {
                 break Ok(());
             }
-            match self.stream.read(&mut buf[filled..]) {
+            match self.conn.read_some(&mut buf[filled..]) {
                 Ok(0) => break Err(UnexpectedEof.into()),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == Interrupted => {}
@@ -600,10 +584,8 @@ impl Channel<'_> {
                 Err(e) => break Err(e),
             }
         };
-        set_timeouts(
-            &self.stream,
-            limit.map(|l| l.saturating_sub(started.elapsed())),
-        )?;
+        self.conn
+            .set_time_left(limit.map(|l| l.saturating_sub(started.elapsed())))?;
         Ok(read)
     }
 
@@ -621,8 +603,8 @@ impl Channel<'_> {
 
 /// The diagnostic of a SEND that reached a server of `test`, which posts no receives of
 /// its own accord (one is posted to catch exactly this): the peer runs a SEND test.
-fn sends_arrived(test: Test) -> PingpongError {
-    PingpongError(format!(
+fn sends_arrived(test: Test) -> ToolError {
+    ToolError(format!(
         "the peer sends SENDs (is it ib_send_bw or ib_send_lat?) but this side runs {}, \
          which receives none: run the same test on both sides (rnic-perf --perftest speaks \
          ib_write_bw and ib_read_bw)",
@@ -691,7 +673,7 @@ struct Side {
 }
 
 fn open_side(cfg: &Config, buf_len: usize) -> Result<Side> {
-    let (device, _, buf) = pingpong::open(&cfg.device, None, buf_len)?;
+    let (device, _, buf) = open::open(&cfg.device, None, buf_len)?;
     let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
     let limits = ctx.attr().limits;
     if cfg.tx_depth == 0 || cfg.tx_depth > limits.max_qp_wr || cfg.tx_depth + 1 > limits.max_cqe {
@@ -730,7 +712,7 @@ fn open_side(cfg: &Config, buf_len: usize) -> Result<Side> {
 /// Runs one side. `info` receives the progress lines as perftest prints them (the
 /// address lines, `listening on port N`).
 pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
-    pingpong::check_sizes(cfg.size, cfg.iters, cfg.mtu)?;
+    check_sizes(cfg.size, cfg.iters, cfg.mtu)?;
     if cfg.iters < 5 {
         return fail("--iters: perftest runs at least 5");
     }
@@ -751,18 +733,9 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
             })
             .map_err(drv("post the receive that catches a peer's SEND"))?;
     }
-    let stream = match &cfg.role {
-        Role::Listen(port) => accept_one(
-            *port,
-            deadline,
-            cfg.time_limit,
-            &format!("ib_{} -d DEV -x GID_INDEX THIS_HOST", cfg.test.name()),
-            info,
-        )?,
-        Role::Connect(target) => connect_retrying(target, deadline)?,
-    };
+    let hint = format!("ib_{} -d DEV -x GID_INDEX THIS_HOST", cfg.test.name());
     let mut ch = Channel {
-        stream,
+        conn: Conn::open(&cfg.role, deadline, cfg.time_limit, &hint, info)?,
         client,
         watch: None,
         silence_hint: None,
@@ -837,13 +810,11 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         } else {
             DataCheck::Completed
         };
-        set_timeouts(
-            &ch.stream,
-            Some(deadline.map_or(AFTER_TEST_ANSWER, |d| {
+        ch.conn
+            .set_time_left(Some(deadline.map_or(AFTER_TEST_ANSWER, |d| {
                 d.saturating_duration_since(Instant::now())
                     .min(AFTER_TEST_ANSWER)
-            })),
-        )?;
+            })))?;
         ch.silence_hint = Some(format!(
             "a perftest server of {} answers at once, so the peer is still in a test of its \
              own (ib_send_bw's server waits for SENDs): run the same test on both sides \
@@ -857,17 +828,13 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         // one above for that and fall silent here.
         exchange_report(&mut ch, &report)?;
         ch.silence_hint = None;
-        set_timeouts(
-            &ch.stream,
-            deadline.map(|d| d.saturating_duration_since(Instant::now())),
-        )?;
+        ch.conn
+            .set_time_left(deadline.map(|d| d.saturating_duration_since(Instant::now())))?;
         (report, data)
     } else {
         // The client runs its test now; this read waits for it.
-        set_timeouts(
-            &ch.stream,
-            deadline.map(|d| d.saturating_duration_since(Instant::now())),
-        )?;
+        ch.conn
+            .set_time_left(deadline.map(|d| d.saturating_duration_since(Instant::now())))?;
         ch.swap_same_dest(
             &local,
             &first,
@@ -894,7 +861,7 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
         test: cfg.test,
         role: if client { "client" } else { "server" },
         peer_version: agreed.peer_version,
-        mtu: 128 << agreed.mtu_code,
+        mtu: mtu_bytes(agreed.mtu_code).expect("an agreed code"),
         local: local_text,
         remote: remote_text,
         report,
@@ -980,7 +947,7 @@ fn run_client(
         let wcs = side.cq.poll(16);
         for wc in &wcs {
             if !wc.is_success() {
-                return Err(completion_error_named(wc, cfg.test.verb()));
+                return Err(completion_error(wc, cfg.test.verb()));
             }
             done = done.max(wc.wr_id + 1);
         }
@@ -1205,7 +1172,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> i32 {
         iters: args.iters,
         tx_depth: args.tx_depth,
         mtu: args.mtu,
-        psn: args.psn.unwrap_or_else(pingpong::random_psn),
+        psn: args.psn.unwrap_or_else(random_psn),
         time_limit: (args.time_limit > 0.0).then(|| Duration::from_secs_f64(args.time_limit)),
     };
     let json = args.json;
