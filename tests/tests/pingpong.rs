@@ -7,6 +7,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use rnic_abi::gid;
 use rnic_tests::{bin, Rnicd};
 
 const ITERS: u32 = 50;
@@ -244,8 +245,8 @@ fn gid_hex(rnicd: &Rnicd, function: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let gid: std::net::Ipv6Addr = v[0]["gid"].as_str().expect("gid").parse().expect("ipv6");
-    gid.octets().iter().map(|b| format!("{b:02x}")).collect()
+    let text = v[0]["gid"].as_str().expect("gid");
+    gid::hex(&gid::parse(text).expect("a GID")).to_string()
 }
 
 #[test]

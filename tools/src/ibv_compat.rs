@@ -82,6 +82,7 @@
 
 use std::time::{Duration, Instant};
 
+use rnic_abi::gid;
 use rnic_abi::verbs::mtu_code;
 use rnic_driver::verbs::{
     self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode,
@@ -256,7 +257,7 @@ pub fn address_line(which: &str, d: &Dest) -> String {
         d.lid,
         d.qpn,
         d.psn,
-        std::net::Ipv6Addr::from(d.gid)
+        gid::ip(&d.gid)
     )
 }
 
@@ -396,7 +397,7 @@ impl Side {
         self.qp.modify(&a, m).map_err(drv(&format!(
             "move the QP to RTR towards QPN {:#x} GID {} (--mtu {})",
             remote.qpn,
-            std::net::Ipv6Addr::from(remote.gid),
+            gid::ip(&remote.gid),
             self.cfg.mtu
         )))?;
         let (a, m) = verbs::rts_attr(
@@ -757,10 +758,7 @@ mod tests {
         let wire = rdma_core_msg(0, 0x000012, 0x5a3c1f, "00000000000000000000ffff0a520001");
         let d = decode_msg(&wire).unwrap();
         assert_eq!((d.lid, d.qpn, d.psn), (0, 0x12, 0x5a3c1f));
-        assert_eq!(
-            std::net::Ipv6Addr::from(d.gid).to_string(),
-            "::ffff:10.82.0.1"
-        );
+        assert_eq!(gid::ip(&d.gid).to_string(), "::ffff:10.82.0.1");
         // sscanf's %x takes upper case too; and an InfiniBand LID.
         let wire = rdma_core_msg(0x1a, 0xABCDEF, 0, "FE800000000000000000000000000001");
         let d = decode_msg(&wire).unwrap();
