@@ -1,5 +1,6 @@
 //! The logic of `rnic-features`: self-checking scenarios of the advanced transport and
-//! memory-key features between two functions of one guest (datasheet §14), for a VM (two
+//! memory-key features between two functions of one guest (docs/hardware-interface.md
+//! §14; README, "Advanced verbs"), for a VM (two
 //! PCI functions) and for the host (two vfio-user functions sharing one memory, as two VFs
 //! of one VM do). The host tests (tests/tests/dc.rs, advanced.rs, features.rs) drive the
 //! same code.

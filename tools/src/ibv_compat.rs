@@ -1,4 +1,6 @@
-//! `rnic-pingpong --ibv-compat`: the other end of rdma-core's `ibv_rc_pingpong`.
+//! `rnic-pingpong --ibv-compat`: the other end of rdma-core's `ibv_rc_pingpong` (README,
+//! "Against rdma-core's ibv_rc_pingpong (Soft-RoCE)"). Its TCP exchange goes over
+//! [`crate::rendezvous`].
 //!
 //! In this mode rnic-pingpong speaks `ibv_rc_pingpong`'s TCP exchange byte for byte and
 //! runs its ping-pong flow, so that either end can be `ibv_rc_pingpong` (for instance on a
@@ -90,6 +92,7 @@ use rnic_driver::verbs::{
 
 use crate::error::{drv, fail, timed_out, Result, ToolError};
 use crate::open::{self, DeviceChoice};
+use crate::pingpong::report::Figures;
 use crate::pingpong::{DestJson, Op, RemoteBuf};
 use crate::rc::{check_sizes, completion_error, idle_wait, page_round};
 use crate::rendezvous::Conn;
@@ -693,17 +696,16 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
         }
     };
     let dirs = if cfg.op == Op::Send { 2 } else { 1 };
-    let bytes = cfg.size as u64 * cfg.iters * dirs;
-    let usec = (elapsed.as_secs_f64() * 1e6).max(f64::MIN_POSITIVE);
+    let f = Figures::of(cfg.size, cfg.iters, dirs, elapsed);
     Ok(Report {
         op: cfg.op,
         role: if client { "client" } else { "server" },
         size: cfg.size,
         iters: cfg.iters,
-        bytes,
-        seconds: elapsed.as_secs_f64(),
-        mbit_per_s: bytes as f64 * 8.0 / usec,
-        usec_per_iter: usec / cfg.iters as f64,
+        bytes: f.bytes,
+        seconds: f.seconds,
+        mbit_per_s: f.mbit_per_s,
+        usec_per_iter: f.usec_per_iter,
         checked: cfg.check,
         peer_chk: side.expected.as_ref().map(|e| e.first() == Some(&0)),
         local: side.local.json(),

@@ -1,4 +1,6 @@
-//! rnic-admin: administers an rnic device through its PF's admin queue.
+//! rnic-admin: administers an rnic device through its PF's admin queue (README,
+//! "Administering the device"; docs/hardware-interface.md §12). Its reports are
+//! `rnic_tools::admin`'s.
 
 use std::path::PathBuf;
 

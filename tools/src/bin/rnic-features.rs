@@ -1,5 +1,6 @@
 //! rnic-features: self-checking runs of the advanced features (datasheet §14) between two
-//! rnic functions of one guest. The logic lives in `rnic_tools::features`.
+//! rnic functions of one guest (README, "Advanced verbs"). The logic lives in
+//! `rnic_tools::features`.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! rnic-info: prints what an rnic function is, can do and has.
+//! rnic-info: prints what an rnic function is, can do and has (README, "On the host,
+//! without a VM"); the report is `rnic_tools::info`'s.
 
 use std::path::PathBuf;
 

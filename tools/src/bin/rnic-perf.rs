@@ -1,6 +1,6 @@
 //! rnic-perf: perftest-style bandwidth and latency tests between two rnic functions, with
 //! the machine's own limits (memcpy, loopback UDP) measured in the same run. The logic
-//! lives in `rnic_tools::perf`.
+//! lives in `rnic_tools::perf` (README, "Benchmarks").
 
 use std::path::PathBuf;
 use std::time::Duration;

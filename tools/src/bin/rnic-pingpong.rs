@@ -1,6 +1,6 @@
 //! rnic-pingpong: an RC ping-pong between two rnic functions, in the manner of rdma-core's
-//! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs. The logic lives in
-//! `rnic_tools::pingpong`, whose documentation describes the wire format; with
+//! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs (README, "The two commands").
+//! The logic lives in `rnic_tools::pingpong` (the line format in its `line.rs`); with
 //! `--ibv-compat` it is `ibv_rc_pingpong`'s own exchange and flow
 //! (`rnic_tools::ibv_compat`), so that the other end can be `ibv_rc_pingpong` itself.
 

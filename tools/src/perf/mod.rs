@@ -1,5 +1,6 @@
 //! rnic-perf: perftest-style bandwidth and latency tests between two rnic functions, with
-//! the machine's own limits measured in the same run as baselines.
+//! the machine's own limits measured in the same run as baselines (README, "Benchmarks";
+//! docs/performance.md for what the figures mean).
 //!
 //! One process opens both functions (two functions of one rnicd, two rnicd over UDP, or two
 //! functions of one VM) and drives both ends of every connection, so no rendezvous is

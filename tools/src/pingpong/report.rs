@@ -98,6 +98,33 @@ pub struct Report {
     pub migrations_followed: u32,
 }
 
+/// `ibv_rc_pingpong`'s figures of a run, which `rnic-pingpong --ibv-compat` prints too.
+pub(crate) struct Figures {
+    /// `size * iters * dirs`.
+    pub bytes: u64,
+    /// The run's seconds.
+    pub seconds: f64,
+    /// `bytes * 8 / usec`.
+    pub mbit_per_s: f64,
+    /// `usec / iters`.
+    pub usec_per_iter: f64,
+}
+
+impl Figures {
+    /// The figures of `iters` messages of `size` bytes in `dirs` directions in `elapsed`.
+    pub(crate) fn of(size: usize, iters: u64, dirs: u64, elapsed: Duration) -> Figures {
+        let bytes = size as u64 * iters * dirs;
+        let seconds = elapsed.as_secs_f64();
+        let usec = (seconds * 1e6).max(f64::MIN_POSITIVE);
+        Figures {
+            bytes,
+            seconds,
+            mbit_per_s: bytes as f64 * 8.0 / usec,
+            usec_per_iter: usec / iters as f64,
+        }
+    }
+}
+
 impl Report {
     pub(super) fn new(
         cfg: &Config,
@@ -108,18 +135,16 @@ impl Report {
         remote: &Dest,
     ) -> Report {
         let dirs = if cfg.op == Op::Read { 1 } else { 2 };
-        let bytes = cfg.size as u64 * cfg.iters * dirs;
-        let seconds = elapsed.as_secs_f64();
-        let usec = (seconds * 1e6).max(f64::MIN_POSITIVE);
+        let f = Figures::of(cfg.size, cfg.iters, dirs, elapsed);
         Report {
             op: cfg.op,
             role,
             size: cfg.size,
             iters: cfg.iters,
-            bytes,
-            seconds,
-            mbit_per_s: bytes as f64 * 8.0 / usec,
-            usec_per_iter: usec / cfg.iters as f64,
+            bytes: f.bytes,
+            seconds: f.seconds,
+            mbit_per_s: f.mbit_per_s,
+            usec_per_iter: f.usec_per_iter,
             latency_usec: latency,
             checked: cfg.check,
             measured_by: if cfg.op == Op::Read && role == "responder" {
