@@ -92,8 +92,8 @@ use rnic_driver::verbs::{
 
 use crate::error::{drv, fail, timed_out, Result, ToolError};
 use crate::open::{self, DeviceChoice};
-use crate::pingpong::report::Figures;
-use crate::pingpong::{DestJson, Op, RemoteBuf};
+
+use crate::pingpong::{DestJson, Figures, Op, RemoteBuf};
 use crate::rc::{check_sizes, completion_error, idle_wait, page_round};
 use crate::rendezvous::Conn;
 
@@ -211,22 +211,11 @@ pub struct Config {
 /// What a run measured, as `ibv_rc_pingpong` counts it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Report {
-    /// The operation.
-    pub op: Op,
-    /// "server" or "client".
-    pub role: &'static str,
-    /// Bytes per message.
-    pub size: usize,
-    /// Messages each way.
-    pub iters: u64,
-    /// `2 * size * iters` (send), `size * iters` (write, read).
-    pub bytes: u64,
-    /// Seconds from the start of the ping-pong to its end.
-    pub seconds: f64,
-    /// `bytes * 8 / usec`.
-    pub mbit_per_s: f64,
-    /// `usec / iters`.
-    pub usec_per_iter: f64,
+    /// The run's figures; the role is "server" or "client", `bytes` is `2 * size * iters`
+    /// (send) or `size * iters` (write, read), and the seconds run from the start of the
+    /// ping-pong to its end.
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Whether every message was verified.
     pub checked: bool,
     /// Whether the client's data carries `--chk`'s zero bytes (`None` without `check`).
@@ -241,14 +230,10 @@ impl Report {
     /// `ibv_rc_pingpong`'s two lines: `N bytes in T seconds = X Mbit/sec` and `N iters in
     /// T seconds = Y usec/iter`.
     pub fn text(&self) -> String {
+        let f = &self.figures;
         format!(
             "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
-            self.bytes,
-            self.seconds,
-            self.mbit_per_s,
-            self.iters,
-            self.seconds,
-            self.usec_per_iter
+            f.bytes, f.seconds, f.mbit_per_s, f.iters, f.seconds, f.usec_per_iter
         )
     }
 }
@@ -696,16 +681,9 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
         }
     };
     let dirs = if cfg.op == Op::Send { 2 } else { 1 };
-    let f = Figures::of(cfg.size, cfg.iters, dirs, elapsed);
+    let role = if client { "client" } else { "server" };
     Ok(Report {
-        op: cfg.op,
-        role: if client { "client" } else { "server" },
-        size: cfg.size,
-        iters: cfg.iters,
-        bytes: f.bytes,
-        seconds: f.seconds,
-        mbit_per_s: f.mbit_per_s,
-        usec_per_iter: f.usec_per_iter,
+        figures: Figures::of(cfg.op, role, cfg.size, cfg.iters, dirs, elapsed),
         checked: cfg.check,
         peer_chk: side.expected.as_ref().map(|e| e.first() == Some(&0)),
         local: side.local.json(),
@@ -802,14 +780,16 @@ mod tests {
             "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.82.0.2"
         );
         let r = Report {
-            op: Op::Send,
-            role: "client",
-            size: 4096,
-            iters: 1000,
-            bytes: 8_192_000,
-            seconds: 0.5,
-            mbit_per_s: 131.072,
-            usec_per_iter: 500.0,
+            figures: Figures {
+                op: Op::Send,
+                role: "client",
+                size: 4096,
+                iters: 1000,
+                bytes: 8_192_000,
+                seconds: 0.5,
+                mbit_per_s: 131.072,
+                usec_per_iter: 500.0,
+            },
             checked: true,
             peer_chk: Some(true),
             local: dest(1, 2).json(),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 pub use self::ctrl::CTRL_LEN;
 pub use self::line::{Dest, RemoteBuf};
 pub use self::pattern::{pattern, pattern_byte, pattern_offset, verify, Pattern};
-pub use self::report::{DestJson, Latency, Report};
+pub use self::report::{DestJson, Figures, Latency, Report};
 use self::session::Session;
 use crate::error::fail;
 pub use crate::error::{Result, ToolError};

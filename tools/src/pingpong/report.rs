@@ -62,23 +62,11 @@ pub struct DestJson {
 /// What a run measured.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Report {
-    /// The operation.
-    pub op: Op,
-    /// "initiator" (sends first) or "responder".
-    pub role: &'static str,
-    /// Bytes per message.
-    pub size: usize,
-    /// Iterations.
-    pub iters: u64,
-    /// Bytes moved in all, both directions (`2 * size * iters` for send and write,
-    /// `size * iters` for read).
-    pub bytes: u64,
-    /// Seconds the iterations took.
-    pub seconds: f64,
-    /// `bytes * 8 / seconds / 1e6`.
-    pub mbit_per_s: f64,
-    /// `seconds * 1e6 / iters`.
-    pub usec_per_iter: f64,
+    /// The run's figures; the role is "initiator" (sends first) or "responder", and
+    /// `bytes` counts both directions (`2 * size * iters` for send and write, `size *
+    /// iters` for read).
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Per-iteration figures: the initiator's round trips; for a send or write
     /// responder, the times between consecutive messages received; for a read responder,
     /// the initiator's figures, which its `done` carries. `None` with fewer than one
@@ -98,11 +86,21 @@ pub struct Report {
     pub migrations_followed: u32,
 }
 
-/// `ibv_rc_pingpong`'s figures of a run, which `rnic-pingpong --ibv-compat` prints too.
-pub(crate) struct Figures {
-    /// `size * iters * dirs`.
+/// A run's figures as `ibv_rc_pingpong` counts them, the first fields of the reports of
+/// rnic-pingpong and of its `--ibv-compat` mode.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Figures {
+    /// The operation.
+    pub op: Op,
+    /// This side: "initiator" or "responder", "client" or "server" (`--ibv-compat`).
+    pub role: &'static str,
+    /// Bytes per message.
+    pub size: usize,
+    /// Iterations (messages each way).
+    pub iters: u64,
+    /// Bytes moved in all: `size * iters` times the directions.
     pub bytes: u64,
-    /// The run's seconds.
+    /// Seconds the iterations took.
     pub seconds: f64,
     /// `bytes * 8 / usec`.
     pub mbit_per_s: f64,
@@ -112,11 +110,22 @@ pub(crate) struct Figures {
 
 impl Figures {
     /// The figures of `iters` messages of `size` bytes in `dirs` directions in `elapsed`.
-    pub(crate) fn of(size: usize, iters: u64, dirs: u64, elapsed: Duration) -> Figures {
+    pub fn of(
+        op: Op,
+        role: &'static str,
+        size: usize,
+        iters: u64,
+        dirs: u64,
+        elapsed: Duration,
+    ) -> Figures {
         let bytes = size as u64 * iters * dirs;
         let seconds = elapsed.as_secs_f64();
         let usec = (seconds * 1e6).max(f64::MIN_POSITIVE);
         Figures {
+            op,
+            role,
+            size,
+            iters,
             bytes,
             seconds,
             mbit_per_s: bytes as f64 * 8.0 / usec,
@@ -135,16 +144,8 @@ impl Report {
         remote: &Dest,
     ) -> Report {
         let dirs = if cfg.op == Op::Read { 1 } else { 2 };
-        let f = Figures::of(cfg.size, cfg.iters, dirs, elapsed);
         Report {
-            op: cfg.op,
-            role,
-            size: cfg.size,
-            iters: cfg.iters,
-            bytes: f.bytes,
-            seconds: f.seconds,
-            mbit_per_s: f.mbit_per_s,
-            usec_per_iter: f.usec_per_iter,
+            figures: Figures::of(cfg.op, role, cfg.size, cfg.iters, dirs, elapsed),
             latency_usec: latency,
             checked: cfg.check,
             measured_by: if cfg.op == Op::Read && role == "responder" {
@@ -161,9 +162,10 @@ impl Report {
     /// `ibv_rc_pingpong`-style text: `N iters of S bytes in T s: X Mbit/s, Y usec/iter`
     /// and a latency line.
     pub fn text(&self) -> String {
+        let f = &self.figures;
         let mut s = format!(
             "{} iters of {} bytes in {:.3} s: {:.2} Mbit/s, {:.2} usec/iter\n",
-            self.iters, self.size, self.seconds, self.mbit_per_s, self.usec_per_iter
+            f.iters, f.size, f.seconds, f.mbit_per_s, f.usec_per_iter
         );
         match self.latency_usec {
             Some(l) => {
@@ -224,9 +226,9 @@ mod tests {
             &dest(),
             &dest(),
         );
-        assert_eq!(r.bytes, 2 * 4096 * 1000);
-        assert!((r.usec_per_iter - 500.0).abs() < 1e-9);
-        assert!((r.mbit_per_s - 131.072).abs() < 1e-9);
+        assert_eq!(r.figures.bytes, 2 * 4096 * 1000);
+        assert!((r.figures.usec_per_iter - 500.0).abs() < 1e-9);
+        assert!((r.figures.mbit_per_s - 131.072).abs() < 1e-9);
         assert_eq!(
             r.text(),
             "1000 iters of 4096 bytes in 0.500 s: 131.07 Mbit/s, 500.00 usec/iter\n\
@@ -244,7 +246,7 @@ mod tests {
             &dest(),
             &dest(),
         );
-        assert_eq!(r.bytes, 4096 * 1000);
+        assert_eq!(r.figures.bytes, 4096 * 1000);
         assert!(r.text().contains("latency: no samples"));
         assert!(r.text().contains("measured by the initiator"));
     }
