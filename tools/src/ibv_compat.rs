@@ -86,15 +86,13 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::gid;
 use rnic_abi::verbs::mtu_code;
-use rnic_driver::verbs::{
-    self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode,
-};
+use rnic_driver::verbs::{self, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
 
 use crate::error::{drv, fail, timed_out, Result, ToolError};
 use crate::open::{self, DeviceChoice};
 
 use crate::pingpong::{DestJson, Figures, Op, RemoteBuf};
-use crate::rc::{check_sizes, completion_error, idle_wait, page_round};
+use crate::rc::{check_sizes, completion_error, idle_wait, page_round, RcSide};
 use crate::rendezvous::Conn;
 
 pub use crate::pingpong::Dest;
@@ -251,11 +249,7 @@ pub fn address_line(which: &str, d: &Dest) -> String {
 
 /// The verbs objects of one side. Fields drop in order: the QP before what it uses.
 struct Side {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-    ctx: Context,
+    rc: RcSide,
     cfg: Config,
     deadline: Option<Instant>,
     local: Dest,
@@ -275,8 +269,7 @@ impl Side {
             return fail("--rx-depth must be at least 1");
         }
         let buf_len = page_round(cfg.size);
-        let (device, _, buf) = open::open(&cfg.device, None, buf_len)?;
-        let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+        let (ctx, _, buf) = open::open_verbs(&cfg.device, None, buf_len)?;
         let limits = ctx.attr().limits;
         if cfg.rx_depth > limits.max_qp_wr {
             return fail(format!(
@@ -290,55 +283,35 @@ impl Side {
                 cfg.rx_depth, limits.max_cqe
             ));
         }
-        let pd = ctx
-            .alloc_pd()
-            .map_err(drv("allocate a protection domain"))?;
-        let cq = ctx
-            .create_cq(cfg.rx_depth + 1)
-            .map_err(drv("create a completion queue"))?;
-        let mr = pd
-            .reg_mr(
-                buf,
-                0,
-                buf_len,
-                verbs::ACCESS_LOCAL_WRITE | remote_access(cfg.op),
-            )
-            .map_err(drv("register the buffer"))?;
-        let caps = QpCaps {
-            max_send_wr: 1,
-            max_recv_wr: cfg.rx_depth,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp = pd
-            .create_qp(&cq, &cq, caps, false)
-            .map_err(drv("create the queue pair"))?;
-        let (a, m) = verbs::init_attr(remote_access(cfg.op));
-        qp.modify(&a, m).map_err(drv("move the QP to INIT"))?;
+        let access = verbs::ACCESS_LOCAL_WRITE | cfg.op.remote_access();
+        let rc = RcSide::new(
+            ctx,
+            buf,
+            buf_len,
+            access,
+            cfg.rx_depth + 1,
+            (1, cfg.rx_depth),
+        )?;
+        rc.to_init(cfg.op.remote_access())?;
         let client = matches!(cfg.role, Role::Connect(_));
         let sent = client_data(cfg.size, cfg.check || cfg.op != Op::Send);
         match (cfg.op, client) {
             // The target of the WRITEs starts as something they must overwrite.
-            (Op::Write, false) => mr.write(0, &vec![!FILL_BYTE; cfg.size]),
-            _ => mr.write(0, &sent),
+            (Op::Write, false) => rc.mr.write(0, &vec![!FILL_BYTE; cfg.size]),
+            _ => rc.mr.write(0, &sent),
         }
         let local = Dest {
             lid: 0,
-            qpn: qp.qp_num(),
+            qpn: rc.qp.qp_num(),
             psn: cfg.psn & 0xFF_FFFF,
-            gid: ctx.attr().gid,
+            gid: rc.ctx.attr().gid,
             buf: (cfg.op != Op::Send).then(|| RemoteBuf {
-                rkey: mr.rkey(),
-                addr: mr.addr(0),
+                rkey: rc.mr.rkey(),
+                addr: rc.mr.addr(0),
             }),
         };
         let mut side = Side {
-            qp,
-            mr,
-            cq,
-            _pd: pd,
-            ctx,
+            rc,
             cfg: cfg.clone(),
             deadline,
             local,
@@ -357,20 +330,24 @@ impl Side {
         let wrs: Vec<RecvWr> = (0..n)
             .map(|_| RecvWr {
                 wr_id: RECV_WRID,
-                sges: vec![self.mr.sge(0, self.cfg.size)],
+                sges: vec![self.rc.mr.sge(0, self.cfg.size)],
             })
             .collect();
-        self.qp.post_recv_list(&wrs).map_err(drv("post receives"))?;
+        self.rc
+            .qp
+            .post_recv_list(&wrs)
+            .map_err(drv("post receives"))?;
         self.routs += n;
         Ok(())
     }
 
     fn post_send(&self) -> Result<()> {
-        self.qp
+        self.rc
+            .qp
             .post_send(&SendWr {
                 wr_id: SEND_WRID,
                 opcode: WrOpcode::Send,
-                sges: vec![self.mr.sge(0, self.cfg.size)],
+                sges: vec![self.rc.mr.sge(0, self.cfg.size)],
                 signaled: true,
                 ..SendWr::default()
             })
@@ -382,7 +359,7 @@ impl Side {
         let mtu = mtu_code(self.cfg.mtu).expect("checked in new");
         let (mut a, m) = verbs::rtr_attr(remote.qpn, remote.gid, remote.psn, mtu, 1, 12);
         a.hop_limit = HOP_LIMIT;
-        self.qp.modify(&a, m).map_err(drv(&format!(
+        self.rc.qp.modify(&a, m).map_err(drv(&format!(
             "move the QP to RTR towards QPN {:#x} GID {} (--mtu {})",
             remote.qpn,
             gid::ip(&remote.gid),
@@ -395,7 +372,7 @@ impl Side {
             RNR_RETRY,
             1,
         );
-        self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
+        self.rc.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
     }
 
     /// The TCP exchange as `role`: the peer, with this side's QP connected to it, and the
@@ -472,13 +449,14 @@ impl Side {
         let start = Instant::now();
         for n in 1..=self.cfg.iters {
             if reading {
-                self.mr.write(0, &poison);
+                self.rc.mr.write(0, &poison);
             }
-            self.qp
+            self.rc
+                .qp
                 .post_send(&SendWr {
                     wr_id: SEND_WRID,
                     opcode,
-                    sges: vec![self.mr.sge(0, size)],
+                    sges: vec![self.rc.mr.sge(0, size)],
                     signaled: true,
                     ..SendWr::default()
                 })
@@ -502,7 +480,7 @@ impl Side {
     /// The next completions, waiting for them (polling, or on events with `events`).
     fn completions(&mut self, idle: &mut u32) -> Result<Vec<Wc>> {
         loop {
-            let got = self.cq.poll(16);
+            let got = self.rc.cq.poll(16);
             if !got.is_empty() {
                 *idle = 0;
                 return Ok(got);
@@ -517,7 +495,7 @@ impl Side {
                 ));
             }
             let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
-            let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, idle, slice)?;
+            let got = idle_wait(&self.rc.ctx, &self.rc.cq, self.cfg.events, idle, slice)?;
             if !got.is_empty() {
                 return Ok(got);
             }
@@ -527,7 +505,7 @@ impl Side {
     /// Checks the message just received against what every message must hold.
     fn verify(&mut self, n: u64) -> Result<()> {
         let mut got = vec![0u8; self.cfg.size];
-        self.mr.read(0, &mut got);
+        self.rc.mr.read(0, &mut got);
         match &self.expected {
             Some(expected) if got == *expected => Ok(()),
             Some(expected) => fail(format!(
@@ -626,15 +604,6 @@ fn read_done(conn: &mut Conn) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The remote access a QP and its buffer allow for `op`.
-fn remote_access(op: Op) -> u32 {
-    match op {
-        Op::Send => 0,
-        Op::Write => verbs::ACCESS_REMOTE_WRITE,
-        Op::Read => verbs::ACCESS_REMOTE_READ,
-    }
 }
 
 /// Where `got` first differs from `want`, in words.

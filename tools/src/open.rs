@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rnic_driver::transport::sysfs::SysfsTransport;
 use rnic_driver::transport::vfio_user::{VfioUserOptions, VfioUserTransport, DEFAULT_MEMORY};
 use rnic_driver::transport::{DmaBuffer, Transport};
+use rnic_driver::verbs::Context;
 use rnic_driver::Device;
 
 use crate::error::{drv, fail, Result, ToolError};
@@ -107,4 +108,18 @@ pub fn open(
         .map(|t| Device::open(t).map_err(drv("open the function to follow the QP to")))
         .transpose()?;
     Ok((device, spare, Arc::new(buf)))
+}
+
+/// [`open`], and the functions opened for RDMA verbs.
+pub fn open_verbs(
+    choice: &DeviceChoice,
+    follow: Option<&DeviceChoice>,
+    buf_len: usize,
+) -> Result<(Context, Option<Context>, Arc<DmaBuffer>)> {
+    let (device, spare, buf) = open(choice, follow, buf_len)?;
+    let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+    let spare = spare
+        .map(|d| Context::new(d).map_err(drv("open the function to follow to for RDMA verbs")))
+        .transpose()?;
+    Ok((ctx, spare, buf))
 }

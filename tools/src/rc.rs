@@ -3,11 +3,13 @@
 //! first PSN, the wait for completions and the words for a failed one
 //! (docs/hardware-interface.md §7.10 for the statuses).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rnic_abi::rng::Rng;
 use rnic_abi::verbs::{mtu, mtu_code};
-use rnic_driver::verbs::{Context, Cq, Pd, Qp, QpCaps, Wc, WcStatus};
+use rnic_driver::transport::DmaBuffer;
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, Wc, WcStatus};
 
 use crate::error::{drv, fail, Result, ToolError};
 
@@ -43,6 +45,58 @@ pub fn rc_qp(pd: &Pd, cq: &Cq, tx: u32, rx: u32) -> Result<Qp> {
     };
     pd.create_qp(cq, cq, caps, false)
         .map_err(drv("create the queue pair"))
+}
+
+/// One side's verbs objects: a function, one RC QP on one CQ, and one registered
+/// buffer. Fields drop in order: the QP before what it uses.
+pub struct RcSide {
+    /// The queue pair.
+    pub qp: Qp,
+    /// The buffer, registered whole.
+    pub mr: Mr,
+    /// The QP's send and receive completions.
+    pub cq: Cq,
+    /// The protection domain of the QP and the buffer.
+    pub pd: Pd,
+    /// The function.
+    pub ctx: Context,
+}
+
+impl RcSide {
+    /// On the function `ctx`: a PD, a CQ of `cqe` entries, `buf` (`len` bytes)
+    /// registered with `access`, and an RC QP with `tx` send and `rx` receive WQEs.
+    pub fn new(
+        ctx: Context,
+        buf: Arc<DmaBuffer>,
+        len: usize,
+        access: u32,
+        cqe: u32,
+        (tx, rx): (u32, u32),
+    ) -> Result<RcSide> {
+        let pd = ctx
+            .alloc_pd()
+            .map_err(drv("allocate a protection domain"))?;
+        let cq = ctx
+            .create_cq(cqe)
+            .map_err(drv("create a completion queue"))?;
+        let mr = pd
+            .reg_mr(buf, 0, len, access)
+            .map_err(drv("register the buffer"))?;
+        let qp = rc_qp(&pd, &cq, tx, rx)?;
+        Ok(RcSide {
+            qp,
+            mr,
+            cq,
+            pd,
+            ctx,
+        })
+    }
+
+    /// Moves the QP to INIT, allowing the peer `access` (remote write or read).
+    pub fn to_init(&self, access: u32) -> Result<()> {
+        let (a, m) = verbs::init_attr(access);
+        self.qp.modify(&a, m).map_err(drv("move the QP to INIT"))
+    }
 }
 
 /// `n` rounded up to whole 4 KiB pages.

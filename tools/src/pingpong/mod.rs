@@ -67,6 +67,15 @@ impl Op {
             .find(|o| o.code() == c)
     }
 
+    /// The remote access a QP and its buffer allow the peer for this operation.
+    pub fn remote_access(self) -> u32 {
+        match self {
+            Op::Send => 0,
+            Op::Write => rnic_driver::verbs::ACCESS_REMOTE_WRITE,
+            Op::Read => rnic_driver::verbs::ACCESS_REMOTE_READ,
+        }
+    }
+
     /// Whether the peer needs this side's rkey and buffer address.
     pub fn needs_remote_buffer(self) -> bool {
         self != Op::Send

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::mtu_code;
 use rnic_driver::verbs::{
-    self, Context, Cq, Mr, Pd, Qp, QpState, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    self, Context, QpState, RecvWr, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 use super::ctrl::{Ctrl, CtrlKind, CTRL_LEN};
@@ -33,7 +33,7 @@ use super::report::Latency;
 use super::{Config, Op, Rendezvous};
 use crate::error::{drv, fail, timed_out, Result, ToolError};
 use crate::open;
-use crate::rc::{self, check_sizes, idle_wait, page_round, rc_qp};
+use crate::rc::{self, check_sizes, idle_wait, page_round, RcSide};
 
 /// Where control messages arrive in the buffer.
 const CTRL_IN: usize = 0;
@@ -97,12 +97,8 @@ mod wr_id {
 
 /// The verbs objects of one side. Fields drop in order: the QP before what it uses.
 pub(super) struct Session {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-    /// The context of the function the QP is on now.
-    ctx: Context,
+    /// The QP, its CQ and buffer, and (`side.ctx`) the function the QP is on now.
+    side: RcSide,
     /// The other function of [`Config::follow`], where the QP may go.
     spare: Option<Context>,
     /// Migrations followed.
@@ -129,11 +125,7 @@ impl Session {
         check_sizes(cfg.size, cfg.iters, cfg.mtu)?;
         let data_out = DATA_IN + page_round(cfg.size);
         let buf_len = data_out + page_round(cfg.size);
-        let (device, spare, buf) = open::open(&cfg.device, cfg.follow.as_ref(), buf_len)?;
-        let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
-        let spare = spare
-            .map(|d| Context::new(d).map_err(drv("open the function to follow to for RDMA verbs")))
-            .transpose()?;
+        let (ctx, spare, buf) = open::open_verbs(&cfg.device, cfg.follow.as_ref(), buf_len)?;
         let limits = ctx.attr().limits;
         if (buf_len as u64) > limits.max_mr_size {
             return fail(format!(
@@ -141,36 +133,24 @@ impl Session {
                 cfg.size, limits.max_mr_size
             ));
         }
-        let pd = ctx
-            .alloc_pd()
-            .map_err(drv("allocate a protection domain"))?;
         let rx = RX_DEPTH.min(limits.max_qp_wr.max(1));
         let tx = TX_DEPTH.min(limits.max_qp_wr.max(1));
-        let cq = ctx
-            .create_cq(((rx + tx) * 2).min(limits.max_cqe.max(2)))
-            .map_err(drv("create a completion queue"))?;
+        let cqe = ((rx + tx) * 2).min(limits.max_cqe.max(2));
         let access =
             verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
-        let mr = pd
-            .reg_mr(buf, 0, buf_len, access)
-            .map_err(drv("register the buffer"))?;
-        let qp = rc_qp(&pd, &cq, tx, rx)?;
+        let side = RcSide::new(ctx, buf, buf_len, access, cqe, (tx, rx))?;
         let local = Dest {
             lid: 0,
-            qpn: qp.qp_num(),
+            qpn: side.qp.qp_num(),
             psn: cfg.psn & 0xFF_FFFF,
-            gid: ctx.attr().gid,
+            gid: side.ctx.attr().gid,
             buf: Some(RemoteBuf {
-                rkey: mr.rkey(),
-                addr: mr.addr(DATA_IN),
+                rkey: side.mr.rkey(),
+                addr: side.mr.addr(DATA_IN),
             }),
         };
         let mut s = Session {
-            qp,
-            mr,
-            cq,
-            _pd: pd,
-            ctx,
+            side,
             spare,
             followed: 0,
             cfg: cfg.clone(),
@@ -200,7 +180,7 @@ impl Session {
             Op::Read if !initiator => {
                 s.to_post.push_back(RecvKind::Ctrl);
                 // What the initiator reads and checks.
-                s.mr.write(DATA_IN, &s.pattern.data(1, 0));
+                s.side.mr.write(DATA_IN, &s.pattern.data(1, 0));
             }
             Op::Read => {}
         }
@@ -209,26 +189,23 @@ impl Session {
     }
 
     fn to_init(&self) -> Result<()> {
-        let access = match self.cfg.op {
-            Op::Send => 0,
-            Op::Write => verbs::ACCESS_REMOTE_WRITE,
-            Op::Read => verbs::ACCESS_REMOTE_READ,
-        };
-        let (a, m) = verbs::init_attr(access);
-        self.qp.modify(&a, m).map_err(drv("move the QP to INIT"))
+        self.side.to_init(self.cfg.op.remote_access())
     }
 
     /// Moves the QP to RTR and RTS towards `remote`.
     pub(super) fn connect(&self, remote: &Dest) -> Result<()> {
         let mtu = mtu_code(self.cfg.mtu).expect("checked in new");
         let (a, m) = verbs::rtr_attr(remote.qpn, remote.gid, remote.psn, mtu, 1, MIN_RNR_TIMER);
-        self.qp.modify(&a, m).map_err(drv(&format!(
+        self.side.qp.modify(&a, m).map_err(drv(&format!(
             "move the QP to RTR towards {} (--mtu {})",
             remote.describe(),
             self.cfg.mtu
         )))?;
         let (a, m) = verbs::rts_attr(self.local.psn, self.cfg.timeout, self.cfg.retry, 7, 1);
-        self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
+        self.side
+            .qp
+            .modify(&a, m)
+            .map_err(drv("move the QP to RTS"))
     }
 
     /// After the QP failed (the peer was not there yet): takes the flushed receives back
@@ -240,9 +217,10 @@ impl Session {
             match self.pending.pop_front() {
                 Some(wc) => receives -= usize::from(wc.is_recv()),
                 None => {
-                    let got = self.cq.poll(16);
+                    let got = self.side.cq.poll(16);
                     if got.is_empty() {
-                        self.ctx
+                        self.side
+                            .ctx
                             .check_alive()
                             .map_err(drv("wait for the flushed receives"))?;
                         std::thread::sleep(Duration::from_micros(100));
@@ -262,7 +240,7 @@ impl Session {
             },
             verbs::attr::STATE,
         );
-        self.qp.modify(&a, m).map_err(drv("reset the QP"))?;
+        self.side.qp.modify(&a, m).map_err(drv("reset the QP"))?;
         self.to_init()?;
         self.post_receives()?;
         self.connect(remote)
@@ -270,7 +248,7 @@ impl Session {
 
     /// Posts receives from the plan while the receive queue has room.
     fn post_receives(&mut self) -> Result<()> {
-        let n = (self.qp.rq_free_slots() as usize).min(self.to_post.len());
+        let n = (self.side.qp.rq_free_slots() as usize).min(self.to_post.len());
         if n == 0 {
             return Ok(());
         }
@@ -281,15 +259,18 @@ impl Session {
             .map(|k| match k {
                 RecvKind::Ctrl => RecvWr {
                     wr_id: wr_id::RECV_CTRL,
-                    sges: vec![self.mr.sge(CTRL_IN, CTRL_LEN)],
+                    sges: vec![self.side.mr.sge(CTRL_IN, CTRL_LEN)],
                 },
                 RecvKind::Data => RecvWr {
                     wr_id: wr_id::RECV_DATA,
-                    sges: vec![self.mr.sge(DATA_IN, self.cfg.size)],
+                    sges: vec![self.side.mr.sge(DATA_IN, self.cfg.size)],
                 },
             })
             .collect();
-        self.qp.post_recv_list(&wrs).map_err(drv("post receives"))?;
+        self.side
+            .qp
+            .post_recv_list(&wrs)
+            .map_err(drv("post receives"))?;
         let taken: Vec<RecvKind> = self.to_post.drain(..n).collect();
         self.posted.extend(taken);
         Ok(())
@@ -311,7 +292,7 @@ impl Session {
             if let Some(wc) = self.pending.pop_front() {
                 return Ok(wc);
             }
-            let got = self.cq.poll(16);
+            let got = self.side.cq.poll(16);
             if !got.is_empty() {
                 self.pending.extend(got);
                 continue;
@@ -328,7 +309,13 @@ impl Session {
                 WAIT_SLICE
             };
             let slice = left.map_or(most, |l| l.min(most));
-            let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, &mut idle, slice)?;
+            let got = idle_wait(
+                &self.side.ctx,
+                &self.side.cq,
+                self.cfg.events,
+                &mut idle,
+                slice,
+            )?;
             self.pending.extend(got);
         }
     }
@@ -341,8 +328,9 @@ impl Session {
         let Some(spare) = &self.spare else {
             return Ok(());
         };
-        let qpn = self.qp.qp_num();
+        let qpn = self.side.qp.qp_num();
         let departed = self
+            .side
             .ctx
             .wait_async_event(verbs::AsyncEvent::QpDeparted, qpn, Duration::ZERO)
             .map_err(drv("look at the event queue"))?;
@@ -358,16 +346,17 @@ impl Session {
                 "QP {qpn:#x} left its function but did not arrive on the one to follow it to"
             ));
         }
-        self.qp
+        self.side
+            .qp
             .adopt(spare, None, None)
             .map_err(drv("take over the QP on the other function"))?;
         if let Some(spare) = self.spare.as_mut() {
-            std::mem::swap(&mut self.ctx, spare);
+            std::mem::swap(&mut self.side.ctx, spare);
         }
         self.followed += 1;
         log::info!(
             "followed QP {qpn:#x} to {}",
-            self.ctx.device().transport().describe()
+            self.side.ctx.device().transport().describe()
         );
         Ok(())
     }
@@ -405,17 +394,17 @@ impl Session {
     }
 
     fn post_send(&self, wr: &SendWr, what: &str) -> Result<()> {
-        self.qp.post_send(wr).map_err(drv(what))
+        self.side.qp.post_send(wr).map_err(drv(what))
     }
 
     /// Posts a control message (its completion is the caller's to wait for).
     fn post_ctrl(&self, c: &Ctrl) -> Result<()> {
-        self.mr.write(CTRL_OUT, &c.encode());
+        self.side.mr.write(CTRL_OUT, &c.encode());
         self.post_send(
             &SendWr {
                 wr_id: wr_id::make(wr_id::CTRL_SEND, 0),
                 opcode: WrOpcode::Send,
-                sges: vec![self.mr.sge(CTRL_OUT, CTRL_LEN)],
+                sges: vec![self.side.mr.sge(CTRL_OUT, CTRL_LEN)],
                 signaled: true,
                 ..SendWr::default()
             },
@@ -425,7 +414,7 @@ impl Session {
 
     fn read_ctrl(&self) -> Result<Ctrl> {
         let mut b = [0u8; CTRL_LEN];
-        self.mr.read(CTRL_IN, &mut b);
+        self.side.mr.read(CTRL_IN, &mut b);
         Ctrl::decode(&b)
     }
 
@@ -524,7 +513,8 @@ impl Session {
     /// Writes this side's data of iteration `iter` into the outgoing area.
     fn fill_out(&self, stream: u8, iter: u64) {
         if self.cfg.check {
-            self.mr
+            self.side
+                .mr
                 .write(self.data_out, &self.pattern.data(stream, iter));
         }
     }
@@ -535,7 +525,7 @@ impl Session {
             return Ok(());
         }
         let mut got = vec![0u8; self.cfg.size];
-        self.mr.read(DATA_IN, &mut got);
+        self.side.mr.read(DATA_IN, &mut got);
         self.pattern.verify(&got, stream, iter)
     }
 
@@ -559,7 +549,7 @@ impl Session {
             &SendWr {
                 wr_id: wr_id::make(kind, iter),
                 opcode,
-                sges: vec![self.mr.sge(self.data_out, self.cfg.size)],
+                sges: vec![self.side.mr.sge(self.data_out, self.cfg.size)],
                 signaled: true,
                 ..SendWr::default()
             },
@@ -673,7 +663,7 @@ impl Session {
         for k in 0..self.cfg.iters {
             let t0 = Instant::now();
             if self.cfg.check {
-                self.mr.write(DATA_IN, &poison);
+                self.side.mr.write(DATA_IN, &poison);
             }
             self.post_send(
                 &SendWr {
@@ -682,7 +672,7 @@ impl Session {
                         remote_addr: b.addr,
                         rkey: b.rkey,
                     },
-                    sges: vec![self.mr.sge(DATA_IN, size)],
+                    sges: vec![self.side.mr.sge(DATA_IN, size)],
                     signaled: true,
                     ..SendWr::default()
                 },
@@ -696,7 +686,7 @@ impl Session {
                 ));
             }
             if self.cfg.check {
-                self.mr.read(DATA_IN, &mut got);
+                self.side.mr.read(DATA_IN, &mut got);
                 if got != expected {
                     let i = got.iter().zip(&expected).position(|(a, b)| a != b);
                     let i = i.expect("differ");

@@ -79,12 +79,12 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::gid;
 use rnic_abi::verbs::{mtu_bytes, mtu_code};
-use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
+use rnic_driver::verbs::{self, Cq, Mr, RecvWr, SendWr, WrOpcode};
 use serde::Serialize;
 
 use crate::error::{drv, fail, Result, ToolError};
 use crate::open::{self, DeviceChoice};
-use crate::rc::{check_sizes, completion_error, page_round, rc_qp};
+use crate::rc::{check_sizes, completion_error, page_round, RcSide};
 use crate::rendezvous::{self, Conn};
 
 pub use crate::rendezvous::Role;
@@ -399,18 +399,9 @@ fn agree(ch: &mut Channel, mtu_code: u8) -> Result<Agreed> {
     })
 }
 
-/// The verbs objects of this side. Fields drop in order: the QP before what it uses.
-struct Side {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-    ctx: Context,
-}
-
-fn open_side(cfg: &Config, buf_len: usize) -> Result<Side> {
-    let (device, _, buf) = open::open(&cfg.device, None, buf_len)?;
-    let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+/// This side's function, QP, CQ and buffer, the QP in INIT for `cfg.test`.
+fn open_side(cfg: &Config, buf_len: usize) -> Result<RcSide> {
+    let (ctx, _, buf) = open::open_verbs(&cfg.device, None, buf_len)?;
     let limits = ctx.attr().limits;
     if cfg.tx_depth == 0 || cfg.tx_depth > limits.max_qp_wr || cfg.tx_depth + 1 > limits.max_cqe {
         return fail(format!(
@@ -419,30 +410,20 @@ fn open_side(cfg: &Config, buf_len: usize) -> Result<Side> {
             limits.max_qp_wr.min(limits.max_cqe - 1)
         ));
     }
-    let pd = ctx
-        .alloc_pd()
-        .map_err(drv("allocate a protection domain"))?;
-    let cq = ctx
-        .create_cq(cfg.tx_depth + 1)
-        .map_err(drv("create a completion queue"))?;
     let access = verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
-    let mr = pd
-        .reg_mr(buf, 0, buf_len, access)
-        .map_err(drv("register the buffer"))?;
-    let qp = rc_qp(&pd, &cq, cfg.tx_depth, 1)?;
-    let qp_access = match cfg.test {
+    let side = RcSide::new(
+        ctx,
+        buf,
+        buf_len,
+        access,
+        cfg.tx_depth + 1,
+        (cfg.tx_depth, 1),
+    )?;
+    side.to_init(match cfg.test {
         Test::WriteBw => verbs::ACCESS_REMOTE_WRITE,
         Test::ReadBw => verbs::ACCESS_REMOTE_READ,
-    };
-    let (a, m) = verbs::init_attr(qp_access);
-    qp.modify(&a, m).map_err(drv("move the QP to INIT"))?;
-    Ok(Side {
-        qp,
-        mr,
-        cq,
-        _pd: pd,
-        ctx,
-    })
+    })?;
+    Ok(side)
 }
 
 /// Runs one side. `info` receives the progress lines as perftest prints them (the
@@ -608,7 +589,7 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Outcome> {
 
 /// Moves the QP to RTR (and, on the client, RTS) with perftest's attributes.
 fn connect(
-    side: &Side,
+    side: &RcSide,
     local: &Dest,
     remote: &Dest,
     mtu: u8,
@@ -641,7 +622,7 @@ fn connect(
 /// The active side's loop: `iters` WRITEs or READs, `tx_depth` in flight.
 fn run_client(
     cfg: &Config,
-    side: &Side,
+    side: &RcSide,
     remote: &Dest,
     slots: &[usize],
     deadline: Option<Instant>,
