@@ -9,7 +9,7 @@
 #   ratio_row NAME A B UNIT      a markdown row: NAME, A and B with UNIT, and A / B
 
 release_bin() {
-    cargo build --release -p rnic-device -p rnic-driver --bins >&2
+    cargo build --release -p rnic-device -p rnic-tools --bins >&2
     echo "$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
 }
 

@@ -4,8 +4,10 @@
 //! `docs/hardware-interface.md` describes: PCI identity and config-space layout ([`pci`]),
 //! the BAR0 register file ([`regs`]), the doorbell BAR ([`doorbell`]), the command queue
 //! with its commands ([`cmd`]), and the RDMA objects, work queues and completions
-//! ([`verbs`]). The device (`rnicd`) and the guest driver both depend on
-//! it, so they cannot disagree about an offset or a layout.
+//! ([`verbs`], with the path MTU table [`verbs::mtu`]). The device (`rnicd`) and the guest
+//! driver both depend on it, so they cannot disagree about an offset or a layout. So do the
+//! tools, the tests and libibverbs, which also share from here the text form of a GID
+//! ([`gid`]) and the seeded random generator ([`rng`]).
 //!
 //! All multi-byte fields are little-endian, as on PCIe. The structures here use native
 //! integers, so the crate only builds for little-endian targets.
@@ -21,11 +23,13 @@ pub mod cmd;
 pub mod ctrlq;
 pub mod dc;
 pub mod doorbell;
+pub mod gid;
 pub mod migration;
 pub mod mkey;
 pub mod mmio;
 pub mod pci;
 pub mod regs;
+pub mod rng;
 pub mod session;
 pub mod shared_sq;
 pub mod srq;

@@ -112,10 +112,39 @@ pub mod attr {
     pub const DEST_QPN: u32 = 1 << 20;
 }
 
-/// Path MTU codes, as `enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes.
+/// Path MTU codes, as `enum ibv_mtu`: the one table of codes and bytes that device,
+/// driver, tools and libibverbs convert with ([`mtu_bytes`], [`mtu_code`]).
+pub mod mtu {
+    /// 256 bytes.
+    pub const MTU_256: u8 = 1;
+    /// 512 bytes.
+    pub const MTU_512: u8 = 2;
+    /// 1024 bytes.
+    pub const MTU_1024: u8 = 3;
+    /// 2048 bytes.
+    pub const MTU_2048: u8 = 4;
+    /// 4096 bytes.
+    pub const MTU_4096: u8 = 5;
+    /// The path MTUs in bytes, smallest first, as the tools' `--mtu` takes them.
+    pub const BYTES: [u32; 5] = [256, 512, 1024, 2048, 4096];
+}
+
+/// The bytes of path MTU code `code` (`enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes).
 pub const fn mtu_bytes(code: u8) -> Option<u32> {
     match code {
-        1..=5 => Some(128 << code),
+        mtu::MTU_256..=mtu::MTU_4096 => Some(128 << code),
+        _ => None,
+    }
+}
+
+/// The path MTU code of `bytes` (256, 512, 1024, 2048 or 4096; none for other sizes).
+pub const fn mtu_code(bytes: u32) -> Option<u8> {
+    match bytes {
+        256 => Some(mtu::MTU_256),
+        512 => Some(mtu::MTU_512),
+        1024 => Some(mtu::MTU_1024),
+        2048 => Some(mtu::MTU_2048),
+        4096 => Some(mtu::MTU_4096),
         _ => None,
     }
 }
@@ -787,5 +816,13 @@ mod tests {
         assert_eq!(mtu_bytes(5), Some(4096));
         assert_eq!(mtu_bytes(0), None);
         assert_eq!(mtu_bytes(6), None);
+        for (i, bytes) in mtu::BYTES.into_iter().enumerate() {
+            let code = mtu_code(bytes).unwrap();
+            assert_eq!(usize::from(code), i + 1);
+            assert_eq!(mtu_bytes(code), Some(bytes));
+        }
+        assert_eq!(mtu_code(4096), Some(mtu::MTU_4096));
+        assert_eq!(mtu_code(1500), None);
+        assert_eq!(mtu_code(0), None);
     }
 }

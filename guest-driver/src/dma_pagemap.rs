@@ -39,7 +39,7 @@ const PAGEMAP_ENTRY: usize = 8;
 
 /// Hands out pinned anonymous memory and tells the device its guest-physical addresses.
 #[derive(Debug)]
-pub(crate) struct PagemapAllocator {
+pub struct PagemapAllocator {
     /// Opened once: whether PFNs are shown is decided by the opener's capabilities, so an
     /// open that works now keeps working even if the process later drops privileges.
     pagemap: File,
@@ -50,7 +50,7 @@ pub(crate) struct PagemapAllocator {
 
 impl PagemapAllocator {
     /// Opens `/proc/self/pagemap`.
-    pub(crate) fn new() -> Result<Self> {
+    pub fn new() -> Result<Self> {
         let pagemap = File::open(PAGEMAP_PATH).map_err(|e| {
             Error::Io(
                 format!("open {PAGEMAP_PATH} (is /proc mounted? mount -t proc proc /proc)"),
@@ -65,7 +65,7 @@ impl PagemapAllocator {
 
     /// Allocates `size` bytes rounded up to whole 4 KiB pages (at least one), zeroed,
     /// pinned, with the guest-physical address of every page.
-    pub(crate) fn alloc(&self, size: usize) -> Result<DmaBuffer> {
+    pub fn alloc(&self, size: usize) -> Result<DmaBuffer> {
         let len = round_up(size.max(1), DEVICE_PAGE).ok_or_else(|| too_large(size))?;
         let mapping = Mapping::for_dma(len, self.sys_page)?;
         self.finish(mapping, len)

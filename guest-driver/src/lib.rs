@@ -1,5 +1,10 @@
 //! A userspace driver for rnic, the emulated RDMA NIC.
 //!
+//! This crate is the driver and nothing else: transports, the command queue, the device,
+//! the verbs, the PF's admin commands and the errors. The tools built on it (`rnic-info`,
+//! `rnic-pingpong`, `rnic-perf`, `rnic-admin`, `rnic-features`) are the `rnic-tools`
+//! crate's (README "Layout").
+//!
 //! One driver for two worlds: inside a VM it reaches the PCI function through VFIO when
 //! the VM has an IOMMU ([`transport::vfio`]) and through sysfs otherwise
 //! ([`transport::sysfs`]), choosing by itself ([`transport::open_pci`]); on the host it
@@ -32,13 +37,8 @@
 pub mod admin;
 pub mod cmdq;
 pub mod device;
-mod dma_pagemap;
+pub mod dma_pagemap;
 pub mod error;
-pub mod features;
-pub mod ibv_compat;
-pub mod info;
-pub mod perf;
-pub mod pingpong;
 pub mod transport;
 pub mod verbs;
 

@@ -132,7 +132,7 @@ fn gid_index(gids: &[[u8; 16]], gid: &[u8; 16]) -> Result<u8, Errno> {
         .ok_or_else(|| {
             invalid(format_args!(
                 "the packet was sent to {}, not a GID of this function",
-                std::net::Ipv6Addr::from(*gid)
+                rnic_abi::gid::ip(gid)
             ))
         })
 }

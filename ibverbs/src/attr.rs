@@ -11,6 +11,7 @@
 use std::ffi::c_int;
 
 use rnic_abi::cmd::QueryDeviceResp;
+use rnic_abi::verbs::mtu;
 use rnic_driver::device::PciIdentity;
 
 use crate::abi::*;
@@ -25,6 +26,16 @@ pub const OWN_GID_INDEX: usize = 1;
 pub const DEFAULT_PKEY: u16 = 0xffff;
 /// The port's MTU (rnicd carries packets of up to 4096 bytes of payload).
 pub const PORT_MTU: ibv_mtu = IBV_MTU_4096;
+
+// `enum ibv_mtu` is the ABI's path MTU table (rnic_abi::verbs::mtu), so path MTUs pass
+// between an application and the function unconverted.
+const _: () = assert!(
+    IBV_MTU_256 == mtu::MTU_256 as ibv_mtu
+        && IBV_MTU_512 == mtu::MTU_512 as ibv_mtu
+        && IBV_MTU_1024 == mtu::MTU_1024 as ibv_mtu
+        && IBV_MTU_2048 == mtu::MTU_2048 as ibv_mtu
+        && IBV_MTU_4096 == mtu::MTU_4096 as ibv_mtu
+);
 /// The largest message a work request may carry: 2^31 bytes, InfiniBand's limit, or the
 /// largest memory region if that is smaller.
 const MAX_MSG_SZ: u64 = 1 << 31;

@@ -252,28 +252,9 @@ pub fn logged_count(log: &str, prefix: &str, name: &str) -> u64 {
     words[i + 1].parse().expect("a count")
 }
 
-/// A seeded xorshift64* generator, for the tests' random choices (repeatable by seed).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number below `n` (0 for `n` = 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// True `percent` times in a hundred.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+/// rnic's seeded generator, for the tests' random choices (repeatable by seed): the one
+/// rnicd's fault injection and the tools draw from.
+pub use rnic_abi::rng::Rng;
 
 /// Waits until `cond` holds, or panics naming `what`.
 pub fn wait_for(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {

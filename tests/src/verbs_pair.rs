@@ -5,7 +5,8 @@ use std::sync::Arc;
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
 use rnic_driver::verbs::{self, mtu, Context, Cq, Mr, Pd, Qp, QpCaps};
-use rnic_driver::{features, Device};
+use rnic_driver::Device;
+use rnic_tools::features;
 
 /// Everything one side of a connection holds.
 pub struct Side {
@@ -162,12 +163,12 @@ pub fn init_qp(side: &Side, cq: &Cq, o: &PairOptions, access: u32) -> Qp {
 }
 
 /// Registers `len` bytes in the middle of a fresh guarded buffer of `side`
-/// ([`rnic_driver::features::guarded_mr`]).
+/// ([`rnic_tools::features::guarded_mr`]).
 pub fn guarded_mr(side: &Side, pd: &Pd, guard: usize, len: usize, access: u32, fill: u8) -> Mr {
     features::guarded_mr(&side.ctx, pd, guard, len, access, fill).expect("guarded mr")
 }
 
-pub use rnic_driver::features::{buffer_bytes, poll_n, read_mr, signaled};
+pub use rnic_tools::features::{buffer_bytes, poll_n, read_mr, signaled};
 
 /// Two connected sides on functions `a` and `b` of `rnicd`.
 pub fn pair(rnicd: &crate::Rnicd, a: &str, b: &str, o: &PairOptions) -> (Side, Side) {
@@ -178,7 +179,7 @@ pub fn pair(rnicd: &crate::Rnicd, a: &str, b: &str, o: &PairOptions) -> (Side, S
 }
 
 /// Deterministic test bytes: the same `seed` gives the same bytes.
-pub use rnic_driver::perf::pattern;
+pub use rnic_tools::perf::pattern;
 
 /// The little-endian u64 at `offset` of `mr`.
 pub fn read_u64(mr: &Mr, offset: usize) -> u64 {

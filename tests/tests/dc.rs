@@ -2,11 +2,11 @@
 //! connecting to each in turn, over one rnicd (four VFs), over two rnicd on UDP, and over
 //! a lossy switch. Every WR completes once, in order; every byte is checked.
 
-use rnic_driver::features::{self, dc_key, Checks, Endpoint};
 use rnic_tests::tshark;
 use rnic_tests::verbs_pair::{side, PairOptions, Side};
 use rnic_tests::wire::{carried_icrc, expected_icrc, pcap_frames};
 use rnic_tests::Rnicd;
+use rnic_tools::features::{self, dc_key, Checks, Endpoint};
 
 /// Runs `scenario` with a's and the targets' endpoints; panics naming a failed check.
 fn checked(scenario: impl FnOnce(&mut Checks) -> features::Result<()>) {

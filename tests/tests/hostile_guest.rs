@@ -113,7 +113,7 @@ fn misbehave(
                 }
                 // Real numbers where the device looks for them.
                 for at in (0..body.len() / 4).map(|w| w * 4) {
-                    if rng.chance(40) {
+                    if rng.percent(40) {
                         let w = victims.words[rng.below(victims.words.len() as u64) as usize];
                         body[at..at + 4].copy_from_slice(&w.to_le_bytes());
                     }
@@ -132,13 +132,13 @@ fn misbehave(
             }
             5..=7 => {
                 let sge = |rng: &mut Rng| Sge {
-                    addr: if rng.chance(50) {
+                    addr: if rng.percent(50) {
                         me.mr.addr(rng.below(4096) as usize)
                     } else {
                         rng.next_u64()
                     },
                     length: rng.below(1 << 17) as u32,
-                    lkey: if rng.chance(70) {
+                    lkey: if rng.percent(70) {
                         me.mr.lkey()
                     } else {
                         victims.words[rng.below(victims.words.len() as u64) as usize]
@@ -172,7 +172,7 @@ fn misbehave(
                     wr_id: rng.next_u64(),
                     opcode,
                     sges,
-                    signaled: rng.chance(50),
+                    signaled: rng.percent(50),
                     ..SendWr::default()
                 };
                 m.work_requests += 1;

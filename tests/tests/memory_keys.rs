@@ -8,7 +8,7 @@ use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
 use rnic_abi::regs;
 use rnic_abi::verbs::ObjectReq;
-use rnic_driver::features::{
+use rnic_tools::features::{
     self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
 };
 use rnic_driver::verbs::{

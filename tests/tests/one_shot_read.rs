@@ -4,7 +4,7 @@
 
 use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
-use rnic_driver::features::{FILL, GUARD};
+use rnic_tools::features::{FILL, GUARD};
 use rnic_driver::verbs::{KeyRange, WcStatus};
 use rnic_tests::feature_checks::{expect, fresh_qps, read, refused, status, write, LW_RR};
 use rnic_tests::net::on_both_paths;

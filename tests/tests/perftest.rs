@@ -11,10 +11,10 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rnic_driver::perf::pattern;
 use rnic_driver::verbs::{self, mtu, QpCaps, SendWr, WrOpcode};
 use rnic_tests::verbs_pair::{self, PairOptions};
 use rnic_tests::{bin, finish_within, free_port, Rnicd};
+use rnic_tools::perf::pattern;
 
 const ITERS: u64 = 50;
 

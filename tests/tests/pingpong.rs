@@ -7,6 +7,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use rnic_abi::gid;
 use rnic_tests::{bin, Rnicd};
 
 const ITERS: u32 = 50;
@@ -244,8 +245,8 @@ fn gid_hex(rnicd: &Rnicd, function: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let gid: std::net::Ipv6Addr = v[0]["gid"].as_str().expect("gid").parse().expect("ipv6");
-    gid.octets().iter().map(|b| format!("{b:02x}")).collect()
+    let text = v[0]["gid"].as_str().expect("gid");
+    gid::hex(&gid::parse(text).expect("a GID")).to_string()
 }
 
 #[test]
@@ -254,7 +255,7 @@ fn manual_mode_with_peers_written_in_advance() {
     let (g0, g1) = (gid_hex(&rnicd, "vf0"), gid_hex(&rnicd, "vf1"));
     // A fresh function's first QP is 0x11 and the PSN is 0 in manual mode, so both
     // command lines are known before either side runs.
-    let qpn = format!("{:x}", rnic_driver::pingpong::FIRST_QPN);
+    let qpn = format!("{:x}", rnic_tools::pingpong::FIRST_QPN);
     let peer_of_vf0 = format!("{qpn}:{g1}:0");
     let peer_of_vf1 = format!("0x{qpn}:{g0}:0x0");
     let iters = ITERS.to_string();

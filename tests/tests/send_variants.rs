@@ -4,7 +4,7 @@
 //! rnicd talking RoCEv2 over UDP.
 
 use rnic_abi::verbs::wc_flags;
-use rnic_driver::features::{ranges, FILL, GUARD};
+use rnic_tools::features::{ranges, FILL, GUARD};
 use rnic_driver::verbs::{Mr, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::feature_checks::{
     assert_untouched, expect, fresh_qps, read, refused, three_regions, write, LW_RR, LW_RW, QUIET,

@@ -14,7 +14,7 @@ use rnic_tests::verbs_pair::{
     PairOptions, Side,
 };
 use rnic_tests::wire::{datagram, reth, transport, Bth, ROCEV2_PORT};
-use rnic_tests::{exit_counter, Rnicd};
+use rnic_tests::{exit_counter, Rng, Rnicd};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -258,20 +258,11 @@ fn logged_drops(log: &str, function: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// xorshift64, for the fuzzer's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// `n` random bytes of `rng`.
+fn random_bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut b = vec![0; n];
+    rng.fill(&mut b);
+    b
 }
 
 /// BTH opcodes (RC).
@@ -303,8 +294,8 @@ fn layout(opcode: u8) -> (usize, bool) {
 
 /// A PSN at least `min` away from `epsn`, ahead or behind, from the fuzzer's choice.
 fn far_psn(rng: &mut Rng, epsn: u32, min: u32) -> u32 {
-    let offset = min + (rng.next() as u32) % ((1 << 23) - min);
-    if rng.next() & 1 == 0 {
+    let offset = min + (rng.next_u64() as u32) % ((1 << 23) - min);
+    if rng.next_u64() & 1 == 0 {
         epsn.wrapping_add(offset) & 0xFF_FFFF
     } else {
         epsn.wrapping_sub(offset) & 0xFF_FFFF
@@ -491,12 +482,12 @@ fn hostile_packets_change_no_memory_and_no_qp_state_and_are_counted_by_reason() 
         let mut bth = Bth::new(opcode, qpn, far_psn(&mut rng, epsn, 2));
         // SE, MigReq and AckReq at random; the pad and version are left valid so that
         // the packets reach the transport.
-        bth.flags = rng.next() as u8 & 0xC0;
-        bth.ack_req = rng.next() & 1 == 1;
-        let ext = rng.bytes(ext_len);
+        bth.flags = rng.next_u64() as u8 & 0xC0;
+        bth.ack_req = rng.next_u64() & 1 == 1;
+        let ext = random_bytes(&mut rng, ext_len);
         let payload = if has_payload {
-            let n = (rng.next() % 1025) as usize;
-            rng.bytes(n)
+            let n = (rng.next_u64() % 1025) as usize;
+            random_bytes(&mut rng, n)
         } else {
             Vec::new()
         };

@@ -18,6 +18,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use rnic_abi::rng::Rng;
+
 /// Bytes of an Ethernet header, which corruption leaves alone (so that the frame still
 /// reaches the port it was meant for and is dropped there, by the receiver's checks).
 const ETH_HEADER_LEN: usize = 14;
@@ -184,36 +186,12 @@ impl fmt::Display for FaultCounters {
     }
 }
 
-/// SplitMix64: small, fast, and good enough to decide faults.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// True with probability `p` (never for 0, always for 1).
-    fn chance(&mut self, p: f64) -> bool {
-        // Drawn even when p is 0, so that one fault's rate does not shift the others'.
-        self.next_f64() < p
-    }
-}
-
 /// Applies a [`FaultSpec`] to a stream of frames.
 #[derive(Debug, Clone)]
 pub struct FaultInjector {
     spec: FaultSpec,
-    rng: SplitMix64,
+    /// rnic's seeded generator ([`rnic_abi::rng`]).
+    rng: Rng,
     /// Reordered frames, waiting for the next frame to overtake them (or their hold to
     /// end), oldest first.
     overtaken: Vec<(Instant, Vec<u8>)>,
@@ -228,7 +206,7 @@ impl FaultInjector {
     pub fn new(spec: FaultSpec) -> Self {
         Self {
             spec,
-            rng: SplitMix64(spec.seed),
+            rng: Rng::new(spec.seed),
             overtaken: Vec::new(),
             delayed: BinaryHeap::new(),
             order: 0,

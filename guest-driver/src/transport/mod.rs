@@ -489,7 +489,7 @@ impl DmaBuffer {
     }
 
     /// The driver's address of the first byte.
-    pub(crate) fn as_ptr(&self) -> NonNull<u8> {
+    pub fn as_ptr(&self) -> NonNull<u8> {
         self.ptr
     }
 

@@ -64,8 +64,8 @@ pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use qp::{init_attr, mtu, rtr_attr, rts_attr, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
 pub use rnic_abi::verbs::{
-    attr, mtu_bytes, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL, ACCESS_LOCAL_WRITE,
-    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    attr, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 pub use shared_sq::SharedSq;
 pub use srq::Srq;

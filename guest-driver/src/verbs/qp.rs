@@ -24,19 +24,8 @@ use super::{invalid, queue_full, Cq};
 use crate::error::Result;
 use rnic_abi::migration::{AdoptQpReq, AdoptQpResp};
 
-/// Path MTU codes for [`rtr_attr`], as `enum ibv_mtu`.
-pub mod mtu {
-    /// 256 bytes.
-    pub const MTU_256: u8 = 1;
-    /// 512 bytes.
-    pub const MTU_512: u8 = 2;
-    /// 1024 bytes.
-    pub const MTU_1024: u8 = 3;
-    /// 2048 bytes.
-    pub const MTU_2048: u8 = 4;
-    /// 4096 bytes.
-    pub const MTU_4096: u8 = 5;
-}
+/// Path MTU codes for [`rtr_attr`], as `enum ibv_mtu`: the ABI's one table.
+pub use rnic_abi::verbs::mtu;
 
 /// Sizes of a QP's queues, as `struct ibv_qp_cap`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

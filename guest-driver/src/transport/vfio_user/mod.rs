@@ -17,7 +17,7 @@
 //! backlog's order), then fails with [`Error::Held`] naming the socket. The wait is a
 //! field of the options whose default is one process-wide setting, [`default_wait`]
 //! ([`DEFAULT_WAIT`] unless [`set_default_wait`] changed it): the tools set it from
-//! their `--wait SECS` ([`WaitOption`]), so it reaches every connection they make,
+//! their `--wait SECS` (`rnic_tools::cli::WaitOption`), so it reaches every connection they make,
 //! through [`crate::Location`] and the tools' own device choices alike.
 //!
 //! # rnicd going away
@@ -82,31 +82,6 @@ pub fn set_default_wait(wait: Duration) {
 /// [`set_default_wait`] changed it.
 pub fn default_wait() -> Duration {
     Duration::from_millis(WAIT_MS.load(Ordering::Relaxed))
-}
-
-/// `--wait SECS`, the option every tool takes (flatten it into the tool's arguments and
-/// call [`WaitOption::apply`] before connecting).
-#[derive(clap::Args, Debug, Clone, Copy)]
-pub struct WaitOption {
-    /// Wait up to SECS for a vfio-user socket that another client holds (rnicd serves
-    /// one client per socket at a time: a VMM or another tool) before giving up.
-    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_WAIT.as_secs_f64(), value_parser = parse_wait, global = true)]
-    pub wait: f64,
-}
-
-impl WaitOption {
-    /// Makes the wait the process-wide default ([`set_default_wait`]).
-    pub fn apply(&self) {
-        set_default_wait(Duration::from_secs_f64(self.wait));
-    }
-}
-
-/// Parses `--wait`: seconds, zero or more.
-fn parse_wait(s: &str) -> std::result::Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(v),
-        _ => Err(format!("{s:?}: give seconds (0 or more)")),
-    }
 }
 
 /// Options of a [`VfioUserTransport`].
@@ -793,16 +768,6 @@ mod tests {
             took >= Duration::from_millis(350) && took < Duration::from_millis(900),
             "an EBUSY needs no reply timeout: {took:?}"
         );
-    }
-
-    #[test]
-    fn the_wait_option_sets_the_process_wide_default() {
-        assert!(parse_wait("-1").is_err() && parse_wait("x").is_err());
-        assert_eq!(parse_wait("2.5"), Ok(2.5));
-        let before = default_wait();
-        WaitOption { wait: 2.5 }.apply();
-        assert_eq!(VfioUserOptions::default().wait, Duration::from_millis(2500));
-        set_default_wait(before);
     }
 
     #[test]

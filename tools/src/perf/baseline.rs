@@ -1,7 +1,7 @@
 //! What the machine itself can do, measured in the same process run as the RDMA figures:
 //! single-thread memcpy (the limit for two functions of one rnicd, whose data path is a
 //! copy between two guest memories) and a raw UDP socket pair on loopback (the limit for
-//! two rnicd, whose packets are UDP datagrams).
+//! two rnicd, whose packets are UDP datagrams); docs/performance.md says what they bound.
 //!
 //! Both UDP ends busy-poll non-blocking sockets, as rnicd's engine polls while it has
 //! work, so the comparison is between like and like rather than against scheduler

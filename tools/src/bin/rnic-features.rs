@@ -1,10 +1,11 @@
 //! rnic-features: self-checking runs of the advanced features (datasheet §14) between two
-//! rnic functions of one guest. The logic lives in `rnic_driver::features`.
+//! rnic functions of one guest (README, "Advanced verbs"). The logic lives in
+//! `rnic_tools::features`.
 
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use rnic_driver::features::{self, Functions, Scenario};
+use rnic_tools::features::{self, Functions, Scenario};
 
 /// Runs a self-checking scenario between two rnic functions of this guest (A: the first,
 /// B: the second) and prints one line per check.
@@ -27,7 +28,7 @@ use rnic_driver::features::{self, Functions, Scenario};
 #[command(version, about, long_about)]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// The scenario.
     scenario: Which,

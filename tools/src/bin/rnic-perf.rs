@@ -1,13 +1,13 @@
 //! rnic-perf: perftest-style bandwidth and latency tests between two rnic functions, with
 //! the machine's own limits (memcpy, loopback UDP) measured in the same run. The logic
-//! lives in `rnic_driver::perf`.
+//! lives in `rnic_tools::perf` (README, "Benchmarks").
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use rnic_driver::perf::{self, Config, Test};
 use rnic_driver::Location;
+use rnic_tools::perf::{self, Config, Test};
 
 /// Measures RDMA bandwidth or latency between two rnic functions, as perftest's ib_*_bw
 /// and ib_*_lat do, and prints each figure beside the baseline it is bounded by:
@@ -30,7 +30,7 @@ use rnic_driver::Location;
 #[command(version, about, long_about)]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// The test.
     #[arg(value_parser = parse_test)]

@@ -2,7 +2,8 @@
 //! pairs): each pair runs the same bandwidth test, driven by a thread of its own as a
 //! separate perftest process would drive it, and the pairs start each size together.
 //! The report gives each pair's figures and their sum, against baselines of N memcpy
-//! threads and N loopback UDP socket pairs running at once in the same process run.
+//! threads and N loopback UDP socket pairs running at once in the same process run
+//! (README, "Benchmarks").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};

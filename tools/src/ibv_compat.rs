@@ -1,4 +1,6 @@
-//! `rnic-pingpong --ibv-compat`: the other end of rdma-core's `ibv_rc_pingpong`.
+//! `rnic-pingpong --ibv-compat`: the other end of rdma-core's `ibv_rc_pingpong` (README,
+//! "Against rdma-core's ibv_rc_pingpong (Soft-RoCE)"). Its TCP exchange goes over
+//! [`crate::rendezvous`].
 //!
 //! In this mode rnic-pingpong speaks `ibv_rc_pingpong`'s TCP exchange byte for byte and
 //! runs its ping-pong flow, so that either end can be `ibv_rc_pingpong` (for instance on a
@@ -80,18 +82,21 @@
 //! accepted: 1. Figures: `size * iters` bytes, over the client's loop; the server's clock
 //! runs from its QP being connected to the final `done`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::pingpong::{
-    self, accept_one, check_sizes, completion_error_named, connect_retrying, drv, fail, idle_wait,
-    io_msg, mtu_code, page_round, timed_out, DestJson, DeviceChoice, Op, PingpongError, RemoteBuf,
-    Result,
-};
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
+use rnic_abi::gid;
+use rnic_abi::verbs::mtu_code;
+use rnic_driver::verbs::{self, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
+
+use crate::error::{drv, fail, timed_out, Result, ToolError};
+use crate::open::{self, DeviceChoice};
+
+use crate::pingpong::{DestJson, Figures, Op, RemoteBuf};
+use crate::rc::{check_sizes, completion_error, idle_wait, page_round, RcSide};
+use crate::rendezvous::Conn;
 
 pub use crate::pingpong::Dest;
+pub use crate::rendezvous::Role;
 
 /// Bytes of `ibv_rc_pingpong`'s message, with its NUL: `sizeof
 /// "0000:000000:000000:00000000000000000000000000000000"`.
@@ -141,7 +146,7 @@ pub fn decode_key(msg: &[u8]) -> Result<RemoteBuf> {
         return fail("the peer's buffer message has no NUL: does it run the same --op?");
     }
     let text = std::str::from_utf8(text)
-        .map_err(|_| PingpongError("the peer's buffer message is not text".into()))?;
+        .map_err(|_| ToolError("the peer's buffer message is not text".into()))?;
     Dest::parse_buf_line(text)
 }
 
@@ -155,7 +160,7 @@ pub fn decode_msg(msg: &[u8]) -> Result<Dest> {
         ));
     };
     let text = std::str::from_utf8(&msg[..end])
-        .map_err(|_| PingpongError("the peer's message is not text".into()))?;
+        .map_err(|_| ToolError("the peer's message is not text".into()))?;
     Dest::parse_line(text)
 }
 
@@ -168,15 +173,6 @@ pub fn client_data(size: usize, chk: bool) -> Vec<u8> {
         data.iter_mut().step_by(CHK_PAGE).for_each(|b| *b = 0);
     }
     data
-}
-
-/// Which side of the TCP exchange this is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Wait for the client on this TCP port (0: any, printed).
-    Listen(u16),
-    /// Connect to `HOST[:PORT]`; this side sends first.
-    Connect(String),
 }
 
 /// What to run.
@@ -213,22 +209,11 @@ pub struct Config {
 /// What a run measured, as `ibv_rc_pingpong` counts it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Report {
-    /// The operation.
-    pub op: Op,
-    /// "server" or "client".
-    pub role: &'static str,
-    /// Bytes per message.
-    pub size: usize,
-    /// Messages each way.
-    pub iters: u64,
-    /// `2 * size * iters` (send), `size * iters` (write, read).
-    pub bytes: u64,
-    /// Seconds from the start of the ping-pong to its end.
-    pub seconds: f64,
-    /// `bytes * 8 / usec`.
-    pub mbit_per_s: f64,
-    /// `usec / iters`.
-    pub usec_per_iter: f64,
+    /// The run's figures; the role is "server" or "client", `bytes` is `2 * size * iters`
+    /// (send) or `size * iters` (write, read), and the seconds run from the start of the
+    /// ping-pong to its end.
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Whether every message was verified.
     pub checked: bool,
     /// Whether the client's data carries `--chk`'s zero bytes (`None` without `check`).
@@ -243,14 +228,10 @@ impl Report {
     /// `ibv_rc_pingpong`'s two lines: `N bytes in T seconds = X Mbit/sec` and `N iters in
     /// T seconds = Y usec/iter`.
     pub fn text(&self) -> String {
+        let f = &self.figures;
         format!(
             "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter\n",
-            self.bytes,
-            self.seconds,
-            self.mbit_per_s,
-            self.iters,
-            self.seconds,
-            self.usec_per_iter
+            f.bytes, f.seconds, f.mbit_per_s, f.iters, f.seconds, f.usec_per_iter
         )
     }
 }
@@ -262,17 +243,13 @@ pub fn address_line(which: &str, d: &Dest) -> String {
         d.lid,
         d.qpn,
         d.psn,
-        std::net::Ipv6Addr::from(d.gid)
+        gid::ip(&d.gid)
     )
 }
 
 /// The verbs objects of one side. Fields drop in order: the QP before what it uses.
 struct Side {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-    ctx: Context,
+    rc: RcSide,
     cfg: Config,
     deadline: Option<Instant>,
     local: Dest,
@@ -292,8 +269,7 @@ impl Side {
             return fail("--rx-depth must be at least 1");
         }
         let buf_len = page_round(cfg.size);
-        let (device, _, buf) = pingpong::open(&cfg.device, None, buf_len)?;
-        let ctx = Context::new(device).map_err(drv("open the function for RDMA verbs"))?;
+        let (ctx, _, buf) = open::open_verbs(&cfg.device, None, buf_len)?;
         let limits = ctx.attr().limits;
         if cfg.rx_depth > limits.max_qp_wr {
             return fail(format!(
@@ -307,55 +283,35 @@ impl Side {
                 cfg.rx_depth, limits.max_cqe
             ));
         }
-        let pd = ctx
-            .alloc_pd()
-            .map_err(drv("allocate a protection domain"))?;
-        let cq = ctx
-            .create_cq(cfg.rx_depth + 1)
-            .map_err(drv("create a completion queue"))?;
-        let mr = pd
-            .reg_mr(
-                buf,
-                0,
-                buf_len,
-                verbs::ACCESS_LOCAL_WRITE | remote_access(cfg.op),
-            )
-            .map_err(drv("register the buffer"))?;
-        let caps = QpCaps {
-            max_send_wr: 1,
-            max_recv_wr: cfg.rx_depth,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp = pd
-            .create_qp(&cq, &cq, caps, false)
-            .map_err(drv("create the queue pair"))?;
-        let (a, m) = verbs::init_attr(remote_access(cfg.op));
-        qp.modify(&a, m).map_err(drv("move the QP to INIT"))?;
+        let access = verbs::ACCESS_LOCAL_WRITE | cfg.op.remote_access();
+        let rc = RcSide::new(
+            ctx,
+            buf,
+            buf_len,
+            access,
+            cfg.rx_depth + 1,
+            (1, cfg.rx_depth),
+        )?;
+        rc.to_init(cfg.op.remote_access())?;
         let client = matches!(cfg.role, Role::Connect(_));
         let sent = client_data(cfg.size, cfg.check || cfg.op != Op::Send);
         match (cfg.op, client) {
             // The target of the WRITEs starts as something they must overwrite.
-            (Op::Write, false) => mr.write(0, &vec![!FILL_BYTE; cfg.size]),
-            _ => mr.write(0, &sent),
+            (Op::Write, false) => rc.mr.write(0, &vec![!FILL_BYTE; cfg.size]),
+            _ => rc.mr.write(0, &sent),
         }
         let local = Dest {
             lid: 0,
-            qpn: qp.qp_num(),
+            qpn: rc.qp.qp_num(),
             psn: cfg.psn & 0xFF_FFFF,
-            gid: ctx.attr().gid,
+            gid: rc.ctx.attr().gid,
             buf: (cfg.op != Op::Send).then(|| RemoteBuf {
-                rkey: mr.rkey(),
-                addr: mr.addr(0),
+                rkey: rc.mr.rkey(),
+                addr: rc.mr.addr(0),
             }),
         };
         let mut side = Side {
-            qp,
-            mr,
-            cq,
-            _pd: pd,
-            ctx,
+            rc,
             cfg: cfg.clone(),
             deadline,
             local,
@@ -374,20 +330,24 @@ impl Side {
         let wrs: Vec<RecvWr> = (0..n)
             .map(|_| RecvWr {
                 wr_id: RECV_WRID,
-                sges: vec![self.mr.sge(0, self.cfg.size)],
+                sges: vec![self.rc.mr.sge(0, self.cfg.size)],
             })
             .collect();
-        self.qp.post_recv_list(&wrs).map_err(drv("post receives"))?;
+        self.rc
+            .qp
+            .post_recv_list(&wrs)
+            .map_err(drv("post receives"))?;
         self.routs += n;
         Ok(())
     }
 
     fn post_send(&self) -> Result<()> {
-        self.qp
+        self.rc
+            .qp
             .post_send(&SendWr {
                 wr_id: SEND_WRID,
                 opcode: WrOpcode::Send,
-                sges: vec![self.mr.sge(0, self.cfg.size)],
+                sges: vec![self.rc.mr.sge(0, self.cfg.size)],
                 signaled: true,
                 ..SendWr::default()
             })
@@ -399,10 +359,10 @@ impl Side {
         let mtu = mtu_code(self.cfg.mtu).expect("checked in new");
         let (mut a, m) = verbs::rtr_attr(remote.qpn, remote.gid, remote.psn, mtu, 1, 12);
         a.hop_limit = HOP_LIMIT;
-        self.qp.modify(&a, m).map_err(drv(&format!(
+        self.rc.qp.modify(&a, m).map_err(drv(&format!(
             "move the QP to RTR towards QPN {:#x} GID {} (--mtu {})",
             remote.qpn,
-            std::net::Ipv6Addr::from(remote.gid),
+            gid::ip(&remote.gid),
             self.cfg.mtu
         )))?;
         let (a, m) = verbs::rts_attr(
@@ -412,23 +372,34 @@ impl Side {
             RNR_RETRY,
             1,
         );
-        self.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
+        self.rc.qp.modify(&a, m).map_err(drv("move the QP to RTS"))
     }
 
-    /// The server's exchange: read the client's message, connect, answer, read `done`.
-    fn serve(&self, port: u16, info: &mut dyn FnMut(&str)) -> Result<(Dest, TcpStream)> {
-        let stream = accept_one(
-            port,
-            self.deadline,
-            self.cfg.time_limit,
-            "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect",
-            info,
-        )?;
-        let remote = self.read_dest(&stream)?;
-        self.connect(&remote)?;
-        write_all(&stream, &self.messages(), "this side's address message")?;
-        read_done(&stream)?;
-        Ok((remote, stream))
+    /// The TCP exchange as `role`: the peer, with this side's QP connected to it, and the
+    /// connection, which write and read keep for their final `done`.
+    fn exchange(&self, role: &Role, info: &mut dyn FnMut(&str)) -> Result<(Dest, Conn)> {
+        let hint = "ibv_rc_pingpong SERVER, or rnic-pingpong --ibv-compat --connect";
+        let mut conn = Conn::open(role, self.deadline, self.cfg.time_limit, hint, info)?;
+        let remote = match role {
+            // The server: read the client's message, connect, answer, read `done`.
+            Role::Listen(_) => {
+                let remote = self.read_dest(&mut conn)?;
+                self.connect(&remote)?;
+                conn.send(&self.messages(), "this side's address message")?;
+                read_done(&mut conn)?;
+                remote
+            }
+            // The client: send this side's message, read the server's, say `done`, and
+            // only then connect.
+            Role::Connect(_) => {
+                conn.send(&self.messages(), "this side's address message")?;
+                let remote = self.read_dest(&mut conn)?;
+                conn.send(DONE, "\"done\"")?;
+                self.connect(&remote)?;
+                remote
+            }
+        };
+        Ok((remote, conn))
     }
 
     /// This side's message, and for write and read its buffer message, as one write.
@@ -441,25 +412,16 @@ impl Side {
     }
 
     /// Reads the peer's message, and for write and read its buffer message.
-    fn read_dest(&self, stream: &TcpStream) -> Result<Dest> {
+    fn read_dest(&self, conn: &mut Conn) -> Result<Dest> {
         let mut msg = [0u8; MSG_LEN];
-        read_exact(stream, &mut msg, "address message")?;
+        conn.recv(&mut msg, "address message")?;
         let mut remote = decode_msg(&msg)?;
         if self.cfg.op != Op::Send {
             let mut key = [0u8; KEY_LEN];
-            read_exact(stream, &mut key, "buffer message")?;
+            conn.recv(&mut key, "buffer message")?;
             remote.buf = Some(decode_key(&key)?);
         }
         Ok(remote)
-    }
-
-    /// The client's exchange: send this side's message, read the server's, say `done`.
-    fn call(&self, target: &str) -> Result<(Dest, TcpStream)> {
-        let stream = connect_retrying(target, self.deadline)?;
-        write_all(&stream, &self.messages(), "this side's address message")?;
-        let remote = self.read_dest(&stream)?;
-        write_all(&stream, DONE, "\"done\"")?;
-        Ok((remote, stream))
     }
 
     /// The client of write and read: one WRITE or READ at a time, `iters` times.
@@ -487,13 +449,14 @@ impl Side {
         let start = Instant::now();
         for n in 1..=self.cfg.iters {
             if reading {
-                self.mr.write(0, &poison);
+                self.rc.mr.write(0, &poison);
             }
-            self.qp
+            self.rc
+                .qp
                 .post_send(&SendWr {
                     wr_id: SEND_WRID,
                     opcode,
-                    sges: vec![self.mr.sge(0, size)],
+                    sges: vec![self.rc.mr.sge(0, size)],
                     signaled: true,
                     ..SendWr::default()
                 })
@@ -502,7 +465,7 @@ impl Side {
             while !done {
                 for wc in self.completions(&mut idle)? {
                     if !wc.is_success() || wc.wr_id != SEND_WRID {
-                        return Err(completion_error_named(&wc, name));
+                        return Err(completion_error(&wc, name));
                     }
                     done = true;
                 }
@@ -517,7 +480,7 @@ impl Side {
     /// The next completions, waiting for them (polling, or on events with `events`).
     fn completions(&mut self, idle: &mut u32) -> Result<Vec<Wc>> {
         loop {
-            let got = self.cq.poll(16);
+            let got = self.rc.cq.poll(16);
             if !got.is_empty() {
                 *idle = 0;
                 return Ok(got);
@@ -532,7 +495,7 @@ impl Side {
                 ));
             }
             let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
-            let got = idle_wait(&self.ctx, &self.cq, self.cfg.events, idle, slice)?;
+            let got = idle_wait(&self.rc.ctx, &self.rc.cq, self.cfg.events, idle, slice)?;
             if !got.is_empty() {
                 return Ok(got);
             }
@@ -542,7 +505,7 @@ impl Side {
     /// Checks the message just received against what every message must hold.
     fn verify(&mut self, n: u64) -> Result<()> {
         let mut got = vec![0u8; self.cfg.size];
-        self.mr.read(0, &mut got);
+        self.rc.mr.read(0, &mut got);
         match &self.expected {
             Some(expected) if got == *expected => Ok(()),
             Some(expected) => fail(format!(
@@ -586,7 +549,7 @@ impl Side {
                     return Err(no_receives_posted(&wc));
                 }
                 if !wc.is_success() {
-                    return Err(completion_error_named(&wc, name));
+                    return Err(completion_error(&wc, name));
                 }
                 match wc.wr_id {
                     SEND_WRID => scnt += 1,
@@ -620,8 +583,8 @@ impl Side {
 }
 
 /// The error of a SEND the peer answered with RNR NAKs until the retries ran out.
-fn no_receives_posted(wc: &Wc) -> PingpongError {
-    PingpongError(format!(
+fn no_receives_posted(wc: &Wc) -> ToolError {
+    ToolError(format!(
         "the peer posted no receives: it answered this side's SEND with RNR NAKs until the \
          {RNR_RETRY} retries ran out (completion: {}). Is it running a WRITE or READ test \
          (ib_write_bw, ib_read_bw, rnic-pingpong --op write)? Run ibv_rc_pingpong, or \
@@ -631,9 +594,9 @@ fn no_receives_posted(wc: &Wc) -> PingpongError {
 }
 
 /// Reads the client's `"done"` and its NUL.
-fn read_done(stream: &TcpStream) -> Result<()> {
+fn read_done(conn: &mut Conn) -> Result<()> {
     let mut done = [0u8; DONE.len()];
-    read_exact(stream, &mut done, "\"done\"")?;
+    conn.recv(&mut done, "\"done\"")?;
     if &done != DONE {
         return fail(format!(
             "the client sent {:?} instead of \"done\" and its NUL",
@@ -641,34 +604,6 @@ fn read_done(stream: &TcpStream) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The remote access a QP and its buffer allow for `op`.
-fn remote_access(op: Op) -> u32 {
-    match op {
-        Op::Send => 0,
-        Op::Write => verbs::ACCESS_REMOTE_WRITE,
-        Op::Read => verbs::ACCESS_REMOTE_READ,
-    }
-}
-
-fn read_exact(mut stream: &TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
-    stream.read_exact(buf).map_err(|e| {
-        let msg = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "the peer closed the connection early".to_string()
-        } else {
-            io_msg(&e)
-        };
-        PingpongError(format!("read the peer's {what} over TCP: {msg}"))
-    })
-}
-
-/// Writes `data` in one `write` where the socket takes it (`ibv_rc_pingpong` expects
-/// each message whole from a single `read`).
-fn write_all(mut stream: &TcpStream, data: &[u8], what: &str) -> Result<()> {
-    stream
-        .write_all(data)
-        .map_err(|e| PingpongError(format!("send {what}: {}", io_msg(&e))))
 }
 
 /// Where `got` first differs from `want`, in words.
@@ -691,29 +626,22 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
     let mut side = Side::new(cfg, deadline)?;
     info(&address_line("local address: ", &side.local));
     let client = matches!(cfg.role, Role::Connect(_));
-    let (remote, stream) = match &cfg.role {
-        Role::Listen(port) => side.serve(*port, info)?,
-        Role::Connect(target) => {
-            let (remote, stream) = side.call(target)?;
-            side.connect(&remote)?;
-            (remote, stream)
-        }
-    };
+    let (remote, mut conn) = side.exchange(&cfg.role, info)?;
     info(&address_line("remote address:", &remote));
     let elapsed = match (cfg.op, client) {
         (Op::Send, _) => {
-            drop(stream);
+            drop(conn);
             side.run_pingpong(client)?
         }
         (_, true) => {
             let buf = remote.buf.expect("read_dest reads it for write and read");
             let elapsed = side.run_one_sided(&buf)?;
-            write_all(&stream, DONE, "the final \"done\"")?;
+            conn.send(DONE, "the final \"done\"")?;
             elapsed
         }
         (_, false) => {
             let start = Instant::now();
-            read_done(&stream)?;
+            read_done(&mut conn)?;
             let elapsed = start.elapsed();
             if cfg.op == Op::Write && cfg.check {
                 side.verify(cfg.iters)?;
@@ -722,17 +650,9 @@ pub fn run(cfg: &Config, info: &mut dyn FnMut(&str)) -> Result<Report> {
         }
     };
     let dirs = if cfg.op == Op::Send { 2 } else { 1 };
-    let bytes = cfg.size as u64 * cfg.iters * dirs;
-    let usec = (elapsed.as_secs_f64() * 1e6).max(f64::MIN_POSITIVE);
+    let role = if client { "client" } else { "server" };
     Ok(Report {
-        op: cfg.op,
-        role: if client { "client" } else { "server" },
-        size: cfg.size,
-        iters: cfg.iters,
-        bytes,
-        seconds: elapsed.as_secs_f64(),
-        mbit_per_s: bytes as f64 * 8.0 / usec,
-        usec_per_iter: usec / cfg.iters as f64,
+        figures: Figures::of(cfg.op, role, cfg.size, cfg.iters, dirs, elapsed),
         checked: cfg.check,
         peer_chk: side.expected.as_ref().map(|e| e.first() == Some(&0)),
         local: side.local.json(),
@@ -787,10 +707,7 @@ mod tests {
         let wire = rdma_core_msg(0, 0x000012, 0x5a3c1f, "00000000000000000000ffff0a520001");
         let d = decode_msg(&wire).unwrap();
         assert_eq!((d.lid, d.qpn, d.psn), (0, 0x12, 0x5a3c1f));
-        assert_eq!(
-            std::net::Ipv6Addr::from(d.gid).to_string(),
-            "::ffff:10.82.0.1"
-        );
+        assert_eq!(gid::ip(&d.gid).to_string(), "::ffff:10.82.0.1");
         // sscanf's %x takes upper case too; and an InfiniBand LID.
         let wire = rdma_core_msg(0x1a, 0xABCDEF, 0, "FE800000000000000000000000000001");
         let d = decode_msg(&wire).unwrap();
@@ -832,14 +749,16 @@ mod tests {
             "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.82.0.2"
         );
         let r = Report {
-            op: Op::Send,
-            role: "client",
-            size: 4096,
-            iters: 1000,
-            bytes: 8_192_000,
-            seconds: 0.5,
-            mbit_per_s: 131.072,
-            usec_per_iter: 500.0,
+            figures: Figures {
+                op: Op::Send,
+                role: "client",
+                size: 4096,
+                iters: 1000,
+                bytes: 8_192_000,
+                seconds: 0.5,
+                mbit_per_s: 131.072,
+                usec_per_iter: 500.0,
+            },
             checked: true,
             peer_chk: Some(true),
             local: dest(1, 2).json(),

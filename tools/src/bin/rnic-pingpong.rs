@@ -1,8 +1,8 @@
 //! rnic-pingpong: an RC ping-pong between two rnic functions, in the manner of rdma-core's
-//! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs. The logic lives in
-//! `rnic_driver::pingpong`, whose documentation describes the wire format; with
+//! ibv_rc_pingpong, for SENDs, RDMA WRITEs and RDMA READs (README, "The two commands").
+//! The logic lives in `rnic_tools::pingpong` (the line format in its `line.rs`); with
 //! `--ibv-compat` it is `ibv_rc_pingpong`'s own exchange and flow
-//! (`rnic_driver::ibv_compat`), so that the other end can be `ibv_rc_pingpong` itself.
+//! (`rnic_tools::ibv_compat`), so that the other end can be `ibv_rc_pingpong` itself.
 
 // The doc comments below are clap's help text, where `[PORT]` means an optional value.
 #![allow(rustdoc::broken_intra_doc_links)]
@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
-use rnic_driver::ibv_compat;
-use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DEFAULT_PORT};
+use rnic_abi::verbs::mtu_code;
+use rnic_tools::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DEFAULT_PORT};
+use rnic_tools::{ibv_compat, rc};
 
 /// Measures latency and bandwidth between two rnic functions over one RC queue pair, as
 /// ibv_rc_pingpong does, and checks every byte moved.
@@ -41,7 +42,7 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 /// THAT_HOST` here.
 ///
 /// --op write and --op read (an rnic extension, for a peer written to match, described in
-/// rnic_driver::ibv_compat) add the buffer's rkey and address to the exchange: the client
+/// rnic_tools::ibv_compat) add the buffer's rkey and address to the exchange: the client
 /// RDMA-WRITEs into or RDMA-READs from the server's buffer.
 ///
 /// Give both ends the same -s/--size, -n/--iters and -m/--mtu. --check (the default) is
@@ -52,7 +53,7 @@ use rnic_driver::pingpong::{self, Config, Dest, DeviceChoice, Op, Rendezvous, DE
 #[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "peer"])))]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// Wait for the other side on this TCP port (0: any free port, printed as `listening
     /// on port N`).
@@ -151,7 +152,7 @@ struct Args {
 
     /// With --ibv-compat: receives posted at a time (ibv_rc_pingpong's -r, default 500).
     #[arg(long, value_name = "N", requires = "ibv_compat",
-          default_value_t = rnic_driver::ibv_compat::DEFAULT_RX_DEPTH)]
+          default_value_t = rnic_tools::ibv_compat::DEFAULT_RX_DEPTH)]
     rx_depth: u32,
 }
 
@@ -159,8 +160,8 @@ const DEFAULT_PORT_STR: &str = "18515";
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
-        Ok(v) if pingpong::mtu_code(v).is_some() => Ok(v),
-        _ => Err(format!("{s}: use 256, 512, 1024, 2048 or 4096")),
+        Ok(v) if mtu_code(v).is_some() => Ok(v),
+        _ => Err(format!("{s}: {}", rc::mtu_choices())),
     }
 }
 

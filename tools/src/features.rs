@@ -1,5 +1,6 @@
 //! The logic of `rnic-features`: self-checking scenarios of the advanced transport and
-//! memory-key features between two functions of one guest (datasheet §14), for a VM (two
+//! memory-key features between two functions of one guest (docs/hardware-interface.md
+//! §14; README, "Advanced verbs"), for a VM (two
 //! PCI functions) and for the host (two vfio-user functions sharing one memory, as two VFs
 //! of one VM do). The host tests (tests/tests/dc.rs, memory_keys.rs, features.rs) drive the
 //! same code.
@@ -26,34 +27,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::transport::sysfs::SysfsTransport;
-use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
-use crate::transport::Transport;
-use crate::verbs::{
+use rnic_driver::transport::sysfs::SysfsTransport;
+use rnic_driver::transport::Transport;
+use rnic_driver::verbs::{
     self, Context, Cq, DcAddress, KeyRange, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Sge, Wc, WcOpcode,
     WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
-use crate::Device;
+use rnic_driver::Device;
 
-/// A failed check or step, with what went wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeatureError(pub String);
-
-impl std::fmt::Display for FeatureError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for FeatureError {}
-
-/// Result of a scenario step.
-pub type Result<T> = std::result::Result<T, FeatureError>;
-
-/// Adds what was being done to a driver error.
-fn drv(what: &str) -> impl FnOnce(crate::Error) -> FeatureError + '_ {
-    move |e| FeatureError(format!("{what}: {e}"))
-}
+use crate::error::{drv, ToolError};
+pub use crate::error::{Result, ToolError as FeatureError};
+use crate::open;
 
 /// Counts checks and reports each passed one through `say`.
 pub struct Checks<'s> {
@@ -70,7 +54,7 @@ impl<'s> Checks<'s> {
     /// Records check `what`: passed if `ok`, else an error naming it and `detail`.
     pub fn check(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
         if !ok {
-            return Err(FeatureError(format!("check failed: {what}: {}", detail())));
+            return Err(ToolError(format!("check failed: {what}: {}", detail())));
         }
         self.passed += 1;
         (self.say)(&format!("ok: {what}"));
@@ -118,7 +102,7 @@ pub fn poll_wcs(cq: &Cq, n: usize, timeout: Duration) -> Result<Vec<Wc>> {
 }
 
 /// Polls `cq` into `got` until it holds `n` completions or `timeout` passed.
-fn poll_into(cq: &Cq, n: usize, timeout: Duration, got: &mut Vec<Wc>) -> crate::Result<()> {
+fn poll_into(cq: &Cq, n: usize, timeout: Duration, got: &mut Vec<Wc>) -> rnic_driver::Result<()> {
     let start = Instant::now();
     while got.len() < n && start.elapsed() < timeout {
         let batch = cq.poll(n - got.len());
@@ -167,7 +151,7 @@ pub fn guarded_mr(
     len: usize,
     access: u32,
     fill: u8,
-) -> crate::Result<Mr> {
+) -> rnic_driver::Result<Mr> {
     let buf = ctx.device().transport().alloc_dma(guard * 2 + len)?;
     buf.write(0, &vec![fill; buf.len()]);
     pd.reg_mr(Arc::new(buf), guard, len, access)
@@ -417,12 +401,12 @@ pub const ROWS: usize = 16;
 pub const ROW: usize = 256;
 
 /// Three regions of `b` with `access`, of 1000, 3000 and 700 bytes, guarded and filled.
-pub fn three_regions(b: &Endpoint, access: [u32; 3]) -> crate::Result<[Mr; 3]> {
+pub fn three_regions(b: &Endpoint, access: [u32; 3]) -> rnic_driver::Result<[Mr; 3]> {
     let m = [1000, 3000, 700]
         .iter()
         .zip(access)
         .map(|(&len, acc)| guarded_mr(b.ctx, b.pd, GUARD, len, acc, FILL))
-        .collect::<crate::Result<Vec<_>>>()?;
+        .collect::<rnic_driver::Result<Vec<_>>>()?;
     Ok(m.try_into().expect("three"))
 }
 
@@ -494,7 +478,7 @@ fn complete(qp: &Qp, cq: &Cq, wr: &SendWr) -> Result<Wc> {
     qp.post_send(wr).map_err(drv("post a send WR"))?;
     poll_wcs(cq, 1, T)?
         .pop()
-        .ok_or_else(|| FeatureError(format!("WR {} did not complete within {T:?}", wr.wr_id)))
+        .ok_or_else(|| ToolError(format!("WR {} did not complete within {T:?}", wr.wr_id)))
 }
 
 fn rdma(wr_id: u64, write: bool, rkey: u32, remote_addr: u64, sge: Sge) -> SendWr {
@@ -633,14 +617,14 @@ pub const HOLD_SECRET: &str = "hold-secret";
 /// fills it with secret bytes, prints `secret-page 0x<guest-physical address>` and keeps
 /// the page until its standard input closes. Another process's memory, as a device
 /// without an IOMMU reaches it.
-pub fn hold_secret() -> crate::Result<()> {
+pub fn hold_secret() -> rnic_driver::Result<()> {
     use std::io::{Read, Write};
-    let page = crate::dma_pagemap::PagemapAllocator::new()?.alloc(4096)?;
+    let page = rnic_driver::dma_pagemap::PagemapAllocator::new()?.alloc(4096)?;
     page.write(0, &pattern(4096, SECRET_SEED));
     let mut out = std::io::stdout().lock();
     writeln!(out, "secret-page {:#x}", page.pages()[0])
         .and_then(|()| out.flush())
-        .map_err(|e| crate::Error::Io("print the secret page's address".into(), e))?;
+        .map_err(|e| rnic_driver::Error::Io("print the secret page's address".into(), e))?;
     // Until the parent is done (it closes our stdin, or dies).
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     drop(page);
@@ -664,7 +648,7 @@ impl SecretHolder {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| FeatureError(format!("start {} {HOLD_SECRET}: {e}", exe.display())))?;
+            .map_err(|e| ToolError(format!("start {} {HOLD_SECRET}: {e}", exe.display())))?;
         let mut line = String::new();
         let read = child
             .stdout
@@ -679,7 +663,7 @@ impl SecretHolder {
             None => {
                 let _ = child.kill();
                 let status = child.wait();
-                Err(FeatureError(format!(
+                Err(ToolError(format!(
                     "the secret holder printed {line:?} ({read:?}, {status:?}), not its page's address: run as root"
                 )))
             }
@@ -695,24 +679,24 @@ impl Drop for SecretHolder {
     }
 }
 
-/// A [`DmaBuffer`](crate::transport::DmaBuffer) of one page that the device is told lives
+/// A [`DmaBuffer`](rnic_driver::transport::DmaBuffer) of one page that the device is told lives
 /// at `device_page`, while the driver's side is `local`'s first page: what registering
 /// memory the driver does not own looks like.
 ///
 /// # Safety
 /// The result must be dropped before `local`.
 unsafe fn foreign_page(
-    local: &crate::transport::DmaBuffer,
+    local: &rnic_driver::transport::DmaBuffer,
     device_page: u64,
-) -> crate::transport::DmaBuffer {
+) -> rnic_driver::transport::DmaBuffer {
     let ptr = local.as_ptr();
     // SAFETY: `local` outlives the result (the caller's promise) and holds a page; no
     // release: the memory is `local`'s to give back.
-    unsafe { crate::transport::DmaBuffer::new(ptr, 4096, vec![device_page], None) }
+    unsafe { rnic_driver::transport::DmaBuffer::new(ptr, 4096, vec![device_page], None) }
 }
 
 /// A page of `b`'s DMA memory, the driver's side of a [`register_foreign`].
-fn spare_page(b: &Endpoint) -> Result<crate::transport::DmaBuffer> {
+fn spare_page(b: &Endpoint) -> Result<rnic_driver::transport::DmaBuffer> {
     b.ctx
         .device()
         .transport()
@@ -725,19 +709,19 @@ fn spare_page(b: &Endpoint) -> Result<crate::transport::DmaBuffer> {
 /// refused it with DMA_ERROR; the MR (and `local`, which must outlive it) if it accepted.
 fn register_foreign(
     b: &Endpoint,
-    local: crate::transport::DmaBuffer,
+    local: rnic_driver::transport::DmaBuffer,
     device_page: u64,
     access: u32,
-) -> Result<Option<(Mr, crate::transport::DmaBuffer)>> {
+) -> Result<Option<(Mr, rnic_driver::transport::DmaBuffer)>> {
     // SAFETY: `foreign` is dropped before `local`: both go together, the MR (holding
     // `foreign`) first, as the caller drops the tuple's fields in order.
     let foreign = Arc::new(unsafe { foreign_page(&local, device_page) });
     match b.pd.reg_mr(foreign, 0, 4096, access) {
         Ok(mr) => Ok(Some((mr, local))),
-        Err(crate::Error::Command {
+        Err(rnic_driver::Error::Command {
             name: "DMA_ERROR", ..
         }) => Ok(None),
-        Err(e) => Err(FeatureError(format!(
+        Err(e) => Err(ToolError(format!(
             "REG_MR of a page at {device_page:#x} failed otherwise than with DMA_ERROR: {e}"
         ))),
     }
@@ -763,11 +747,11 @@ pub fn dma_isolation_exercise(
         .device()
         .transport()
         .as_any()
-        .downcast_ref::<crate::transport::vfio::VfioTransport>();
+        .downcast_ref::<rnic_driver::transport::vfio::VfioTransport>();
     if let Some(vfio) = vfio {
         let iova = vfio
             .unmapped_iova()
-            .ok_or_else(|| FeatureError("the VFIO container has no free IOVA left".into()))?;
+            .ok_or_else(|| ToolError("the VFIO container has no free IOVA left".into()))?;
         for (what, access) in [
             ("writable", ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE),
             ("read-only", ACCESS_REMOTE_READ),
@@ -838,7 +822,7 @@ pub fn dma_isolation_exercise(
 
     let holder = SecretHolder::start(exe)?;
     if vfio.is_some_and(|v| v.is_mapped(holder.page)) {
-        return Err(FeatureError(format!(
+        return Err(ToolError(format!(
             "the secret page's guest-physical address {:#x} is also an IOVA of this process: the check would prove nothing",
             holder.page
         )));
@@ -954,35 +938,24 @@ impl Opened {
 }
 
 fn open_pair(functions: &Functions) -> Result<(Box<dyn Transport>, Box<dyn Transport>)> {
-    let pci = |bdf: &str| -> Result<Box<dyn Transport>> {
-        crate::transport::open_pci(bdf).map_err(drv(&format!(
-            "open PCI function {bdf} (as root, bound to no driver, or to vfio-pci behind an IOMMU)"
-        )))
-    };
     Ok(match functions {
-        Functions::Pci(a, b) => (pci(a)?, pci(b)?),
+        Functions::Pci(a, b) => (open::pci(a)?, open::pci(b)?),
         Functions::FirstTwoPci => {
             let all = SysfsTransport::find_all().map_err(drv(
                 "look for rnic functions on the PCI bus (on the host use --vfio-user PATH twice)",
             ))?;
             if all.len() < 2 {
-                return Err(FeatureError(format!(
+                return Err(ToolError(format!(
                     "found {} rnic function(s) on the PCI bus, need two: attach two (e.g. VF0 and VF1) or name them with --pci BDF --pci BDF",
                     all.len()
                 )));
             }
-            (pci(&all[0])?, pci(&all[1])?)
+            (open::pci(&all[0])?, open::pci(&all[1])?)
         }
         Functions::VfioUser(a, b) => {
-            let options = VfioUserOptions {
-                memory: 64 << 20,
-                ..VfioUserOptions::default()
-            };
-            let first = VfioUserTransport::connect_with(a, &options)
-                .map_err(drv(&format!("open vfio-user function {}", a.display())))?;
+            let first = open::vfio_user(a, 64 << 20)?;
             // Two functions of one "guest": the second maps the first's memory.
-            let second = VfioUserTransport::connect_sharing(b, &first)
-                .map_err(drv(&format!("open vfio-user function {}", b.display())))?;
+            let second = open::vfio_user_sharing(b, &first)?;
             (Box::new(first), Box::new(second))
         }
     })

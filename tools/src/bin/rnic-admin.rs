@@ -1,15 +1,18 @@
-//! rnic-admin: administers an rnic device through its PF's admin queue.
+//! rnic-admin: administers an rnic device through its PF's admin queue (README,
+//! "Administering the device"; docs/hardware-interface.md §12). Its reports are
+//! `rnic_tools::admin`'s.
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use rnic_abi::admin::Quota;
+use rnic_abi::gid;
 use rnic_abi::migration::MigrateQpReq;
-use rnic_driver::admin::{
-    member_name, pages_of, parse_gid, parse_mac, parse_member, parse_size, Counts, DeviceReport,
-    PortReport, StatsReport,
-};
 use rnic_driver::{Device, Error, Location};
+use rnic_tools::admin::{
+    member_name, pages_of, parse_mac, parse_member, parse_size, Counts, DeviceReport, PortReport,
+    StatsReport,
+};
 use serde::Serialize;
 
 /// Administers an rnic device through the admin queue of its PF: VF enable, quotas,
@@ -25,7 +28,7 @@ use serde::Serialize;
 #[command(version, about, long_about)]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// The vfio-user socket of the PF (host use).
     #[arg(long, value_name = "PATH", conflicts_with = "pci", global = true)]
@@ -64,8 +67,8 @@ enum Command {
         /// The new MAC, aa:bb:cc:dd:ee:ff.
         #[arg(value_parser = mac)]
         mac: [u8; 6],
-        /// A new GID too: an IPv4 address (mapped) or an IPv6 address.
-        #[arg(long, value_parser = gid)]
+        /// A new GID too: an IPv4 address (mapped), an IPv6 address or 32 hex digits.
+        #[arg(long, value_parser = parse_gid)]
         gid: Option<[u8; 16]>,
     },
     /// Sets a member's link state: `up` or `down` (down: it sends and receives nothing).
@@ -202,8 +205,8 @@ fn mac(s: &str) -> Result<[u8; 6], String> {
     parse_mac(s).ok_or_else(|| format!("{s:?} is no MAC address (aa:bb:cc:dd:ee:ff)"))
 }
 
-fn gid(s: &str) -> Result<[u8; 16], String> {
-    parse_gid(s).ok_or_else(|| format!("{s:?} is no IPv4 or IPv6 address"))
+fn parse_gid(s: &str) -> Result<[u8; 16], String> {
+    gid::parse(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `--dma-memory`: a size, in 4 KiB pages rounded up.

@@ -1,5 +1,5 @@
 //! What a run found, as perftest-like tables or JSON, with every figure also given as a
-//! ratio to its baseline.
+//! ratio to its baseline (README, "Benchmarks").
 
 use std::fmt::Write;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Figures of a run: latency percentiles, bandwidth over windows, and the ratios to the
-//! baselines.
+//! baselines (docs/performance.md).
 
 use std::time::Duration;
 

@@ -1,14 +1,17 @@
-//! What `rnic-info` reports about a function, as text and as JSON.
+//! What `rnic-info` reports about a function, as text and as JSON (README, "On the host,
+//! without a VM"): its identity and QUERY_DEVICE's answer (docs/hardware-interface.md
+//! §6.12), and how the driver reaches it.
 
 use std::fmt::Write;
-use std::net::Ipv6Addr;
 
 use rnic_abi::cmd::{QueryDeviceResp, FUNCTION_KIND_PF};
+use rnic_abi::gid;
 use rnic_abi::regs;
+use rnic_driver::device::{Device, PciIdentity};
+use rnic_driver::error::Result;
 use serde::Serialize;
 
-use crate::device::{Device, PciIdentity};
-use crate::error::Result;
+use crate::admin::format_mac;
 
 /// Everything rnic-info knows about one function.
 #[derive(Debug, Clone, Serialize)]
@@ -35,7 +38,7 @@ pub struct Report {
     pub capabilities: Vec<&'static str>,
     /// Resource limits, by ibverbs name.
     pub limits: Vec<(&'static str, u64)>,
-    /// How the driver reaches the function ([`crate::transport::Transport::kind`]).
+    /// How the driver reaches the function ([`rnic_driver::transport::Transport::kind`]).
     pub transport: String,
     /// Whether the driver gets interrupts on this transport.
     pub interrupts: bool,
@@ -80,13 +83,8 @@ impl Report {
                 q.fw_version >> 8 & 0xff,
                 q.fw_version & 0xff
             ),
-            mac: q
-                .mac
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            gid: Ipv6Addr::from(q.gid).to_string(),
+            mac: format_mac(&q.mac),
+            gid: gid::ip(&q.gid).to_string(),
             capabilities: CAP_NAMES
                 .iter()
                 .filter(|(bit, _)| q.caps & bit != 0)

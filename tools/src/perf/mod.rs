@@ -1,5 +1,6 @@
 //! rnic-perf: perftest-style bandwidth and latency tests between two rnic functions, with
-//! the machine's own limits measured in the same run as baselines.
+//! the machine's own limits measured in the same run as baselines (README, "Benchmarks";
+//! docs/performance.md for what the figures mean).
 //!
 //! One process opens both functions (two functions of one rnicd, two rnicd over UDP, or two
 //! functions of one VM) and drives both ends of every connection, so no rendezvous is
@@ -38,11 +39,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::error::Error as DriverError;
-use crate::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
-use crate::transport::Transport;
-use crate::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
-use crate::{Device, Location};
+use rnic_driver::error::Error as DriverError;
+use rnic_driver::transport::vfio_user::{VfioUserOptions, VfioUserTransport};
+use rnic_driver::transport::Transport;
+use rnic_driver::verbs::{self, Context, Cq, Mr, Pd, Qp, QpCaps, RecvWr, SendWr, Wc, WrOpcode};
+use rnic_driver::{Device, Location};
 
 pub use baseline::Baseline;
 pub use report::{Report, SizeResult};
@@ -225,39 +226,24 @@ fn open(location: &Location, memory: usize) -> Result<Context> {
                 ..Default::default()
             },
         )?),
-        Location::Pci(bdf) => crate::transport::open_pci(bdf)?,
+        Location::Pci(bdf) => rnic_driver::transport::open_pci(bdf)?,
     };
     Ok(Context::new(Device::open(transport)?)?)
 }
 
+/// The path MTU code of `mtu` bytes (the ABI's table).
 fn mtu_code(mtu: u32) -> Result<u8> {
-    Ok(match mtu {
-        256 => verbs::mtu::MTU_256,
-        512 => verbs::mtu::MTU_512,
-        1024 => verbs::mtu::MTU_1024,
-        2048 => verbs::mtu::MTU_2048,
-        4096 => verbs::mtu::MTU_4096,
-        _ => {
-            return Err(PerfError::Config(format!(
-                "path MTU {mtu}: use 256, 512, 1024, 2048 or 4096"
-            )))
-        }
-    })
+    rnic_abi::verbs::mtu_code(mtu)
+        .ok_or_else(|| PerfError::Config(format!("path MTU {mtu}: {}", crate::rc::mtu_choices())))
 }
 
-/// Deterministic bytes (an xorshift stream): the same `seed` gives the same bytes, and
-/// different seeds different ones. Checking mode fills its slots with them; the tests use
-/// them for the data they move.
+/// Deterministic bytes from rnic's seeded generator ([`rnic_abi::rng`]): the same `seed`
+/// gives the same bytes, and different seeds different ones. Checking mode fills its
+/// slots with them; the tests use them for the data they move.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
+    let mut bytes = vec![0; len];
+    rnic_abi::rng::Rng::new(seed).fill(&mut bytes);
+    bytes
 }
 
 /// The pattern checking mode fills slot `slot` of QP `qp` with.

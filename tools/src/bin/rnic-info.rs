@@ -1,10 +1,11 @@
-//! rnic-info: prints what an rnic function is, can do and has.
+//! rnic-info: prints what an rnic function is, can do and has (README, "On the host,
+//! without a VM"); the report is `rnic_tools::info`'s.
 
 use std::path::PathBuf;
 
 use clap::Parser;
-use rnic_driver::info::Report;
 use rnic_driver::Location;
+use rnic_tools::info::Report;
 
 /// Prints the PCI identity, ABI version, capabilities and limits of rnic functions, read
 /// through each function's command queue.
@@ -17,7 +18,7 @@ use rnic_driver::Location;
 #[command(version, about, long_about)]
 struct Args {
     #[command(flatten)]
-    wait: rnic_driver::transport::vfio_user::WaitOption,
+    wait: rnic_tools::cli::WaitOption,
 
     /// The vfio-user socket of a function served by rnicd (host use).
     #[arg(long, value_name = "PATH", conflicts_with = "pci")]
