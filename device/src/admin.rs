@@ -16,7 +16,7 @@ use rnic_abi::cmd::{CmdHeader, Opcode, Status};
 use rnic_abi::migration::MigrateQpReq;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::function::{Address, Function};
 use crate::rdma::switch::Switch;
 use crate::resources::ResourcePool;
@@ -265,7 +265,7 @@ impl AdminContext<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::{FunctionId, Identity};
+    use crate::identity::{FunctionId, Identity};
     use crate::resources::{DmaBudget, Resource};
     use rnic_abi::admin::{MemberStats, Quota};
 

@@ -1,12 +1,43 @@
-//! What each command does. The queue mechanics live in [`crate::cmdq`]; this is the
-//! device's behaviour behind the opcodes.
+//! What each command does, and the reply it gives ([`Response`]). The queue mechanics
+//! live in [`crate::cmdq`]; this is the device's behaviour behind the opcodes
+//! (docs/hardware-interface.md §6).
 
 use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
 use zerocopy::IntoBytes;
 
-use crate::cmdq::Response;
-use crate::function::Identity;
+use crate::identity::Identity;
 use crate::rdma::{Env, RdmaState};
+
+/// What a command handler answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// Completion status.
+    pub status: Status,
+    /// Status detail for [`rnic_abi::cmd::RespHeader::syndrome`].
+    pub syndrome: u32,
+    /// The response structure that follows the header (empty on failure).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A successful response carrying `body`.
+    pub fn ok(body: Vec<u8>) -> Self {
+        Self {
+            status: Status::Ok,
+            syndrome: 0,
+            body,
+        }
+    }
+
+    /// A failed response with no body.
+    pub fn error(status: Status, syndrome: u32) -> Self {
+        Self {
+            status,
+            syndrome,
+            body: Vec::new(),
+        }
+    }
+}
 
 /// Bytes of the response body of `opcode`.
 pub fn response_len(opcode: Opcode) -> usize {
@@ -137,7 +168,7 @@ pub fn fw_version() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::FunctionId;
+    use crate::identity::FunctionId;
     use zerocopy::FromBytes;
 
     fn header(opcode: u16) -> CmdHeader {

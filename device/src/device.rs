@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::{Engine, Placement, RunningEngine};
-use crate::function::{Function, FunctionId, Identity};
+use crate::function::Function;
+use crate::identity::{FunctionId, Identity};
 use crate::net::eth::{mac_for_ip, EthUplink};
 use crate::net::faults::FaultSpec;
 use crate::net::udp::UdpUplink;

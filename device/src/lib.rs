@@ -16,6 +16,7 @@ pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod function;
+pub mod identity;
 pub mod migrate;
 pub mod msix;
 pub mod net;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rnic_abi::cmd::Status;
 use rnic_abi::migration::{MigrateQpReq, MigrateQpResp};
 
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::function::Function;
 use crate::rdma::switch::Switch;
 use crate::rdma::Env;

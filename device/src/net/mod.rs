@@ -24,6 +24,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::str::FromStr;
 
+use crate::identity::DEFAULT_IP_BASE;
 use crate::rdma::switch::UplinkStats;
 use eth::EthSpec;
 use rnic_abi::admin::PortStats;
@@ -42,10 +43,6 @@ pub const READ_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 pub fn read_time_up(start: std::time::Instant, read: usize) -> bool {
     read.is_multiple_of(16) && start.elapsed() >= READ_TIME
 }
-
-/// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
-/// functions are then 10.82.0.1, 10.82.0.2, ...
-pub const DEFAULT_IP_BASE: Ipv4Addr = Ipv4Addr::new(10, 82, 0, 1);
 
 /// What `--net` says.
 #[derive(Debug, Clone, PartialEq, Eq)]

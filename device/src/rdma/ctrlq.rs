@@ -24,7 +24,7 @@ use super::pages::PagedBuffer;
 use super::qp::WorkQueue;
 use super::wqe::SendOp;
 use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::resources::Resource;
 use crate::roce::packet::Headers;
 

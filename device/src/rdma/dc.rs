@@ -29,7 +29,7 @@ use super::requester::{self, Admit, OpState, RequesterState};
 use super::responder::ResponderState;
 use super::wire::{psn, Route, Wire};
 use super::{Env, RdmaState};
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::roce::packet::{
     nak, opcode as op, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
 };

@@ -23,7 +23,7 @@ use super::qp::Qp;
 use super::recv::Refused;
 use super::switch::Endpoint;
 use super::{decode, reply, Env, Pd, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::roce::packet::Packet;
 
 /// Where one direction's completions (send or receive) go after the move.

@@ -26,7 +26,7 @@ use zerocopy::FromBytes;
 
 use super::mr::{admits, Access, KeyError, MrTable};
 use super::{check_mr_access, decode, reply, RdmaState};
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::resources::Resource;
 
 /// How a key's range maps onto direct keys.

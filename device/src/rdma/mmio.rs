@@ -17,7 +17,7 @@ use rnic_abi::verbs::ObjectReq;
 use super::qp::{QpCaps, WorkQueue};
 use super::wqe::{decode_send, SendOp, WqeError};
 use super::{decode, reply, Env, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use crate::commands::Response;
 
 /// Doorbell slots a window takes.
 const WINDOW_SLOTS: u32 = WINDOW_SIZE / SLOT_SIZE as u32;

@@ -50,9 +50,9 @@ use rnic_abi::verbs::{
 use vm_memory::GuestMemoryMmap;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::doorbell::DoorbellBar;
-use crate::function::FunctionId;
+use crate::identity::FunctionId;
 use crate::resources::{Resource, ResourcePool};
 use cq::{CompletionQueue, EventQueue, Posted};
 use held::Payload;

@@ -24,7 +24,7 @@ use super::qp::{QpCaps, WorkQueue};
 use super::requester::{Op, OpState};
 use super::wqe::{decode_send, SendOp, WqeError};
 use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use crate::commands::Response;
 
 /// Shared send queues one function may have.
 const MAX_SHARED_SQS: usize = 64;

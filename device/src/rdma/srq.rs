@@ -17,7 +17,7 @@ use super::pages::PagedBuffer;
 use super::qp::{Qp, QpCaps, WorkQueue};
 use super::wqe::{read_recv, RecvOp, WqeError};
 use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use crate::commands::Response;
 
 /// A shared receive queue.
 #[derive(Debug)]

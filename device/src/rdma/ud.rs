@@ -20,7 +20,7 @@ use super::requester::{self, gather, scatter_gather, OpState};
 use super::wire::{psn, Route, Wire};
 use super::wqe::SendOp;
 use super::{Env, RdmaState};
-use crate::cmdq::Response;
+use crate::commands::Response;
 use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
 use rnic_abi::cmd::Status;
 
