@@ -17,8 +17,8 @@ use rnic_abi::migration::MigrateQpReq;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::commands::Response;
+use crate::fabric::switch::Switch;
 use crate::function::{Address, Function};
-use crate::rdma::switch::Switch;
 use crate::resources::ResourcePool;
 
 /// What admin commands act on: the whole device.

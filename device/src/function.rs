@@ -17,17 +17,17 @@ use rnic_abi::regs::*;
 use rnic_abi::vfio_user::{IRQ_MSIX, REGION_CONFIG};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::rdma::switch::AddressTable;
 use std::time::Instant;
 
 use crate::cmdq::{QueueBlock, StartContext};
 use crate::commands::Response;
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
+use crate::fabric::frame::{AddressTable, Endpoint, Frame};
+use crate::fabric::switch::Switch;
 use crate::identity::{FunctionId, Identity};
 use crate::msix::{InterruptLine, Msix};
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
-use crate::rdma::switch::{Endpoint, Frame, Switch};
 use crate::rdma::wire::Wire;
 use crate::rdma::{Env, RdmaState};
 use crate::resources::{PoolQuota, ResourcePool};
@@ -148,7 +148,7 @@ pub struct Port<'a> {
     pub out: Vec<Frame>,
     /// Frame buffers to build with, and where received frames' buffers go back.
     pub spare: Vec<Vec<u8>>,
-    /// Whether the switch takes trains ([`crate::rdma::switch::Switch::takes_trains`]).
+    /// Whether the switch takes trains ([`crate::fabric::switch::Switch::takes_trains`]).
     pub trains: bool,
     /// IPv4 to MAC for the switch's endpoints.
     pub neighbors: &'a AddressTable,

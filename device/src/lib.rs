@@ -15,6 +15,7 @@ pub mod device;
 pub mod dma;
 pub mod doorbell;
 pub mod engine;
+pub mod fabric;
 pub mod function;
 pub mod identity;
 pub mod migrate;

@@ -15,8 +15,8 @@ use rnic_abi::cmd::Status;
 use rnic_abi::migration::{MigrateQpReq, MigrateQpResp};
 
 use crate::commands::Response;
+use crate::fabric::switch::Switch;
 use crate::function::Function;
-use crate::rdma::switch::Switch;
 use crate::rdma::Env;
 use crate::resources::{Resource, ResourcePool};
 

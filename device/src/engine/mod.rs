@@ -30,10 +30,11 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::fabric::faults::{FaultInjector, FaultSpec};
+use crate::fabric::switch::Switch;
+use crate::fabric::uplink::Uplink;
 use crate::function::Function;
-use crate::net::faults::{FaultInjector, FaultSpec};
 use crate::pcap::PcapWriter;
-use crate::rdma::switch::{Switch, Uplink};
 
 pub use balance::{Activity, Placement};
 use worker::Worker;

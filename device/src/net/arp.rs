@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::rdma::switch::Endpoint;
+use crate::fabric::frame::Endpoint;
 use crate::roce::packet::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
 
 /// EtherType of ARP.

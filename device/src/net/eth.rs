@@ -48,10 +48,11 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Instant;
 
+use crate::fabric::frame::Endpoint;
+use crate::fabric::uplink::{Uplink, UplinkStats};
 use crate::net::arp::{Arp, Neighbors, Route, BROADCAST, ETHERTYPE_ARP, ETH_MIN_FRAME, REQUEST};
 use crate::net::link::{DatagramLink, Link, StreamLink};
 use crate::net::NetError;
-use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
 use crate::roce::packet::{
     ones_complement_sum, ETHERTYPE_IPV4, ETH_HEADER_LEN, IPV4_HEADER_LEN, ROCEV2_PORT,
     UDP_HEADER_LEN,

@@ -1,8 +1,7 @@
-//! The device's networking beyond its internal switch: what carries frames between
-//! rnicd processes, and what makes a wire imperfect on purpose.
+//! The device's networking beyond its internal switch: the uplinks
+//! ([`crate::fabric::uplink::Uplink`]) that carry frames between rnicd processes and to
+//! other hosts (docs/hardware-interface.md §7.13, §7.16).
 //!
-//! - [`faults`]: deterministic loss, duplication, reordering, corruption and delay of
-//!   frames, for testing the transport (`rnicd --net-faults`).
 //! - [`udp`]: RoCEv2 over real UDP sockets, so that functions of different rnicd
 //!   processes reach each other (`rnicd --net udp:ADDR[:PORT]`).
 //! - [`eth`]: an Ethernet port on a QEMU network segment, with ARP ([`arp`]), over the
@@ -13,7 +12,6 @@
 
 pub mod arp;
 pub mod eth;
-pub mod faults;
 pub mod gso;
 pub mod link;
 pub mod socket;
@@ -24,8 +22,8 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::str::FromStr;
 
+use crate::fabric::uplink::UplinkStats;
 use crate::identity::DEFAULT_IP_BASE;
-use crate::rdma::switch::UplinkStats;
 use eth::EthSpec;
 use rnic_abi::admin::PortStats;
 use udp::UdpSpec;

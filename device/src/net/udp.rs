@@ -103,7 +103,8 @@ use std::str::FromStr;
 
 use super::gso::{self, Batch, RunKey};
 use super::socket::{self, setsockopt_int};
-use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
+use crate::fabric::frame::Endpoint;
+use crate::fabric::uplink::{Uplink, UplinkStats};
 use crate::roce::icrc::icrc;
 use crate::roce::packet::{
     BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT, UDP_HEADER_LEN,

@@ -9,16 +9,16 @@ use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
 use vm_memory::Bytes;
 
 use super::answers::Taken;
-use super::held::Payload;
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::requester::{scatter_gather, OpState};
-use super::train::Run;
-use super::wire::psn;
 use super::wqe::read_recv;
 use super::{Env, RdmaState};
+use crate::fabric::held::Payload;
+use crate::fabric::train::Run;
 use crate::roce::packet::{nak, opcode as op, AethKind, Packet};
+use crate::roce::psn;
 
 /// The RNR NAK timer values of the IB spec (table 45), in microseconds, by code.
 const RNR_TIMER_US: [u32; 32] = [

@@ -27,12 +27,13 @@ use super::qp::Qp;
 use super::recv::Drop;
 use super::requester::{self, Admit, OpState, RequesterState};
 use super::responder::ResponderState;
-use super::wire::{psn, Route, Wire};
+use super::wire::{Route, Wire};
 use super::{Env, RdmaState};
 use crate::commands::Response;
 use crate::roce::packet::{
     nak, opcode as op, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
 };
+use crate::roce::psn;
 
 /// The RNR timer code a busy DCT answers with (0.64 ms, IB table 45 code 3... see
 /// `completer::rnr_delay`).

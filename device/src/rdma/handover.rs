@@ -21,9 +21,9 @@ use super::cq::CompletionQueue;
 use super::mr::Mr;
 use super::qp::Qp;
 use super::recv::Refused;
-use super::switch::Endpoint;
 use super::{decode, reply, Env, Pd, RdmaState, SlotOwner};
 use crate::commands::Response;
+use crate::fabric::frame::{Endpoint, Frame};
 use crate::roce::packet::Packet;
 
 /// Where one direction's completions (send or receive) go after the move.
@@ -443,7 +443,7 @@ impl RdmaState {
     /// does not take, refused for that QP.
     pub(super) fn parse_for_arrived<'a>(
         &self,
-        frame: &'a super::switch::Frame,
+        frame: &'a Frame,
     ) -> Option<Result<Packet<'a>, Refused>> {
         self.qps
             .values()

@@ -15,12 +15,10 @@ pub mod cq;
 pub mod ctrlq;
 pub mod dc;
 pub mod handover;
-pub mod held;
 pub mod indirect;
 pub mod mmio;
 pub mod mr;
 pub mod pages;
-pub mod ports;
 pub mod qp;
 pub mod recv;
 pub mod requester;
@@ -29,8 +27,6 @@ pub mod sched;
 pub mod session;
 pub mod shared_sq;
 pub mod srq;
-pub mod switch;
-pub mod train;
 pub mod ud;
 pub mod wire;
 pub mod wqe;
@@ -52,10 +48,12 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::commands::Response;
 use crate::doorbell::DoorbellBar;
+use crate::fabric::frame::Frame;
+use crate::fabric::held::Payload;
+use crate::fabric::train::Run;
 use crate::identity::FunctionId;
 use crate::resources::{Resource, ResourcePool};
 use cq::{CompletionQueue, EventQueue, Posted};
-use held::Payload;
 use mr::{Mr, MrTable};
 use pages::{PageListError, PagedBuffer};
 use qp::{Qp, QpCaps, WorkQueue};
@@ -63,7 +61,7 @@ use qp::{Qp, QpCaps, WorkQueue};
 /// The DMA views and doorbells a piece of RDMA work runs against.
 pub struct Env<'a> {
     /// Memory the device may read (a snapshot: a train's payload may hold on to it, see
-    /// [`held`]).
+    /// [`crate::fabric::held`]).
     pub r: &'a crate::dma::MemorySnapshot,
     /// Memory the device may write.
     pub w: &'a GuestMemoryMmap,
@@ -898,7 +896,7 @@ impl RdmaState {
     pub fn poll(
         &mut self,
         env: &Env,
-        frames: impl IntoIterator<Item = switch::Frame>,
+        frames: impl IntoIterator<Item = Frame>,
         wire: &mut wire::Wire,
         now: Instant,
     ) -> bool {
@@ -977,12 +975,12 @@ impl RdmaState {
         progress
     }
 
-    /// Validates `frame` and hands its packets (one, or a train's: see [`train`]) to
+    /// Validates `frame` and hands its packets (one, or a train's: see [`crate::fabric::train`]) to
     /// their QP's responder or completer, counting each packet received or dropped (by
     /// the checks, or by the transport's PSN window).
     fn deliver(
         &mut self,
-        frame: &switch::Frame,
+        frame: &Frame,
         env: &Env,
         wire: &mut wire::Wire,
         now: Instant,
@@ -1029,7 +1027,7 @@ impl RdmaState {
             }
             Some(Err(why)) => {
                 log::error!("qp {qpn:#x}: a train does not hold what it says: dropped");
-                self.count_drops(why, frame.packets());
+                self.count_drops(why.into(), frame.packets());
             }
         }
         self.counters.tx_packets += wire.packets_since(before);
@@ -1045,7 +1043,7 @@ impl RdmaState {
     fn take_run(
         &mut self,
         qp: &mut Qp,
-        run: train::Run,
+        run: Run,
         frame: &[u8],
         env: &Env,
         wire: &mut wire::Wire,

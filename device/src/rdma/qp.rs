@@ -11,7 +11,7 @@ use rnic_abi::verbs::{
 use super::pages::PagedBuffer;
 use super::requester::RequesterState;
 use super::responder::ResponderState;
-use super::switch::Endpoint;
+use crate::fabric::frame::Endpoint;
 
 /// A send or receive queue in driver memory.
 #[derive(Debug)]

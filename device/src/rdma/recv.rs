@@ -11,7 +11,8 @@ use std::fmt::Write;
 use rnic_abi::verbs::QpState;
 
 use super::qp::{mtu, Qp};
-use super::switch::{Endpoint, Frame};
+use crate::fabric::frame::{Endpoint, Frame};
+use crate::fabric::train::TrainError;
 use crate::roce::packet::{self, opcode_info, opcode_name, Packet, ParseError, DEFAULT_PKEY};
 
 /// Why a frame was dropped. Each reason has its own counter in [`DropCounters`].
@@ -82,6 +83,15 @@ impl From<ParseError> for Drop {
             Unsupported(u) => unsupported(u.bth.opcode),
             BadPad { .. } | UnexpectedPayload { .. } => Drop::Pad,
             Icrc { .. } => Drop::Icrc,
+        }
+    }
+}
+
+impl From<TrainError> for Drop {
+    fn from(e: TrainError) -> Self {
+        match e {
+            TrainError::Length => Drop::Length,
+            TrainError::Opcode => Drop::Opcode,
         }
     }
 }
@@ -227,7 +237,7 @@ pub enum Refused {
 }
 
 /// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
-/// the frame is an unsealed one of the internal switch ([`super::switch::Frame`]).
+/// the frame is an unsealed one of the internal switch ([`Frame`]).
 pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refused> {
     let parsed = if frame.sealed {
         packet::parse(&frame.bytes)

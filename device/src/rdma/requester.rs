@@ -16,14 +16,15 @@ use std::time::{Duration, Instant};
 use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
 
 use super::answers::Answers;
-use super::held::Held;
 use super::mr::{Access, MrTable};
 use super::qp::{mtu, Qp};
 use super::recv;
-use super::wire::{psn, Wire};
+use super::wire::Wire;
 use super::wqe::{SendOp, WqeError};
 use super::Env;
+use crate::fabric::held::Held;
 use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+use crate::roce::psn;
 
 /// PSNs a QP's requester keeps sent and unacknowledged at most (a READ counts the PSNs
 /// of its responses). Bounds what a loss costs (go-back-N resends at most this many
@@ -703,7 +704,7 @@ pub fn gather(
 }
 
 /// Bytes `[offset, offset + len)` of the message, from its SGEs, checked as [`gather`]
-/// checks them but left in memory (see [`super::held`]).
+/// checks them but left in memory (see [`crate::fabric::held`]).
 fn hold(
     op: &SendOp,
     pdn: u32,

@@ -18,20 +18,21 @@ use rnic_abi::verbs::{
 };
 use vm_memory::GuestMemoryBackend;
 
-use super::held::{Held, Payload};
 use super::mr::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::requester::ACK_INTERVAL;
 use super::requester::{append_from_memory, scatter_gather};
-use super::train::Run;
-use super::wire::{psn, Wire};
+use super::wire::Wire;
 use super::wqe::RecvOp;
 use super::{Env, RdmaState};
+use crate::fabric::held::{Held, Payload};
+use crate::fabric::train::Run;
 use crate::roce::packet::{
     nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
     DEFAULT_PKEY,
 };
+use crate::roce::psn;
 
 /// A message in progress across several packets.
 #[derive(Debug, Clone)]
@@ -636,7 +637,7 @@ fn send_read_responses(
             ..Headers::default()
         }
     };
-    // To a function of this process, the responses go as trains (see `super::train`).
+    // To a function of this process, the responses go as trains (see `crate::fabric::train`).
     let max_train = wire.max_train(qp, mtu);
     let mut i = from;
     while i < npsn {

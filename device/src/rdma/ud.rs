@@ -17,11 +17,12 @@ use super::mr::Access;
 use super::qp::Qp;
 use super::recv::Drop;
 use super::requester::{self, gather, scatter_gather, OpState};
-use super::wire::{psn, Route, Wire};
+use super::wire::{Route, Wire};
 use super::wqe::SendOp;
 use super::{Env, RdmaState};
 use crate::commands::Response;
 use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
+use crate::roce::psn;
 use rnic_abi::cmd::Status;
 
 /// Bytes of an Ethernet header: the IPv4 header follows it in a frame.

@@ -17,3 +17,4 @@
 
 pub mod icrc;
 pub mod packet;
+pub mod psn;

@@ -963,7 +963,7 @@ pub fn build(
 /// guest memory, with no zeroing first): appends the headers of a frame that will carry
 /// `payload_len` bytes of payload. The caller then appends exactly the payload and calls
 /// [`end_unsealed`]; [`seal`] computes the ICRC, which a frame that never leaves the
-/// process and is never captured does not need (see [`crate::rdma::switch`]).
+/// process and is never captured does not need (see [`crate::fabric::frame`]).
 pub fn build_headers(
     addr: &Addressing,
     hdrs: &Headers,
