@@ -98,11 +98,11 @@ use std::fmt;
 use std::io;
 use std::mem::{size_of, size_of_val, MaybeUninit};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::str::FromStr;
 
 use super::gso::{self, Batch, RunKey};
-use super::socket::{self, setsockopt_int};
+use super::socket::{self, bound_udp_socket, setsockopt_int};
 use crate::fabric::frame::Endpoint;
 use crate::fabric::uplink::{Uplink, UplinkStats};
 use crate::roce::icrc::icrc;
@@ -185,17 +185,6 @@ pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
 
 pub use crate::net::NetError;
 
-pub(crate) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: addr.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*addr.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 /// What a socket is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -232,41 +221,6 @@ fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
         }
         Ok(())
     })
-}
-
-/// A non-blocking UDP socket that `configure` sets options on before it is bound to
-/// `addr` (options such as `SO_REUSEADDR` only count if set before `bind`).
-pub(crate) fn bound_udp_socket(
-    addr: SocketAddrV4,
-    configure: impl FnOnce(RawFd) -> io::Result<()>,
-) -> io::Result<UdpSocket> {
-    // SAFETY: plain socket creation; the descriptor is owned right after.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    configure(raw)?;
-    let sa = sockaddr(addr);
-    // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
-    let r = unsafe {
-        libc::bind(
-            raw,
-            (&sa as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(UdpSocket::from(fd))
 }
 
 /// One datagram, or a coalesced run of them, as `recvmsg` reported it.
