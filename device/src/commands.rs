@@ -6,7 +6,9 @@ use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
 use zerocopy::IntoBytes;
 
 use crate::identity::Identity;
-use crate::rdma::{Env, RdmaState};
+use crate::rdma::env::Env;
+use crate::rdma::error::VerbsError;
+use crate::rdma::RdmaState;
 
 /// What a command handler answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,12 @@ impl Response {
             syndrome,
             body: Vec::new(),
         }
+    }
+}
+
+impl From<VerbsError> for Response {
+    fn from(e: VerbsError) -> Self {
+        Response::error(e.status, e.syndrome)
     }
 }
 
@@ -135,7 +143,9 @@ pub fn execute(
             }
             Response::ok(query_device(identity).as_bytes().to_vec())
         }
-        Some(opcode) => rdma.execute(opcode, body, env),
+        Some(opcode) => rdma
+            .execute(opcode, body, env)
+            .map_or_else(Response::from, Response::ok),
     }
 }
 

@@ -28,8 +28,9 @@ use crate::fabric::switch::Switch;
 use crate::identity::{FunctionId, Identity};
 use crate::msix::{InterruptLine, Msix};
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
+use crate::rdma::env::Env;
 use crate::rdma::wire::Wire;
-use crate::rdma::{Env, RdmaState};
+use crate::rdma::RdmaState;
 use crate::resources::{PoolQuota, ResourcePool};
 
 /// The config space of the function `identity` describes.

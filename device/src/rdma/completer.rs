@@ -9,12 +9,13 @@ use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
 use vm_memory::Bytes;
 
 use super::answers::Taken;
-use super::mr::Access;
+use super::env::Env;
+use super::mkey::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
-use super::requester::{scatter_gather, OpState};
-use super::wqe::read_recv;
-use super::{Env, RdmaState};
+use super::requester::scatter_gather;
+use super::wqe::{read_recv, send_completion, OpState};
+use super::RdmaState;
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
 use crate::roce::packet::{nak, opcode as op, AethKind, Packet};
@@ -311,7 +312,7 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
     }
     let una = qp.req.una();
     if qp.req.retry_left == 0 {
-        let waiting = |o: &&mut super::requester::Op| o.assigned && o.state != OpState::Done;
+        let waiting = |o: &&mut super::wqe::Op| o.assigned && o.state != OpState::Done;
         let oldest = qp
             .req
             .ops
@@ -336,18 +337,6 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
         qp.req.retry_left
     );
     qp.req.go_back_to(una);
-}
-
-pub(super) fn send_completion(opcode: u8) -> u8 {
-    match opcode {
-        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => wc::RDMA_WRITE,
-        wr::RDMA_READ => wc::RDMA_READ,
-        wr::ATOMIC_CMP_AND_SWP => wc::COMP_SWAP,
-        wr::ATOMIC_FETCH_AND_ADD => wc::FETCH_ADD,
-        wr::LOCAL_INV => wc::LOCAL_INV,
-        wr::BIND_MW => wc::BIND_MW,
-        _ => wc::SEND,
-    }
 }
 
 /// Completes the ops at the head of the queue that are done, in order. An error moves
@@ -422,9 +411,9 @@ pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
     while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
-        let op = super::mmio::read_send(&qp.sq, &qp.caps, env, index)
+        let op = super::wqe::read_send(&qp.sq, &qp.caps, env, index)
             .unwrap_or_else(super::wqe::SendOp::unreadable);
-        qp.req.ops.push_back(super::requester::Op {
+        qp.req.ops.push_back(super::wqe::Op {
             index,
             op,
             first_psn: 0,

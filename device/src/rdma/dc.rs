@@ -17,19 +17,21 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::Status;
-use rnic_abi::dc::{DcSendWqe, SetDcKeyReq};
+use rnic_abi::dc::DcSendWqe;
 use rnic_abi::verbs::{QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::completer;
-use super::mr::MrTable;
+use super::env::Env;
+use super::error::VerbsError;
+use super::mkey::mr::MrTable;
 use super::qp::Qp;
 use super::recv::Drop;
-use super::requester::{self, Admit, OpState, RequesterState};
+use super::requester::{self, Admit, RequesterState};
 use super::responder::ResponderState;
 use super::wire::{Route, Wire};
-use super::{Env, RdmaState};
-use crate::commands::Response;
+use super::wqe::OpState;
+use super::RdmaState;
 use crate::roce::packet::{
     nak, opcode as op, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
 };
@@ -135,6 +137,19 @@ impl DcTable {
     /// Whether `qpn` is a DCT.
     pub fn is_dct(&self, qpn: u32) -> bool {
         matches!(self.roles.get(&qpn), Some(Role::Dct { .. }))
+    }
+
+    /// Gives DCT `qpn`, which is in RESET if `in_reset`, the access key `key`
+    /// (`SET_DC_KEY`): `BAD_STATE` out of RESET, `NOT_FOUND` if `qpn` is no DCT.
+    pub fn set_key(&mut self, qpn: u32, key: u64, in_reset: bool) -> Result<(), VerbsError> {
+        match self.roles.get_mut(&qpn) {
+            Some(Role::Dct { key: k, .. }) if in_reset => {
+                *k = key;
+                Ok(())
+            }
+            Some(Role::Dct { .. }) => Err(VerbsError::new(Status::BadState, qpn)),
+            _ => Err(VerbsError::new(Status::NotFound, qpn)),
+        }
     }
 }
 
@@ -336,23 +351,6 @@ pub fn run(
 }
 
 impl RdmaState {
-    /// `SET_DC_KEY`: the access key of a DCT in RESET.
-    pub(super) fn set_dc_key(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: SetDcKeyReq = super::decode(body)?;
-        let in_reset = self
-            .qps
-            .get(&req.qpn)
-            .is_some_and(|qp| qp.state == QpState::Reset);
-        match self.dc.roles.get_mut(&req.qpn) {
-            Some(Role::Dct { key, .. }) if in_reset => {
-                *key = req.dc_key;
-                Ok(Response::ok(Vec::new()))
-            }
-            Some(Role::Dct { .. }) => Err(Response::error(Status::BadState, req.qpn)),
-            _ => Err(Response::error(Status::NotFound, req.qpn)),
-        }
-    }
-
     /// Takes the packets only DC QPs handle: a DCI's handshake answers and a DCT's
     /// handshakes. `None`: an ordinary RC packet, for the responder or completer.
     pub(super) fn receive_dc(

@@ -14,11 +14,11 @@ pub mod completer;
 pub mod cq;
 pub mod ctrlq;
 pub mod dc;
+pub mod env;
+pub mod error;
 pub mod handover;
-pub mod indirect;
+pub mod mkey;
 pub mod mmio;
-pub mod mr;
-pub mod pages;
 pub mod qp;
 pub mod recv;
 pub mod requester;
@@ -28,46 +28,29 @@ pub mod session;
 pub mod shared_sq;
 pub mod srq;
 pub mod ud;
+pub mod verbs;
 pub mod wire;
 pub mod wqe;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use rnic_abi::cmd::{Limits, Opcode, Status};
-use rnic_abi::doorbell::{self, slot_offset, SLOTS};
+use rnic_abi::cmd::Limits;
+use rnic_abi::doorbell::{self, SLOTS};
 use rnic_abi::regs::NO_VECTOR;
-use rnic_abi::verbs::{
-    event, rq_stride, sq_stride, Cqe, CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp,
-    CreateQpReq, CreateQpResp, DoorbellSlot, ModifyQpReq, ObjectReq, ObjectResp, QpAttr, QpState,
-    QueryQpResp, RegMrReq, RegMrResp, ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
-    ACCESS_REMOTE_WRITE, QPT_RC,
-};
-use vm_memory::GuestMemoryMmap;
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use rnic_abi::verbs::{event, Cqe, QpState};
 
-use crate::commands::Response;
 use crate::doorbell::DoorbellBar;
 use crate::fabric::frame::Frame;
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
 use crate::identity::FunctionId;
-use crate::resources::{Resource, ResourcePool};
+use crate::resources::ResourcePool;
 use cq::{CompletionQueue, EventQueue, Posted};
-use mr::{Mr, MrTable};
-use pages::{PageListError, PagedBuffer};
-use qp::{Qp, QpCaps, WorkQueue};
-
-/// The DMA views and doorbells a piece of RDMA work runs against.
-pub struct Env<'a> {
-    /// Memory the device may read (a snapshot: a train's payload may hold on to it, see
-    /// [`crate::fabric::held`]).
-    pub r: &'a crate::dma::MemorySnapshot,
-    /// Memory the device may write.
-    pub w: &'a GuestMemoryMmap,
-    /// The function's doorbell BAR.
-    pub doorbells: &'a DoorbellBar,
-}
+use env::Env;
+use mkey::mr::MrTable;
+use qp::Qp;
+use wqe::{RecvOp, WqeError};
 
 /// Counters of the function's RDMA engine.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -150,31 +133,6 @@ pub struct RdmaState {
 
 use rnic_abi::verbs::FIRST_QPN;
 
-fn decode<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Result<T, Response> {
-    T::read_from_bytes(body).map_err(|_| Response::error(Status::BadParam, body.len() as u32))
-}
-
-fn reply<T: IntoBytes + Immutable>(value: &T) -> Response {
-    Response::ok(value.as_bytes().to_vec())
-}
-
-/// Checks `ACCESS_*` flags of a memory key: known flags only, and as ibverbs, remote write
-/// or atomic access needs local write too.
-fn check_mr_access(access: u32) -> Result<(), Response> {
-    let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
-    if access & !ACCESS_ALL != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
-        return Err(Response::error(Status::BadParam, access));
-    }
-    Ok(())
-}
-
-fn page_list_error(e: PageListError) -> Response {
-    match e {
-        PageListError::Unmapped => Response::error(Status::DmaError, 0),
-        PageListError::Invalid | PageListError::TooSmall => Response::error(Status::BadParam, 0),
-    }
-}
-
 impl RdmaState {
     /// No objects, and `limits` to enforce, with a pool of its own whose quota is the
     /// object counts of `limits`, DMA unbounded (the PF alone, as in unit tests).
@@ -231,17 +189,6 @@ impl RdmaState {
         }
     }
 
-    /// Charges `n` of `r` to the function's quota, or fails with `NoResources`.
-    fn charge(&self, r: Resource, n: u64) -> Result<(), Response> {
-        self.pool
-            .charge(self.member, r, n)
-            .map_err(|status| Response::error(status, r.index()))
-    }
-
-    fn release(&self, r: Resource, n: u64) {
-        self.pool.release(self.member, r, n);
-    }
-
     /// The EQ's MSI-X vector, if it has one.
     pub fn eq_vector(&self) -> Option<u16> {
         self.eq
@@ -250,539 +197,23 @@ impl RdmaState {
             .filter(|&v| u32::from(v) != NO_VECTOR)
     }
 
-    /// Executes an RDMA command.
-    pub fn execute(&mut self, opcode: Opcode, body: &[u8], env: &Env) -> Response {
-        let result = match opcode {
-            Opcode::CreateEq => self.create_eq(body, env),
-            Opcode::DestroyEq => self.destroy_eq(body),
-            Opcode::AllocPd => self.alloc_pd(body),
-            Opcode::DeallocPd => self.dealloc_pd(body),
-            Opcode::RegMr => self.reg_mr(body, env),
-            Opcode::DeregMr => self.dereg_mr(body),
-            Opcode::CreateIndirectKey => self.create_indirect_key(body),
-            Opcode::CreatePatternKey => self.create_pattern_key(body),
-            Opcode::CreateCq => self.create_cq(body, env),
-            Opcode::DestroyCq => self.destroy_cq(body),
-            Opcode::CreateQp => self.create_qp(body, env),
-            Opcode::ModifyQp => self.modify_qp(body, env),
-            Opcode::QueryQp => self.query_qp(body),
-            Opcode::DestroyQp => self.destroy_qp(body, env),
-            Opcode::AdoptQp => self.adopt_qp(body, env),
-            Opcode::CreateSqWindow => self.create_sq_window(body, env),
-            Opcode::CreateSrq => self.create_srq(body, env),
-            Opcode::ModifySrq => self.modify_srq(body),
-            Opcode::QuerySrq => self.query_srq(body),
-            Opcode::DestroySrq => self.destroy_srq(body),
-            Opcode::SetDcKey => self.set_dc_key(body),
-            Opcode::CreateCtrlq => self.create_ctrlq(body, env),
-            Opcode::DestroyCtrlq => self.destroy_ctrlq(body),
-            Opcode::ReserveMkeys => self.reserve_mkeys(body),
-            Opcode::CreateSharedSq => self.create_shared_sq(body, env),
-            Opcode::DestroySharedSq => self.destroy_shared_sq(body),
-            // Admin commands never reach a function's RDMA engine (commands::execute
-            // refuses them); the rest are not RDMA commands.
-            _ => Err(Response::error(Status::Internal, 0)),
-        };
-        result.unwrap_or_else(|e| e)
+    /// The SRQ QP `qpn` takes its receives from, if any.
+    pub fn srq_of(&self, qpn: u32) -> Option<u32> {
+        self.srqs.of(qpn)
     }
 
-    fn alloc_slot(&mut self, page: u32, owner: SlotOwner) -> Result<(u32, u32), Response> {
-        if page >= doorbell::PAGES {
-            return Err(Response::error(Status::BadParam, page));
-        }
-        // The quota's doorbell pages are pages 0..n of the BAR.
-        if page >= self.pool.quota(self.member).doorbell_pages {
-            return Err(Response::error(Status::NoResources, page));
-        }
-        let slot = (0..SLOTS)
-            .find(|s| !self.slots.contains_key(&(page, *s)))
-            .ok_or(Response::error(Status::NoResources, page))?;
-        if !self.page_in_use(page) {
-            self.charge(Resource::DoorbellPages, 1)?;
-        }
-        self.slots.insert((page, slot), owner);
-        if matches!(owner, SlotOwner::Sq(_) | SlotOwner::Rq(_)) {
-            self.queue_slots_in_page[page as usize] += 1;
-        }
-        Ok((page, slot))
+    /// The receive WQE the next message on `qp` would take, from its SRQ or its own
+    /// receive queue; `None` if none is posted (the responder answers RNR).
+    pub fn next_recv(&self, qp: &Qp, env: &Env) -> Option<Result<RecvOp, WqeError>> {
+        self.srqs.next_recv(qp, env)
     }
 
-    fn page_in_use(&self, page: u32) -> bool {
-        self.slots
-            .range((page, 0)..=(page, u32::MAX))
-            .next()
-            .is_some()
-    }
-
-    fn free_slots_of(&mut self, owner: SlotOwner) {
-        let pages: Vec<u32> = self
-            .slots
-            .iter()
-            .filter(|(_, o)| **o == owner)
-            .map(|((p, _), _)| *p)
-            .collect();
-        self.slots.retain(|_, o| *o != owner);
-        for &page in &pages {
-            if matches!(owner, SlotOwner::Sq(_) | SlotOwner::Rq(_)) {
-                self.queue_slots_in_page[page as usize] -= 1;
-            }
+    /// Consumes the WQE [`RdmaState::next_recv`] returned. On an SRQ, posts
+    /// `SRQ_LIMIT_REACHED` (once per arming) when fewer than the limit are left.
+    pub fn take_recv(&mut self, qp: &mut Qp, env: &Env) {
+        if let Some(srqn) = self.srqs.take_recv(qp, env) {
+            self.post_event(env, event::SRQ_LIMIT_REACHED, srqn);
         }
-        for page in pages {
-            if !self.page_in_use(page) {
-                self.release(Resource::DoorbellPages, 1);
-            }
-        }
-    }
-
-    fn create_eq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: CreateEqReq = decode(body)?;
-        if self.eq.is_some() {
-            return Err(Response::error(Status::BadState, 0));
-        }
-        if req.entries < 2
-            || !req.entries.is_power_of_two()
-            || req.entries > self.limits.max_cqe
-            || req.reserved != 0
-        {
-            return Err(Response::error(Status::BadParam, req.entries));
-        }
-        if req.vector != NO_VECTOR && req.vector >= self.limits.msix_vectors {
-            return Err(Response::error(Status::BadParam, req.vector));
-        }
-        let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 16, env.w)
-            .map_err(page_list_error)?;
-        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::Eq)?;
-        env.doorbells.write32(slot_offset(page, slot), 0);
-        let eqn = 1;
-        self.eq = Some((
-            eqn,
-            EventQueue::new(ring, req.entries, slot_offset(page, slot), req.vector),
-        ));
-        Ok(reply(&CreateEqResp {
-            eqn,
-            reserved: 0,
-            doorbell: DoorbellSlot { page, slot },
-        }))
-    }
-
-    fn destroy_eq(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        match &self.eq {
-            Some((eqn, _)) if *eqn == req.handle => {
-                self.eq = None;
-                self.free_slots_of(SlotOwner::Eq);
-                Ok(Response::ok(Vec::new()))
-            }
-            _ => Err(Response::error(Status::NotFound, req.handle)),
-        }
-    }
-
-    fn alloc_pd(&mut self, body: &[u8]) -> Result<Response, Response> {
-        if !body.is_empty() {
-            return Err(Response::error(Status::BadParam, 0));
-        }
-        self.charge(Resource::Pd, 1)?;
-        let pdn = self.next_pdn;
-        self.next_pdn = self.next_pdn.wrapping_add(1).max(1);
-        self.pds.insert(pdn, Pd::default());
-        Ok(reply(&ObjectResp {
-            handle: pdn,
-            reserved: 0,
-        }))
-    }
-
-    fn dealloc_pd(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let pd = self
-            .pds
-            .get(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if pd.users > 0
-            || self.mrs.count_in_pd(req.handle) > 0
-            || self.srqs.count_in_pd(req.handle) > 0
-        {
-            return Err(Response::error(Status::Busy, req.handle));
-        }
-        self.pds.remove(&req.handle);
-        self.release(Resource::Pd, 1);
-        Ok(Response::ok(Vec::new()))
-    }
-
-    /// Checks a registration and loads its pages, charging them: the region it describes.
-    fn load_region(&self, req: &RegMrReq, env: &Env) -> Result<Mr, Response> {
-        if !self.pds.contains_key(&req.pdn) {
-            return Err(Response::error(Status::NotFound, req.pdn));
-        }
-        check_mr_access(req.access)?;
-        if req.length > self.limits.max_mr_size || req.iova.checked_add(req.length).is_none() {
-            return Err(Response::error(Status::BadParam, 0));
-        }
-        if req.pages.count > self.limits.max_mr_pages {
-            return Err(Response::error(Status::NoResources, req.pages.count));
-        }
-        let mem = if req.access & ACCESS_LOCAL_WRITE != 0 {
-            env.w
-        } else {
-            env.r
-        };
-        let offset = req.iova % rnic_abi::PAGE_SIZE;
-        let buffer =
-            PagedBuffer::load(&req.pages, offset, req.length, mem).map_err(page_list_error)?;
-        self.charge(Resource::MrPages, buffer.page_count() as u64)?;
-        Ok(Mr {
-            pdn: req.pdn,
-            access: req.access,
-            iova: req.iova,
-            buffer,
-            valid: true,
-        })
-    }
-
-    fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: RegMrReq = decode(body)?;
-        let mr = self.load_region(&req, env)?;
-        let pages = mr.buffer.page_count() as u64;
-        if let Err(e) = self.charge(Resource::Mr, 1) {
-            self.release(Resource::MrPages, pages);
-            return Err(e);
-        }
-        let Some(key) = self.mrs.insert(mr) else {
-            self.release(Resource::MrPages, pages);
-            self.release(Resource::Mr, 1);
-            return Err(Response::error(Status::NoResources, Resource::Mr.index()));
-        };
-        Ok(reply(&RegMrResp {
-            lkey: key,
-            rkey: key,
-        }))
-    }
-
-    fn dereg_mr(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        if indirect::IndirectTable::owns(req.handle) {
-            return self.destroy_indirect_key(req.handle);
-        }
-        // An indirect or pattern key names it: that key must go first.
-        if self.mrs.indirect.references(req.handle) {
-            return Err(Response::error(Status::Busy, req.handle));
-        }
-        // A reserved key without a region (pending or failed): release the reservation;
-        // WRs waiting for it fail with an access error.
-        if self.mrs.unreserve(req.handle) {
-            self.release(Resource::Mr, 1);
-            return Ok(Response::ok(Vec::new()));
-        }
-        // rnic has no memory windows, the only thing that makes a deregistration wait in
-        // the IB spec; in-flight WRs that still name the key fail with an access error.
-        let mr = self
-            .mrs
-            .remove(req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        self.release(Resource::MrPages, mr.buffer.page_count() as u64);
-        self.release(Resource::Mr, 1);
-        Ok(Response::ok(Vec::new()))
-    }
-
-    fn create_cq(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: CreateCqReq = decode(body)?;
-        if req.entries < 2 || !req.entries.is_power_of_two() || req.entries > self.limits.max_cqe {
-            return Err(Response::error(Status::BadParam, req.entries));
-        }
-        let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 32, env.w)
-            .map_err(page_list_error)?;
-        let cqn = self.next_cqn;
-        self.charge(Resource::Cq, 1)?;
-        let (page, slot) = self
-            .alloc_slot(req.doorbell_page, SlotOwner::Cq(cqn))
-            .inspect_err(|_| self.release(Resource::Cq, 1))?;
-        self.next_cqn = self.next_cqn.wrapping_add(1).max(1);
-        let at = slot_offset(page, slot);
-        env.doorbells.write32(at, 0);
-        env.doorbells.write32(at + 4, 0);
-        self.cqs
-            .insert(cqn, CompletionQueue::new(ring, req.entries, at));
-        Ok(reply(&CreateCqResp {
-            cqn,
-            reserved: 0,
-            doorbell: DoorbellSlot { page, slot },
-        }))
-    }
-
-    fn destroy_cq(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let cq = self
-            .cqs
-            .get(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if cq.users > 0 {
-            return Err(Response::error(Status::Busy, req.handle));
-        }
-        self.cqs.remove(&req.handle);
-        self.free_slots_of(SlotOwner::Cq(req.handle));
-        self.release(Resource::Cq, 1);
-        Ok(Response::ok(Vec::new()))
-    }
-
-    fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: CreateQpReq = decode(body)?;
-        let bad = |what: u32| Err(Response::error(Status::BadParam, what));
-        let known = [
-            QPT_RC,
-            rnic_abi::ud::QPT_UD,
-            rnic_abi::dc::QPT_DCI,
-            rnic_abi::dc::QPT_DCT,
-        ];
-        if !known.contains(&req.qp_type) {
-            return bad(u32::from(req.qp_type));
-        }
-        // On an SRQ the QP has no receive queue of its own (see `srq`).
-        let own_rq = req.srqn == 0;
-        if !own_rq {
-            self.check_qp_srq(&req)?;
-        }
-        for n in std::iter::once(req.sq_entries).chain(own_rq.then_some(req.rq_entries)) {
-            if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
-                return bad(n);
-            }
-        }
-        if req.max_send_sge > self.limits.max_sge
-            || req.max_recv_sge > self.limits.max_sge
-            || req.max_inline_data > self.limits.max_inline_data
-        {
-            return bad(req.max_send_sge.max(req.max_recv_sge));
-        }
-        if !self.pds.contains_key(&req.pdn) {
-            return Err(Response::error(Status::NotFound, req.pdn));
-        }
-        for cqn in [req.send_cqn, req.recv_cqn] {
-            if !self.cqs.contains_key(&cqn) {
-                return Err(Response::error(Status::NotFound, cqn));
-            }
-        }
-        let sq_stride = sq_stride(req.max_send_sge, req.max_inline_data);
-        let rq_stride = rq_stride(req.max_recv_sge);
-        let sq_ring = PagedBuffer::load(
-            &req.sq,
-            0,
-            u64::from(req.sq_entries) * u64::from(sq_stride),
-            env.r,
-        )
-        .map_err(page_list_error)?;
-        let rq_ring = if own_rq {
-            PagedBuffer::load(
-                &req.rq,
-                0,
-                u64::from(req.rq_entries) * u64::from(rq_stride),
-                env.r,
-            )
-            .map_err(page_list_error)?
-        } else {
-            PagedBuffer::default()
-        };
-        // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
-        let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || self.departed.contains(&qpn) {
-            qpn = next(qpn);
-        }
-        self.charge(Resource::Qp, 1)?;
-        let sq_slot = self
-            .alloc_slot(req.doorbell_page, SlotOwner::Sq(qpn))
-            .inspect_err(|_| self.release(Resource::Qp, 1))?;
-        let rq_slot = match self.alloc_slot(req.doorbell_page, SlotOwner::Rq(qpn)) {
-            Ok(s) => s,
-            Err(e) => {
-                self.free_slots_of(SlotOwner::Sq(qpn));
-                self.release(Resource::Qp, 1);
-                return Err(e);
-            }
-        };
-        self.next_qpn = next(qpn);
-        for (page, slot) in [sq_slot, rq_slot] {
-            env.doorbells.write32(slot_offset(page, slot), 0);
-        }
-        let work_queue = |ring, entries, stride, (page, slot)| {
-            WorkQueue::new(ring, entries, stride, slot_offset(page, slot))
-        };
-        let qp = Qp {
-            qpn,
-            pdn: req.pdn,
-            send_cqn: req.send_cqn,
-            recv_cqn: req.recv_cqn,
-            sq_sig_all: req.sq_sig_all != 0,
-            state: QpState::Reset,
-            attr: QpAttr::default(),
-            caps: QpCaps {
-                max_send_sge: req.max_send_sge,
-                max_recv_sge: req.max_recv_sge,
-                max_inline_data: req.max_inline_data,
-            },
-            sq: work_queue(sq_ring, req.sq_entries, sq_stride, sq_slot),
-            // One (empty) entry on an SRQ: never read, but never a division by zero.
-            rq: work_queue(rq_ring, req.rq_entries.max(1), rq_stride, rq_slot),
-            sq_slot,
-            req: Default::default(),
-            resp: Default::default(),
-            home: None,
-        };
-        for cqn in [req.send_cqn, req.recv_cqn] {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
-                cq.users += 1;
-            }
-        }
-        if let Some(pd) = self.pds.get_mut(&req.pdn) {
-            pd.users += 1;
-        }
-        self.qps.insert(qpn, Box::new(qp));
-        match req.qp_type {
-            rnic_abi::ud::QPT_UD => self.ud.add(qpn),
-            rnic_abi::dc::QPT_DCI => self.dc.add_dci(qpn),
-            rnic_abi::dc::QPT_DCT => self.dc.add_dct(qpn),
-            _ => {}
-        }
-        if !own_rq {
-            self.attach_srq(qpn, u32::from(req.srqn));
-        }
-        Ok(reply(&CreateQpResp {
-            qpn,
-            reserved: 0,
-            sq_doorbell: DoorbellSlot {
-                page: sq_slot.0,
-                slot: sq_slot.1,
-            },
-            rq_doorbell: DoorbellSlot {
-                page: rq_slot.0,
-                slot: rq_slot.1,
-            },
-        }))
-    }
-
-    fn modify_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        // A UD QP's Q_Key follows the request (see `ud`).
-        let (body, qkey) = ud::split_modify(body)?;
-        let req: ModifyQpReq = decode(body)?;
-        let is_ud = self.ud.qkey(req.qpn).is_some();
-        let qp = self
-            .qps
-            .get_mut(&req.qpn)
-            .ok_or(Response::error(Status::NotFound, req.qpn))?;
-        let table = if is_ud {
-            ud::transition
-        } else {
-            qp::transition
-        };
-        let target = qp::check_modify_with(
-            table,
-            qp.state,
-            req.attr_mask,
-            &req.attr,
-            self.limits.max_qp_rd_atom,
-        )
-        .map_err(|e| match e {
-            qp::ModifyError::BadTransition => Response::error(Status::BadState, qp.state as u32),
-            qp::ModifyError::BadAttr(bit) => Response::error(Status::BadParam, bit),
-        })?;
-        qp::apply(&mut qp.attr, req.attr_mask, &req.attr);
-        if let Some(qkey) = qkey {
-            let qpn = req.qpn;
-            self.set_qkey(qpn, qkey);
-        }
-        let Some(qp) = self.qps.get_mut(&req.qpn) else {
-            return Err(Response::error(Status::Internal, req.qpn));
-        };
-        let from = qp.state;
-        qp.state = target;
-        qp.attr.qp_state = target as u8;
-        match target {
-            QpState::Reset => {
-                // A WQE left in the MMIO window belongs to the numbering that ends here.
-                if let Some(w) = qp.sq.window {
-                    env.doorbells.write32(
-                        w + rnic_abi::mmio::WINDOW_STATE,
-                        rnic_abi::mmio::WINDOW_EMPTY,
-                    );
-                }
-                qp.sq.taken = 0;
-                qp.rq.taken = 0;
-                let ops = std::mem::take(&mut qp.req.ops);
-                qp.req = Default::default();
-                qp.resp = Default::default();
-                // Shared send queue entries it held complete there, flushed.
-                let qpn = req.qpn;
-                self.abandon_shared(&ops, qpn, env);
-            }
-            QpState::Rtr if from == QpState::Init => qp.resp.start(qp.attr.rq_psn),
-            QpState::Rts if from == QpState::Rtr => {
-                qp.req.start(qp.attr.sq_psn, &qp.attr);
-                // The send queue starts where the driver's producer index is now: WQEs
-                // announced before RTS are not work requests (see `requester::run`) and
-                // never run.
-                qp.sq.taken = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
-            }
-            QpState::Err if from != QpState::Err => {
-                let qpn = req.qpn;
-                self.flush_qp(qpn, env);
-            }
-            QpState::Sqd if from != QpState::Sqd => {
-                qp.req.drained_reported = false;
-                let qpn = req.qpn;
-                self.report_drained(qpn, env);
-            }
-            _ => {}
-        }
-        // A reset clears the timers; RTS may find work queued.
-        self.reschedule(req.qpn);
-        Ok(Response::ok(Vec::new()))
-    }
-
-    fn query_qp(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let qp = self
-            .qps
-            .get(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        // As rxe reports them: the PSNs the transport is at, not the ones it started from.
-        let mut attr = qp.attr;
-        if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
-            attr.sq_psn = qp.req.next_psn;
-        }
-        if matches!(
-            qp.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        ) {
-            attr.rq_psn = qp.resp.epsn;
-        }
-        Ok(reply(&QueryQpResp {
-            attr,
-            sq_consumed: qp.sq.taken,
-            rq_consumed: qp.rq.taken,
-        }))
-    }
-
-    fn destroy_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let qp = self
-            .qps
-            .remove(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        self.abandon_shared(&qp.req.ops, qp.qpn, env);
-        for cqn in [qp.send_cqn, qp.recv_cqn] {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
-                cq.users = cq.users.saturating_sub(1);
-            }
-        }
-        if let Some(pd) = self.pds.get_mut(&qp.pdn) {
-            pd.users = pd.users.saturating_sub(1);
-        }
-        self.free_slots_of(SlotOwner::Sq(qp.qpn));
-        self.free_slots_of(SlotOwner::Rq(qp.qpn));
-        self.free_slots_of(SlotOwner::Window(qp.qpn));
-        self.srqs.detach(qp.qpn);
-        self.ud.remove(qp.qpn);
-        self.dc.remove(qp.qpn);
-        self.schedule.forget(qp.qpn);
-        self.release(Resource::Qp, 1);
-        Ok(Response::ok(Vec::new()))
     }
 
     /// Posts an async event to the EQ.
@@ -838,11 +269,7 @@ impl RdmaState {
             Some(qp) => {
                 let pending = qp.req.resend_from.is_some()
                     || qp.req.ask_again.is_some()
-                    || qp
-                        .req
-                        .ops
-                        .iter()
-                        .any(|o| o.state == requester::OpState::Queued);
+                    || qp.req.ops.iter().any(|o| o.state == wqe::OpState::Queued);
                 let deadline = [qp.req.timer, qp.req.rnr_until].into_iter().flatten().min();
                 self.schedule.update(qpn, pending, deadline);
             }

@@ -8,60 +8,10 @@ use rnic_abi::verbs::{
     ACCESS_REMOTE_WRITE,
 };
 
-use super::pages::PagedBuffer;
 use super::requester::RequesterState;
 use super::responder::ResponderState;
+use super::wqe::{QpCaps, WorkQueue};
 use crate::fabric::frame::Endpoint;
-
-/// A send or receive queue in driver memory.
-#[derive(Debug)]
-pub struct WorkQueue {
-    /// The ring.
-    pub ring: PagedBuffer,
-    /// Entries (a power of two).
-    pub entries: u32,
-    /// Bytes per entry.
-    pub stride: u32,
-    /// Byte offset of the queue's doorbell slot in the doorbell BAR.
-    pub slot: u64,
-    /// Entries the device has taken from the queue, in all.
-    pub taken: u32,
-    /// Byte offset in the doorbell BAR of the send queue's MMIO window, if it has one
-    /// (see `super::mmio`).
-    pub window: Option<u64>,
-}
-
-impl WorkQueue {
-    /// A new queue on `ring`: `entries` entries of `stride` bytes, its doorbell slot at
-    /// byte offset `slot` of the doorbell BAR, nothing taken yet and no MMIO window. QP,
-    /// SRQ, shared send queue and control queue creation all start their queues this way.
-    pub fn new(ring: PagedBuffer, entries: u32, stride: u32, slot: u64) -> Self {
-        Self {
-            ring,
-            entries,
-            stride,
-            slot,
-            taken: 0,
-            window: None,
-        }
-    }
-
-    /// Byte offset of entry `index` in the ring.
-    pub fn entry_offset(&self, index: u32) -> u64 {
-        u64::from(index % self.entries) * u64::from(self.stride)
-    }
-}
-
-/// Limits a QP was created with.
-#[derive(Debug, Clone, Copy)]
-pub struct QpCaps {
-    /// SGEs per send WQE.
-    pub max_send_sge: u32,
-    /// SGEs per receive WQE.
-    pub max_recv_sge: u32,
-    /// Inline bytes per send WQE.
-    pub max_inline_data: u32,
-}
 
 /// A reliable-connected queue pair.
 #[derive(Debug)]

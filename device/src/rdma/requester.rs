@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
 
 use super::answers::Answers;
-use super::mr::{Access, MrTable};
+use super::env::Env;
+use super::mkey::mr::MrTable;
+use super::mkey::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::wire::Wire;
-use super::wqe::{SendOp, WqeError};
-use super::Env;
+use super::wqe::{Op, OpState, SendOp, WqeError};
 use crate::fabric::held::Held;
 use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
 use crate::roce::psn;
@@ -35,77 +36,6 @@ pub const SEND_WINDOW: u32 = 128;
 /// responder acknowledges at least every this many packets it executes, so that the
 /// window opens again before it is full.
 pub const ACK_INTERVAL: u32 = 32;
-
-/// Where an op is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpState {
-    /// Waiting to be sent (or resent from packet `next_pkt`), or partly sent and held
-    /// by the window.
-    Queued,
-    /// All its packets are out; waiting for acknowledgement or responses.
-    Sent,
-    /// Acknowledged or answered: ready to complete in order.
-    Done,
-}
-
-/// A send WQE the requester has taken.
-#[derive(Debug, Clone)]
-pub struct Op {
-    /// Its index in the send queue.
-    pub index: u32,
-    /// The WQE.
-    pub op: SendOp,
-    /// PSN of its first packet (valid once sent).
-    pub first_psn: u32,
-    /// PSNs it uses: packets for SEND and WRITE, response packets for READ, 1 for atomics.
-    pub npsn: u32,
-    /// Next packet to (re)send.
-    pub next_pkt: u32,
-    /// Life state.
-    pub state: OpState,
-    /// Completion status (errors are decided on the way).
-    pub status: WcStatus,
-    /// Which of a READ's response packets arrived (and so where a request for the rest
-    /// starts); an atomic's one answer is its op's `Done`.
-    pub answers: Answers,
-    /// Whether the op holds a READ/atomic slot.
-    pub holds_rd_atomic: bool,
-    /// Whether it was ever sent (PSNs assigned).
-    pub assigned: bool,
-    /// The shared send queue entry it is, if it came from one (its completion goes
-    /// there).
-    pub shared: Option<super::shared_sq::SharedRef>,
-    /// The UDP source port of the session its packets leave from, if its WQE named a
-    /// session group (chosen before its first packet, kept for resends;
-    /// `session::OWN_PORT`: the group named no assigned session).
-    pub session_port: Option<u16>,
-}
-
-impl Op {
-    /// PSN of its last packet.
-    pub fn last_psn(&self) -> u32 {
-        psn::add(self.first_psn, self.npsn.saturating_sub(1))
-    }
-
-    /// Whether `p` falls inside the op's PSNs.
-    pub fn contains(&self, p: u32) -> bool {
-        self.assigned && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
-    }
-
-    /// Whether it is a READ or an atomic (answered by responses, limited in number).
-    pub fn is_rd_atomic(&self) -> bool {
-        matches!(
-            self.op.wqe.opcode,
-            wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD
-        )
-    }
-
-    /// Ends the op with `status`; it completes when its turn comes.
-    pub fn fail(&mut self, status: WcStatus) {
-        self.status = status;
-        self.state = OpState::Done;
-    }
-}
 
 /// Requester and completer state of a QP.
 #[derive(Debug, Default)]
@@ -419,7 +349,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         any = true;
-        let (op, status) = match super::mmio::read_send(&qp.sq, &qp.caps, env, index) {
+        let (op, status) = match super::wqe::read_send(&qp.sq, &qp.caps, env, index) {
             Ok(op) => (op, WcStatus::Success),
             Err(e) => {
                 log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);

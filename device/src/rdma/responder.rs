@@ -18,14 +18,15 @@ use rnic_abi::verbs::{
 };
 use vm_memory::GuestMemoryBackend;
 
-use super::mr::Access;
+use super::env::Env;
+use super::mkey::Access;
 use super::qp::{mtu, Qp};
 use super::recv;
 use super::requester::ACK_INTERVAL;
 use super::requester::{append_from_memory, scatter_gather};
 use super::wire::Wire;
 use super::wqe::RecvOp;
-use super::{Env, RdmaState};
+use super::RdmaState;
 use crate::fabric::held::{Held, Payload};
 use crate::fabric::train::Run;
 use crate::roce::packet::{

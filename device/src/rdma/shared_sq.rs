@@ -10,39 +10,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use rnic_abi::cmd::Status;
-use rnic_abi::doorbell::slot_offset;
-use rnic_abi::shared_sq::{
-    shared_sq_stride, CreateSharedSqReq, CreateSharedSqResp, SharedSendHeader,
-    SHARED_SQ_CQE_QPN_BIT,
-};
-use rnic_abi::verbs::{Cqe, DoorbellSlot, ObjectReq, QpState, WcStatus};
+use rnic_abi::shared_sq::{SharedSendHeader, SHARED_SQ_CQE_QPN_BIT};
+use rnic_abi::verbs::{Cqe, QpState, WcStatus};
 use zerocopy::FromBytes;
 
-use super::pages::PagedBuffer;
-use super::qp::{QpCaps, WorkQueue};
-use super::requester::{Op, OpState};
-use super::wqe::{decode_send, SendOp, WqeError};
-use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
-use crate::commands::Response;
+use super::env::Env;
+use super::wqe::{decode_send, Op, OpState, QpCaps, SendOp, SharedRef, WorkQueue, WqeError};
+use super::RdmaState;
 
 /// Shared send queues one function may have.
-const MAX_SHARED_SQS: usize = 64;
-
-/// Where a QP's op came from: entry `index` of shared send queue `ssqn`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedRef {
-    /// The shared send queue.
-    pub ssqn: u32,
-    /// Which queue of that number (numbers are reused after `DESTROY_SHARED_SQ`).
-    pub generation: u64,
-    /// The entry's index (free-running, as the doorbell counts).
-    pub index: u32,
-}
+pub(super) const MAX_SHARED_SQS: usize = 64;
 
 /// A finished WQE waiting for those posted before it.
 #[derive(Debug, Clone, Copy)]
-struct Finished {
+pub(super) struct Finished {
     cqe: Cqe,
     signaled: bool,
 }
@@ -50,23 +31,23 @@ struct Finished {
 /// A shared send queue.
 #[derive(Debug)]
 pub struct SharedSq {
-    generation: u64,
-    pdn: u32,
-    wq: WorkQueue,
-    caps: QpCaps,
-    cqn: u32,
+    pub(super) generation: u64,
+    pub(super) pdn: u32,
+    pub(super) wq: WorkQueue,
+    pub(super) caps: QpCaps,
+    pub(super) cqn: u32,
     /// Entry `retired + i` is `window[i]`: taken, and finished or not.
-    window: VecDeque<Option<Finished>>,
+    pub(super) window: VecDeque<Option<Finished>>,
     /// Entries completed (in order) in all.
-    retired: u32,
+    pub(super) retired: u32,
 }
 
 /// The shared send queues of a function.
 #[derive(Debug, Default)]
 pub struct SharedSqTable {
-    queues: BTreeMap<u32, SharedSq>,
+    pub(super) queues: BTreeMap<u32, SharedSq>,
     /// Queues created in all: the next one's generation.
-    created: u64,
+    pub(super) created: u64,
 }
 
 /// What taking one entry came to.
@@ -80,83 +61,6 @@ enum Taken {
 }
 
 impl RdmaState {
-    /// `CREATE_SHARED_SQ`.
-    pub(super) fn create_shared_sq(
-        &mut self,
-        body: &[u8],
-        env: &Env,
-    ) -> Result<Response, Response> {
-        let req: CreateSharedSqReq = decode(body)?;
-        let n = req.entries;
-        if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
-            return Err(Response::error(Status::BadParam, n));
-        }
-        if req.max_send_sge > self.limits.max_sge {
-            return Err(Response::error(Status::BadParam, req.max_send_sge));
-        }
-        if req.max_inline_data > self.limits.max_inline_data {
-            return Err(Response::error(Status::BadParam, req.max_inline_data));
-        }
-        if !self.pds.contains_key(&req.pdn) {
-            return Err(Response::error(Status::NotFound, req.pdn));
-        }
-        if !self.cqs.contains_key(&req.cqn) {
-            return Err(Response::error(Status::NotFound, req.cqn));
-        }
-        let stride = shared_sq_stride(req.max_send_sge, req.max_inline_data);
-        let ring = PagedBuffer::load(&req.ring, 0, u64::from(n) * u64::from(stride), env.r)
-            .map_err(page_list_error)?;
-        let ssqn = (1..=MAX_SHARED_SQS as u32)
-            .find(|s| !self.shared_sqs.queues.contains_key(s))
-            .ok_or(Response::error(Status::NoResources, 0))?;
-        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::SharedSq(ssqn))?;
-        env.doorbells.write32(slot_offset(page, slot), 0);
-        if let Some(cq) = self.cqs.get_mut(&req.cqn) {
-            cq.users += 1;
-        }
-        if let Some(pd) = self.pds.get_mut(&req.pdn) {
-            pd.users += 1;
-        }
-        self.shared_sqs.created += 1;
-        let q = SharedSq {
-            generation: self.shared_sqs.created,
-            pdn: req.pdn,
-            wq: WorkQueue::new(ring, n, stride, slot_offset(page, slot)),
-            caps: QpCaps {
-                max_send_sge: req.max_send_sge,
-                max_recv_sge: 0,
-                max_inline_data: req.max_inline_data,
-            },
-            cqn: req.cqn,
-            window: VecDeque::new(),
-            retired: 0,
-        };
-        self.shared_sqs.queues.insert(ssqn, q);
-        Ok(reply(&CreateSharedSqResp {
-            ssqn,
-            reserved: 0,
-            doorbell: DoorbellSlot { page, slot },
-        }))
-    }
-
-    /// `DESTROY_SHARED_SQ`. WQEs its QPs still hold run on; their completions go nowhere.
-    pub(super) fn destroy_shared_sq(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let q = self
-            .shared_sqs
-            .queues
-            .remove(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if let Some(cq) = self.cqs.get_mut(&q.cqn) {
-            cq.users = cq.users.saturating_sub(1);
-        }
-        if let Some(pd) = self.pds.get_mut(&q.pdn) {
-            pd.users = pd.users.saturating_sub(1);
-        }
-        self.free_slots_of(SlotOwner::SharedSq(req.handle));
-        Ok(Response::ok(Vec::new()))
-    }
-
     /// Hands the WQEs posted to shared send queues since the last look to their QPs.
     /// Returns whether anything was taken.
     pub(super) fn run_shared_sqs(&mut self, env: &Env) -> bool {
@@ -304,7 +208,7 @@ impl RdmaState {
                 let cqe = Cqe {
                     wr_id: o.op.wqe.wr_id,
                     qp_num: qpn,
-                    opcode: super::completer::send_completion(o.op.wqe.opcode),
+                    opcode: super::wqe::send_completion(o.op.wqe.opcode),
                     status: WcStatus::WrFlushErr as u8,
                     ..Cqe::default()
                 };

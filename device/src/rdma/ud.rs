@@ -13,14 +13,16 @@ use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, GRH_LEN, QKEY_USE_OWN, UD_MAX_PAYLOA
 use rnic_abi::verbs::{attr, send_flags, wc, wc_flags, wr, Cqe, ModifyQpReq, QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::mr::Access;
+use super::env::Env;
+use super::error::VerbsError;
+use super::mkey::Access;
 use super::qp::Qp;
 use super::recv::Drop;
-use super::requester::{self, gather, scatter_gather, OpState};
+use super::requester::{self, gather, scatter_gather};
 use super::wire::{Route, Wire};
+use super::wqe::OpState;
 use super::wqe::SendOp;
-use super::{Env, RdmaState};
-use crate::commands::Response;
+use super::RdmaState;
 use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
 use crate::roce::psn;
 use rnic_abi::cmd::Status;
@@ -51,6 +53,13 @@ impl UdTable {
     pub fn remove(&mut self, qpn: u32) {
         self.qkeys.remove(&qpn);
     }
+
+    /// Records the Q_Key a modify of UD QP `qpn` set.
+    pub fn set_qkey(&mut self, qpn: u32, qkey: u32) {
+        if let Some(q) = self.qkeys.get_mut(&qpn) {
+            *q = qkey;
+        }
+    }
 }
 
 /// (required, optional) attributes of a UD QP's transition, as the IB spec's QP state
@@ -74,7 +83,7 @@ pub fn transition(from: QpState, to: QpState) -> Option<(u32, u32)> {
 
 /// Splits a `MODIFY_QP` body into the `ModifyQpReq` and the Q_Key that follows it when
 /// the mask has `QKEY` (and only then).
-pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
+pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), VerbsError> {
     let base = size_of::<ModifyQpReq>();
     let Some((req, ext)) = body.split_at_checked(base) else {
         return Ok((body, None));
@@ -86,7 +95,7 @@ pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
     let q = ModifyQpQkey::read_from_bytes(ext)
         .ok()
         .filter(|q| q.reserved == 0)
-        .ok_or(Response::error(Status::BadParam, body.len() as u32))?;
+        .ok_or(VerbsError::new(Status::BadParam, body.len() as u32))?;
     Ok((req, Some(q.qkey)))
 }
 
@@ -94,7 +103,7 @@ pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
 /// happened. Every WQE is done once its packet is built: UD has no acknowledgement.
 pub fn run_send(
     qp: &mut Qp,
-    mrs: &super::mr::MrTable,
+    mrs: &super::mkey::mr::MrTable,
     env: &Env,
     wire: &mut Wire,
     own_qkey: u32,
@@ -127,7 +136,7 @@ pub fn run_send(
 fn send_datagram(
     qp: &mut Qp,
     op: &SendOp,
-    mrs: &super::mr::MrTable,
+    mrs: &super::mkey::mr::MrTable,
     env: &Env,
     wire: &mut Wire,
     own_qkey: u32,
@@ -275,13 +284,6 @@ impl RdmaState {
         cqe.status = status as u8;
         self.complete(qp.recv_cqn, cqe, env);
         Ok(())
-    }
-
-    /// Records the Q_Key a modify of UD QP `qpn` set.
-    pub(super) fn set_qkey(&mut self, qpn: u32, qkey: u32) {
-        if let Some(q) = self.ud.qkeys.get_mut(&qpn) {
-            *q = qkey;
-        }
     }
 }
 

@@ -241,8 +241,10 @@ mod tests {
     use crate::fabric::switch::Switch;
     use crate::fabric::train::{Run, Train, TrainError};
     use crate::pcap::PcapWriter;
-    use crate::rdma::pages::PagedBuffer;
-    use crate::rdma::qp::{Qp, QpCaps, WorkQueue};
+    use crate::rdma::mkey::pages::PagedBuffer;
+    use crate::rdma::qp::Qp;
+    use crate::rdma::wqe::QpCaps;
+    use crate::rdma::wqe::WorkQueue;
     use crate::roce::packet::{opcode as op, Bth, Packet, Reth};
     use crate::roce::psn;
     use rnic_abi::verbs::{QpAttr, QpState};

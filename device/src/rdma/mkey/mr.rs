@@ -1,17 +1,15 @@
-//! Memory regions: registration, keys, and the checks every access makes.
+//! Memory regions: the function's table of keys, and the check every access makes.
 //!
 //! A key is `index << 8 | tag`: the index names a slot in the function's MR table and the
 //! tag changes each time the slot is registered again, so a key kept from an earlier
 //! registration never matches the new one. Lookups are per function, so a VF can only
 //! ever find its own regions, and a key of another PD fails like one that does not exist.
 
-use rnic_abi::verbs::{
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
-};
 use vm_memory::GuestAddress;
 
 use super::indirect::IndirectTable;
-use super::pages::PagedBuffer;
+use super::pages::{PageRuns, PagedBuffer};
+use super::{admits, Access, KeyError};
 
 /// Slots an MR table may have: MR keys leave bit 31 clear, for indirect keys
 /// (`rnic_abi::mkey::INDIRECT_KEY_BIT`).
@@ -30,56 +28,6 @@ pub struct Mr {
     pub buffer: PagedBuffer,
     /// Cleared by LOCAL_INV or SEND with invalidate: the key stops working.
     pub valid: bool,
-}
-
-/// What an access wants to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Read local memory (send data, WRITE source): any valid MR allows it.
-    LocalRead,
-    /// Write local memory (receive, READ response, atomic result).
-    LocalWrite,
-    /// A remote RDMA WRITE.
-    RemoteWrite,
-    /// A remote RDMA READ.
-    RemoteRead,
-    /// The responses of a remote READ the responder accepted (a [`Access::RemoteRead`]
-    /// check passed for it), sent or resent: what a consumed one-shot READ grant still
-    /// allows.
-    ReadResponse,
-    /// A remote atomic.
-    RemoteAtomic,
-}
-
-impl Access {
-    fn required_flag(self) -> u32 {
-        match self {
-            Access::LocalRead => 0,
-            Access::LocalWrite => ACCESS_LOCAL_WRITE,
-            Access::RemoteWrite => ACCESS_REMOTE_WRITE,
-            Access::RemoteRead | Access::ReadResponse => ACCESS_REMOTE_READ,
-            Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
-        }
-    }
-}
-
-/// Why an access was refused. All of these look alike to a remote peer (a remote access
-/// error): a forged key is indistinguishable from a missing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyError {
-    /// No region has this key (never registered, deregistered, or another function's).
-    NoSuchKey,
-    /// The region was invalidated.
-    Invalidated,
-    /// The region belongs to another protection domain.
-    OtherPd,
-    /// The region does not allow this access.
-    NoAccess,
-    /// The range is not inside the region.
-    OutOfRange,
-    /// The key was reserved for a registration through a control queue that has not run
-    /// yet ([`crate::rdma::ctrlq`]): a local access waits for it.
-    Pending,
 }
 
 /// A key reserved with `RESERVE_MKEYS` that holds no region (yet).
@@ -326,9 +274,10 @@ impl MrTable {
         len: u64,
     ) -> Result<Runs<'_>, KeyError> {
         if IndirectTable::owns(key) {
+            let direct = |key, at, n| self.check(key, pdn, access, at, n);
             return self
                 .indirect
-                .check(self, key, pdn, access, addr, len)
+                .check(key, pdn, access, addr, len, direct)
                 .map(|runs| Runs::Listed(runs.into_iter()));
         }
         let Some(mr) = self.get(key) else {
@@ -348,7 +297,7 @@ impl MrTable {
 #[derive(Debug, Clone)]
 pub enum Runs<'a> {
     /// Of a memory region: read off its page list as they are walked.
-    Pages(super::pages::PageRuns<'a>),
+    Pages(PageRuns<'a>),
     /// Of an indirect key: gathered from the regions it names.
     Listed(std::vec::IntoIter<(GuestAddress, usize)>),
 }
@@ -371,30 +320,10 @@ impl Iterator for Runs<'_> {
     }
 }
 
-/// Whether a key that is `valid`, of `key_pdn` with `key_access` flags, lets a QP of
-/// `pdn` do `access`.
-pub fn admits(
-    valid: bool,
-    key_pdn: u32,
-    key_access: u32,
-    pdn: u32,
-    access: Access,
-) -> Result<(), KeyError> {
-    if !valid {
-        return Err(KeyError::Invalidated);
-    }
-    if key_pdn != pdn {
-        return Err(KeyError::OtherPd);
-    }
-    if key_access & access.required_flag() != access.required_flag() {
-        return Err(KeyError::NoAccess);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ};
 
     fn region(pdn: u32, access: u32) -> Mr {
         let (_, buffer) = super::super::pages::one_page(0x100, 0x200);

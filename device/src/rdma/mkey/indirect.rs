@@ -1,8 +1,8 @@
 //! Indirect and pattern memory keys (`rnic_abi::mkey`): keys that own no memory and map
 //! their zero-based range onto ranges of MR keys.
 //!
-//! They live in their own table inside the [`MrTable`], under keys with
-//! [`INDIRECT_KEY_BIT`] set, so [`MrTable::check`] resolves them wherever an MR key is
+//! They live in their own table inside the [`super::mr::MrTable`], under keys with
+//! [`INDIRECT_KEY_BIT`] set, so [`super::mr::MrTable::check`] resolves them wherever an MR key is
 //! accepted: the requester's SGEs, the responder's rkeys, the completer's READ targets.
 //! An access is checked against the key (validity, PD, access flags, length) and then,
 //! range by range, against each direct key it reaches; the runs are only returned once
@@ -15,19 +15,10 @@
 
 use std::collections::BTreeMap;
 
-use rnic_abi::cmd::Status;
-use rnic_abi::mkey::{
-    CreateIndirectKeyReq, CreatePatternKeyReq, INDIRECT_KEY_BIT, KEY_ONE_SHOT_READ,
-    MAX_INDIRECT_ENTRIES, MAX_PATTERN_REPEAT,
-};
-use rnic_abi::verbs::{RegMrResp, Sge, ACCESS_REMOTE_READ};
+use rnic_abi::mkey::INDIRECT_KEY_BIT;
 use vm_memory::GuestAddress;
-use zerocopy::FromBytes;
 
-use super::mr::{admits, Access, KeyError, MrTable};
-use super::{check_mr_access, decode, reply, RdmaState};
-use crate::commands::Response;
-use crate::resources::Resource;
+use super::{admits, Access, KeyError};
 
 /// How a key's range maps onto direct keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,16 +191,17 @@ impl IndirectTable {
         Ok(())
     }
 
-    /// [`MrTable::check`] for an indirect or pattern key: the key's own checks, then
-    /// every direct range it reaches in `mrs`.
-    pub fn check(
+    /// [`super::mr::MrTable::check`] for an indirect or pattern key: the key's own checks, then
+    /// every direct range it reaches, which `direct(key, addr, len)` checks (the MR
+    /// table's own check).
+    pub fn check<R: IntoIterator<Item = (GuestAddress, usize)>>(
         &self,
-        mrs: &MrTable,
         key: u32,
         pdn: u32,
         access: Access,
         addr: u64,
         len: u64,
+        mut direct: impl FnMut(u32, u64, u64) -> Result<R, KeyError>,
     ) -> Result<Vec<(GuestAddress, usize)>, KeyError> {
         let k = self.keys.get(&key).ok_or(KeyError::NoSuchKey)?;
         admits(k.valid, k.pdn, k.access, pdn, access)?;
@@ -225,140 +217,17 @@ impl IndirectTable {
         let mut runs = Vec::new();
         k.layout.pieces(addr, len, |key, at, n| {
             // Entries name MR keys only (checked at creation): this does not recurse.
-            runs.extend(mrs.check(key, pdn, access, at, n)?);
+            runs.extend(direct(key, at, n)?);
             Ok(())
         })?;
         Ok(runs)
     }
 }
 
-/// Checks that `key` is a valid direct key of `pdn` covering `[addr, addr + len)`.
-fn check_target(
-    mrs: &MrTable,
-    pdn: u32,
-    key: u32,
-    addr: u64,
-    len: u64,
-    index: u32,
-) -> Result<(), Response> {
-    if IndirectTable::owns(key) || len == 0 {
-        return Err(Response::error(Status::BadParam, index));
-    }
-    mrs.check(key, pdn, Access::LocalRead, addr, len)
-        .map(drop)
-        .map_err(|e| match e {
-            KeyError::NoSuchKey => Response::error(Status::NotFound, key),
-            _ => Response::error(Status::BadParam, index),
-        })
-}
-
-impl RdmaState {
-    /// `CREATE_INDIRECT_KEY`.
-    pub(super) fn create_indirect_key(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let head = size_of::<CreateIndirectKeyReq>();
-        let req: CreateIndirectKeyReq = decode(body.get(..head).unwrap_or(body))?;
-        let n = req.num_entries;
-        if n == 0 || n > MAX_INDIRECT_ENTRIES {
-            return Err(Response::error(Status::BadParam, n));
-        }
-        // A one-shot grant is for remote READ only.
-        let grant = match req.flags {
-            0 => Grant::Lasting,
-            KEY_ONE_SHOT_READ if req.access == ACCESS_REMOTE_READ => Grant::OneShot,
-            _ => return Err(Response::error(Status::BadParam, req.flags)),
-        };
-        let entries = <[Sge]>::ref_from_bytes(&body[head..])
-            .ok()
-            .filter(|e| e.len() == n as usize)
-            .ok_or(Response::error(Status::BadParam, body.len() as u32))?;
-        self.check_key_header(req.pdn, req.access)?;
-        let mut list = Vec::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            let len = u64::from(e.length);
-            check_target(&self.mrs, req.pdn, e.lkey, e.addr, len, i as u32)?;
-            list.push((e.lkey, e.addr, len));
-        }
-        self.add_indirect_key(req.pdn, req.access, Layout::List(list), grant)
-    }
-
-    /// `CREATE_PATTERN_KEY`.
-    pub(super) fn create_pattern_key(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: CreatePatternKeyReq = decode(body)?;
-        let (byte_count, repeat) = (u64::from(req.byte_count), u64::from(req.repeat));
-        if byte_count == 0
-            || repeat == 0
-            || req.repeat > MAX_PATTERN_REPEAT
-            || req.stride < byte_count
-            || req.reserved != 0
-        {
-            return Err(Response::error(Status::BadParam, 0));
-        }
-        self.check_key_header(req.pdn, req.access)?;
-        // The blocks' span: from the first block's start to the last one's end.
-        let span = req
-            .stride
-            .checked_mul(repeat - 1)
-            .and_then(|s| s.checked_add(byte_count))
-            .ok_or(Response::error(Status::BadParam, 0))?;
-        check_target(&self.mrs, req.pdn, req.base_key, req.base_addr, span, 0)?;
-        let layout = Layout::Pattern {
-            base_key: req.base_key,
-            base_addr: req.base_addr,
-            byte_count,
-            stride: req.stride,
-            repeat,
-        };
-        self.add_indirect_key(req.pdn, req.access, layout, Grant::Lasting)
-    }
-
-    /// The checks both commands make of the PD and the access flags.
-    fn check_key_header(&self, pdn: u32, access: u32) -> Result<(), Response> {
-        if !self.pds.contains_key(&pdn) {
-            return Err(Response::error(Status::NotFound, pdn));
-        }
-        check_mr_access(access)
-    }
-
-    fn add_indirect_key(
-        &mut self,
-        pdn: u32,
-        access: u32,
-        layout: Layout,
-        grant: Grant,
-    ) -> Result<Response, Response> {
-        if layout.length() > self.limits.max_mr_size {
-            return Err(Response::error(Status::BadParam, 0));
-        }
-        // An indirect key counts as an MR against the function's quota.
-        self.charge(Resource::Mr, 1)?;
-        let key = self.mrs.indirect.insert(IndirectKey {
-            pdn,
-            access,
-            layout,
-            valid: true,
-            grant,
-        });
-        Ok(reply(&RegMrResp {
-            lkey: key,
-            rkey: key,
-        }))
-    }
-
-    /// `DEREG_MR` of an indirect or pattern key.
-    pub(super) fn destroy_indirect_key(&mut self, key: u32) -> Result<Response, Response> {
-        self.mrs
-            .indirect
-            .remove(key)
-            .ok_or(Response::error(Status::NotFound, key))?;
-        self.release(Resource::Mr, 1);
-        Ok(Response::ok(Vec::new()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::mr::Mr;
+    use crate::rdma::mkey::mr::{Mr, MrTable};
     use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 
     /// A table with two regions of PD 1: one at iova 0x1000 (0x200 bytes, remote write
@@ -366,7 +235,7 @@ mod tests {
     fn table() -> (MrTable, u32, u32) {
         let mut t = MrTable::new(8);
         let mut region = |iova: u64, access: u32| {
-            let (_, buffer) = crate::rdma::pages::one_page(0, 0x200);
+            let (_, buffer) = crate::rdma::mkey::pages::one_page(0, 0x200);
             t.insert(Mr {
                 pdn: 1,
                 access,
