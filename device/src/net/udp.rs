@@ -88,7 +88,7 @@
 //! and a run is cut back into its datagrams here. Every datagram goes to the function's receive
 //! checks as its canonical frame, so that what is dropped (too short, another transport
 //! version, an unknown opcode, a bad ICRC, ...) is counted there by reason
-//! ([`crate::rdma::recv::DropCounters`]); only a datagram larger than the receive buffer
+//! ([`crate::rdma::drops::DropCounters`]); only a datagram larger than the receive buffer
 //! (impossible over IPv4) is dropped here.
 
 use std::borrow::Cow;

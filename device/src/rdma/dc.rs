@@ -22,13 +22,13 @@ use rnic_abi::verbs::{QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::completer;
+use super::drops::Drop;
 use super::env::Env;
 use super::error::VerbsError;
 use super::mkey::mr::MrTable;
 use super::qp::Qp;
-use super::recv::Drop;
-use super::requester::{self, Admit, RequesterState};
-use super::responder::ResponderState;
+use super::qp::{Admit, RequesterState, ResponderState};
+use super::requester;
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
 use super::RdmaState;

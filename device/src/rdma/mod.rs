@@ -14,6 +14,7 @@ pub mod completer;
 pub mod cq;
 pub mod ctrlq;
 pub mod dc;
+pub mod drops;
 pub mod env;
 pub mod error;
 pub mod handover;
@@ -49,7 +50,7 @@ use crate::resources::ResourcePool;
 use cq::{CompletionQueue, EventQueue, Posted};
 use env::Env;
 use mkey::mr::MrTable;
-use qp::Qp;
+use qp::{Flushed, Qp};
 use wqe::{RecvOp, WqeError};
 
 /// Counters of the function's RDMA engine.
@@ -67,7 +68,7 @@ pub struct Counters {
     /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
     /// The frames of `rx_dropped` that the transport dropped, by reason.
-    pub drops: recv::DropCounters,
+    pub drops: drops::DropCounters,
 }
 
 /// A protection domain: only a count of what uses it.
@@ -127,8 +128,8 @@ pub struct RdmaState {
     departed: std::collections::BTreeSet<u32>,
     /// Which function this is, for its warnings.
     function: FunctionId,
-    /// The drops explained so far (see [`recv::explain`]).
-    explained: recv::Explained,
+    /// The drops explained so far (see [`drops::explain`]).
+    explained: drops::Explained,
 }
 
 use rnic_abi::verbs::FIRST_QPN;
@@ -216,6 +217,26 @@ impl RdmaState {
         }
     }
 
+    /// Moves `qp` to the error state by itself (not by a modify), tells the driver with
+    /// `QP_FATAL`, and flushes its queues (see [`Qp::set_error`]).
+    pub fn enter_error(&mut self, qp: &mut Qp, env: &Env) {
+        if qp.set_error() {
+            self.post_event(env, event::QP_FATAL, qp.qpn);
+        }
+        self.flush_queues(qp, env);
+    }
+
+    /// Flushes `qp`'s queues ([`Qp::flush_queues`]), posting the completions.
+    pub fn flush_queues(&mut self, qp: &mut Qp, env: &Env) {
+        let on_srq = self.srq_of(qp.qpn).is_some();
+        qp.flush_queues(env, on_srq, |f| match f {
+            Flushed::Cq(cqn, cqe) => {
+                self.complete(cqn, cqe, env);
+            }
+            Flushed::Shared(from, cqe) => self.finish_shared(from, cqe, true, env),
+        });
+    }
+
     /// Posts an async event to the EQ.
     pub fn post_event(&mut self, env: &Env, event_type: u8, object: u32) {
         if let Some((_, eq)) = &mut self.eq {
@@ -256,7 +277,7 @@ impl RdmaState {
     /// completes with `WR_FLUSH_ERR`.
     pub fn flush_qp(&mut self, qpn: u32, env: &Env) {
         if let Some(mut qp) = self.qps.remove(&qpn) {
-            completer::flush_queues(self, &mut qp, env);
+            self.flush_queues(&mut qp, env);
             self.qps.insert(qpn, qp);
         }
         self.reschedule(qpn);
@@ -390,7 +411,7 @@ impl RdmaState {
             self.counters.tx_packets += wire.packets_since(before);
             completer::retire(self, &mut qp, env, now);
             if qp.state == QpState::Err {
-                completer::flush_queues(self, &mut qp, env);
+                self.flush_queues(&mut qp, env);
             }
             progress |= ran;
             self.qps.insert(qpn, qp);
@@ -428,7 +449,7 @@ impl RdmaState {
             Err(recv::Refused::Foreign(u)) => {
                 let (qpn, opcode) = (u.bth.dest_qp, u.bth.opcode);
                 let qp = self.qps.get(&qpn).map(|qp| &**qp);
-                let why = qp.map_or(recv::Drop::UnknownQp, |_| recv::unsupported(opcode));
+                let why = qp.map_or(drops::Drop::UnknownQp, |_| drops::unsupported(opcode));
                 log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: {why:?}");
                 let dropped = self.dropped(qpn, qp, opcode, u.src_ip, 0);
                 self.drop_explained(why, &dropped, frame.packets());
@@ -440,7 +461,7 @@ impl RdmaState {
             let (opcode, len) = (pkt.hdrs.bth.opcode, pkt.payload.len());
             log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: UnknownQp");
             let dropped = self.dropped(qpn, None, opcode, pkt.src_ip, len);
-            self.drop_explained(recv::Drop::UnknownQp, &dropped, frame.packets());
+            self.drop_explained(drops::Drop::UnknownQp, &dropped, frame.packets());
             return;
         };
         received.push(qpn);
@@ -507,7 +528,7 @@ impl RdmaState {
                 }
                 None => {
                     log::error!("qp {:#x}: a train's held payload cannot be read", qp.qpn);
-                    self.count_drops(recv::Drop::Length, u64::from(run.count));
+                    self.count_drops(drops::Drop::Length, u64::from(run.count));
                 }
             }
             if buf.capacity() > 0 {
@@ -559,7 +580,7 @@ impl RdmaState {
         env: &Env,
         wire: &mut wire::Wire,
         now: Instant,
-    ) -> Result<(), recv::Drop> {
+    ) -> Result<(), drops::Drop> {
         recv::check(qp, pkt, payload.len())?;
         if recv::is_request(pkt.hdrs.bth.opcode) {
             responder::on_request(self, qp, pkt, payload, env, wire)
@@ -575,7 +596,7 @@ impl RdmaState {
         qp: &Qp,
         pkt: &crate::roce::packet::Packet,
         (count, payload_len): (u32, usize),
-        taken: Result<(), recv::Drop>,
+        taken: Result<(), drops::Drop>,
     ) {
         match taken {
             Ok(()) => self.counters.rx_packets += u64::from(count),
@@ -594,38 +615,38 @@ impl RdmaState {
     }
 
     /// Counts `packets` packets dropped for `why`.
-    fn count_drops(&mut self, why: recv::Drop, packets: u64) {
+    fn count_drops(&mut self, why: drops::Drop, packets: u64) {
         self.counters.rx_dropped += packets;
         self.counters.drops.count(why, packets);
     }
 
     /// Counts `packets` packets of `dropped` dropped for `why`, and if the user can act on
-    /// the reason ([`recv::explainable`]) and this is its first drop for the QP, explains
+    /// the reason ([`drops::explainable`]) and this is its first drop for the QP, explains
     /// it at warn level; later ones are counted only.
-    fn drop_explained(&mut self, why: recv::Drop, dropped: &recv::Dropped, packets: u64) {
+    fn drop_explained(&mut self, why: drops::Drop, dropped: &drops::Dropped, packets: u64) {
         self.count_drops(why, packets);
-        if !recv::explainable(why, dropped.opcode) {
+        if !drops::explainable(why, dropped.opcode) {
             return;
         }
         let f = self.function;
         match self.explained.note(dropped.qpn, why) {
-            recv::Verdict::Explain => {
-                if let Some(text) = recv::explain(why, dropped) {
+            drops::Verdict::Explain => {
+                if let Some(text) = drops::explain(why, dropped) {
                     log::warn!("{f}: {text}");
                 }
             }
-            recv::Verdict::Suppress => log::warn!(
+            drops::Verdict::Suppress => log::warn!(
                 "{f}: drops of {} QP and reason pairs explained: drops of further pairs are \
                  only counted (see the drop counters at exit; RUST_LOG=trace logs each)",
-                recv::Explained::MAX
+                drops::Explained::MAX
             ),
-            recv::Verdict::Count => {}
+            drops::Verdict::Count => {}
         }
     }
 
     /// A drop of an `opcode` packet with `payload_len` bytes of payload from `src_ip` for
     /// QP `qpn`, which is `qp` if the function has it (a QP taking a packet is out of
-    /// `qps`), as [`recv::explain`] describes it.
+    /// `qps`), as [`drops::explain`] describes it.
     fn dropped(
         &self,
         qpn: u32,
@@ -633,14 +654,14 @@ impl RdmaState {
         opcode: u8,
         src_ip: [u8; 4],
         payload_len: usize,
-    ) -> recv::Dropped {
+    ) -> drops::Dropped {
         let transport = qp.map(|_| self.transport_of(qpn));
         let max_payload = match (qp, transport) {
-            (_, Some(recv::QpTransport::Ud)) => rnic_abi::ud::UD_MAX_PAYLOAD,
+            (_, Some(drops::QpTransport::Ud)) => rnic_abi::ud::UD_MAX_PAYLOAD,
             (Some(qp), _) => qp::mtu(&qp.attr),
             (None, _) => 0,
         };
-        recv::Dropped {
+        drops::Dropped {
             qpn,
             qp: transport,
             opcode,
@@ -651,15 +672,15 @@ impl RdmaState {
     }
 
     /// The transport of QP `qpn`.
-    fn transport_of(&self, qpn: u32) -> recv::QpTransport {
+    fn transport_of(&self, qpn: u32) -> drops::QpTransport {
         if self.ud.qkey(qpn).is_some() {
-            recv::QpTransport::Ud
+            drops::QpTransport::Ud
         } else if self.dc.is_dci(qpn) {
-            recv::QpTransport::DcInitiator
+            drops::QpTransport::DcInitiator
         } else if self.dc.is_dct(qpn) {
-            recv::QpTransport::DcTarget
+            drops::QpTransport::DcTarget
         } else {
-            recv::QpTransport::Rc
+            drops::QpTransport::Rc
         }
     }
 

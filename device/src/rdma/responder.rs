@@ -9,7 +9,6 @@
 //! WRITE packet, makes an ACK due, and [`flush_ack`] sends one ACK for the latest PSN
 //! executed once the frames that arrived together are handled. NAKs go at once.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rnic_abi::verbs::{
@@ -18,14 +17,13 @@ use rnic_abi::verbs::{
 };
 use vm_memory::GuestMemoryBackend;
 
+use super::drops;
 use super::env::Env;
 use super::mkey::Access;
-use super::qp::{mtu, Qp};
-use super::recv;
+use super::qp::{mtu, Inbound, Qp, Resource};
 use super::requester::ACK_INTERVAL;
 use super::requester::{append_from_memory, scatter_gather};
 use super::wire::Wire;
-use super::wqe::RecvOp;
 use super::RdmaState;
 use crate::fabric::held::{Held, Payload};
 use crate::fabric::train::Run;
@@ -34,73 +32,6 @@ use crate::roce::packet::{
     DEFAULT_PKEY,
 };
 use crate::roce::psn;
-
-/// A message in progress across several packets.
-#[derive(Debug, Clone)]
-pub enum Inbound {
-    /// A SEND filling receive WQE `recv`.
-    Send {
-        /// The receive WQE.
-        recv: RecvOp,
-        /// Bytes placed so far.
-        offset: u64,
-    },
-    /// A WRITE.
-    Write {
-        /// Address of the next byte.
-        va: u64,
-        /// The rkey.
-        rkey: u32,
-        /// Bytes the RETH announced.
-        len: u64,
-        /// Bytes placed so far.
-        offset: u64,
-    },
-}
-
-/// What a duplicate READ or atomic is answered from.
-#[derive(Debug, Clone, Copy)]
-enum Resource {
-    Read {
-        first_psn: u32,
-        npsn: u32,
-        va: u64,
-        rkey: u32,
-        len: u32,
-    },
-    Atomic {
-        psn: u32,
-        orig: u64,
-    },
-}
-
-/// Responder state of a QP.
-#[derive(Debug, Default)]
-pub struct ResponderState {
-    /// PSN expected next.
-    pub epsn: u32,
-    /// Messages completed (24 bits).
-    pub msn: u32,
-    /// A multi-packet message in progress.
-    pub cur: Option<Inbound>,
-    /// A PSN-sequence NAK was sent and the expected PSN has not arrived since.
-    nak_sent: bool,
-    /// Answers kept for duplicate READs and atomics, oldest first.
-    resources: VecDeque<Resource>,
-    /// The first request arrived (COMM_EST was reported).
-    established: bool,
-    /// An ACK is due for this PSN (see [`flush_ack`]).
-    ack_due: Option<u32>,
-    /// Packets executed since the last ACK was sent.
-    unacked: u32,
-}
-
-impl ResponderState {
-    /// Starts the responder when the QP enters RTR.
-    pub fn start(&mut self, rq_psn: u32) {
-        self.epsn = rq_psn & 0xFF_FFFF;
-    }
-}
 
 /// A responder-side failure: the NAK code to send and, where a receive WQE was consumed,
 /// the status its completion reports.
@@ -148,7 +79,7 @@ pub fn flush_ack(qp: &mut Qp, wire: &mut Wire) {
 }
 
 /// Handles a request packet for `qp`. A request ahead of the expected PSN, or a duplicate
-/// READ or atomic no longer remembered, is not executed: `Err(recv::Drop::Psn)`.
+/// READ or atomic no longer remembered, is not executed: `Err(drops::Drop::Psn)`.
 pub fn on_request(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -156,7 +87,7 @@ pub fn on_request(
     payload: Payload,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let bth = pkt.hdrs.bth;
     if qp.state == QpState::Rtr && !qp.resp.established {
         qp.resp.established = true;
@@ -173,7 +104,7 @@ pub fn on_request(
             let epsn = qp.resp.epsn;
             send_ack(qp, wire, epsn, Aeth::nak(nak::PSN_SEQ_ERROR));
         }
-        return Err(recv::Drop::Psn);
+        return Err(drops::Drop::Psn);
     }
     qp.resp.nak_sent = false;
     if super::ctrlq::remote_key_pending(&rdma.mrs, qp.pdn, &pkt.hdrs) {
@@ -212,7 +143,7 @@ pub fn on_run(
     run: Run,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     qp.resp.nak_sent = false;
     answer(rdma, qp, &run.packet, run.payload, run.count, env, wire);
     Ok(())
@@ -257,7 +188,7 @@ fn answer(
             if let Some(event) = event {
                 rdma.post_event(env, event, qp.qpn);
             }
-            super::completer::enter_error(rdma, qp, env);
+            rdma.enter_error(qp, env);
         }
     }
 }
@@ -760,7 +691,7 @@ fn duplicate(
     pkt: &Packet,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let p = pkt.hdrs.bth.psn;
     match pkt.hdrs.bth.opcode {
         op::RC_RDMA_READ_REQUEST => {
@@ -778,7 +709,7 @@ fn duplicate(
                 }
                 _ => None,
             });
-            let (first_psn, npsn, va, rkey, len) = found.ok_or(recv::Drop::Psn)?;
+            let (first_psn, npsn, va, rkey, len) = found.ok_or(drops::Drop::Psn)?;
             let from = p.wrapping_sub(first_psn) & 0xFF_FFFF;
             // A key that fails now sends nothing: the requester's timer ends it.
             let _ = send_read_responses(rdma, qp, env, wire, first_psn, npsn, va, rkey, len, from);
@@ -788,7 +719,7 @@ fn duplicate(
                 Resource::Atomic { psn, orig } if psn == p => Some(orig),
                 _ => None,
             });
-            send_atomic_ack(qp, wire, p, orig.ok_or(recv::Drop::Psn)?);
+            send_atomic_ack(qp, wire, p, orig.ok_or(drops::Drop::Psn)?);
         }
         // Answered by the ACK owed for the batch: a go-back-N burst of duplicates draws
         // one ACK, not one each.

@@ -13,11 +13,11 @@ use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, GRH_LEN, QKEY_USE_OWN, UD_MAX_PAYLOA
 use rnic_abi::verbs::{attr, send_flags, wc, wc_flags, wr, Cqe, ModifyQpReq, QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
+use super::drops::Drop;
 use super::env::Env;
 use super::error::VerbsError;
 use super::mkey::Access;
 use super::qp::Qp;
-use super::recv::Drop;
 use super::requester::{self, gather, scatter_gather};
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
