@@ -3,7 +3,7 @@
 //! send-queue order: exactly one completion per signaled WQE, and one per WQE of any kind
 //! that fails or is flushed.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rnic_abi::verbs::{wr, Cqe, WcStatus};
 use vm_memory::Bytes;
@@ -18,26 +18,14 @@ use super::wqe::{send_completion, OpState};
 use super::RdmaState;
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
-use crate::roce::packet::{nak, opcode as op, AethKind, Packet};
+use crate::roce::packet::{nak, opcode as op, rnr_delay, AethKind, Packet};
 use crate::roce::psn;
-
-/// The RNR NAK timer values of the IB spec (table 45), in microseconds, by code.
-const RNR_TIMER_US: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
-    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
-    245_760, 327_680, 491_520,
-];
 
 /// Answers that arrive this many PSNs past a missing READ response or atomic ACK mean it
 /// was lost, not overtaken: a network reorders by a packet or two if at all, and the
 /// responder sends its answers in PSN order. The READ or atomic is then asked again at
 /// once, for what is missing, instead of waiting for the retransmission timer.
 const REORDER_TOLERANCE: i32 = 3;
-
-/// How long an RNR NAK with timer `code` asks the requester to wait.
-pub fn rnr_delay(code: u8) -> Duration {
-    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
-}
 
 /// Handles a response packet (ACK, NAK, READ response, atomic ACK) for `qp`. A response
 /// to a PSN never sent is dropped: it cannot be genuine, and would acknowledge requests

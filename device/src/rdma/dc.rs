@@ -21,24 +21,21 @@ use rnic_abi::dc::DcSendWqe;
 use rnic_abi::verbs::{QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::completer;
 use super::drops::Drop;
 use super::env::Env;
 use super::error::VerbsError;
 use super::mkey::mr::MrTable;
-use super::qp::Qp;
-use super::qp::{Admit, RequesterState, ResponderState};
+use super::qp::{Admit, Qp, RequesterState, ResponderState};
 use super::requester;
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
-use super::RdmaState;
 use crate::roce::packet::{
-    nak, opcode as op, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
+    nak, opcode as op, rnr_delay, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
 };
 use crate::roce::psn;
 
 /// The RNR timer code a busy DCT answers with (0.64 ms, IB table 45 code 3... see
-/// `completer::rnr_delay`).
+/// [`rnr_delay`]).
 const BUSY_RNR_TIMER: u8 = 3;
 /// The handshake timeout of a DCI whose `timeout` attribute is 0 (no RC timer).
 const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -350,26 +347,35 @@ pub fn run(
     progress | requester::run(qp, mrs, env, wire, now, retransmits)
 }
 
-impl RdmaState {
+/// What [`DcTable::receive`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DcPacket {
+    /// Took it.
+    Taken,
+    /// Took a DCT's refusal of the DCI's connection: the DCI's first WQE failed, and
+    /// completes now (the caller retires it).
+    Refused,
+}
+
+impl DcTable {
     /// Takes the packets only DC QPs handle: a DCI's handshake answers and a DCT's
     /// handshakes. `None`: an ordinary RC packet, for the responder or completer.
-    pub(super) fn receive_dc(
+    pub fn receive(
         &mut self,
         qp: &mut Qp,
         pkt: &Packet,
-        env: &Env,
         wire: &mut Wire,
         now: Instant,
-    ) -> Option<Result<(), Drop>> {
+    ) -> Option<Result<DcPacket, Drop>> {
         let control = crate::roce::packet::opcode_info(pkt.hdrs.bth.opcode)
             .is_some_and(|i| i.is_dc_control());
-        let role = self.dc.roles.get_mut(&qp.qpn)?;
+        let role = self.roles.get_mut(&qp.qpn)?;
         match role {
             Role::Dct { key, peer } => {
                 if !control {
                     return None;
                 }
-                Some(on_handshake(qp, *key, peer, pkt, wire))
+                Some(on_handshake(qp, *key, peer, pkt, wire).map(|()| DcPacket::Taken))
             }
             Role::Dci(link) => {
                 if control {
@@ -401,7 +407,7 @@ impl RdmaState {
                     Some(AethKind::RnrNak { timer }) => {
                         // The DCT serves another DCI: ask again later, without limit.
                         let mut h = h;
-                        h.deadline = now + completer::rnr_delay(timer);
+                        h.deadline = now + rnr_delay(timer);
                         *link = if connecting {
                             Link::Connecting(h)
                         } else {
@@ -422,11 +428,11 @@ impl RdmaState {
                         resume_after(qp, h.psn);
                         *link = Link::Idle;
                         fail_head(qp, status);
-                        completer::retire(self, qp, env, now);
+                        return Some(Ok(DcPacket::Refused));
                     }
                     _ => return Some(Err(Drop::Header)),
                 }
-                Some(Ok(()))
+                Some(Ok(DcPacket::Taken))
             }
         }
     }

@@ -33,13 +33,13 @@ pub mod verbs;
 pub mod wire;
 pub mod wqe;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use rnic_abi::cmd::Limits;
 use rnic_abi::doorbell::{self, SLOTS};
 use rnic_abi::regs::NO_VECTOR;
-use rnic_abi::verbs::{event, Cqe, QpState};
+use rnic_abi::verbs::{event, Cqe, QpState, WcStatus};
 
 use crate::doorbell::DoorbellBar;
 use crate::fabric::frame::Frame;
@@ -51,7 +51,8 @@ use cq::{CompletionQueue, EventQueue, Posted};
 use env::Env;
 use mkey::mr::MrTable;
 use qp::{Flushed, Qp};
-use wqe::{RecvOp, WqeError};
+use shared_sq::Taken;
+use wqe::{send_completion, Op, RecvOp, SharedRef, WqeError};
 
 /// Counters of the function's RDMA engine.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +236,66 @@ impl RdmaState {
             }
             Flushed::Shared(from, cqe) => self.finish_shared(from, cqe, true, env),
         });
+    }
+
+    /// Records that the op from shared send queue entry `from` finished with `cqe` (of
+    /// the QP that carried it), and posts, in order, the completions of the shared queue
+    /// that are due ([`shared_sq::SharedSqTable::finish`]).
+    pub fn finish_shared(&mut self, from: SharedRef, cqe: Cqe, signaled: bool, env: &Env) {
+        if let Some((cqn, due)) = self.shared_sqs.finish(from, cqe, signaled) {
+            for cqe in due {
+                self.complete(cqn, cqe, env);
+            }
+        }
+    }
+
+    /// Finishes with `WR_FLUSH_ERR` the shared queues' ops `ops` held (a QP reset or
+    /// destroyed, whose ops go without completions of their own).
+    pub fn abandon_shared(&mut self, ops: &VecDeque<Op>, qpn: u32, env: &Env) {
+        for o in ops {
+            if let Some(from) = o.shared {
+                let cqe = Cqe {
+                    wr_id: o.op.wqe.wr_id,
+                    qp_num: qpn,
+                    opcode: send_completion(o.op.wqe.opcode),
+                    status: WcStatus::WrFlushErr as u8,
+                    ..Cqe::default()
+                };
+                self.finish_shared(from, cqe, true, env);
+            }
+        }
+    }
+
+    /// Hands the WQEs posted to shared send queues since the last look to their QPs.
+    /// Returns whether anything was taken.
+    fn run_shared_sqs(&mut self, env: &Env) -> bool {
+        let mut progress = false;
+        let numbers: Vec<u32> = self.shared_sqs.queues.keys().copied().collect();
+        for ssqn in numbers {
+            while self.shared_sqs.has_work(ssqn, env) {
+                match self.shared_sqs.take(ssqn, env, &self.qps, &self.ud) {
+                    Taken::Wait => break,
+                    Taken::Queued(qpn, op) => {
+                        if let Some(qp) = self.qps.get_mut(&qpn) {
+                            qp.req.ops.push_back(*op);
+                        }
+                        // The QP has work now: the engine's schedule must give it a turn.
+                        self.reschedule(qpn);
+                    }
+                    Taken::Refused(from, qpn, wr_id, status) => {
+                        let cqe = Cqe {
+                            wr_id,
+                            qp_num: qpn,
+                            status: status as u8,
+                            ..Cqe::default()
+                        };
+                        self.finish_shared(from, cqe, true, env);
+                    }
+                }
+                progress = true;
+            }
+        }
+        progress
     }
 
     /// Posts an async event to the EQ.
@@ -561,9 +622,14 @@ impl RdmaState {
     ) {
         let checked = recv::check_transport(self.transport_of(qp.qpn), pkt.hdrs.bth.opcode);
         let taken = checked.and_then(|()| match self.ud.qkey(qp.qpn) {
-            Some(qkey) => self.receive_datagram(qp, pkt, frame, env, qkey),
-            None => match self.receive_dc(qp, pkt, env, wire, now) {
-                Some(taken) => taken,
+            Some(qkey) => responder::on_datagram(self, qp, pkt, frame, env, qkey),
+            None => match self.dc.receive(qp, pkt, wire, now) {
+                Some(Ok(dc::DcPacket::Taken)) => Ok(()),
+                Some(Ok(dc::DcPacket::Refused)) => {
+                    completer::retire(self, qp, env, now);
+                    Ok(())
+                }
+                Some(Err(why)) => Err(why),
                 None => self.take_rc(qp, pkt, Payload::Bytes(pkt.payload), env, wire, now),
             },
         });

@@ -11,13 +11,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rnic_abi::ud::{GRH_LEN, UD_MAX_PAYLOAD};
 use rnic_abi::verbs::{
     event, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
 use vm_memory::GuestMemoryBackend;
 
-use super::drops;
+use super::drops::{self, Drop};
 use super::env::Env;
 use super::mkey::Access;
 use super::qp::{mtu, Inbound, Qp, Resource};
@@ -29,7 +30,7 @@ use crate::fabric::held::{Held, Payload};
 use crate::fabric::train::Run;
 use crate::roce::packet::{
     nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
-    DEFAULT_PKEY,
+    DEFAULT_PKEY, ETH_HEADER_LEN, IPV4_HEADER_LEN,
 };
 use crate::roce::psn;
 
@@ -725,5 +726,96 @@ fn duplicate(
         // one ACK, not one each.
         _ => qp.resp.ack_due = Some(psn::add(qp.resp.epsn, 0xFF_FFFF)),
     }
+    Ok(())
+}
+
+/// Delivers a UD packet (already parsed from `frame`) to UD QP `qp` ([`super::ud`]),
+/// whose Q_Key is `own_qkey`: into its next receive, GRH first, or dropped and counted. A receive
+/// that cannot take it completes with an error; the QP stays as it is (UD has no
+/// connection to break).
+pub fn on_datagram(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    frame: &[u8],
+    env: &Env,
+    own_qkey: u32,
+) -> Result<(), Drop> {
+    let bth = &pkt.hdrs.bth;
+    if bth.pkey != DEFAULT_PKEY {
+        return Err(Drop::Pkey);
+    }
+    if !matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
+        return Err(Drop::State);
+    }
+    let deth = pkt.hdrs.deth.ok_or(Drop::Opcode)?;
+    if deth.qkey != own_qkey {
+        return Err(Drop::Qkey);
+    }
+    if pkt.payload.len() > UD_MAX_PAYLOAD as usize {
+        return Err(Drop::TooLong);
+    }
+    let recv = rdma.next_recv(qp, env).ok_or(Drop::NoReceive)?;
+    rdma.take_recv(qp, env);
+    let mut cqe = Cqe {
+        qp_num: qp.qpn,
+        src_qp: deth.src_qp,
+        opcode: wc::RECV,
+        ..Cqe::default()
+    };
+    let status = match recv {
+        Err(_) => WcStatus::LocQpOpErr,
+        Ok(recv) => {
+            cqe.wr_id = recv.wr_id;
+            // The GRH space: 20 zero bytes, then the IPv4 header as it arrived.
+            let mut data = vec![0u8; GRH_LEN as usize - IPV4_HEADER_LEN];
+            data.extend_from_slice(
+                frame
+                    .get(ETH_HEADER_LEN..ETH_HEADER_LEN + IPV4_HEADER_LEN)
+                    .ok_or(Drop::Length)?,
+            );
+            data.extend_from_slice(pkt.payload);
+            if data.len() as u64 > recv.capacity() {
+                WcStatus::LocLenErr
+            } else {
+                let placed = scatter_gather(
+                    &recv.sges,
+                    qp.pdn,
+                    &rdma.mrs,
+                    Access::LocalWrite,
+                    0,
+                    data.len() as u64,
+                    |at, addr, n| {
+                        use vm_memory::Bytes;
+                        env.w.write_slice(&data[at..at + n], addr).is_ok()
+                    },
+                );
+                match placed {
+                    Ok(()) => {
+                        cqe.byte_len = data.len() as u32;
+                        WcStatus::Success
+                    }
+                    Err(status) => status,
+                }
+            }
+        }
+    };
+    if status == WcStatus::Success {
+        cqe.wc_flags = wc_flags::GRH
+            | if bth.solicited {
+                wc_flags::SOLICITED
+            } else {
+                0
+            };
+        if let Some(imm) = pkt.hdrs.imm {
+            cqe.wc_flags |= wc_flags::WITH_IMM;
+            cqe.imm_or_inv = u32::from_le_bytes(imm);
+        }
+    }
+    cqe.status = status as u8;
+    rdma.complete(qp.recv_cqn, cqe, env);
     Ok(())
 }

@@ -2,9 +2,9 @@
 //! ([`rnic_abi::shared_sq`]).
 //!
 //! The device takes each WQE of a shared queue and appends it to the requester queue of
-//! the QP it names, marked with where it came from ([`SharedRef`]); the QP sends it like
-//! its own. When the QP retires or flushes it, the completion comes back here
-//! (`RdmaState::finish_shared`) and waits in the queue's reorder window until every WQE
+//! the QP it names ([`SharedSqTable::take`]), marked with where it came from
+//! ([`SharedRef`]); the QP sends it like its own. When the QP retires or flushes it, the
+//! completion comes back here ([`SharedSqTable::finish`]) and waits in the queue's reorder window until every WQE
 //! posted before it finished too, so the shared queue's CQ sees completions in posting
 //! order however fast each connection is.
 
@@ -15,8 +15,9 @@ use rnic_abi::verbs::{Cqe, QpState, WcStatus};
 use zerocopy::FromBytes;
 
 use super::env::Env;
+use super::qp::Qp;
+use super::ud::UdTable;
 use super::wqe::{decode_send, Op, OpState, QpCaps, SendOp, SharedRef, WorkQueue, WqeError};
-use super::RdmaState;
 
 /// Shared send queues one function may have.
 pub(super) const MAX_SHARED_SQS: usize = 64;
@@ -51,64 +52,44 @@ pub struct SharedSqTable {
 }
 
 /// What taking one entry came to.
-enum Taken {
+pub enum Taken {
     /// Handed to the QP.
     Queued(u32, Box<Op>),
-    /// Finished at once (a bad WQE or QP): QPN, `wr_id` and status.
-    Refused(u32, u64, WcStatus),
+    /// Finished at once (a bad WQE or QP): the entry, and the QPN, `wr_id` and status
+    /// of its completion.
+    Refused(SharedRef, u32, u64, WcStatus),
     /// The QP's requester queue is full: try again later.
     Wait,
 }
 
-impl RdmaState {
-    /// Hands the WQEs posted to shared send queues since the last look to their QPs.
-    /// Returns whether anything was taken.
-    pub(super) fn run_shared_sqs(&mut self, env: &Env) -> bool {
-        let mut progress = false;
-        let numbers: Vec<u32> = self.shared_sqs.queues.keys().copied().collect();
-        for ssqn in numbers {
-            while let Some(q) = self.shared_sqs.queues.get(&ssqn) {
-                let posted = env.doorbells.read32(q.wq.slot).unwrap_or(q.wq.taken);
-                if posted == q.wq.taken || q.window.len() as u32 >= q.wq.entries {
-                    break;
-                }
-                match self.take_shared(ssqn, env) {
-                    Taken::Wait => break,
-                    Taken::Queued(qpn, op) => {
-                        if let Some(qp) = self.qps.get_mut(&qpn) {
-                            qp.req.ops.push_back(*op);
-                        }
-                        // The QP has work now: the engine's schedule must give it a turn.
-                        self.reschedule(qpn);
-                    }
-                    Taken::Refused(qpn, wr_id, status) => {
-                        let q = &self.shared_sqs.queues[&ssqn];
-                        let (index, generation) = (q.wq.taken.wrapping_sub(1), q.generation);
-                        let cqe = Cqe {
-                            wr_id,
-                            qp_num: qpn,
-                            status: status as u8,
-                            ..Cqe::default()
-                        };
-                        let from = SharedRef {
-                            ssqn,
-                            generation,
-                            index,
-                        };
-                        self.finish_shared(from, cqe, true, env);
-                    }
-                }
-                progress = true;
-            }
-        }
-        progress
+impl SharedSqTable {
+    /// Whether shared send queue `ssqn` has an entry posted and room in its reorder
+    /// window to take it.
+    pub fn has_work(&self, ssqn: u32, env: &Env) -> bool {
+        self.queues.get(&ssqn).is_some_and(|q| {
+            let posted = env.doorbells.read32(q.wq.slot).unwrap_or(q.wq.taken);
+            posted != q.wq.taken && (q.window.len() as u32) < q.wq.entries
+        })
     }
 
-    /// Takes the next entry of shared send queue `ssqn` (which has one).
-    fn take_shared(&mut self, ssqn: u32, env: &Env) -> Taken {
-        let q = &self.shared_sqs.queues[&ssqn];
+    /// Takes the next entry of shared send queue `ssqn` (which has one, see
+    /// [`SharedSqTable::has_work`]) for the QP it names, one of `qps` (`ud` says which
+    /// are UD QPs, which take none).
+    pub fn take(
+        &mut self,
+        ssqn: u32,
+        env: &Env,
+        qps: &BTreeMap<u32, Box<Qp>>,
+        ud: &UdTable,
+    ) -> Taken {
+        let q = &self.queues[&ssqn];
         let index = q.wq.taken;
         let at = q.wq.entry_offset(index);
+        let from = SharedRef {
+            ssqn,
+            generation: q.generation,
+            index,
+        };
         // The header and the WQE's wr_id, for a completion even of a WQE that is refused.
         let mut head = [0u8; 24];
         let op = if q.wq.ring.read(env.r, at, &mut head) {
@@ -123,10 +104,10 @@ impl RdmaState {
         let header = SharedSendHeader::read_from_bytes(&head[..16]).unwrap_or_default();
         let wr_id = u64::from_le_bytes(head[16..].try_into().expect("8 bytes"));
         let qpn = header.qpn;
-        let refuse = |status| Taken::Refused(qpn, wr_id, status);
-        let target = self.qps.get(&qpn).filter(|qp| {
-            qp.pdn == q.pdn && self.ud.qkey(qpn).is_none() && qp.state != QpState::Reset
-        });
+        let refuse = |status| Taken::Refused(from, qpn, wr_id, status);
+        let target = qps
+            .get(&qpn)
+            .filter(|qp| qp.pdn == q.pdn && ud.qkey(qpn).is_none() && qp.state != QpState::Reset);
         let outcome = match (op, target) {
             (Err(WqeError::Unreachable), _) => refuse(WcStatus::LocProtErr),
             (Err(_), _) | (_, None) => refuse(WcStatus::LocQpOpErr),
@@ -136,39 +117,25 @@ impl RdmaState {
                 refuse(WcStatus::LocQpOpErr)
             }
             (Ok(_), Some(qp)) if qp.req.ops.len() as u32 >= qp.sq.entries => Taken::Wait,
-            (Ok(op), Some(_)) => {
-                let from = SharedRef {
-                    ssqn,
-                    generation: q.generation,
-                    index,
-                };
-                Taken::Queued(qpn, Box::new(shared_op(op, from)))
-            }
+            (Ok(op), Some(_)) => Taken::Queued(qpn, Box::new(shared_op(op, from))),
         };
         if !matches!(outcome, Taken::Wait) {
-            let q = self
-                .shared_sqs
-                .queues
-                .get_mut(&ssqn)
-                .expect("looked up above");
+            let q = self.queues.get_mut(&ssqn).expect("looked up above");
             q.wq.taken = q.wq.taken.wrapping_add(1);
             q.window.push_back(None);
         }
         outcome
     }
 
-    /// Records that the op from `from` finished with `cqe` (of the QP that carried it),
-    /// and posts, in order, the completions of the shared queue that are due.
-    pub(super) fn finish_shared(&mut self, from: SharedRef, cqe: Cqe, signaled: bool, env: &Env) {
+    /// Records that the op from `from` finished with `cqe` (of the QP that carried it):
+    /// the shared queue's CQ and the completions that are now due on it, in order, if
+    /// any (those signaled, and every error).
+    pub fn finish(&mut self, from: SharedRef, cqe: Cqe, signaled: bool) -> Option<(u32, Vec<Cqe>)> {
         // A queue destroyed since (its number perhaps reused): the completion goes nowhere.
-        let Some(q) = self
-            .shared_sqs
+        let q = self
             .queues
             .get_mut(&from.ssqn)
-            .filter(|q| q.generation == from.generation)
-        else {
-            return;
-        };
+            .filter(|q| q.generation == from.generation)?;
         let at = from.index.wrapping_sub(q.retired) as usize;
         let Some(slot) = q.window.get_mut(at) else {
             log::warn!(
@@ -176,7 +143,7 @@ impl RdmaState {
                 from.ssqn,
                 from.index
             );
-            return;
+            return None;
         };
         *slot = Some(Finished {
             cqe: Cqe {
@@ -186,35 +153,15 @@ impl RdmaState {
             },
             signaled,
         });
-        let cqn = q.cqn;
         let mut due = Vec::new();
         while let Some(Some(f)) = q.window.front() {
-            due.push(*f);
+            if f.signaled || f.cqe.status != WcStatus::Success as u8 {
+                due.push(f.cqe);
+            }
             q.window.pop_front();
             q.retired = q.retired.wrapping_add(1);
         }
-        for f in due {
-            if f.signaled || f.cqe.status != WcStatus::Success as u8 {
-                self.complete(cqn, f.cqe, env);
-            }
-        }
-    }
-
-    /// Finishes with `WR_FLUSH_ERR` the shared queues' ops `ops` held (a QP reset or
-    /// destroyed, whose ops go without completions of their own).
-    pub(super) fn abandon_shared(&mut self, ops: &VecDeque<Op>, qpn: u32, env: &Env) {
-        for o in ops {
-            if let Some(from) = o.shared {
-                let cqe = Cqe {
-                    wr_id: o.op.wqe.wr_id,
-                    qp_num: qpn,
-                    opcode: super::wqe::send_completion(o.op.wqe.opcode),
-                    status: WcStatus::WrFlushErr as u8,
-                    ..Cqe::default()
-                };
-                self.finish_shared(from, cqe, true, env);
-            }
-        }
+        Some((q.cqn, due))
     }
 }
 

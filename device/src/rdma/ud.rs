@@ -9,28 +9,20 @@
 
 use std::collections::BTreeMap;
 
-use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, GRH_LEN, QKEY_USE_OWN, UD_MAX_PAYLOAD};
-use rnic_abi::verbs::{attr, send_flags, wc, wc_flags, wr, Cqe, ModifyQpReq, QpState, WcStatus};
+use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, QKEY_USE_OWN, UD_MAX_PAYLOAD};
+use rnic_abi::verbs::{attr, send_flags, wr, ModifyQpReq, QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::drops::Drop;
 use super::env::Env;
 use super::error::VerbsError;
-use super::mkey::Access;
 use super::qp::Qp;
-use super::requester::{self, gather, scatter_gather};
+use super::requester::{self, gather};
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
 use super::wqe::SendOp;
-use super::RdmaState;
-use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
+use crate::roce::packet::{opcode as op, Bth, Deth, Headers, DEFAULT_PKEY};
 use crate::roce::psn;
 use rnic_abi::cmd::Status;
-
-/// Bytes of an Ethernet header: the IPv4 header follows it in a frame.
-const ETH_HEADER_LEN: usize = 14;
-/// Bytes of the IPv4 header a UD receive gets in its GRH space.
-const IPV4_HEADER_LEN: usize = 20;
 
 /// The UD QPs of a function and their Q_Keys.
 #[derive(Debug, Default)]
@@ -194,104 +186,11 @@ fn send_datagram(
     WcStatus::Success
 }
 
-impl RdmaState {
-    /// Delivers a UD packet (already parsed from `frame`) to UD QP `qp`, whose Q_Key is
-    /// `own_qkey`: into its next receive, GRH first, or dropped and counted. A receive
-    /// that cannot take it completes with an error; the QP stays as it is (UD has no
-    /// connection to break).
-    pub fn receive_datagram(
-        &mut self,
-        qp: &mut Qp,
-        pkt: &Packet,
-        frame: &[u8],
-        env: &Env,
-        own_qkey: u32,
-    ) -> Result<(), Drop> {
-        let bth = &pkt.hdrs.bth;
-        if bth.pkey != DEFAULT_PKEY {
-            return Err(Drop::Pkey);
-        }
-        if !matches!(
-            qp.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        ) {
-            return Err(Drop::State);
-        }
-        let deth = pkt.hdrs.deth.ok_or(Drop::Opcode)?;
-        if deth.qkey != own_qkey {
-            return Err(Drop::Qkey);
-        }
-        if pkt.payload.len() > UD_MAX_PAYLOAD as usize {
-            return Err(Drop::TooLong);
-        }
-        let recv = self.next_recv(qp, env).ok_or(Drop::NoReceive)?;
-        self.take_recv(qp, env);
-        let mut cqe = Cqe {
-            qp_num: qp.qpn,
-            src_qp: deth.src_qp,
-            opcode: wc::RECV,
-            ..Cqe::default()
-        };
-        let status = match recv {
-            Err(_) => WcStatus::LocQpOpErr,
-            Ok(recv) => {
-                cqe.wr_id = recv.wr_id;
-                // The GRH space: 20 zero bytes, then the IPv4 header as it arrived.
-                let mut data = vec![0u8; GRH_LEN as usize - IPV4_HEADER_LEN];
-                data.extend_from_slice(
-                    frame
-                        .get(ETH_HEADER_LEN..ETH_HEADER_LEN + IPV4_HEADER_LEN)
-                        .ok_or(Drop::Length)?,
-                );
-                data.extend_from_slice(pkt.payload);
-                if data.len() as u64 > recv.capacity() {
-                    WcStatus::LocLenErr
-                } else {
-                    let placed = scatter_gather(
-                        &recv.sges,
-                        qp.pdn,
-                        &self.mrs,
-                        Access::LocalWrite,
-                        0,
-                        data.len() as u64,
-                        |at, addr, n| {
-                            use vm_memory::Bytes;
-                            env.w.write_slice(&data[at..at + n], addr).is_ok()
-                        },
-                    );
-                    match placed {
-                        Ok(()) => {
-                            cqe.byte_len = data.len() as u32;
-                            WcStatus::Success
-                        }
-                        Err(status) => status,
-                    }
-                }
-            }
-        };
-        if status == WcStatus::Success {
-            cqe.wc_flags = wc_flags::GRH
-                | if bth.solicited {
-                    wc_flags::SOLICITED
-                } else {
-                    0
-                };
-            if let Some(imm) = pkt.hdrs.imm {
-                cqe.wc_flags |= wc_flags::WITH_IMM;
-                cqe.imm_or_inv = u32::from_le_bytes(imm);
-            }
-        }
-        cqe.status = status as u8;
-        self.complete(qp.recv_cqn, cqe, env);
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rdma::qp::{self, ModifyError};
-    use crate::roce::packet::{build, parse, Addressing};
+    use crate::roce::packet::{build, parse, Addressing, ETH_HEADER_LEN, IPV4_HEADER_LEN};
     use rnic_abi::verbs::QpAttr;
 
     #[test]

@@ -16,6 +16,7 @@
 //! they cannot disagree.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::roce::icrc::icrc;
 
@@ -721,6 +722,18 @@ impl Aeth {
             },
         }
     }
+}
+
+/// The RNR NAK timer values of the IB spec (table 45), in microseconds, by code.
+const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
+];
+
+/// How long an RNR NAK with timer `code` asks the requester to wait.
+pub fn rnr_delay(code: u8) -> Duration {
+    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
 }
 
 /// The Atomic Extended Transport Header of compare-and-swap and fetch-and-add.
