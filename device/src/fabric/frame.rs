@@ -12,7 +12,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::train::Train;
-use crate::roce::packet::{self, Addressing, Packet};
+use crate::roce::build;
+use crate::roce::build::Addressing;
+use crate::roce::hdr;
+use crate::roce::parse;
+use crate::roce::parse::Packet;
 
 /// Most frame buffers kept for reuse: a window's worth of MTU-sized frames.
 pub const MAX_SPARE: usize = 256;
@@ -53,7 +57,7 @@ impl Frame {
     /// into its packets first ([`segment`]); it is left as it is.
     pub fn seal(&mut self) {
         if !self.sealed && self.train.is_none() {
-            packet::seal(&mut self.bytes);
+            build::seal(&mut self.bytes);
             self.sealed = true;
         }
     }
@@ -118,10 +122,10 @@ pub fn materialize(frame: &mut Frame) -> bool {
         return true;
     };
     // The first packet's headers again, now for a packet that carries its segment.
-    let rebuilt = packet::parse_unsealed(&frame.bytes).ok().and_then(|first| {
+    let rebuilt = parse::parse_unsealed(&frame.bytes).ok().and_then(|first| {
         let mut bytes = Vec::new();
         let seg = train.seg as usize;
-        packet::build_headers(
+        build::build_headers(
             &addressing(&first, &frame.bytes),
             &first.hdrs,
             seg,
@@ -129,7 +133,7 @@ pub fn materialize(frame: &mut Frame) -> bool {
         )
         .ok()?;
         held.append_to(0, held.len(), &mut bytes).then_some(())?;
-        packet::end_unsealed(&mut bytes, held.len());
+        build::end_unsealed(&mut bytes, held.len());
         Some(bytes)
     });
     match rebuilt {
@@ -155,7 +159,7 @@ fn addressing(first: &Packet, frame: &[u8]) -> Addressing {
         ttl: first.ttl,
         tos: first.tos,
         ip_id: frame
-            .get(packet::IP_ID_OFFSET..packet::IP_ID_OFFSET + 2)
+            .get(hdr::IP_ID_OFFSET..hdr::IP_ID_OFFSET + 2)
             .map_or(0, |b| u16::from_be_bytes([b[0], b[1]])),
     }
 }
@@ -173,7 +177,7 @@ pub fn segment(mut frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
         return vec![frame];
     };
     let mut out = Vec::with_capacity(train.count as usize);
-    let first = match packet::parse_unsealed(&frame.bytes) {
+    let first = match parse::parse_unsealed(&frame.bytes) {
         Ok(first) => first,
         Err(e) => {
             log::error!("a train's first packet does not parse ({e}): train dropped");
@@ -191,12 +195,12 @@ pub fn segment(mut frame: Frame, spare: &mut Vec<Vec<u8>>) -> Vec<Frame> {
     for p in packets {
         let mut bytes = spare.pop().unwrap_or_default();
         bytes.clear();
-        if let Err(e) = packet::build_headers(&addressing, &p.hdrs, p.payload.len(), &mut bytes) {
+        if let Err(e) = build::build_headers(&addressing, &p.hdrs, p.payload.len(), &mut bytes) {
             log::error!("a train's packet cannot be rebuilt ({e}): train dropped");
             return Vec::new();
         }
         bytes.extend_from_slice(p.payload);
-        packet::end_unsealed(&mut bytes, p.payload.len());
+        build::end_unsealed(&mut bytes, p.payload.len());
         out.push(Frame::unsealed(bytes));
     }
     if spare.len() < MAX_SPARE {

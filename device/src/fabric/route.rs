@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::frame::{AddrHash, Endpoint};
-use crate::roce::packet::ROCEV2_PORT;
+use crate::roce::hdr::ROCEV2_PORT;
 
 /// Where a frame goes next: what [`Route::hop`] decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -487,7 +487,11 @@ mod tests {
 
     #[test]
     fn frames_are_sealed_when_they_leave_the_process_and_not_before() {
-        use crate::roce::packet::{self, Addressing, Bth, Headers};
+        use crate::roce::build;
+        use crate::roce::build::Addressing;
+        use crate::roce::hdr::{Bth, Headers};
+        use crate::roce::opcode;
+        use crate::roce::parse;
         let [a, b] = two_ports();
         let unsealed_to = |to: Endpoint| {
             let addr = Addressing {
@@ -501,13 +505,13 @@ mod tests {
                 ip_id: 0,
             };
             let hdrs = Headers {
-                bth: Bth::new(packet::opcode::RC_SEND_ONLY, 0x11, 0),
+                bth: Bth::new(opcode::RC_SEND_ONLY, 0x11, 0),
                 ..Headers::default()
             };
             let mut bytes = Vec::new();
-            packet::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
+            build::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
             bytes.extend_from_slice(b"payload!");
-            packet::end_unsealed(&mut bytes, 8);
+            build::end_unsealed(&mut bytes, 8);
             Frame::unsealed(bytes)
         };
         let mut s = Switch::new(vec![a, b], None);
@@ -525,14 +529,14 @@ mod tests {
         };
         s.send(unsealed_to(far));
         let out = sent.lock().unwrap().pop().unwrap();
-        assert_eq!(packet::parse(&out).unwrap().payload, b"payload!");
+        assert_eq!(parse::parse(&out).unwrap().payload, b"payload!");
         // Through a fault injector (which may corrupt it): sealed before.
         let spec: crate::fabric::faults::FaultSpec = "loss=0,seed=1".parse().unwrap();
         s.set_faults(FaultInjector::new(spec));
         s.send(unsealed_to(b));
         let got = s.take(1).pop_front().unwrap();
         assert!(got.sealed);
-        assert!(packet::parse(&got.bytes).is_ok());
+        assert!(parse::parse(&got.bytes).is_ok());
     }
 
     #[test]

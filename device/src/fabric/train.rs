@@ -22,7 +22,11 @@
 //!   packets inside a train never do.
 
 use super::held::{Held, Payload};
-use crate::roce::packet::{self, opcode as op, Headers, Packet};
+use crate::roce::build;
+use crate::roce::hdr;
+use crate::roce::hdr::Headers;
+use crate::roce::opcode as op;
+use crate::roce::parse::Packet;
 use crate::roce::psn;
 
 /// Why a train frame does not give its packets: each is a receive drop reason of its own
@@ -144,7 +148,7 @@ pub fn middle_of(opcode: u8) -> Option<u8> {
 /// counted on, no extension headers, no flags.
 fn middle(first: &Headers, middle_opcode: u8, i: u32) -> Headers {
     Headers {
-        bth: packet::Bth {
+        bth: hdr::Bth {
             opcode: middle_opcode,
             psn: psn::add(first.bth.psn, i),
             ack_req: false,
@@ -209,7 +213,7 @@ impl Train {
             && self.last_len <= self.seg
             && first.payload.len() == first_len
             && start
-                .checked_add(framed + packet::ICRC_LEN)
+                .checked_add(framed + hdr::ICRC_LEN)
                 .is_some_and(|end| end == bytes.len());
         if !fits {
             return Err(TrainError::Length);
@@ -252,14 +256,14 @@ impl Train {
     /// every payload byte and the last packet's pad are in it or held; each middle
     /// packet adds a BTH-only header and an ICRC, the last its own headers and ICRC.
     pub fn wire_len(&self, frame_len: usize) -> usize {
-        let middle = packet::ETH_HEADER_LEN
-            + packet::IPV4_HEADER_LEN
-            + packet::UDP_HEADER_LEN
-            + packet::BTH_LEN
-            + packet::ICRC_LEN;
+        let middle = hdr::ETH_HEADER_LEN
+            + hdr::IPV4_HEADER_LEN
+            + hdr::UDP_HEADER_LEN
+            + hdr::BTH_LEN
+            + hdr::ICRC_LEN;
         frame_len
             + self.held.as_ref().map_or(0, |h| h.len() + self.pad())
             + (self.count as usize - 2) * middle
-            + packet::frame_len(&self.last, 0)
+            + build::frame_len(&self.last, 0)
     }
 }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::fabric::frame::Endpoint;
-use crate::roce::packet::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
+use crate::roce::hdr::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
 
 /// EtherType of ARP.
 pub const ETHERTYPE_ARP: u16 = 0x0806;

@@ -18,7 +18,9 @@ use super::wqe::{send_completion, OpState};
 use super::RdmaState;
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
-use crate::roce::packet::{nak, opcode as op, rnr_delay, AethKind, Packet};
+use crate::roce::hdr::{nak, rnr_delay, AethKind};
+use crate::roce::opcode as op;
+use crate::roce::parse::Packet;
 use crate::roce::psn;
 
 /// Answers that arrive this many PSNs past a missing READ response or atomic ACK mean it

@@ -14,7 +14,7 @@ use super::mkey::mr::MrTable;
 use super::mkey::{Access, KeyError};
 use super::wqe::SendOp;
 use super::wqe::WorkQueue;
-use crate::roce::packet::Headers;
+use crate::roce::hdr::Headers;
 
 /// Control queues one function may have.
 pub(super) const MAX_CTRLQS: usize = 16;

@@ -29,9 +29,9 @@ use super::qp::{Admit, Qp, RequesterState, ResponderState};
 use super::requester;
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
-use crate::roce::packet::{
-    nak, opcode as op, rnr_delay, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
-};
+use crate::roce::hdr::{nak, rnr_delay, Aeth, AethKind, Bth, Dceth, Headers, DEFAULT_PKEY};
+use crate::roce::opcode as op;
+use crate::roce::parse::Packet;
 use crate::roce::psn;
 
 /// The RNR timer code a busy DCT answers with (0.64 ms, IB table 45 code 3... see
@@ -367,7 +367,7 @@ impl DcTable {
         wire: &mut Wire,
         now: Instant,
     ) -> Option<Result<DcPacket, Drop>> {
-        let control = crate::roce::packet::opcode_info(pkt.hdrs.bth.opcode)
+        let control = crate::roce::opcode::opcode_info(pkt.hdrs.bth.opcode)
             .is_some_and(|i| i.is_dc_control());
         let role = self.roles.get_mut(&qp.qpn)?;
         match role {

@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::fmt::Write;
 
 use crate::fabric::train::TrainError;
-use crate::roce::packet::{self, opcode_info, opcode_name, ParseError};
+use crate::roce::opcode;
+use crate::roce::opcode::{opcode_info, opcode_name};
+use crate::roce::parse::ParseError;
 
 /// Why a frame was dropped. Each reason has its own counter in [`DropCounters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,10 +94,10 @@ impl From<TrainError> for Drop {
 }
 
 /// Why a QP drops a packet of `opcode`, one the device does not take
-/// ([`packet::foreign`]): an opcode of a transport it has no QPs of is another transport
+/// ([`opcode::foreign`]): an opcode of a transport it has no QPs of is another transport
 /// than the QP's; the rest it takes on no QP.
 pub fn unsupported(opcode: u8) -> Drop {
-    match packet::foreign(opcode) {
+    match opcode::foreign(opcode) {
         Some(f) if f.other_transport() => Drop::Transport,
         _ => Drop::Opcode,
     }
@@ -272,7 +274,7 @@ pub struct Dropped {
 pub fn explainable(why: Drop, opcode: u8) -> bool {
     match why {
         Drop::Transport | Drop::UnknownQp | Drop::TooLong => true,
-        Drop::Opcode => packet::foreign(opcode).is_some(),
+        Drop::Opcode => opcode::foreign(opcode).is_some(),
         _ => false,
     }
 }
@@ -297,7 +299,7 @@ pub fn explain(why: Drop, d: &Dropped) -> Option<String> {
     }
     let _ = write!(text, "QP {:#x}", d.qpn);
     let info = opcode_info(d.opcode);
-    let foreign = packet::foreign(d.opcode);
+    let foreign = opcode::foreign(d.opcode);
     let datagram = info.is_some_and(|i| i.is_datagram());
     let control = info.is_some_and(|i| i.is_dc_control());
     let qp = d.qp.unwrap_or(QpTransport::Rc);
@@ -391,6 +393,8 @@ impl Explained {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::roce::hdr;
+    use crate::roce::parse;
 
     #[test]
     fn every_reason_has_its_own_counter() {
@@ -440,11 +444,11 @@ mod tests {
         assert_eq!(Drop::from(ParseError::BthVersion(1)), Drop::Version);
         assert_eq!(Drop::from(ParseError::UnknownOpcode(0x15)), Drop::Opcode);
         let unsupported = |opcode| {
-            ParseError::Unsupported(packet::Unsupported {
+            ParseError::Unsupported(parse::Unsupported {
                 dst_mac: [0; 6],
                 src_ip: [0; 4],
                 dst_ip: [0; 4],
-                bth: packet::Bth::new(opcode, 0x11, 0),
+                bth: hdr::Bth::new(opcode, 0x11, 0),
             })
         };
         // UC, RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are

@@ -26,7 +26,7 @@ use super::recv::Refused;
 use super::verbs::{decode, reply};
 use super::{Pd, RdmaState, SlotOwner};
 use crate::fabric::frame::{Endpoint, Frame};
-use crate::roce::packet::Packet;
+use crate::roce::parse::Packet;
 
 /// Where one direction's completions (send or receive) go after the move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

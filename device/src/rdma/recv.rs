@@ -18,7 +18,10 @@ use super::{completer, dc, responder, RdmaState};
 use crate::fabric::frame::{Endpoint, Frame};
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
-use crate::roce::packet::{self, opcode_info, Packet, ParseError, DEFAULT_PKEY};
+use crate::roce::hdr::DEFAULT_PKEY;
+use crate::roce::opcode::opcode_info;
+use crate::roce::parse;
+use crate::roce::parse::{Packet, ParseError};
 
 /// Whether the packet is a request (to the responder) or a response (to the completer).
 pub fn is_request(opcode: u8) -> bool {
@@ -31,18 +34,18 @@ pub enum Refused {
     /// Dropped for this reason.
     Drop(Drop),
     /// A sound frame addressed here, of an opcode the device does not take
-    /// ([`packet::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
+    /// ([`opcode::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
     /// [`ParseError::Unsupported`]), or as [`Drop::UnknownQp`] if there is none.
-    Foreign(packet::Unsupported),
+    Foreign(parse::Unsupported),
 }
 
 /// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
 /// the frame is an unsealed one of the internal switch ([`Frame`]).
 pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refused> {
     let parsed = if frame.sealed {
-        packet::parse(&frame.bytes)
+        parse::parse(&frame.bytes)
     } else {
-        packet::parse_unsealed(&frame.bytes)
+        parse::parse_unsealed(&frame.bytes)
     };
     let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && ip == local.ip;
     match parsed {
@@ -381,7 +384,7 @@ mod tests {
 
     #[test]
     fn each_qp_transport_takes_its_own_opcodes_only() {
-        use packet::opcode as op;
+        use crate::roce::opcode as op;
         use QpTransport::*;
         let takes = |qp, opcode| check_transport(qp, opcode).is_ok();
         for opcode in [

@@ -22,7 +22,8 @@ use super::qp::{mtu, Qp};
 use super::wire::Wire;
 use super::wqe::{Op, OpState, SendOp, WqeError};
 use crate::fabric::held::Held;
-use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+use crate::roce::hdr::{AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+use crate::roce::opcode as op;
 use crate::roce::psn;
 
 /// PSNs a QP's requester keeps sent and unacknowledged at most (a READ counts the PSNs

@@ -28,10 +28,13 @@ use super::wire::Wire;
 use super::RdmaState;
 use crate::fabric::held::{Held, Payload};
 use crate::fabric::train::Run;
-use crate::roce::packet::{
-    nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
-    DEFAULT_PKEY, ETH_HEADER_LEN, IPV4_HEADER_LEN,
+use crate::roce::hdr::{
+    nak, Aeth, AtomicAckEth, Bth, Headers, AETH_CREDIT_INVALID, DEFAULT_PKEY, ETH_HEADER_LEN,
+    IPV4_HEADER_LEN,
 };
+use crate::roce::opcode as op;
+use crate::roce::opcode::opcode_info;
+use crate::roce::parse::Packet;
 use crate::roce::psn;
 
 /// A responder-side failure: the NAK code to send and, where a receive WQE was consumed,

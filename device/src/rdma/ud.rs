@@ -20,7 +20,8 @@ use super::requester::{self, gather};
 use super::wire::{Route, Wire};
 use super::wqe::OpState;
 use super::wqe::SendOp;
-use crate::roce::packet::{opcode as op, Bth, Deth, Headers, DEFAULT_PKEY};
+use crate::roce::hdr::{Bth, Deth, Headers, DEFAULT_PKEY};
+use crate::roce::opcode as op;
 use crate::roce::psn;
 use rnic_abi::cmd::Status;
 
@@ -190,7 +191,9 @@ fn send_datagram(
 mod tests {
     use super::*;
     use crate::rdma::qp::{self, ModifyError};
-    use crate::roce::packet::{build, parse, Addressing, ETH_HEADER_LEN, IPV4_HEADER_LEN};
+    use crate::roce::build::{build, Addressing};
+    use crate::roce::hdr::{ETH_HEADER_LEN, IPV4_HEADER_LEN};
+    use crate::roce::parse::parse;
     use rnic_abi::verbs::QpAttr;
 
     #[test]

@@ -1,7 +1,9 @@
 //! Addressing a QP's packets: from the QP's attributes and the function's endpoint to the
 //! Ethernet, IPv4 and UDP fields of a frame.
 
-use crate::roce::packet::{self, Addressing, Headers};
+use crate::roce::build;
+use crate::roce::build::Addressing;
+use crate::roce::hdr::Headers;
 
 use super::qp::Qp;
 use crate::fabric::frame::{AddressTable, Endpoint, Frame, MAX_SPARE};
@@ -174,7 +176,7 @@ impl Wire<'_> {
             dst_ip,
             src_port: self
                 .src_port
-                .unwrap_or_else(|| packet::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn)),
+                .unwrap_or_else(|| build::udp_src_port(route.flow_label, qp.qpn, route.dest_qpn)),
             ttl: if route.hop_limit == 0 {
                 64
             } else {
@@ -193,7 +195,7 @@ impl Wire<'_> {
             (Some(t), None) => t.seg as usize,
             (None, _) => len,
         };
-        match packet::build_headers(&addressing, hdrs, first_len, &mut frame) {
+        match build::build_headers(&addressing, hdrs, first_len, &mut frame) {
             Ok(()) => {
                 let headers = frame.len();
                 fill(&mut frame)?;
@@ -206,7 +208,7 @@ impl Wire<'_> {
                     );
                     return Ok(());
                 }
-                packet::end_unsealed(&mut frame, framed);
+                build::end_unsealed(&mut frame, framed);
                 self.out.push(Frame {
                     bytes: frame,
                     sealed: false,
@@ -245,7 +247,10 @@ mod tests {
     use crate::rdma::qp::Qp;
     use crate::rdma::wqe::QpCaps;
     use crate::rdma::wqe::WorkQueue;
-    use crate::roce::packet::{opcode as op, Bth, Packet, Reth};
+    use crate::roce::hdr::{Bth, Reth};
+    use crate::roce::opcode as op;
+    use crate::roce::parse;
+    use crate::roce::parse::Packet;
     use crate::roce::psn;
     use rnic_abi::verbs::{QpAttr, QpState};
 
@@ -399,11 +404,11 @@ mod tests {
         // What the receiving function walks: the packets it would have parsed (PSNs
         // wrap through 0, the pad is the last packet's).
         let train = frame.train.as_deref().unwrap();
-        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let first = parse::parse_unsealed(&frame.bytes).unwrap();
         let walked: Vec<Packet> = train.packets(first, &frame.bytes).unwrap().collect();
         let parsed: Vec<Packet> = each
             .iter()
-            .map(|f| packet::parse_unsealed(&f.bytes).unwrap())
+            .map(|f| parse::parse_unsealed(&f.bytes).unwrap())
             .collect();
         assert_eq!(walked, parsed);
         assert_eq!(walked[2].hdrs.bth.psn, 0);
@@ -458,10 +463,10 @@ mod tests {
         assert_eq!(frame.bytes.len(), whole.bytes.len() - LEN - 2);
         assert_eq!(frame.wire_len(), whole.wire_len());
         let train = frame.train.as_deref().unwrap();
-        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let first = parse::parse_unsealed(&frame.bytes).unwrap();
         assert!(first.payload.is_empty());
         let runs: Vec<Run> = train.runs(first, &frame.bytes).unwrap().collect();
-        let whole_first = packet::parse_unsealed(&whole.bytes).unwrap();
+        let whole_first = parse::parse_unsealed(&whole.bytes).unwrap();
         let whole_train = whole.train.as_deref().unwrap();
         let whole_runs: Vec<Run> = whole_train
             .runs(whole_first, &whole.bytes)
@@ -499,7 +504,7 @@ mod tests {
         let mut short = Held::new(memory.readable());
         assert!(short.push(vm_memory::GuestAddress(0x4000), LEN - 4));
         t.held = Some(short);
-        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let first = parse::parse_unsealed(&frame.bytes).unwrap();
         let t = frame.train.as_deref().unwrap();
         assert_eq!(t.runs(first, &frame.bytes).err(), Some(TrainError::Length));
     }
@@ -508,7 +513,7 @@ mod tests {
     fn a_train_that_does_not_hold_what_it_says_is_refused() {
         let neighbors = neighbors();
         let mut frame = as_a_train(&neighbors);
-        let first = packet::parse_unsealed(&frame.bytes).unwrap();
+        let first = parse::parse_unsealed(&frame.bytes).unwrap();
         for (count, seg, last_len) in [(5, 256, 74), (6, 256, 78), (1, 256, 78), (5, 252, 78)] {
             let t = Train {
                 count,
@@ -560,7 +565,7 @@ mod tests {
             .collect();
         assert_eq!(got, sealed);
         for f in &got {
-            packet::parse(&f.bytes).expect("a valid ICRC");
+            parse::parse(&f.bytes).expect("a valid ICRC");
         }
         drop(switch);
         let captured = std::fs::metadata(&path).unwrap().len() as usize;
