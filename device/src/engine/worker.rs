@@ -13,7 +13,7 @@ use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber
 use vmm_sys_util::eventfd::EventFd;
 
 use super::balance::{self, Activity, Placement};
-use super::{lock, Shared};
+use super::shared::{lock, Shared};
 use crate::admin::AdminContext;
 use crate::fabric::frame::{AddrHash, AddressTable, Frame};
 use crate::fabric::inbox::Inboxes;
