@@ -1,13 +1,23 @@
-//! The RDMA engine of one function: its objects (EQ, PDs, MRs, CQs, QPs), the commands
-//! that create them, and the transport stages that move data between QPs as RoCEv2
-//! packets, in the manner of Linux rxe:
+//! The RDMA engine of one function, in the manner of Linux rxe: the state of its objects
+//! ([`RdmaState`]: EQ, PDs, MRs, CQs, QPs, SRQs, ...) and the code that turns that state
+//! into frames and frames into state (docs/hardware-interface.md §7, and
+//! docs/architecture.md for one RDMA WRITE through these files).
 //!
-//! - [`requester`]: turns send WQEs into request packets;
-//! - [`responder`]: executes incoming requests and answers them;
-//! - [`completer`]: matches acknowledgements and responses to requests, retries, and
-//!   completes send WQEs;
-//! - [`recv`]: validates every incoming packet and hands it to the responder or completer;
-//! - [`switch`]: carries packets between the functions of one device.
+//! From what the function calls down to what everything uses:
+//! - [`verbs`]: the commands that create, change and destroy objects;
+//! - [`turn`]: one turn of the engine: what arrived, the QPs with work, timers;
+//! - [`recv`]: the receive checks, and the dispatch of a frame's packets to the
+//!   [`responder`] (requests) or the [`completer`] (acknowledgements and responses);
+//!   [`handover`] moves a QP to another function;
+//! - this module: the state, and what every stage does to it: post a completion or an
+//!   event, take a receive, put a QP in the error state;
+//! - [`requester`]: turns send WQEs into request packets ([`dc`] and [`ud`] for those
+//!   transports); [`wire`] turns packets of a QP into frames;
+//! - the objects: [`qp`] (a QP and its transport state), [`wqe`] (work queues and their
+//!   entries; [`mmio`] windows), [`cq`] (completion and event queues), [`mkey`] (memory
+//!   keys), [`srq`], [`shared_sq`], [`ctrlq`], [`session`], [`sched`], [`answers`];
+//!   [`drops`] (why a frame is dropped), [`env`] (the memory work runs against),
+//!   [`error`] (why a command is refused).
 
 pub mod answers;
 pub mod completer;
