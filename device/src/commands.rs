@@ -47,6 +47,12 @@ impl From<VerbsError> for Response {
     }
 }
 
+/// The answer to a command that is not this queue's to run: an admin command on a
+/// function's command queue, and every command on a VF's admin queue.
+pub fn not_permitted(header: &CmdHeader) -> Response {
+    Response::error(Status::NotPermitted, u32::from(header.opcode))
+}
+
 /// Bytes of the response body of `opcode`.
 pub fn response_len(opcode: Opcode) -> usize {
     use rnic_abi::verbs::{
@@ -128,7 +134,7 @@ pub fn execute(
 ) -> Response {
     // Refused whatever the rest of the command says: it is not this queue's to run.
     if rnic_abi::admin::is_admin_opcode(header.opcode) {
-        return Response::error(Status::NotPermitted, u32::from(header.opcode));
+        return not_permitted(header);
     }
     let op = match precheck(header, room) {
         Ok(op) => op,

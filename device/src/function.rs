@@ -1449,7 +1449,7 @@ mod tests {
         assert!(!f.run_admin(|_, _, _| panic!("no admin command was announced")));
         f.doorbells()
             .write32(doorbell::ADMINQ_DOORBELL, u32::from(guest.avail_idx));
-        assert!(f.run_admin(|h, _, _| crate::admin::not_permitted(h)));
+        assert!(f.run_admin(|h, _, _| crate::commands::not_permitted(h)));
         assert_eq!(guest.used_idx(), 1);
         assert_eq!(guest.resp(resp).status, Status::NotPermitted as u16);
         assert_eq!(guest.resp(resp).syndrome, Opcode::AdminQuery as u32);

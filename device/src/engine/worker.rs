@@ -226,7 +226,7 @@ impl State {
             let member = self.mine[k];
             let f = &shared.functions[member];
             if member != 0 {
-                all.progress |= f.run_admin(|h, _, _| crate::admin::not_permitted(h));
+                all.progress |= f.run_admin(|h, _, _| crate::commands::not_permitted(h));
             }
             let frames = if self.direct {
                 self.inboxes.take(member)

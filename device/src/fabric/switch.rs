@@ -1,21 +1,10 @@
-//! The device's internal switch: Ethernet frames between the functions of one rnicd.
-//!
-//! Functions talk to each other exactly as they would over a network: whole
-//! Ethernet/IPv4/UDP/RoCEv2 frames, addressed by MAC. The switch forwards by destination
-//! MAC and, when asked, writes every frame to a pcap.
-//!
-//! Functions send [`Frame`]s *unsealed* (ICRC not computed), and the switch seals one
-//! only when something outside the process will see its bytes or may change them: the
-//! pcap, the fault injector, the uplink. A receiver checks the ICRC of every sealed frame
-//! and trusts an unsealed one, which only this process's own functions can have built. What leaves the process, on
-//! the network or in a capture, is therefore byte for byte what it was before.
-//! With `--net-faults` every frame sent goes through a [`FaultInjector`] first, and the
-//! pcap shows what was delivered (copies, corrupted frames, the order of arrival).
-//!
-//! With an [`Uplink`] (`--net`, see [`crate::net::udp`]), a frame whose destination is
-//! no port of the switch goes to the uplink, i.e. to a real network, and frames that
-//! arrive from it for a port are delivered to that port's inbox (and captured) by
-//! [`Switch::poll_uplink`]. Faults, if any, are injected on the sending side only.
+//! The device's internal switch (docs/hardware-interface.md §7.12): what the engine's
+//! threads share of the fabric, behind one lock. A frame comes here when something
+//! watches ([`super::route::Route::hop`]): the capture, the fault injector
+//! ([`FaultInjector`], §7.14), which see it sealed, or the [`Uplink`] to a network (§7.13),
+//! for a destination that is no port's. Frames that arrive from the uplink go to their
+//! port's inbox ([`Switch::poll_uplink`]). What leaves the process, on the network or in
+//! a capture, is byte for byte the frame a function built, its ICRC computed.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;

@@ -1,25 +1,15 @@
-//! Trains: consecutive packets of one message carried in one frame between two functions
-//! of this process.
+//! Trains (docs/hardware-interface.md §7.12): consecutive packets of one message carried
+//! in one unsealed frame between two functions of this process: the first packet's
+//! headers, the payload of all of them (none when it is held in the sender's memory,
+//! [`super::held`]), the last packet's pad and an ICRC slot, and a [`Train`] that says
+//! how many packets it holds and what the last one's headers are (those between are
+//! MIDDLE packets whose headers follow from the first's).
 //!
-//! Every packet costs the engine the same work whatever its size: the requester builds
-//! its headers, the switch looks up its destination, the receiver parses it and takes its
-//! QP out of the function's map and puts it back. Between two functions of one rnicd
-//! nothing needs the packets of a message apart, so the requester sends them as a
-//! *train*: one unsealed frame with the first packet's headers, the payload of all the
-//! packets one after the other, the last packet's pad and an ICRC slot, and a [`Train`]
-//! that says how many packets it holds and what the last one's headers are (the packets
-//! between are MIDDLE packets whose headers follow from the first's). When the payload
-//! is in the sender's memory it stays there ([`super::held`]): the frame then holds the
-//! first packet's headers as if it had no payload, and the ICRC slot.
-//!
-//! A train is a way of carrying packets, not a different protocol:
-//! - the receiving function walks it packet by packet ([`Train::packets`]) through the
-//!   checks and the transport code a frame of each packet would go through;
-//! - the switch cuts it into its packets' frames ([`segment`]) before anything outside
-//!   the process sees it (the pcap, the fault injector, the uplink), and those frames are
-//!   byte for byte the ones the requester builds one at a time;
-//! - the requester ends a train at every packet that asks for an acknowledgement, so the
-//!   packets inside a train never do.
+//! A train is a way of carrying packets, not a protocol: the receiver walks it packet by
+//! packet ([`Train::packets`]), or its MIDDLE packets as one [`Run`]; the fabric cuts it
+//! into its packets' frames ([`super::frame::segment`]), byte for byte those built one at
+//! a time, before anything outside the process sees it; the requester ends a train at
+//! every packet that asks for an acknowledgement.
 
 use super::held::{Held, Payload};
 use crate::roce::build;

@@ -323,7 +323,8 @@ impl Iterator for Runs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ};
+    use crate::rdma::mkey::indirect::{Grant, IndirectKey, Layout};
+    use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 
     fn region(pdn: u32, access: u32) -> Mr {
         let (_, buffer) = super::super::pages::one_page(0x100, 0x200);
@@ -432,5 +433,110 @@ mod tests {
         assert!(t.insert(region(1, 0)).is_some());
         assert!(t.insert(region(1, 0)).is_none());
         assert_eq!(t.count_in_pd(1), 2);
+    }
+
+    // Indirect and pattern keys, resolved through the table (see `super::indirect`).
+
+    /// A table with two regions of PD 1: one at iova 0x1000 (0x200 bytes, remote write
+    /// and read) and one at 0x2000 (read only).
+    fn table() -> (MrTable, u32, u32) {
+        let mut t = MrTable::new(8);
+        let mut region = |iova: u64, access: u32| {
+            let (_, buffer) = crate::rdma::mkey::pages::one_page(0, 0x200);
+            t.insert(Mr {
+                pdn: 1,
+                access,
+                iova,
+                buffer,
+                valid: true,
+            })
+            .unwrap()
+        };
+        let rw = region(
+            0x1000,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        );
+        let ro = region(0x2000, ACCESS_REMOTE_READ);
+        (t, rw, ro)
+    }
+
+    #[test]
+    fn a_one_shot_grant_allows_one_read_and_then_only_its_responses() {
+        let (mut t, rw, _) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100)]),
+            valid: true,
+            grant: Grant::OneShot,
+        });
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 8).is_err());
+        t.indirect.spend(key);
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 8),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.check(key, 1, Access::ReadResponse, 0, 8).is_ok());
+        // Spending an ordinary key changes nothing.
+        let lasting = t.indirect.insert(IndirectKey {
+            grant: Grant::Lasting,
+            ..t.indirect.keys[&key].clone()
+        });
+        t.indirect.spend(lasting);
+        assert!(t.check(lasting, 1, Access::RemoteRead, 0, 8).is_ok());
+    }
+
+    #[test]
+    fn checks_are_the_keys_and_each_regions() {
+        let (mut t, rw, ro) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100), (ro, 0x2000, 0x100)]),
+            valid: true,
+            grant: Grant::Lasting,
+        });
+        assert!(IndirectTable::owns(key) && !IndirectTable::owns(rw));
+        let runs: Vec<_> = t
+            .check(key, 1, Access::RemoteRead, 0xF0, 0x20)
+            .unwrap()
+            .collect();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 0x20);
+        assert_eq!(runs.len(), 2);
+        // The second region refuses writes: the whole access is refused.
+        assert_eq!(
+            t.check(key, 1, Access::RemoteWrite, 0xF0, 0x20),
+            Err(KeyError::NoAccess)
+        );
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 0x100).is_ok());
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x1F0, 0x11),
+            Err(KeyError::OutOfRange)
+        );
+        assert_eq!(
+            t.check(key, 2, Access::RemoteRead, 0, 1),
+            Err(KeyError::OtherPd)
+        );
+        assert_eq!(
+            t.check(key, 1, Access::RemoteAtomic, 0, 8),
+            Err(KeyError::NoAccess)
+        );
+        t.invalidate(ro, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x100, 1),
+            Err(KeyError::Invalidated)
+        );
+        t.invalidate(key, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.indirect.references(rw));
+        assert_eq!(t.count_in_pd(1), 3);
+        t.indirect.remove(key).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::NoSuchKey)
+        );
     }
 }
