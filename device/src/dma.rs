@@ -603,8 +603,8 @@ pub(crate) mod tests {
     /// out).
     pub(crate) fn memfd(size: u64) -> File {
         let f = unsealed_memfd(size);
-        // SAFETY: F_ADD_SEALS on a descriptor we own.
         assert_eq!(
+            // SAFETY: F_ADD_SEALS on a descriptor we own.
             unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
             0
         );

@@ -209,8 +209,8 @@ mod tests {
         let f = unsafe { File::from_raw_fd(libc::dup(bar.fd())) };
         assert!(f.set_len(0).is_err(), "shrinking would SIGBUS the device");
         assert!(f.set_len(2 * PAGE_SIZE).is_err());
-        // SAFETY: F_ADD_SEALS on a descriptor we own: the seals are sealed too.
         assert_ne!(
+            // SAFETY: F_ADD_SEALS on a descriptor we own: the seals are sealed too.
             unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, 0) },
             0
         );

@@ -418,9 +418,9 @@ mod tests {
     fn a_full_or_blocking_eventfd_is_not_written_and_says_so() {
         let line = InterruptLine::new(2).unwrap();
         let full = eventfd();
-        // SAFETY: write of 8 bytes we own: the counter's maximum.
         let max = (u64::MAX - 1).to_ne_bytes();
         assert_eq!(
+            // SAFETY: write of 8 bytes we own: the counter's maximum.
             unsafe { libc::write(full.as_raw_fd(), max.as_ptr().cast(), 8) },
             8
         );

@@ -1,7 +1,7 @@
 //! The logic of `rnic-features`: self-checking scenarios of the advanced transport and
 //! memory-key features between two functions of one guest (datasheet §14), for a VM (two
 //! PCI functions) and for the host (two vfio-user functions sharing one memory, as two VFs
-//! of one VM do). The host tests (tests/tests/dc.rs, advanced.rs, features.rs) drive the
+//! of one VM do). The host tests (tests/tests/dc.rs, memory_keys.rs, features.rs) drive the
 //! same code.
 //!
 //! * [`Scenario::Dc`]: one DC initiator on function A, three DC targets on function B with

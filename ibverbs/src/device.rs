@@ -367,8 +367,8 @@ mod tests {
         assert!(entries[2].is_null());
         let names: Vec<String> = entries[..2]
             .iter()
-            // SAFETY: ibv_get_device_name of our own devices is a NUL-terminated name.
             .map(|&d| {
+                // SAFETY: ibv_get_device_name of our own devices is a NUL-terminated name.
                 unsafe { CStr::from_ptr(ibv_get_device_name(d)) }
                     .to_string_lossy()
                     .into_owned()
@@ -425,8 +425,8 @@ mod tests {
         let d = RnicDevice::new(3, Location::VfioUser("/run/rnic/vf2.sock".into()));
         // SAFETY: fresh, unshared.
         let ibv = unsafe { &*d.as_ibv() };
-        // SAFETY: copy_c_string terminates every field.
         let s = |f: &[c_char]| {
+            // SAFETY: copy_c_string terminates every field.
             unsafe { CStr::from_ptr(f.as_ptr()) }
                 .to_str()
                 .unwrap()

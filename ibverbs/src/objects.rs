@@ -254,8 +254,8 @@ mod tests {
         assert_eq!(busy.err(), Some(libc::EBUSY));
         let gone = unregister::<ibv_pd, u32>(p, |_| Ok(())).unwrap();
         assert!(lookup::<ibv_pd, u32>(p).is_err());
-        // SAFETY: `gone` keeps the memory alive; the magic is cleared.
         assert_eq!(
+            // SAFETY: `gone` keeps the memory alive; the magic is cleared.
             unsafe { from_c::<ibv_pd, u32>(p) }.err(),
             Some(libc::EINVAL)
         );

@@ -968,7 +968,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
 }
 
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
-    wr_start(qpx)
+    // SAFETY: our caller's contract is wr_start's.
+    unsafe { wr_start(qpx) }
 }
 
 unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {

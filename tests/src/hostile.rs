@@ -241,8 +241,8 @@ pub fn eventfd(nonblocking: bool) -> File {
 /// A pipe whose buffer is full: (read end, write end).
 pub fn full_pipe() -> (File, File) {
     let mut fds = [0; 2];
-    // SAFETY: pipe2 into an array of two.
     assert_eq!(
+        // SAFETY: pipe2 into an array of two.
         unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) },
         0
     );

@@ -2,11 +2,13 @@
 //! a vfio-user client that sends what a well-behaved one would not ([`hostile`]).
 
 pub mod debian;
+pub mod feature_checks;
 pub mod hostile;
 pub mod ibv_tools;
 pub mod net;
 pub mod ops;
 pub mod tshark;
+pub mod verbs_checks;
 pub mod verbs_pair;
 pub mod vm;
 pub mod wire;

@@ -35,7 +35,7 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most descriptors one `recvmsg` takes; more in one message than [`MAX_MSG_FDS`]
 /// is refused, and descriptors beyond this are closed by the kernel.
-const FD_ROOM: usize = 16;
+pub const FD_ROOM: usize = 16;
 
 /// A region as the client sees it.
 #[derive(Debug, Clone, Default)]

@@ -788,16 +788,16 @@ mod tests {
     fn unsuitable_memory_is_refused_with_an_errno() {
         let m = Anon::new(2);
         // A guard page (PROT_NONE) in the range.
-        // SAFETY: changes the protection of our own second page.
         assert_eq!(
+            // SAFETY: changes the protection of our own second page.
             unsafe { libc::mprotect(m.0.add(PAGE).cast(), PAGE, libc::PROT_NONE) },
             0
         );
         let e = back_with_memfd(m.addr(), m.addr() + 2 * PAGE, false).unwrap_err();
         assert!(matches!(&e, Error::Io(_, io) if io.raw_os_error() == Some(libc::EOPNOTSUPP)));
         // Read-only memory for a registration that allows writes.
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             unsafe { libc::mprotect(m.0.add(PAGE).cast(), PAGE, libc::PROT_READ) },
             0
         );

@@ -467,8 +467,8 @@ impl Container {
             ));
         }
         let container_fd: c_int = self.file.as_raw_fd();
-        // SAFETY: the kernel reads one int (our container's descriptor) from the pointer.
         check(
+            // SAFETY: the kernel reads one int (our container's descriptor) from the pointer.
             unsafe { ioctl_with_ref(&group, VFIO_GROUP_SET_CONTAINER, &container_fd) },
             || format!("VFIO_GROUP_SET_CONTAINER of group {number}"),
         )?;
@@ -495,8 +495,8 @@ impl Container {
                 "the kernel's VFIO has no type1 IOMMU (load vfio_iommu_type1: modprobe vfio_iommu_type1)".into(),
             ));
         };
-        // SAFETY: SET_IOMMU takes the model by value.
         check(
+            // SAFETY: SET_IOMMU takes the model by value.
             unsafe { ioctl_with_val(&self.file, VFIO_SET_IOMMU, c_ulong::from(model)) },
             || {
                 "VFIO_SET_IOMMU (type1; with an IOMMU lacking interrupt remapping, load vfio_iommu_type1 with allow_unsafe_interrupts=1)".into()
@@ -537,8 +537,8 @@ impl Container {
                 .cast::<vfio_iommu_type1_info>()
                 .write(header)
         };
-        // SAFETY: the kernel writes at most `argsz` bytes, which `buf` holds.
         check(
+            // SAFETY: the kernel writes at most `argsz` bytes, which `buf` holds.
             unsafe { ioctl_with_mut_ptr(&self.file, VFIO_IOMMU_GET_INFO, buf.as_mut_ptr()) },
             || "VFIO_IOMMU_GET_INFO with capabilities".into(),
         )?;
@@ -557,9 +557,9 @@ impl Container {
             iova,
             size: len,
         };
-        // SAFETY: the kernel reads the structure; the memory it names is ours and stays
-        // mapped until `unmap`.
         check(
+            // SAFETY: the kernel reads the structure; the memory it names is ours and stays
+            // mapped until `unmap`.
             unsafe { ioctl_with_ref(&self.file, VFIO_IOMMU_MAP_DMA, &map) },
             || {
                 format!("VFIO_IOMMU_MAP_DMA of {len:#x} bytes at IOVA {iova:#x} (out of locked memory? run as root or raise ulimit -l)")
@@ -778,9 +778,9 @@ impl VfioTransport {
             fds.len() as u32,
         ];
         set.extend(fds.iter().map(|&fd| fd as u32));
-        // SAFETY: `set` is a complete vfio_irq_set of `argsz` bytes, which the kernel
-        // only reads.
         check(
+            // SAFETY: `set` is a complete vfio_irq_set of `argsz` bytes, which the kernel
+            // only reads.
             unsafe { ioctl_with_ptr(&self.device, VFIO_DEVICE_SET_IRQS, set.as_ptr()) },
             || {
                 format!(
@@ -1065,8 +1065,8 @@ impl Transport for VfioTransport {
                 "function reset: VFIO offers no reset method for this function",
             ));
         }
-        // SAFETY: an argument-less ioctl on our device descriptor.
         check(
+            // SAFETY: an argument-less ioctl on our device descriptor.
             unsafe { vmm_sys_util::ioctl::ioctl(&self.device, VFIO_DEVICE_RESET) },
             || format!("VFIO_DEVICE_RESET of {}", self.bdf),
         )?;

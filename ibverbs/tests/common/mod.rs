@@ -59,8 +59,8 @@ impl Root {
             &root.join("usr/bin").join(program),
             &format!("{program} in the trixie root (ibverbs-utils, perftest)"),
         );
-        // SAFETY: geteuid cannot fail.
         assert_eq!(
+            // SAFETY: geteuid cannot fail.
             unsafe { libc::geteuid() },
             0,
             "running programs in the trixie root needs root (chroot)"
