@@ -52,7 +52,7 @@ pub struct Train {
 
 /// Consecutive packets of a train taken together: the first one's headers, all their
 /// payload. The receiver takes the MIDDLE packets of a train as one run when its QP
-/// would execute them one after the other anyway (see [`super::responder::takes_run`]),
+/// would execute them one after the other anyway (see `rdma::responder::takes_run`),
 /// and packet by packet ([`Run::packets`]) otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run<'a> {

@@ -16,7 +16,7 @@
 //! - the objects: [`qp`] (a QP and its transport state), [`wqe`] (work queues and their
 //!   entries; [`mmio`] windows), [`cq`] (completion and event queues), [`mkey`] (memory
 //!   keys), [`srq`], [`shared_sq`], [`ctrlq`], [`session`], [`sched`], [`answers`];
-//!   [`drops`] (why a frame is dropped), [`env`] (the memory work runs against),
+//!   [`drops`] (why a frame is dropped), [`env`](mod@env) (the memory work runs against),
 //!   [`error`] (why a command is refused).
 
 pub mod answers;

@@ -28,13 +28,13 @@ pub fn is_request(opcode: u8) -> bool {
     opcode_info(opcode).is_some_and(|i| i.is_request())
 }
 
-/// Why [`parse`] refused a frame.
+/// Why [`parse()`] refused a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     /// Dropped for this reason.
     Drop(Drop),
     /// A sound frame addressed here, of an opcode the device does not take
-    /// ([`opcode::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
+    /// ([`crate::roce::opcode::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
     /// [`ParseError::Unsupported`]), or as [`Drop::UnknownQp`] if there is none.
     Foreign(parse::Unsupported),
 }

@@ -5,7 +5,7 @@
 //! state) that this module marks as UD and gives a Q_Key. Its send side replaces the
 //! requester ([`run_send`]): each WQE becomes one packet and is done once sent, and the
 //! completer retires it as any other. Its receive side replaces the responder
-//! ([`RdmaState::receive_datagram`]).
+//! ([`super::responder::on_datagram`]).
 
 use std::collections::BTreeMap;
 

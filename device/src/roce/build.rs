@@ -156,7 +156,8 @@ pub fn ones_complement_sum(mut sum: u32, data: &[u8]) -> u16 {
 /// (4 bytes, little-endian, as rxe stores it).
 ///
 /// The frame is not padded to Ethernet's 60-byte minimum (the smallest RoCE frame is
-/// 58 bytes): that is the link's job, and [`parse`] accepts such trailing bytes.
+/// 58 bytes): that is the link's job, and [`super::parse::parse`] accepts such trailing
+/// bytes.
 pub fn build(
     addr: &Addressing,
     hdrs: &Headers,

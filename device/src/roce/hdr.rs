@@ -105,7 +105,7 @@ pub struct Bth {
     /// MigReq: path migration state (rxe always sends 0).
     pub mig_req: bool,
     /// Pad count (0..=3): bytes after the payload that make it a multiple of 4. Ignored
-    /// by [`build`], which computes it; set by [`parse`].
+    /// by [`super::build::build`], which computes it; set by [`super::parse::parse`].
     pub pad: u8,
     /// Transport header version; must be 0.
     pub tver: u8,

@@ -237,8 +237,8 @@ const DCETH: &[ExtHeader] = &[ExtHeader::Dceth];
 
 /// The opcode table: the extension headers (in wire order), payload and classification
 /// of every RC opcode, as in rxe_opcode.c. `None` for opcodes this device does not speak
-/// (other transports, RC FLUSH and ATOMIC WRITE, reserved values), which [`parse`]
-/// rejects.
+/// (other transports, RC FLUSH and ATOMIC WRITE, reserved values), which
+/// [`super::parse::parse`] rejects.
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
     OPCODES[usize::from(op)]
 }

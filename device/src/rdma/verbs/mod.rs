@@ -5,8 +5,8 @@
 //! [`RdmaState::execute`] dispatches an opcode to its handler; here are the objects
 //! every other command builds on (the EQ, PDs, CQs) and what creating anything costs
 //! (the quota, doorbell slots). The handlers of each kind of object are in the files
-//! below: [`qp`], [`mkeys`] (regions, indirect and pattern keys, control queues),
-//! [`srq`], [`shared_sq`].
+//! beside: `qp.rs`, `mkeys.rs` (regions, indirect and pattern keys, control queues),
+//! `srq.rs`, `shared_sq.rs`.
 
 mod mkeys;
 mod qp;
