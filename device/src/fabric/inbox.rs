@@ -1,12 +1,13 @@
 //! The switch's ports as the engine's threads see them: each port's inbox, which any
-//! thread may fill and the thread running the port's function empties.
+//! thread may fill and the thread running the port's function empties
+//! (docs/hardware-interface.md §7.12, §4.5).
 //!
-//! The inboxes and the forwarding table ([`super::route`]) live outside the switch's lock so that, when nothing watches the switch (no
-//! capture, no fault injector), a thread forwards a frame between two functions of the
-//! device with one lock of the destination's inbox and a lookup in its own copy of the
-//! table, however many threads run; the switch's lock is left to what is shared by
-//! nature (the capture, the fault injector, the uplink). See [`super::switch`].
-
+//! The inboxes and the forwarding table ([`super::route`]) live outside the switch's lock
+//! so that, when nothing watches the switch (no capture, no fault injector), a thread
+//! forwards a frame between two functions of the device with one lock of the
+//! destination's inbox and a lookup in its own copy of the table, however many threads
+//! run; the switch's lock is left to what is shared by nature (the capture, the fault
+//! injector, the uplink). See [`super::switch`].
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};

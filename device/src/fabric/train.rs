@@ -163,9 +163,9 @@ impl Train {
 
     /// The packets of the train whose frame is `bytes`, given its first packet as
     /// parsed from the frame (the frame's headers describe only that one). Fails with
-    /// [`TrainError::Length`] if the frame does not hold what the train says (or its payload
-    /// is held: see [`super::frame::materialize`]), and [`TrainError::Opcode`] if its first packet cannot
-    /// begin a train.
+    /// [`TrainError::Length`] if the frame does not hold what the train says (or its
+    /// payload is held: see [`super::frame::materialize`]), and [`TrainError::Opcode`] if
+    /// its first packet cannot begin a train.
     pub fn packets<'a>(
         &'a self,
         first: Packet<'a>,

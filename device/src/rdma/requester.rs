@@ -1,7 +1,7 @@
 //! The requester: takes send WQEs from the send queue and sends their request packets.
 //!
-//! Each WQE becomes an [`Op`] that stays in [`super::qp::RequesterState::ops`], in send-queue order,
-//! until the completer retires it. PSNs are given when an op is first sent and kept for
+//! Each WQE becomes an [`Op`] that stays in [`super::qp::RequesterState::ops`], in
+//! send-queue order, until the completer retires it. PSNs are given when an op is first sent and kept for
 //! every resend, so that go-back-N (after a NAK, an RNR NAK or a timeout) regenerates
 //! exactly the packets that were sent before, from the driver's memory.
 //!

@@ -4,9 +4,9 @@
 //! The device takes each WQE of a shared queue and appends it to the requester queue of
 //! the QP it names ([`SharedSqTable::take`]), marked with where it came from
 //! ([`SharedRef`]); the QP sends it like its own. When the QP retires or flushes it, the
-//! completion comes back here ([`SharedSqTable::finish`]) and waits in the queue's reorder window until every WQE
-//! posted before it finished too, so the shared queue's CQ sees completions in posting
-//! order however fast each connection is.
+//! completion comes back here ([`SharedSqTable::finish`]) and waits in the queue's
+//! reorder window until every WQE posted before it finished too, so the shared queue's CQ
+//! sees completions in posting order however fast each connection is.
 
 use std::collections::{BTreeMap, VecDeque};
 

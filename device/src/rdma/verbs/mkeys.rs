@@ -82,6 +82,7 @@ impl RdmaState {
         })
     }
 
+    /// `REG_MR`: a region of the PD, under a new key.
     pub(super) fn reg_mr(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: RegMrReq = decode(body)?;
         let mr = self.load_region(&req, env)?;
@@ -101,6 +102,7 @@ impl RdmaState {
         }))
     }
 
+    /// `DEREG_MR`: of a region, an indirect or pattern key, or a reserved key.
     pub(super) fn dereg_mr(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         if IndirectTable::owns(req.handle) {
@@ -193,6 +195,7 @@ impl RdmaState {
         check_mr_access(access)
     }
 
+    /// Adds an indirect or pattern key of `pdn` once its entries were checked.
     fn add_indirect_key(
         &mut self,
         pdn: u32,

@@ -102,10 +102,13 @@ impl RdmaState {
             .map_err(|status| VerbsError::new(status, r.index()))
     }
 
+    /// Gives `n` of `r` back to the function's quota.
     pub(super) fn release(&self, r: Resource, n: u64) {
         self.pool.release(self.member, r, n);
     }
 
+    /// A free doorbell slot in `page` for `owner`, charging the page if it is the first
+    /// slot taken in it.
     pub(super) fn alloc_slot(
         &mut self,
         page: u32,
@@ -131,6 +134,7 @@ impl RdmaState {
         Ok((page, slot))
     }
 
+    /// Whether any slot of doorbell page `page` is taken.
     pub(super) fn page_in_use(&self, page: u32) -> bool {
         self.slots
             .range((page, 0)..=(page, u32::MAX))
@@ -138,6 +142,7 @@ impl RdmaState {
             .is_some()
     }
 
+    /// Frees the slots of `owner`, and the doorbell pages left with none.
     pub(super) fn free_slots_of(&mut self, owner: SlotOwner) {
         let pages: Vec<u32> = self
             .slots
@@ -158,6 +163,7 @@ impl RdmaState {
         }
     }
 
+    /// `CREATE_EQ`: the function's one event queue.
     pub(super) fn create_eq(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: CreateEqReq = decode(body)?;
         if self.eq.is_some() {
@@ -189,6 +195,7 @@ impl RdmaState {
         }))
     }
 
+    /// `DESTROY_EQ`.
     pub(super) fn destroy_eq(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         match &self.eq {
@@ -201,6 +208,7 @@ impl RdmaState {
         }
     }
 
+    /// `ALLOC_PD`.
     pub(super) fn alloc_pd(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         if !body.is_empty() {
             return Err(VerbsError::new(Status::BadParam, 0));
@@ -215,6 +223,7 @@ impl RdmaState {
         }))
     }
 
+    /// `DEALLOC_PD`: only of a PD that nothing uses.
     pub(super) fn dealloc_pd(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         let pd = self
@@ -232,6 +241,7 @@ impl RdmaState {
         Ok(Vec::new())
     }
 
+    /// `CREATE_CQ`.
     pub(super) fn create_cq(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: CreateCqReq = decode(body)?;
         if req.entries < 2 || !req.entries.is_power_of_two() || req.entries > self.limits.max_cqe {
@@ -257,6 +267,7 @@ impl RdmaState {
         }))
     }
 
+    /// `DESTROY_CQ`: only of a CQ that nothing uses.
     pub(super) fn destroy_cq(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         let cq = self

@@ -23,6 +23,7 @@ use crate::rdma::{ud, RdmaState, SlotOwner};
 use crate::resources::Resource;
 
 impl RdmaState {
+    /// `CREATE_QP`: an RC, UD or DC QP, its queues, and its doorbell slots.
     pub(super) fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(VerbsError::new(Status::BadParam, what));
@@ -157,6 +158,8 @@ impl RdmaState {
         }))
     }
 
+    /// `MODIFY_QP`: a transition of the QP's state machine ([`qp::check_modify_with`]), and
+    /// what entering the new state starts or ends.
     pub(super) fn modify_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         // A UD QP's Q_Key follows the request (see `ud`).
         let (body, qkey) = ud::split_modify(body)?;
@@ -232,6 +235,7 @@ impl RdmaState {
         Ok(Vec::new())
     }
 
+    /// `QUERY_QP`.
     pub(super) fn query_qp(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         let qp = self
@@ -256,6 +260,7 @@ impl RdmaState {
         }))
     }
 
+    /// `DESTROY_QP`: what the QP held of shared send queues completes there, flushed.
     pub(super) fn destroy_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: ObjectReq = decode(body)?;
         let qp = self
