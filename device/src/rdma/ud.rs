@@ -4,8 +4,8 @@
 //! A UD QP is an ordinary [`Qp`] (its send queue, receive queue or SRQ, its CQs and its
 //! state) that this module marks as UD and gives a Q_Key. Its send side replaces the
 //! requester ([`run_send`]): each WQE becomes one packet and is done once sent, and the
-//! completer retires it as any other. Its receive side replaces the responder
-//! ([`super::responder::on_datagram`]).
+//! completer retires it as any other. Its receive side is the responder's, as in rxe's
+//! `rxe_resp.c` ([`super::responder::on_datagram`]).
 
 use std::collections::BTreeMap;
 
