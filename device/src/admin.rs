@@ -4,7 +4,7 @@
 //! act on other functions, the switch and the resource pool, so they run from the engine
 //! ([`crate::engine`]), which owns all three, with no function's state lock held (each
 //! command locks what it touches). A VF's admin queue answers every command with
-//! `NotPermitted` ([`not_permitted`]).
+//! `NotPermitted` ([`crate::commands::not_permitted`]).
 
 use std::sync::Arc;
 
@@ -16,9 +16,9 @@ use rnic_abi::cmd::{CmdHeader, Opcode, Status};
 use rnic_abi::migration::MigrateQpReq;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::cmdq::Response;
+use crate::commands::Response;
+use crate::fabric::switch::Switch;
 use crate::function::{Address, Function};
-use crate::rdma::switch::Switch;
 use crate::resources::ResourcePool;
 
 /// What admin commands act on: the whole device.
@@ -29,11 +29,6 @@ pub struct AdminContext<'a> {
     pub switch: &'a mut Switch,
     /// The device's resource pool.
     pub pool: &'a ResourcePool,
-}
-
-/// The answer of a VF's admin queue to every command.
-pub fn not_permitted(header: &CmdHeader) -> Response {
-    Response::error(Status::NotPermitted, u32::from(header.opcode))
 }
 
 fn decode<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Result<T, Response> {
@@ -265,7 +260,7 @@ impl AdminContext<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::{FunctionId, Identity};
+    use crate::identity::{FunctionId, Identity};
     use crate::resources::{DmaBudget, Resource};
     use rnic_abi::admin::{MemberStats, Quota};
 

@@ -16,39 +16,10 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::commands::Response;
+
 /// `VIRTQ_AVAIL_F_NO_INTERRUPT`: the driver polls and wants no interrupt.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
-
-/// What a command handler answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    /// Completion status.
-    pub status: Status,
-    /// Status detail for [`RespHeader::syndrome`].
-    pub syndrome: u32,
-    /// The response structure that follows the header (empty on failure).
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    /// A successful response carrying `body`.
-    pub fn ok(body: Vec<u8>) -> Self {
-        Self {
-            status: Status::Ok,
-            syndrome: 0,
-            body,
-        }
-    }
-
-    /// A failed response with no body.
-    pub fn error(status: Status, syndrome: u32) -> Self {
-        Self {
-            status,
-            syndrome,
-            body: Vec::new(),
-        }
-    }
-}
 
 /// Ring addresses and size as the driver programmed them in BAR0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,12 +1,57 @@
-//! What each command does. The queue mechanics live in [`crate::cmdq`]; this is the
-//! device's behaviour behind the opcodes.
+//! What each command does, and the reply it gives ([`Response`]). The queue mechanics
+//! live in [`crate::cmdq`]; this is the device's behaviour behind the opcodes
+//! (docs/hardware-interface.md §6).
 
 use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
 use zerocopy::IntoBytes;
 
-use crate::cmdq::Response;
-use crate::function::Identity;
-use crate::rdma::{Env, RdmaState};
+use crate::identity::Identity;
+use crate::rdma::env::Env;
+use crate::rdma::error::VerbsError;
+use crate::rdma::RdmaState;
+
+/// What a command handler answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// Completion status.
+    pub status: Status,
+    /// Status detail for [`rnic_abi::cmd::RespHeader::syndrome`].
+    pub syndrome: u32,
+    /// The response structure that follows the header (empty on failure).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A successful response carrying `body`.
+    pub fn ok(body: Vec<u8>) -> Self {
+        Self {
+            status: Status::Ok,
+            syndrome: 0,
+            body,
+        }
+    }
+
+    /// A failed response with no body.
+    pub fn error(status: Status, syndrome: u32) -> Self {
+        Self {
+            status,
+            syndrome,
+            body: Vec::new(),
+        }
+    }
+}
+
+impl From<VerbsError> for Response {
+    fn from(e: VerbsError) -> Self {
+        Response::error(e.status, e.syndrome)
+    }
+}
+
+/// The answer to a command that is not this queue's to run: an admin command on a
+/// function's command queue, and every command on a VF's admin queue.
+pub fn not_permitted(header: &CmdHeader) -> Response {
+    Response::error(Status::NotPermitted, u32::from(header.opcode))
+}
 
 /// Bytes of the response body of `opcode`.
 pub fn response_len(opcode: Opcode) -> usize {
@@ -89,7 +134,7 @@ pub fn execute(
 ) -> Response {
     // Refused whatever the rest of the command says: it is not this queue's to run.
     if rnic_abi::admin::is_admin_opcode(header.opcode) {
-        return Response::error(Status::NotPermitted, u32::from(header.opcode));
+        return not_permitted(header);
     }
     let op = match precheck(header, room) {
         Ok(op) => op,
@@ -104,7 +149,9 @@ pub fn execute(
             }
             Response::ok(query_device(identity).as_bytes().to_vec())
         }
-        Some(opcode) => rdma.execute(opcode, body, env),
+        Some(opcode) => rdma
+            .execute(opcode, body, env)
+            .map_or_else(Response::from, Response::ok),
     }
 }
 
@@ -137,7 +184,7 @@ pub fn fw_version() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::FunctionId;
+    use crate::identity::FunctionId;
     use zerocopy::FromBytes;
 
     fn header(opcode: u16) -> CmdHeader {

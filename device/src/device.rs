@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::{Engine, Placement, RunningEngine};
-use crate::function::{Function, FunctionId, Identity};
+use crate::fabric::faults::FaultSpec;
+use crate::function::Function;
+use crate::identity::{FunctionId, Identity};
 use crate::net::eth::{mac_for_ip, EthUplink};
-use crate::net::faults::FaultSpec;
 use crate::net::udp::UdpUplink;
 use crate::net::{NetError, NetSpec};
 use crate::pcap::PcapWriter;
@@ -124,7 +125,7 @@ impl Device {
             .map_err(StartError::Create)?;
         // Bound before the vfio-user sockets, so that a network error leaves nothing behind.
         let endpoints: Vec<_> = functions.iter().map(|f| f.endpoint()).collect();
-        let uplink: Option<Box<dyn crate::rdma::switch::Uplink>> = match &config.net {
+        let uplink: Option<Box<dyn crate::fabric::uplink::Uplink>> = match &config.net {
             Some(NetSpec::Udp(spec)) => Some(Box::new(UdpUplink::bind(&endpoints, spec.port)?)),
             Some(NetSpec::Eth(spec)) => Some(Box::new(EthUplink::open(spec, &endpoints)?)),
             None => None,

@@ -10,193 +10,58 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rnic_abi::admin::MemberStats;
-use rnic_abi::cmd::{CmdHeader, Limits, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
+use rnic_abi::cmd::{CmdHeader, Limits};
 use rnic_abi::doorbell;
 use rnic_abi::pci::{self, DOORBELL_BAR, REG_BAR};
 use rnic_abi::regs::*;
 use rnic_abi::vfio_user::{IRQ_MSIX, REGION_CONFIG};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::rdma::switch::AddressTable;
 use std::time::Instant;
 
-use crate::cmdq::{QueueBlock, Response, StartContext};
+use crate::cmdq::{QueueBlock, StartContext};
+use crate::commands::Response;
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
+use crate::fabric::frame::{AddressTable, Endpoint, Frame};
+use crate::fabric::switch::Switch;
+use crate::identity::{FunctionId, Identity};
 use crate::msix::{InterruptLine, Msix};
 use crate::pci::config::{BarSpec, ConfigParams, ConfigSpace, FunctionKind};
-use crate::rdma::switch::{Endpoint, Frame, Switch};
+use crate::rdma::env::Env;
 use crate::rdma::wire::Wire;
-use crate::rdma::{Env, RdmaState};
+use crate::rdma::RdmaState;
 use crate::resources::{PoolQuota, ResourcePool};
 
-/// Which function of the device this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FunctionId {
-    /// The physical function.
-    Pf,
-    /// Virtual function number n (0-based).
-    Vf(u16),
-}
-
-impl std::fmt::Display for FunctionId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FunctionId::Pf => write!(f, "pf"),
-            FunctionId::Vf(i) => write!(f, "vf{i}"),
-        }
-    }
-}
-
-/// What a function is and has: fixed for its life.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    /// PF or VF.
-    pub id: FunctionId,
-    /// VFs of the device (the PF's TotalVFs).
-    pub device_vfs: u16,
-    /// Ethernet MAC address.
-    pub mac: [u8; 6],
-    /// Default GID: the IPv4-mapped address of the function.
-    pub gid: [u8; 16],
-    /// Capability bits.
-    pub caps: u64,
-    /// Resource limits.
-    pub limits: Limits,
-}
-
-pub use crate::net::DEFAULT_IP_BASE;
-
-impl Identity {
-    /// The identity of function `id` of a device with `device_vfs` VFs (at most 255),
-    /// numbered n = 0 for the PF and i + 1 for VF i: MAC 02:52:4e:49:43:nn and IPv4 address
-    /// `ip_base` + n (a 32-bit sum, wrapping), whose IPv4-mapped form is the GID.
-    /// `ip_base` is the PF's address ([`crate::net::ip_base`]), or [`DEFAULT_IP_BASE`]
-    /// when `None`.
-    pub fn new(id: FunctionId, device_vfs: u16, ip_base: Option<std::net::Ipv4Addr>) -> Self {
-        let n: u16 = match id {
-            FunctionId::Pf => 0,
-            FunctionId::Vf(i) => i + 1,
-        };
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        let ipv4 = u32::from(ip_base.unwrap_or(DEFAULT_IP_BASE)).wrapping_add(u32::from(n));
-        gid[12..].copy_from_slice(&ipv4.to_be_bytes());
-        Self {
-            id,
-            device_vfs,
-            mac: [0x02, 0x52, 0x4e, 0x49, 0x43, n as u8],
-            gid,
-            caps: CAP_CMDQ
-                | CAP_DOORBELL_NOTIFY
-                | CAP_MSIX
-                | CAP_FUNCTION_RESET
-                | CAP_RDMA_RC
-                | CAP_INDIRECT_MKEY
-                | CAP_PATTERN_MKEY
-                | CAP_SEND_VARIANTS
-                | CAP_SRQ
-                | CAP_UD
-                | CAP_DC
-                | CAP_ONE_SHOT_READ
-                | CAP_WQE_MMIO
-                | CAP_PIPELINED_REG
-                | CAP_SHARED_SQ
-                | CAP_SESSIONS
-                | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
-            limits: Limits {
-                max_qp: 256,
-                max_qp_wr: 4096,
-                max_sge: 16,
-                max_cq: 256,
-                max_cqe: 65536,
-                max_mr: 1024,
-                max_pd: 256,
-                max_qp_rd_atom: 16,
-                max_qp_init_rd_atom: 16,
-                max_inline_data: 256,
-                max_mr_size: 1 << 32,
-                max_mr_pages: 1 << 18,
-                doorbell_pages: doorbell::PAGES,
-                msix_vectors: u32::from(pci::MSIX_VECTORS),
-                cmdq_max_size: u32::from(rnic_abi::cmd::CMDQ_MAX_SIZE),
+/// The config space of the function `identity` describes.
+fn config_params(identity: &Identity) -> ConfigParams {
+    let bars = vec![
+        BarSpec {
+            index: REG_BAR,
+            size: pci::REG_BAR_SIZE,
+            prefetchable: false,
+        },
+        BarSpec {
+            index: DOORBELL_BAR,
+            size: doorbell::BAR_SIZE,
+            prefetchable: true,
+        },
+    ];
+    match identity.id {
+        FunctionId::Pf => ConfigParams {
+            kind: FunctionKind::Pf {
+                total_vfs: identity.device_vfs,
             },
-        }
-    }
-
-    /// The same identity with MAC `mac` (an Ethernet port's, unique on its segment).
-    pub fn with_mac(mut self, mac: [u8; 6]) -> Self {
-        self.mac = mac;
-        self
-    }
-
-    /// The function's IPv4 address: the last four bytes of its GID.
-    pub fn ipv4(&self) -> std::net::Ipv4Addr {
-        std::net::Ipv4Addr::new(self.gid[12], self.gid[13], self.gid[14], self.gid[15])
-    }
-
-    /// The PCI device ID.
-    pub fn device_id(&self) -> u16 {
-        match self.id {
-            FunctionId::Pf => pci::PF_DEVICE_ID,
-            FunctionId::Vf(_) => pci::VF_DEVICE_ID,
-        }
-    }
-
-    /// `FUNCTION_KIND_*` of the function.
-    pub fn kind_code(&self) -> u8 {
-        match self.id {
-            FunctionId::Pf => FUNCTION_KIND_PF,
-            FunctionId::Vf(_) => FUNCTION_KIND_VF,
-        }
-    }
-
-    /// The VF index, 0 on the PF.
-    pub fn vf_index(&self) -> u16 {
-        match self.id {
-            FunctionId::Pf => 0,
-            FunctionId::Vf(i) => i,
-        }
-    }
-
-    /// TotalVFs on the PF, 0 on a VF.
-    pub fn total_vfs(&self) -> u16 {
-        match self.id {
-            FunctionId::Pf => self.device_vfs,
-            FunctionId::Vf(_) => 0,
-        }
-    }
-
-    fn config_params(&self) -> ConfigParams {
-        let bars = vec![
-            BarSpec {
-                index: REG_BAR,
-                size: pci::REG_BAR_SIZE,
-                prefetchable: false,
-            },
-            BarSpec {
-                index: DOORBELL_BAR,
-                size: doorbell::BAR_SIZE,
-                prefetchable: true,
-            },
-        ];
-        match self.id {
-            FunctionId::Pf => ConfigParams {
-                kind: FunctionKind::Pf {
-                    total_vfs: self.device_vfs,
-                },
-                vf_bars: bars.clone(),
-                bars,
-                msix_vectors: pci::MSIX_VECTORS,
-            },
-            FunctionId::Vf(index) => ConfigParams {
-                kind: FunctionKind::Vf { index },
-                bars,
-                vf_bars: Vec::new(),
-                msix_vectors: pci::MSIX_VECTORS,
-            },
-        }
+            vf_bars: bars.clone(),
+            bars,
+            msix_vectors: pci::MSIX_VECTORS,
+        },
+        FunctionId::Vf(index) => ConfigParams {
+            kind: FunctionKind::Vf { index },
+            bars,
+            vf_bars: Vec::new(),
+            msix_vectors: pci::MSIX_VECTORS,
+        },
     }
 }
 
@@ -284,7 +149,7 @@ pub struct Port<'a> {
     pub out: Vec<Frame>,
     /// Frame buffers to build with, and where received frames' buffers go back.
     pub spare: Vec<Vec<u8>>,
-    /// Whether the switch takes trains ([`crate::rdma::switch::Switch::takes_trains`]).
+    /// Whether the switch takes trains ([`crate::fabric::switch::Switch::takes_trains`]).
     pub trains: bool,
     /// IPv4 to MAC for the switch's endpoints.
     pub neighbors: &'a AddressTable,
@@ -385,7 +250,7 @@ impl Function {
         let msix = Msix::new(pci::MSIX_VECTORS)?;
         let interrupts = msix.line().clone();
         let state = State {
-            config: ConfigSpace::new(identity.config_params()),
+            config: ConfigSpace::new(config_params(&identity)),
             msix,
             cmdq: QueueBlock::new(CMDQ_REGS),
             rdma: RdmaState::with_pool(identity.id, identity.limits, pool.clone(), member),
@@ -1584,7 +1449,7 @@ mod tests {
         assert!(!f.run_admin(|_, _, _| panic!("no admin command was announced")));
         f.doorbells()
             .write32(doorbell::ADMINQ_DOORBELL, u32::from(guest.avail_idx));
-        assert!(f.run_admin(|h, _, _| crate::admin::not_permitted(h)));
+        assert!(f.run_admin(|h, _, _| crate::commands::not_permitted(h)));
         assert_eq!(guest.used_idx(), 1);
         assert_eq!(guest.resp(resp).status, Status::NotPermitted as u16);
         assert_eq!(guest.resp(resp).syndrome, Opcode::AdminQuery as u32);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use rnic_device::device::{Device, DeviceConfig};
 use rnic_device::engine::Placement;
-use rnic_device::net::faults::FaultSpec;
+use rnic_device::fabric::faults::FaultSpec;
 use rnic_device::net::NetSpec;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;

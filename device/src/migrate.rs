@@ -14,10 +14,10 @@ use std::sync::Arc;
 use rnic_abi::cmd::Status;
 use rnic_abi::migration::{MigrateQpReq, MigrateQpResp};
 
-use crate::cmdq::Response;
+use crate::commands::Response;
+use crate::fabric::switch::Switch;
 use crate::function::Function;
-use crate::rdma::switch::Switch;
-use crate::rdma::Env;
+use crate::rdma::env::Env;
 use crate::resources::{Resource, ResourcePool};
 
 /// Moves QP `req.qpn` with its transport state and the objects it uses from member

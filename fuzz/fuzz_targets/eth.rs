@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         let mut frame = r.bytes.to_vec();
         if r.seal() == Seal::Reseal {
             fix_ipv4_checksum(&mut frame);
-            rnic_device::roce::packet::seal(&mut frame);
+            rnic_device::roce::build::seal(&mut frame);
         }
         segment.push(frame);
         if r.step() {

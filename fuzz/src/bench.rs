@@ -6,11 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rnic_device::engine::Engine;
-use rnic_device::function::{Function, FunctionId, Identity};
+use rnic_device::fabric::frame::Frame;
+use rnic_device::fabric::uplink::Uplink;
+use rnic_device::function::Function;
+use rnic_device::identity::{FunctionId, Identity};
 use rnic_device::net::eth::{mac_for_ip, EthUplink};
 use rnic_device::net::link::Link;
 use rnic_device::pcap::PcapWriter;
-use rnic_device::rdma::switch::{Frame, Uplink};
 use rnic_device::resources::ResourcePool;
 use rnic_driver::verbs::Context;
 use rnic_driver::Device;

@@ -6,7 +6,8 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 
 use rnic_device::net::link::Link;
-use rnic_device::roce::packet::{ones_complement_sum, ETHERTYPE_IPV4, ETH_HEADER_LEN};
+use rnic_device::roce::build::ones_complement_sum;
+use rnic_device::roce::hdr::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
 
 /// Frames in both directions, shared between the port (as its [`Link`]) and the target.
 #[derive(Default, Clone)]

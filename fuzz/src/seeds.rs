@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use rnic_device::function::{FunctionId, Identity};
+use rnic_device::fabric::frame::Endpoint;
+use rnic_device::identity::{FunctionId, Identity};
 use rnic_device::net::arp::Arp;
 use rnic_device::net::eth::mac_for_ip;
-use rnic_device::rdma::switch::Endpoint;
 
 use crate::input::{record, STEP};
 use crate::world::{Mode, World, B};

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use rnic_device::rdma::switch::Frame;
+use rnic_device::fabric::frame::Frame;
 use rnic_driver::verbs::{
     self, mtu, Context, Cq, DcAddress, KeyRange, MemoryKey, Mr, Pd, Qp, QpCaps, RecvWr, SendWr,
     Srq, UdAddress, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
@@ -398,7 +398,7 @@ impl World {
         let frame = match seal {
             Seal::AsIs => Frame::sealed(bytes),
             Seal::Reseal => {
-                rnic_device::roce::packet::seal(&mut bytes);
+                rnic_device::roce::build::seal(&mut bytes);
                 Frame::sealed(bytes)
             }
             Seal::Unsealed => Frame::unsealed(bytes),

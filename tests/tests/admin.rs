@@ -436,7 +436,7 @@ fn counters_count_packets_and_bytes_per_member() {
 }
 
 /// Between two functions of one rnicd the packets of a message travel as one train
-/// (device/src/rdma/train.rs); the counters still count every packet, and the bytes the
+/// (device/src/fabric/train.rs); the counters still count every packet, and the bytes the
 /// packets would take on a wire.
 #[test]
 fn counters_count_each_packet_of_a_message_sent_as_a_train() {

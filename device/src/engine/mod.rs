@@ -19,120 +19,29 @@
 //! it, as with one thread.
 
 mod balance;
+mod shared;
 mod worker;
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(feature = "fuzzing")]
+use std::sync::MutexGuard;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::fabric::faults::{FaultInjector, FaultSpec};
+use crate::fabric::switch::Switch;
+use crate::fabric::uplink::Uplink;
 use crate::function::Function;
-use crate::net::faults::{FaultInjector, FaultSpec};
 use crate::pcap::PcapWriter;
-use crate::rdma::switch::{Switch, Uplink};
 
 pub use balance::{Activity, Placement};
+use shared::{lock, Shared, Slot};
 use worker::Worker;
-
-/// Locks `m`, whatever a panicking holder left: every structure behind the engine's
-/// locks is consistent between the statements that change it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What a worker thread shares with the others.
-struct Slot {
-    /// Wakes the thread when it sleeps; functions placed on it kick it through this.
-    wake: Arc<EventFd>,
-    /// Set while the thread is about to sleep or sleeping: whoever gives it a frame then
-    /// writes `wake`.
-    sleeping: AtomicBool,
-    /// Held by the thread during each pass; [`Shared::quiesce`] takes it to keep the
-    /// thread between passes.
-    pass: Mutex<()>,
-}
-
-/// What all engine threads share.
-struct Shared {
-    functions: Vec<Arc<Function>>,
-    switch: Mutex<Switch>,
-    poll_window: Duration,
-    stop: Arc<EventFd>,
-    stopping: Arc<AtomicBool>,
-    workers: Vec<Slot>,
-    policy: Placement,
-    /// The thread of each function, and its version (bumped at every change).
-    placement: Mutex<Vec<usize>>,
-    placement_version: AtomicU64,
-    /// Bumped after admin commands ran: addresses may have changed.
-    admin_version: AtomicU64,
-    /// One quiescing thread at a time.
-    control: Mutex<()>,
-    /// Per function: nanoseconds of work since the balancer last looked.
-    busy: Vec<AtomicU64>,
-    /// When the balancer last looked; held while it looks.
-    last_balance: Mutex<Instant>,
-    /// Packets the threads forwarded between functions (from, to) since the balancer
-    /// last looked, beside what the switch counted itself.
-    traffic: Mutex<HashMap<(usize, usize), u64>>,
-}
-
-/// Every other worker held between passes, and the switch: what admin commands and
-/// placement changes run under.
-struct Quiet<'a> {
-    switch: MutexGuard<'a, Switch>,
-    _passes: Vec<MutexGuard<'a, ()>>,
-    _control: MutexGuard<'a, ()>,
-}
-
-impl Shared {
-    /// Waits until every worker but `me` is between passes and keeps them there while
-    /// the result lives. `me` must not be in a pass itself.
-    fn quiesce(&self, me: usize) -> Quiet<'_> {
-        let control = lock(&self.control);
-        let passes = self
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != me)
-            .map(|(_, w)| lock(&w.pass))
-            .collect();
-        Quiet {
-            switch: lock(&self.switch),
-            _passes: passes,
-            _control: control,
-        }
-    }
-
-    /// Wakes worker `w` if it sleeps or is about to.
-    fn wake_if_sleeping(&self, w: usize) {
-        if let Some(slot) = self.workers.get(w) {
-            if slot.sleeping.load(Ordering::SeqCst) {
-                let _ = slot.wake.write(1);
-            }
-        }
-    }
-
-    /// Wakes every worker but `me`, so that each looks at its functions again.
-    fn wake_others(&self, me: usize) {
-        for (i, slot) in self.workers.iter().enumerate() {
-            if i != me {
-                let _ = slot.wake.write(1);
-            }
-        }
-    }
-
-    /// Points each function's kicks at the worker it is placed on.
-    fn set_wakers(&self, placement: &[usize]) {
-        for (f, &w) in self.functions.iter().zip(placement) {
-            f.set_waker(self.workers[w].wake.clone());
-        }
-    }
-}
 
 /// Stops a running engine from another thread.
 #[derive(Clone)]

@@ -13,11 +13,13 @@ use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber
 use vmm_sys_util::eventfd::EventFd;
 
 use super::balance::{self, Activity, Placement};
-use super::{lock, Shared};
+use super::shared::{lock, Shared};
 use crate::admin::AdminContext;
+use crate::fabric::frame::{AddrHash, AddressTable, Frame};
+use crate::fabric::inbox::Inboxes;
+use crate::fabric::route::{Hop, Route};
+use crate::fabric::switch::Switch;
 use crate::function::{PollOutcome, Port};
-use crate::rdma::ports::{Inboxes, Route};
-use crate::rdma::switch::{AddrHash, AddressTable, Frame, Switch};
 
 /// Datagrams taken from each function's receive socket per pass, so that a flood on one
 /// does not starve the others or the doorbells.
@@ -224,7 +226,7 @@ impl State {
             let member = self.mine[k];
             let f = &shared.functions[member];
             if member != 0 {
-                all.progress |= f.run_admin(|h, _, _| crate::admin::not_permitted(h));
+                all.progress |= f.run_admin(|h, _, _| crate::commands::not_permitted(h));
             }
             let frames = if self.direct {
                 self.inboxes.take(member)
@@ -273,17 +275,17 @@ impl State {
         all
     }
 
-    /// Forwards the frames function `from` sent: straight into the inbox of the
-    /// function each is for when nothing watches the switch, else (and for the network)
-    /// through the switch.
+    /// Forwards the frames function `from` sent where [`Route::hop`] says: straight into
+    /// the inbox of the function each is for when nothing watches the switch, else (and
+    /// for the network) through the switch.
     fn forward(&mut self, shared: &Shared, from: usize, frames: Vec<Frame>) {
         if frames.is_empty() {
             return;
         }
         let mut through_switch = Vec::new();
         for frame in frames {
-            match self.route.port(&frame.bytes).filter(|_| self.direct) {
-                Some(port) => {
+            match self.route.hop(&frame.bytes, !self.direct) {
+                Hop::Inbox(port) => {
                     if let Some(t) = &mut self.traffic {
                         *t.entry((from, port)).or_default() += frame.packets();
                     }
@@ -291,7 +293,7 @@ impl State {
                         self.fresh.push(port);
                     }
                 }
-                None => through_switch.push(frame),
+                Hop::Switch | Hop::Uplink | Hop::Nowhere => through_switch.push(frame),
             }
         }
         if !through_switch.is_empty() {

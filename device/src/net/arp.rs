@@ -11,8 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::rdma::switch::Endpoint;
-use crate::roce::packet::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
+use crate::fabric::frame::Endpoint;
+use crate::roce::hdr::{ETHERTYPE_IPV4, ETH_HEADER_LEN};
 
 /// EtherType of ARP.
 pub const ETHERTYPE_ARP: u16 = 0x0806;

@@ -48,13 +48,14 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Instant;
 
+use crate::fabric::frame::Endpoint;
+use crate::fabric::uplink::{Uplink, UplinkStats};
 use crate::net::arp::{Arp, Neighbors, Route, BROADCAST, ETHERTYPE_ARP, ETH_MIN_FRAME, REQUEST};
 use crate::net::link::{DatagramLink, Link, StreamLink};
 use crate::net::NetError;
-use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
-use crate::roce::packet::{
-    ones_complement_sum, ETHERTYPE_IPV4, ETH_HEADER_LEN, IPV4_HEADER_LEN, ROCEV2_PORT,
-    UDP_HEADER_LEN,
+use crate::roce::build::ones_complement_sum;
+use crate::roce::hdr::{
+    ETHERTYPE_IPV4, ETH_HEADER_LEN, IPV4_HEADER_LEN, ROCEV2_PORT, UDP_HEADER_LEN,
 };
 use rnic_abi::admin::{PortStats, PORT_ETH};
 
@@ -623,7 +624,11 @@ impl Uplink for EthUplink {
 mod tests {
     use super::*;
     use crate::net::arp::REPLY;
-    use crate::roce::packet::{self, opcode, Addressing, Bth, Headers};
+    use crate::roce::build;
+    use crate::roce::build::Addressing;
+    use crate::roce::hdr::{Bth, Headers};
+    use crate::roce::opcode;
+    use crate::roce::parse;
     use std::sync::{Arc, Mutex};
 
     /// Frames in both directions, shared with the test.
@@ -693,8 +698,8 @@ mod tests {
             ..Headers::default()
         };
         let mut f = Vec::new();
-        packet::build(&addr, &hdrs, payload, &mut f).unwrap();
-        packet::set_udp_checksum(&mut f);
+        build::build(&addr, &hdrs, payload, &mut f).unwrap();
+        build::set_udp_checksum(&mut f);
         f
     }
 
@@ -820,7 +825,7 @@ mod tests {
     fn invalid_and_foreign_frames_are_counted_and_valid_ones_delivered_trimmed() {
         let (mut u, wire) = port();
         let good = rxe_frame(GUEST, VF0, b"hello");
-        packet::parse(&good).expect("an rxe frame parses");
+        parse::parse(&good).expect("an rxe frame parses");
         let mut padded = rxe_frame(GUEST, VF0, b"");
         padded.resize(ETH_MIN_FRAME, 0xAA);
         let mut bad_checksum = good.clone();
@@ -881,7 +886,7 @@ mod tests {
         assert_eq!(u.receive(1, 16, &mut out, &mut Vec::new()), 2);
         assert_eq!(out[0], good);
         assert_eq!(out[1].len(), 58, "padding cut");
-        packet::parse(&out[1]).expect("trimmed frame parses");
+        parse::parse(&out[1]).expect("trimmed frame parses");
         assert_eq!(u.receive(0, 16, &mut out, &mut Vec::new()), 0);
     }
 

@@ -19,8 +19,7 @@ use std::mem::size_of;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::socket::setsockopt_int;
-use super::udp::sockaddr;
+use super::socket::{setsockopt_int, sockaddr};
 
 /// `SOL_UDP` option: the segment size of the datagram sent (a control message of a u16).
 const UDP_SEGMENT: libc::c_int = 103;

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::net::socket::{count_drops, setsockopt_int, size_buffers, KernelDrops};
-use crate::net::udp::{bound_udp_socket, recv_one, sockaddr};
+use crate::net::socket::{
+    bound_udp_socket, count_drops, setsockopt_int, size_buffers, sockaddr, KernelDrops,
+};
+use crate::net::udp::recv_one;
 
 /// The largest frame a link carries (QEMU's own limit is 69,632 bytes; no IPv4 frame is
 /// longer than 14 + 65,535).

@@ -1,8 +1,7 @@
-//! The device's networking beyond its internal switch: what carries frames between
-//! rnicd processes, and what makes a wire imperfect on purpose.
+//! The device's networking beyond its internal switch: the uplinks
+//! ([`crate::fabric::uplink::Uplink`]) that carry frames between rnicd processes and to
+//! other hosts (docs/hardware-interface.md §7.13, §7.16).
 //!
-//! - [`faults`]: deterministic loss, duplication, reordering, corruption and delay of
-//!   frames, for testing the transport (`rnicd --net-faults`).
 //! - [`udp`]: RoCEv2 over real UDP sockets, so that functions of different rnicd
 //!   processes reach each other (`rnicd --net udp:ADDR[:PORT]`).
 //! - [`eth`]: an Ethernet port on a QEMU network segment, with ARP ([`arp`]), over the
@@ -13,7 +12,6 @@
 
 pub mod arp;
 pub mod eth;
-pub mod faults;
 pub mod gso;
 pub mod link;
 pub mod socket;
@@ -24,7 +22,8 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::str::FromStr;
 
-use crate::rdma::switch::UplinkStats;
+use crate::fabric::uplink::UplinkStats;
+use crate::identity::DEFAULT_IP_BASE;
 use eth::EthSpec;
 use rnic_abi::admin::PortStats;
 use udp::UdpSpec;
@@ -42,10 +41,6 @@ pub const READ_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 pub fn read_time_up(start: std::time::Instant, read: usize) -> bool {
     read.is_multiple_of(16) && start.elapsed() >= READ_TIME
 }
-
-/// The PF's IPv4 address when neither `--net udp:ADDR` nor `--net-ip` gives one: the
-/// functions are then 10.82.0.1, 10.82.0.2, ...
-pub const DEFAULT_IP_BASE: Ipv4Addr = Ipv4Addr::new(10, 82, 0, 1);
 
 /// What `--net` says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! Socket options every link that carries frames sets the same way: buffer sizes, and
-//! the kernel's count of datagrams it dropped for want of room (`SO_RXQ_OVFL`).
+//! Sockets as every link that carries frames opens them: bound UDP sockets, and the
+//! options set the same way on all: buffer sizes, and the kernel's count of datagrams it
+//! dropped for want of room (`SO_RXQ_OVFL`).
 //!
 //! A link whose receive buffer is the kernel's default (208 KiB on most hosts) loses
 //! frames whenever a burst (a large READ response, a window of WRITEs) arrives faster than
@@ -8,12 +9,13 @@
 
 use std::io;
 use std::mem::size_of;
-use std::os::fd::RawFd;
+use std::net::{SocketAddrV4, UdpSocket};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Socket buffer size asked for (with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where allowed,
 /// else capped by `net.core.rmem_max`/`wmem_max`): room for the send windows
-/// ([`crate::rdma::requester::SEND_WINDOW`] packets) of many QPs at once.
+/// (the requester's `SEND_WINDOW` packets each) of many QPs at once.
 pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
 
 /// Sets an integer socket option.
@@ -163,6 +165,53 @@ impl KernelDrops {
         self.total += new;
         new
     }
+}
+
+/// `addr` as the C library takes it.
+pub(crate) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// A non-blocking UDP socket that `configure` sets options on before it is bound to
+/// `addr` (options such as `SO_REUSEADDR` only count if set before `bind`).
+pub(crate) fn bound_udp_socket(
+    addr: SocketAddrV4,
+    configure: impl FnOnce(RawFd) -> io::Result<()>,
+) -> io::Result<UdpSocket> {
+    // SAFETY: plain socket creation; the descriptor is owned right after.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    configure(raw)?;
+    let sa = sockaddr(addr);
+    // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
+    let r = unsafe {
+        libc::bind(
+            raw,
+            (&sa as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(UdpSocket::from(fd))
 }
 
 #[cfg(test)]

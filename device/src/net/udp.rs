@@ -19,7 +19,7 @@
 //! payload (BTH to ICRC, ICRC included) goes out, as one datagram to (destination IP,
 //! PORT), from a socket bound to (source IP, the frame's UDP source port). That source
 //! port is the flow-entropy port the requester chose
-//! ([`crate::roce::packet::udp_src_port`]), so every QP's datagrams carry its own source
+//! ([`crate::roce::build::udp_src_port`]), so every QP's datagrams carry its own source
 //! port on the wire, as RoCEv2 requires for ECMP. These send sockets are created on first
 //! use, one per (source IP, source port), with `SO_REUSEADDR`, non-blocking, and with
 //! `IP_PMTUDISC_DO` (RoCE packets are never fragmented: DF is set, and a datagram larger
@@ -46,7 +46,7 @@
 //! The ICRC covers the IPv4 and UDP headers (with TOS, TTL, the checksums and the
 //! FECN/BECN byte masked), but over a socket the kernel writes them, not rnicd. Both
 //! ends therefore compute and check the ICRC over the canonical header rnicd would have
-//! built itself, which [`crate::roce::packet::build`] writes: IPv4 without options, IP ID
+//! built itself, which [`crate::roce::build::build`] writes: IPv4 without options, IP ID
 //! 0, DF set, protocol UDP, UDP checksum 0, with the addresses, source port and lengths
 //! that are on the wire. The sender's frame is exactly that. The receiver rebuilds
 //! exactly that frame from what `recvmsg` reports: source IP and port from the sender's
@@ -56,7 +56,7 @@
 //! destination and, as source, [`peer_mac`] of the source IP (`02:00` followed by the
 //! four address bytes: the peer's real MAC is not known over UDP). The rebuilt frame
 //! goes through the function's normal receive path, validation and ICRC check included
-//! ([`crate::rdma::recv`], [`crate::roce::packet::parse`]). So frames in a `--pcap` are
+//! ([`crate::rdma::recv`], [`crate::roce::parse::parse`]). So frames in a `--pcap` are
 //! canonical frames whose ICRC verifies over their headers as written, and the frame a
 //! receiver rebuilds is byte for byte the one the sender built from the IP header on. Of
 //! the Ethernet header only the EtherType survives: the sender's frame has the broadcast
@@ -72,7 +72,7 @@
 //! checksum on the wire (rxe sends none over IPv4): that only adds protection, the ICRC
 //! masks it, and the receiving kernel checks it before rnicd sees the datagram.
 //!
-//! The frames always say destination port 4791 ([`crate::roce::packet::ROCEV2_PORT`]),
+//! The frames always say destination port 4791 ([`crate::roce::hdr::ROCEV2_PORT`]),
 //! whatever PORT is: the RoCEv2 frame format fixes it and the receive path checks it.
 //! With the default PORT the canonical frame is exactly what is on the wire; another PORT
 //! is a private arrangement between rnicd processes (which must all use the same one),
@@ -88,7 +88,7 @@
 //! and a run is cut back into its datagrams here. Every datagram goes to the function's receive
 //! checks as its canonical frame, so that what is dropped (too short, another transport
 //! version, an unknown opcode, a bad ICRC, ...) is counted there by reason
-//! ([`crate::rdma::recv::DropCounters`]); only a datagram larger than the receive buffer
+//! ([`crate::rdma::drops::DropCounters`]); only a datagram larger than the receive buffer
 //! (impossible over IPv4) is dropped here.
 
 use std::borrow::Cow;
@@ -98,16 +98,17 @@ use std::fmt;
 use std::io;
 use std::mem::{size_of, size_of_val, MaybeUninit};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::str::FromStr;
 
 use super::gso::{self, Batch, RunKey};
-use super::socket::{self, setsockopt_int};
-use crate::rdma::switch::{Endpoint, Uplink, UplinkStats};
-use crate::roce::icrc::icrc;
-use crate::roce::packet::{
+use super::socket::{self, bound_udp_socket, setsockopt_int};
+use crate::fabric::frame::Endpoint;
+use crate::fabric::uplink::{Uplink, UplinkStats};
+use crate::roce::hdr::{
     BTH_LEN, ETHERTYPE_IPV4, ETH_HEADER_LEN, ICRC_LEN, IPV4_HEADER_LEN, ROCEV2_PORT, UDP_HEADER_LEN,
 };
+use crate::roce::icrc::icrc;
 use rnic_abi::admin::{PortStats, PORT_UDP};
 
 /// The UDP port datagrams go to when `--net` names none: RoCEv2's.
@@ -184,17 +185,6 @@ pub fn peer_mac(ip: Ipv4Addr) -> [u8; 6] {
 
 pub use crate::net::NetError;
 
-pub(crate) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: addr.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*addr.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 /// What a socket is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -231,41 +221,6 @@ fn bind_socket(addr: SocketAddrV4, role: Role) -> io::Result<UdpSocket> {
         }
         Ok(())
     })
-}
-
-/// A non-blocking UDP socket that `configure` sets options on before it is bound to
-/// `addr` (options such as `SO_REUSEADDR` only count if set before `bind`).
-pub(crate) fn bound_udp_socket(
-    addr: SocketAddrV4,
-    configure: impl FnOnce(RawFd) -> io::Result<()>,
-) -> io::Result<UdpSocket> {
-    // SAFETY: plain socket creation; the descriptor is owned right after.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    configure(raw)?;
-    let sa = sockaddr(addr);
-    // SAFETY: a sockaddr_in of the size given, on a descriptor we own.
-    let r = unsafe {
-        libc::bind(
-            raw,
-            (&sa as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(UdpSocket::from(fd))
 }
 
 /// One datagram, or a coalesced run of them, as `recvmsg` reported it.
@@ -406,7 +361,7 @@ impl<'a> Outgoing<'a> {
 }
 
 /// The canonical IPv4 and UDP headers of a RoCEv2 packet, as
-/// [`crate::roce::packet::build`] writes them: no options, IP ID 0, DF, header checksum,
+/// [`crate::roce::build::build`] writes them: no options, IP ID 0, DF, header checksum,
 /// destination port 4791, UDP checksum 0.
 pub fn canonical_ip_udp(
     src: SocketAddrV4,
@@ -882,7 +837,11 @@ impl Uplink for UdpUplink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roce::packet::{self, opcode as op, Addressing, Bth, Headers, Reth};
+    use crate::roce::build;
+    use crate::roce::build::Addressing;
+    use crate::roce::hdr::{Bth, Headers, Reth};
+    use crate::roce::opcode as op;
+    use crate::roce::parse;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -933,7 +892,7 @@ mod tests {
         };
         let payload: Vec<u8> = (0..1021u32).map(|i| (i * 7) as u8).collect();
         let mut f = Vec::new();
-        packet::build(addressing, &hdrs, &payload, &mut f).unwrap();
+        build::build(addressing, &hdrs, &payload, &mut f).unwrap();
         f
     }
 
@@ -943,7 +902,7 @@ mod tests {
             dst_mac,
             src_ip,
             dst_ip,
-            src_port: packet::udp_src_port(0, 0x12, 0x34),
+            src_port: build::udp_src_port(0, 0x12, 0x34),
             ttl: 17,
             tos: 0x68,
             ip_id: 0,
@@ -969,7 +928,7 @@ mod tests {
         assert_eq!(rebuilt[..6], f[..6]);
         assert_eq!(rebuilt[6..12], peer_mac(Ipv4Addr::new(10, 1, 0, 2)));
         assert_eq!(rebuilt[12..], f[12..]);
-        packet::parse(&rebuilt).expect("the rebuilt frame's ICRC verifies");
+        parse::parse(&rebuilt).expect("the rebuilt frame's ICRC verifies");
     }
 
     #[test]
@@ -987,7 +946,7 @@ mod tests {
             out.ttl,
             &payload,
         );
-        packet::parse(&rebuilt).expect("ICRC over port 40000");
+        parse::parse(&rebuilt).expect("ICRC over port 40000");
         let unchanged = rebuild_frame(
             Vec::new(),
             [0; 6],
@@ -998,8 +957,8 @@ mod tests {
             out.payload,
         );
         assert!(matches!(
-            packet::parse(&unchanged),
-            Err(packet::ParseError::Icrc { .. })
+            parse::parse(&unchanged),
+            Err(parse::ParseError::Icrc { .. })
         ));
     }
 
@@ -1059,7 +1018,7 @@ mod tests {
         assert_eq!(got[..6], f[..6]);
         assert_eq!(got[6..12], peer_mac(Ipv4Addr::from(a.ip)));
         assert_eq!(got[12..], f[12..], "TTL, TOS, source port: all as sent");
-        packet::parse(&got).expect("ICRC verifies");
+        parse::parse(&got).expect("ICRC verifies");
         assert_eq!(ua.stats().tx, 1);
         assert_eq!(ub.stats().rx, 1);
         // Bytes are the frames', as the functions' counters count them, on both sides.
@@ -1069,7 +1028,7 @@ mod tests {
         assert_eq!(p.rx_bytes, got.len() as u64);
         // A second QP's flow goes from its own port.
         let mut second = addressing(a.ip, b.ip, b.mac);
-        second.src_port = packet::udp_src_port(0, 0x13, 0x34);
+        second.src_port = build::udp_src_port(0, 0x13, 0x34);
         assert_ne!(second.src_port, addressing(a.ip, b.ip, b.mac).src_port);
         assert!(ua.send(&frame(&second)));
         ua.flush();
@@ -1103,7 +1062,7 @@ mod tests {
                     ..Headers::default()
                 };
                 let mut f = Vec::new();
-                packet::build(&addressing(a.ip, b.ip, b.mac), &hdrs, &payload, &mut f).unwrap();
+                build::build(&addressing(a.ip, b.ip, b.mac), &hdrs, &payload, &mut f).unwrap();
                 f
             })
             .collect()
@@ -1125,7 +1084,7 @@ mod tests {
         assert_eq!(got.len(), sent.len());
         for (f, g) in sent.iter().zip(&got) {
             assert_eq!(g[12..], f[12..], "every frame, in order, as built");
-            packet::parse(g).expect("ICRC verifies");
+            parse::parse(g).expect("ICRC verifies");
         }
         assert_eq!(ub.stats().rx, 42);
         assert_eq!(ub.receive(0, 16, &mut Vec::new(), &mut Vec::new()), 0);
@@ -1154,10 +1113,10 @@ mod tests {
         let (a, b, mut ua, mut ub) = pair(7);
         let first = message(a, b, 0, 3, 1024);
         let mut second = message(a, b, 50, 3, 1024);
-        let other_port = packet::udp_src_port(0, 0x99, 0x34);
+        let other_port = build::udp_src_port(0, 0x99, 0x34);
         for f in &mut second {
             f[34..36].copy_from_slice(&other_port.to_be_bytes());
-            packet::seal(f);
+            build::seal(f);
         }
         for (x, y) in first.iter().zip(&second) {
             assert!(ua.send(x));
@@ -1177,7 +1136,7 @@ mod tests {
         }
         for (f, g) in second.iter().zip(of(other_port)) {
             assert_eq!(g[12..], f[12..]);
-            packet::parse(g).expect("ICRC verifies");
+            parse::parse(g).expect("ICRC verifies");
         }
     }
 
@@ -1221,7 +1180,7 @@ mod tests {
         ua.flush();
         let got = receive_one(&mut ub, 0).expect("datagram arrived");
         assert_ne!(u16::from_be_bytes([got[34], got[35]]), flow_port);
-        packet::parse(&got).expect("ICRC recomputed for the port used");
+        parse::parse(&got).expect("ICRC recomputed for the port used");
     }
 
     #[test]
@@ -1251,20 +1210,14 @@ mod tests {
         while got.len() < 5 && start.elapsed() < Duration::from_secs(5) {
             ub.receive(0, 16, &mut got, &mut Vec::new());
         }
-        let why: Vec<_> = got.iter().map(|f| packet::parse(f).unwrap_err()).collect();
-        assert!(matches!(
-            why[0],
-            packet::ParseError::TruncatedBth { len: 0 }
-        ));
-        assert!(matches!(
-            why[1],
-            packet::ParseError::TruncatedBth { len: 3 }
-        ));
-        assert_eq!(why[2], packet::ParseError::UnknownOpcode(0xee));
-        assert_eq!(why[3], packet::ParseError::BthVersion(1));
+        let why: Vec<_> = got.iter().map(|f| parse::parse(f).unwrap_err()).collect();
+        assert!(matches!(why[0], parse::ParseError::TruncatedBth { len: 0 }));
+        assert!(matches!(why[1], parse::ParseError::TruncatedBth { len: 3 }));
+        assert_eq!(why[2], parse::ParseError::UnknownOpcode(0xee));
+        assert_eq!(why[3], parse::ParseError::BthVersion(1));
         assert!(matches!(
             why[4],
-            packet::ParseError::TruncatedHeaders { opcode: 0x0a, .. }
+            parse::ParseError::TruncatedHeaders { opcode: 0x0a, .. }
         ));
         assert_eq!((ub.stats().rx, ub.stats().rx_dropped), (5, 0));
         // Nothing waits: the next receive reads nothing.

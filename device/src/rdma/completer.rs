@@ -3,40 +3,31 @@
 //! send-queue order: exactly one completion per signaled WQE, and one per WQE of any kind
 //! that fails or is flushed.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rnic_abi::verbs::{wc, wr, Cqe, QpState, WcStatus};
+use rnic_abi::verbs::{wr, Cqe, WcStatus};
 use vm_memory::Bytes;
 
 use super::answers::Taken;
-use super::held::Payload;
-use super::mr::Access;
+use super::drops;
+use super::env::Env;
+use super::mkey::Access;
 use super::qp::{mtu, Qp};
-use super::recv;
-use super::requester::{scatter_gather, OpState};
-use super::train::Run;
-use super::wire::psn;
-use super::wqe::read_recv;
-use super::{Env, RdmaState};
-use crate::roce::packet::{nak, opcode as op, AethKind, Packet};
-
-/// The RNR NAK timer values of the IB spec (table 45), in microseconds, by code.
-const RNR_TIMER_US: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
-    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
-    245_760, 327_680, 491_520,
-];
+use super::requester::scatter_gather;
+use super::wqe::{send_completion, OpState};
+use super::RdmaState;
+use crate::fabric::held::Payload;
+use crate::fabric::train::Run;
+use crate::roce::hdr::{nak, rnr_delay, AethKind};
+use crate::roce::opcode as op;
+use crate::roce::parse::Packet;
+use crate::roce::psn;
 
 /// Answers that arrive this many PSNs past a missing READ response or atomic ACK mean it
 /// was lost, not overtaken: a network reorders by a packet or two if at all, and the
 /// responder sends its answers in PSN order. The READ or atomic is then asked again at
 /// once, for what is missing, instead of waiting for the retransmission timer.
 const REORDER_TOLERANCE: i32 = 3;
-
-/// How long an RNR NAK with timer `code` asks the requester to wait.
-pub fn rnr_delay(code: u8) -> Duration {
-    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
-}
 
 /// Handles a response packet (ACK, NAK, READ response, atomic ACK) for `qp`. A response
 /// to a PSN never sent is dropped: it cannot be genuine, and would acknowledge requests
@@ -48,7 +39,7 @@ pub fn on_response(
     payload: Payload,
     env: &Env,
     now: Instant,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let p = pkt.hdrs.bth.psn;
     let opcode = pkt.hdrs.bth.opcode;
     qp.req.was_sent(p)?;
@@ -170,7 +161,7 @@ pub fn on_run(
     run: Run,
     env: &Env,
     now: Instant,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let last = psn::add(run.packet.hdrs.bth.psn, run.count - 1);
     let placed = read_response(rdma, qp, &run.packet, run.payload, run.count, env);
     ask_again_if_lost(qp, last);
@@ -311,7 +302,7 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
     }
     let una = qp.req.una();
     if qp.req.retry_left == 0 {
-        let waiting = |o: &&mut super::requester::Op| o.assigned && o.state != OpState::Done;
+        let waiting = |o: &&mut super::wqe::Op| o.assigned && o.state != OpState::Done;
         let oldest = qp
             .req
             .ops
@@ -336,18 +327,6 @@ pub fn on_timer(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, now: Instant) {
         qp.req.retry_left
     );
     qp.req.go_back_to(una);
-}
-
-pub(super) fn send_completion(opcode: u8) -> u8 {
-    match opcode {
-        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => wc::RDMA_WRITE,
-        wr::RDMA_READ => wc::RDMA_READ,
-        wr::ATOMIC_CMP_AND_SWP => wc::COMP_SWAP,
-        wr::ATOMIC_FETCH_AND_ADD => wc::FETCH_ADD,
-        wr::LOCAL_INV => wc::LOCAL_INV,
-        wr::BIND_MW => wc::BIND_MW,
-        _ => wc::SEND,
-    }
 }
 
 /// Completes the ops at the head of the queue that are done, in order. An error moves
@@ -387,7 +366,7 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
                 // In posting order on the shared send queue's CQ.
                 rdma.finish_shared(from, cqe, signaled, env);
             } else if !rdma.complete(qp.send_cqn, cqe, env) {
-                enter_error(rdma, qp, env);
+                rdma.enter_error(qp, env);
                 return;
             }
         }
@@ -398,100 +377,8 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
                 o.op.wqe.wr_id,
                 o.status
             );
-            enter_error(rdma, qp, env);
+            rdma.enter_error(qp, env);
             return;
         }
-    }
-}
-
-/// Moves `qp` to the error state by itself (not by a modify), tells the driver, and
-/// flushes its queues.
-pub fn enter_error(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
-    if qp.state != QpState::Err {
-        qp.state = QpState::Err;
-        qp.attr.qp_state = QpState::Err as u8;
-        rdma.post_event(env, rnic_abi::verbs::event::QP_FATAL, qp.qpn);
-    }
-    flush_queues(rdma, qp, env);
-}
-
-/// Completes everything still in `qp`'s queues with `WR_FLUSH_ERR`: ops the requester
-/// holds, send WQEs not yet taken, and every posted receive.
-pub fn flush_queues(rdma: &mut RdmaState, qp: &mut Qp, env: &Env) {
-    let posted = env.doorbells.read32(qp.sq.slot).unwrap_or(qp.sq.taken);
-    while qp.sq.taken != posted && (qp.req.ops.len() as u32) < qp.sq.entries {
-        let index = qp.sq.taken;
-        qp.sq.taken = qp.sq.taken.wrapping_add(1);
-        let op = super::mmio::read_send(&qp.sq, &qp.caps, env, index)
-            .unwrap_or_else(super::wqe::SendOp::unreadable);
-        qp.req.ops.push_back(super::requester::Op {
-            index,
-            op,
-            first_psn: 0,
-            npsn: 0,
-            next_pkt: 0,
-            state: OpState::Done,
-            status: WcStatus::WrFlushErr,
-            answers: Default::default(),
-            holds_rd_atomic: false,
-            assigned: false,
-            shared: None,
-            session_port: None,
-        });
-    }
-    for o in qp.req.ops.iter_mut() {
-        if o.status == WcStatus::Success || o.state != OpState::Done {
-            o.state = OpState::Done;
-            o.status = WcStatus::WrFlushErr;
-        }
-    }
-    qp.req.rd_atomic_outstanding = 0;
-    qp.req.timer = None;
-    qp.req.resend_from = None;
-    qp.req.ask_again = None;
-    while let Some(o) = qp.req.ops.pop_front() {
-        let cqe = Cqe {
-            wr_id: o.op.wqe.wr_id,
-            qp_num: qp.qpn,
-            opcode: send_completion(o.op.wqe.opcode),
-            status: o.status as u8,
-            ..Cqe::default()
-        };
-        match o.shared {
-            Some(from) => rdma.finish_shared(from, cqe, true, env),
-            None => {
-                rdma.complete(qp.send_cqn, cqe, env);
-            }
-        }
-    }
-    // A receive in progress (a SEND cut short: it was taken, and completes now), then
-    // every posted receive; an SRQ's belong to its other QPs too, and stay.
-    if let Some(super::responder::Inbound::Send { recv, .. }) = qp.resp.cur.take() {
-        let cqe = Cqe {
-            wr_id: recv.wr_id,
-            qp_num: qp.qpn,
-            opcode: wc::RECV,
-            status: WcStatus::WrFlushErr as u8,
-            ..Cqe::default()
-        };
-        rdma.complete(qp.recv_cqn, cqe, env);
-    }
-    if rdma.srq_of(qp.qpn).is_some() {
-        return;
-    }
-    let posted = env.doorbells.read32(qp.rq.slot).unwrap_or(qp.rq.taken);
-    while qp.rq.taken != posted {
-        let index = qp.rq.taken;
-        qp.rq.taken = qp.rq.taken.wrapping_add(1);
-        let wr_id =
-            read_recv(&qp.rq, &qp.caps, env.r, index).map_or_else(|e| e.wr_id(), |r| r.wr_id);
-        let cqe = Cqe {
-            wr_id,
-            qp_num: qp.qpn,
-            opcode: wc::RECV,
-            status: WcStatus::WrFlushErr as u8,
-            ..Cqe::default()
-        };
-        rdma.complete(qp.recv_cqn, cqe, env);
     }
 }

@@ -8,7 +8,7 @@ use rnic_abi::verbs::{owner_phase, wc_flags, Cqe, Eqe, WcStatus};
 use vm_memory::GuestMemoryMmap;
 use zerocopy::IntoBytes;
 
-use super::pages::PagedBuffer;
+use super::mkey::pages::PagedBuffer;
 use crate::doorbell::DoorbellBar;
 
 /// Writes `entry` (whose last byte is the owner byte) at `index` of `ring`, owner last.
@@ -207,7 +207,7 @@ mod tests {
     use zerocopy::FromBytes;
 
     fn setup(entries: u32) -> (GuestMemoryMmap, CompletionQueue, DoorbellBar) {
-        let (m, ring) = super::super::pages::one_page(0, u64::from(entries) * 32);
+        let (m, ring) = crate::rdma::mkey::pages::one_page(0, u64::from(entries) * 32);
         (
             m,
             CompletionQueue::new(ring, entries, 0x100),

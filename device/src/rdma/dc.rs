@@ -17,25 +17,25 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::Status;
-use rnic_abi::dc::{DcSendWqe, SetDcKeyReq};
+use rnic_abi::dc::DcSendWqe;
 use rnic_abi::verbs::{QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::completer;
-use super::mr::MrTable;
-use super::qp::Qp;
-use super::recv::Drop;
-use super::requester::{self, Admit, OpState, RequesterState};
-use super::responder::ResponderState;
-use super::wire::{psn, Route, Wire};
-use super::{Env, RdmaState};
-use crate::cmdq::Response;
-use crate::roce::packet::{
-    nak, opcode as op, Aeth, AethKind, Bth, Dceth, Headers, Packet, DEFAULT_PKEY,
-};
+use super::drops::Drop;
+use super::env::Env;
+use super::error::VerbsError;
+use super::mkey::mr::MrTable;
+use super::qp::{Admit, Qp, RequesterState, ResponderState};
+use super::requester;
+use super::wire::{Route, Wire};
+use super::wqe::OpState;
+use crate::roce::hdr::{nak, rnr_delay, Aeth, AethKind, Bth, Dceth, Headers, DEFAULT_PKEY};
+use crate::roce::opcode as op;
+use crate::roce::parse::Packet;
+use crate::roce::psn;
 
 /// The RNR timer code a busy DCT answers with (0.64 ms, IB table 45 code 3... see
-/// `completer::rnr_delay`).
+/// [`rnr_delay`]).
 const BUSY_RNR_TIMER: u8 = 3;
 /// The handshake timeout of a DCI whose `timeout` attribute is 0 (no RC timer).
 const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -134,6 +134,19 @@ impl DcTable {
     /// Whether `qpn` is a DCT.
     pub fn is_dct(&self, qpn: u32) -> bool {
         matches!(self.roles.get(&qpn), Some(Role::Dct { .. }))
+    }
+
+    /// Gives DCT `qpn`, which is in RESET if `in_reset`, the access key `key`
+    /// (`SET_DC_KEY`): `BAD_STATE` out of RESET, `NOT_FOUND` if `qpn` is no DCT.
+    pub fn set_key(&mut self, qpn: u32, key: u64, in_reset: bool) -> Result<(), VerbsError> {
+        match self.roles.get_mut(&qpn) {
+            Some(Role::Dct { key: k, .. }) if in_reset => {
+                *k = key;
+                Ok(())
+            }
+            Some(Role::Dct { .. }) => Err(VerbsError::new(Status::BadState, qpn)),
+            _ => Err(VerbsError::new(Status::NotFound, qpn)),
+        }
     }
 }
 
@@ -334,43 +347,35 @@ pub fn run(
     progress | requester::run(qp, mrs, env, wire, now, retransmits)
 }
 
-impl RdmaState {
-    /// `SET_DC_KEY`: the access key of a DCT in RESET.
-    pub(super) fn set_dc_key(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: SetDcKeyReq = super::decode(body)?;
-        let in_reset = self
-            .qps
-            .get(&req.qpn)
-            .is_some_and(|qp| qp.state == QpState::Reset);
-        match self.dc.roles.get_mut(&req.qpn) {
-            Some(Role::Dct { key, .. }) if in_reset => {
-                *key = req.dc_key;
-                Ok(Response::ok(Vec::new()))
-            }
-            Some(Role::Dct { .. }) => Err(Response::error(Status::BadState, req.qpn)),
-            _ => Err(Response::error(Status::NotFound, req.qpn)),
-        }
-    }
+/// What [`DcTable::receive`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DcPacket {
+    /// Took it.
+    Taken,
+    /// Took a DCT's refusal of the DCI's connection: the DCI's first WQE failed, and
+    /// completes now (the caller retires it).
+    Refused,
+}
 
+impl DcTable {
     /// Takes the packets only DC QPs handle: a DCI's handshake answers and a DCT's
     /// handshakes. `None`: an ordinary RC packet, for the responder or completer.
-    pub(super) fn receive_dc(
+    pub fn receive(
         &mut self,
         qp: &mut Qp,
         pkt: &Packet,
-        env: &Env,
         wire: &mut Wire,
         now: Instant,
-    ) -> Option<Result<(), Drop>> {
-        let control = crate::roce::packet::opcode_info(pkt.hdrs.bth.opcode)
+    ) -> Option<Result<DcPacket, Drop>> {
+        let control = crate::roce::opcode::opcode_info(pkt.hdrs.bth.opcode)
             .is_some_and(|i| i.is_dc_control());
-        let role = self.dc.roles.get_mut(&qp.qpn)?;
+        let role = self.roles.get_mut(&qp.qpn)?;
         match role {
             Role::Dct { key, peer } => {
                 if !control {
                     return None;
                 }
-                Some(on_handshake(qp, *key, peer, pkt, wire))
+                Some(on_handshake(qp, *key, peer, pkt, wire).map(|()| DcPacket::Taken))
             }
             Role::Dci(link) => {
                 if control {
@@ -402,7 +407,7 @@ impl RdmaState {
                     Some(AethKind::RnrNak { timer }) => {
                         // The DCT serves another DCI: ask again later, without limit.
                         let mut h = h;
-                        h.deadline = now + completer::rnr_delay(timer);
+                        h.deadline = now + rnr_delay(timer);
                         *link = if connecting {
                             Link::Connecting(h)
                         } else {
@@ -423,11 +428,11 @@ impl RdmaState {
                         resume_after(qp, h.psn);
                         *link = Link::Idle;
                         fail_head(qp, status);
-                        completer::retire(self, qp, env, now);
+                        return Some(Ok(DcPacket::Refused));
                     }
                     _ => return Some(Err(Drop::Header)),
                 }
-                Some(Ok(()))
+                Some(Ok(DcPacket::Taken))
             }
         }
     }

@@ -18,13 +18,15 @@ use rnic_abi::migration::{AdoptQpReq, AdoptQpResp, MigrateQpResp};
 use rnic_abi::verbs::{event, DoorbellSlot, ACCESS_LOCAL_WRITE};
 
 use super::cq::CompletionQueue;
-use super::mr::Mr;
+use super::env::Env;
+use super::error::VerbsError;
+use super::mkey::mr::Mr;
 use super::qp::Qp;
 use super::recv::Refused;
-use super::switch::Endpoint;
-use super::{decode, reply, Env, Pd, RdmaState, SlotOwner};
-use crate::cmdq::Response;
-use crate::roce::packet::Packet;
+use super::verbs::{decode, reply};
+use super::{Pd, RdmaState, SlotOwner};
+use crate::fabric::frame::{Endpoint, Frame};
+use crate::roce::parse::Packet;
 
 /// Where one direction's completions (send or receive) go after the move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,8 +84,8 @@ fn fresh(next: &mut u32, taken: impl Fn(u32) -> bool) -> u32 {
     n
 }
 
-fn busy(what: u32) -> Response {
-    Response::error(Status::Busy, what)
+fn busy(what: u32) -> VerbsError {
+    VerbsError::new(Status::Busy, what)
 }
 
 impl RdmaState {
@@ -96,16 +98,16 @@ impl RdmaState {
         send_cq: u32,
         recv_cq: u32,
         own_address: Endpoint,
-    ) -> Result<Plan, Response> {
+    ) -> Result<Plan, VerbsError> {
         let qp = self
             .qps
             .get(&qpn)
-            .ok_or(Response::error(Status::NotFound, qpn))?;
+            .ok_or(VerbsError::new(Status::NotFound, qpn))?;
         // The PD moves whole with its MRs, so nothing else of this function may use it.
         let pd = self
             .pds
             .get(&qp.pdn)
-            .ok_or(Response::error(Status::Internal, qp.pdn))?;
+            .ok_or(VerbsError::new(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
         // Nor do SRQs (a PD that has one stays), UD and DC QPs, MMIO windows and keys
         // reserved for a control queue (rnic 1.4).
@@ -143,7 +145,7 @@ impl RdmaState {
             let cq = self
                 .cqs
                 .get(&cqn)
-                .ok_or(Response::error(Status::Internal, cqn))?;
+                .ok_or(VerbsError::new(Status::Internal, cqn))?;
             // Only this QP may use a CQ that moves (it may use it for both directions).
             let uses = usize::from(qp.send_cqn == cqn) + usize::from(qp.recv_cqn == cqn);
             if cq.users != uses {
@@ -180,23 +182,23 @@ impl RdmaState {
 
     /// Checks that what `plan` describes can arrive on this function, with the QP's and
     /// moving CQs' doorbells in `doorbell_page`.
-    pub fn check_arrival(&self, plan: &Plan, doorbell_page: u32) -> Result<(), Response> {
+    pub fn check_arrival(&self, plan: &Plan, doorbell_page: u32) -> Result<(), VerbsError> {
         if self.qps.contains_key(&plan.qpn) {
             return Err(busy(plan.qpn));
         }
         let l = &self.limits;
         let full = |have: usize, more: usize, max: u32| have + more > max as usize;
         if full(self.qps.len(), 1, l.max_qp) {
-            return Err(Response::error(Status::NoResources, l.max_qp));
+            return Err(VerbsError::new(Status::NoResources, l.max_qp));
         }
         if full(self.pds.len(), 1, l.max_pd) {
-            return Err(Response::error(Status::NoResources, l.max_pd));
+            return Err(VerbsError::new(Status::NoResources, l.max_pd));
         }
         if full(self.cqs.len(), plan.moving_cqs.len(), l.max_cq) {
-            return Err(Response::error(Status::NoResources, l.max_cq));
+            return Err(VerbsError::new(Status::NoResources, l.max_cq));
         }
         if full(self.mrs.len(), plan.mr_keys.len(), l.max_mr) {
-            return Err(Response::error(Status::NoResources, l.max_mr));
+            return Err(VerbsError::new(Status::NoResources, l.max_mr));
         }
         // MR keys are per function; the moving ones keep theirs, so they must be free.
         if let Some(&key) = plan.mr_keys.iter().find(|&&k| !self.mrs.can_take(k)) {
@@ -205,14 +207,14 @@ impl RdmaState {
         for t in [plan.send, plan.recv] {
             if let CqTarget::Join(cqn) = t {
                 match self.cqs.get(&cqn) {
-                    None => return Err(Response::error(Status::NotFound, cqn)),
-                    Some(cq) if cq.error => return Err(Response::error(Status::BadState, cqn)),
+                    None => return Err(VerbsError::new(Status::NotFound, cqn)),
+                    Some(cq) if cq.error => return Err(VerbsError::new(Status::BadState, cqn)),
                     Some(_) => {}
                 }
             }
         }
         if doorbell_page >= doorbell::PAGES {
-            return Err(Response::error(Status::BadParam, doorbell_page));
+            return Err(VerbsError::new(Status::BadParam, doorbell_page));
         }
         let used = self
             .slots
@@ -220,7 +222,7 @@ impl RdmaState {
             .filter(|(page, _)| *page == doorbell_page)
             .count();
         if used + 2 + plan.moving_cqs.len() > SLOTS as usize {
-            return Err(Response::error(Status::NoResources, doorbell_page));
+            return Err(VerbsError::new(Status::NoResources, doorbell_page));
         }
         Ok(())
     }
@@ -406,15 +408,15 @@ impl RdmaState {
     }
 
     /// `ADOPT_QP`: what the driver needs to keep using a QP that arrived here.
-    pub(super) fn adopt_qp(&mut self, body: &[u8], env: &Env) -> Result<Response, Response> {
+    pub(super) fn adopt_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: AdoptQpReq = decode(body)?;
         if req.reserved != 0 {
-            return Err(Response::error(Status::BadParam, req.reserved));
+            return Err(VerbsError::new(Status::BadParam, req.reserved));
         }
         let qp = self
             .qps
             .get(&req.qpn)
-            .ok_or(Response::error(Status::NotFound, req.qpn))?;
+            .ok_or(VerbsError::new(Status::NotFound, req.qpn))?;
         let slot = |owner| {
             let (page, slot) = self.slot_of(owner).unwrap_or_default();
             DoorbellSlot { page, slot }
@@ -443,7 +445,7 @@ impl RdmaState {
     /// does not take, refused for that QP.
     pub(super) fn parse_for_arrived<'a>(
         &self,
-        frame: &'a super::switch::Frame,
+        frame: &'a Frame,
     ) -> Option<Result<Packet<'a>, Refused>> {
         self.qps
             .values()

@@ -1,67 +1,26 @@
-//! Queue pairs: attributes and the state machine of `ibv_modify_qp`.
-//!
-//! The transport state a QP carries while it moves data lives with the stages that use it
-//! ([`super::requester`], [`super::responder`]); this file is the control path.
+//! Queue pairs (docs/hardware-interface.md §7.8): what a QP is and carries, as rxe's
+//! `struct rxe_qp`: its attributes and the state machine of `ibv_modify_qp`, the
+//! transport state of its requester ([`RequesterState`]) and responder
+//! ([`ResponderState`]), which the stages ([`super::requester`], [`super::responder`],
+//! [`super::completer`]) move on, and the transition to the error state that any of them
+//! may take ([`Qp::set_error`], [`Qp::flush_queues`]; rxe's `rxe_qp_error()`).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::{
-    attr, mtu_bytes, QpAttr, QpState, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    attr, mtu_bytes, wc, Cqe, QpAttr, QpState, WcStatus, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 
-use super::pages::PagedBuffer;
-use super::requester::RequesterState;
-use super::responder::ResponderState;
-use super::switch::Endpoint;
-
-/// A send or receive queue in driver memory.
-#[derive(Debug)]
-pub struct WorkQueue {
-    /// The ring.
-    pub ring: PagedBuffer,
-    /// Entries (a power of two).
-    pub entries: u32,
-    /// Bytes per entry.
-    pub stride: u32,
-    /// Byte offset of the queue's doorbell slot in the doorbell BAR.
-    pub slot: u64,
-    /// Entries the device has taken from the queue, in all.
-    pub taken: u32,
-    /// Byte offset in the doorbell BAR of the send queue's MMIO window, if it has one
-    /// (see `super::mmio`).
-    pub window: Option<u64>,
-}
-
-impl WorkQueue {
-    /// A new queue on `ring`: `entries` entries of `stride` bytes, its doorbell slot at
-    /// byte offset `slot` of the doorbell BAR, nothing taken yet and no MMIO window. QP,
-    /// SRQ, shared send queue and control queue creation all start their queues this way.
-    pub fn new(ring: PagedBuffer, entries: u32, stride: u32, slot: u64) -> Self {
-        Self {
-            ring,
-            entries,
-            stride,
-            slot,
-            taken: 0,
-            window: None,
-        }
-    }
-
-    /// Byte offset of entry `index` in the ring.
-    pub fn entry_offset(&self, index: u32) -> u64 {
-        u64::from(index % self.entries) * u64::from(self.stride)
-    }
-}
-
-/// Limits a QP was created with.
-#[derive(Debug, Clone, Copy)]
-pub struct QpCaps {
-    /// SGEs per send WQE.
-    pub max_send_sge: u32,
-    /// SGEs per receive WQE.
-    pub max_recv_sge: u32,
-    /// Inline bytes per send WQE.
-    pub max_inline_data: u32,
-}
+use super::drops::Drop;
+use super::env::Env;
+use super::wqe::{
+    read_recv, read_send, send_completion, Op, OpState, QpCaps, RecvOp, SendOp, SharedRef,
+    WorkQueue,
+};
+use crate::fabric::frame::Endpoint;
+use crate::roce::psn;
 
 /// A reliable-connected queue pair.
 #[derive(Debug)]
@@ -97,6 +56,326 @@ pub struct Qp {
     /// steers frames for (this IP, this QPN) to the function that holds it now. `None`
     /// while it lives where it was created (its function's own address).
     pub home: Option<Endpoint>,
+}
+
+impl Qp {
+    /// Moves the QP to the error state by itself (not by a modify); returns whether it
+    /// was not there yet, and so whether the driver is due a `QP_FATAL` event. With
+    /// [`Qp::flush_queues`], rxe's `rxe_qp_error()`; [`super::RdmaState::enter_error`]
+    /// does both.
+    pub fn set_error(&mut self) -> bool {
+        if self.state == QpState::Err {
+            return false;
+        }
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err as u8;
+        true
+    }
+
+    /// Completes everything still in the QP's queues with `WR_FLUSH_ERR`, in order,
+    /// handing each completion to `complete`: ops the requester holds, send WQEs not yet
+    /// taken, a receive in progress and, unless the QP takes its receives from an SRQ
+    /// (`on_srq`), every posted receive.
+    pub fn flush_queues(&mut self, env: &Env, on_srq: bool, mut complete: impl FnMut(Flushed)) {
+        let posted = env.doorbells.read32(self.sq.slot).unwrap_or(self.sq.taken);
+        while self.sq.taken != posted && (self.req.ops.len() as u32) < self.sq.entries {
+            let index = self.sq.taken;
+            self.sq.taken = self.sq.taken.wrapping_add(1);
+            let op = read_send(&self.sq, &self.caps, env, index).unwrap_or_else(SendOp::unreadable);
+            self.req.ops.push_back(Op {
+                index,
+                op,
+                first_psn: 0,
+                npsn: 0,
+                next_pkt: 0,
+                state: OpState::Done,
+                status: WcStatus::WrFlushErr,
+                answers: Default::default(),
+                holds_rd_atomic: false,
+                assigned: false,
+                shared: None,
+                session_port: None,
+            });
+        }
+        for o in self.req.ops.iter_mut() {
+            if o.status == WcStatus::Success || o.state != OpState::Done {
+                o.state = OpState::Done;
+                o.status = WcStatus::WrFlushErr;
+            }
+        }
+        self.req.rd_atomic_outstanding = 0;
+        self.req.timer = None;
+        self.req.resend_from = None;
+        self.req.ask_again = None;
+        while let Some(o) = self.req.ops.pop_front() {
+            let cqe = Cqe {
+                wr_id: o.op.wqe.wr_id,
+                qp_num: self.qpn,
+                opcode: send_completion(o.op.wqe.opcode),
+                status: o.status as u8,
+                ..Cqe::default()
+            };
+            complete(match o.shared {
+                Some(from) => Flushed::Shared(from, cqe),
+                None => Flushed::Cq(self.send_cqn, cqe),
+            });
+        }
+        // A receive in progress (a SEND cut short: it was taken, and completes now), then
+        // every posted receive; an SRQ's belong to its other QPs too, and stay.
+        if let Some(Inbound::Send { recv, .. }) = self.resp.cur.take() {
+            let cqe = Cqe {
+                wr_id: recv.wr_id,
+                qp_num: self.qpn,
+                opcode: wc::RECV,
+                status: WcStatus::WrFlushErr as u8,
+                ..Cqe::default()
+            };
+            complete(Flushed::Cq(self.recv_cqn, cqe));
+        }
+        if on_srq {
+            return;
+        }
+        let posted = env.doorbells.read32(self.rq.slot).unwrap_or(self.rq.taken);
+        while self.rq.taken != posted {
+            let index = self.rq.taken;
+            self.rq.taken = self.rq.taken.wrapping_add(1);
+            let wr_id = read_recv(&self.rq, &self.caps, env.r, index)
+                .map_or_else(|e| e.wr_id(), |r| r.wr_id);
+            let cqe = Cqe {
+                wr_id,
+                qp_num: self.qpn,
+                opcode: wc::RECV,
+                status: WcStatus::WrFlushErr as u8,
+                ..Cqe::default()
+            };
+            complete(Flushed::Cq(self.recv_cqn, cqe));
+        }
+    }
+}
+
+/// A completion [`Qp::flush_queues`] owes.
+#[derive(Debug, Clone, Copy)]
+pub enum Flushed {
+    /// On CQ `cqn`.
+    Cq(u32, Cqe),
+    /// On the shared send queue the op came from (signaled, as every error is).
+    Shared(SharedRef, Cqe),
+}
+
+/// Requester and completer state of a QP.
+#[derive(Debug, Default)]
+pub struct RequesterState {
+    /// PSN of the next new packet.
+    pub next_psn: u32,
+    /// The PSN after the highest one acknowledged (by an ACK, a NAK or a response).
+    pub acked_end: u32,
+    /// The PSN after the highest one ever sent (a READ's responses included).
+    pub sent_end: u32,
+    /// Ops taken from the send queue and not yet completed, in order.
+    pub ops: VecDeque<Op>,
+    /// READs and atomics sent and not yet completed (their slots come back in order,
+    /// when they retire: see `completer::retire`).
+    pub rd_atomic_outstanding: u32,
+    /// Transport retries left before `RETRY_EXC_ERR`.
+    pub retry_left: u8,
+    /// RNR retries left before `RNR_RETRY_EXC_ERR` (unused when `rnr_retry` is 7).
+    pub rnr_left: u8,
+    /// When the retransmission timer fires.
+    pub timer: Option<Instant>,
+    /// After an RNR NAK: do not resend before this.
+    pub rnr_until: Option<Instant>,
+    /// Go-back-N point waiting to be resent.
+    pub resend_from: Option<u32>,
+    /// A READ or atomic (by its first PSN) whose answer went missing while later ones
+    /// came: its request goes again, for what is missing, with nothing behind it.
+    pub ask_again: Option<u32>,
+    /// The PSN of the missing answer last asked for again, so that the answers still on
+    /// their way behind the gap do not ask for it once more.
+    pub asked_again: Option<u32>,
+    /// In SQD: the drain was reported (SQ_DRAINED posted).
+    pub drained_reported: bool,
+    /// Which WQEs may start (a DCI's: those of the connected target, see [`super::dc`]).
+    pub admit: Admit,
+}
+
+/// Which WQEs the requester may start; the first one it may not holds back the rest.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Every WQE.
+    #[default]
+    All,
+    /// None.
+    Nothing,
+    /// Those whose last 16 bytes (`SendWqe::reserved1`, a DCI's target) are these.
+    Only([u8; 16]),
+}
+
+impl Admit {
+    pub(super) fn admits(self, op: &SendOp) -> bool {
+        match self {
+            Admit::All => true,
+            Admit::Nothing => false,
+            Admit::Only(tag) => op.wqe.reserved1 == tag,
+        }
+    }
+}
+
+impl RequesterState {
+    /// Whether any op has started and not finished (what SQD waits for).
+    pub fn in_flight(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|o| o.assigned && o.state != OpState::Done)
+    }
+}
+
+impl RequesterState {
+    /// Starts the requester when the QP enters RTS.
+    pub fn start(&mut self, sq_psn: u32, a: &QpAttr) {
+        self.next_psn = sq_psn & 0xFF_FFFF;
+        self.acked_end = self.next_psn;
+        self.sent_end = self.next_psn;
+        self.retry_left = a.retry_cnt;
+        self.rnr_left = a.rnr_retry;
+    }
+
+    /// The local ACK timeout of `a`: 4.096 µs * 2^timeout, or none for 0.
+    pub fn timeout(a: &QpAttr) -> Option<Duration> {
+        (a.timeout != 0).then(|| Duration::from_nanos(4096u64 << a.timeout.min(31)))
+    }
+
+    /// The first PSN not yet acknowledged. A READ or atomic still waiting for (part of)
+    /// its answer holds it back even if later PSNs were acknowledged: its answer went
+    /// missing, and the timer must ask for it again.
+    pub fn una(&self) -> u32 {
+        // Every READ or atomic that was sent holds a slot until it retires: with none
+        // held, none waits (and the ops need no walk, on every packet that arrives).
+        if self.rd_atomic_outstanding == 0 {
+            return self.acked_end;
+        }
+        let waiting = self
+            .ops
+            .iter()
+            .find(|o| o.assigned && o.is_rd_atomic() && o.state != OpState::Done)
+            .map(|o| psn::add(o.first_psn, o.answers.first_missing()));
+        match waiting {
+            Some(w) if psn::diff(self.acked_end, w) > 0 => w,
+            _ => self.acked_end,
+        }
+    }
+
+    /// Whether a PSN sent is not yet acknowledged.
+    pub fn unacked(&self) -> bool {
+        psn::diff(self.sent_end, self.una()) > 0
+    }
+
+    /// Whether `p` was ever sent, so that an answer to it can be genuine.
+    pub fn was_sent(&self, p: u32) -> Result<(), Drop> {
+        if psn::diff(p, self.sent_end) < 0 {
+            Ok(())
+        } else {
+            Err(Drop::Psn)
+        }
+    }
+
+    /// Records that every PSN before `p` is acknowledged; returns whether that is news.
+    pub fn acked_before(&mut self, p: u32) -> bool {
+        let news = psn::diff(p, self.acked_end) > 0;
+        if news {
+            self.acked_end = p;
+        }
+        news
+    }
+
+    pub(super) fn sent_upto(&mut self, end: u32) {
+        if psn::diff(end, self.sent_end) > 0 {
+            self.sent_end = end;
+        }
+    }
+
+    /// (Re)arms the retransmission timer if anything waits for an answer.
+    pub fn rearm(&mut self, a: &QpAttr, now: Instant) {
+        self.timer = if self.unacked() {
+            Self::timeout(a).map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Schedules a resend from `p` (keeping the earliest point).
+    pub fn go_back_to(&mut self, p: u32) {
+        self.resend_from = Some(match self.resend_from {
+            Some(q) if psn::diff(q, p) < 0 => q,
+            _ => p,
+        });
+    }
+}
+
+/// A message in progress across several packets.
+#[derive(Debug, Clone)]
+pub enum Inbound {
+    /// A SEND filling receive WQE `recv`.
+    Send {
+        /// The receive WQE.
+        recv: RecvOp,
+        /// Bytes placed so far.
+        offset: u64,
+    },
+    /// A WRITE.
+    Write {
+        /// Address of the next byte.
+        va: u64,
+        /// The rkey.
+        rkey: u32,
+        /// Bytes the RETH announced.
+        len: u64,
+        /// Bytes placed so far.
+        offset: u64,
+    },
+}
+
+/// What a duplicate READ or atomic is answered from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Resource {
+    Read {
+        first_psn: u32,
+        npsn: u32,
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    Atomic {
+        psn: u32,
+        orig: u64,
+    },
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub struct ResponderState {
+    /// PSN expected next.
+    pub epsn: u32,
+    /// Messages completed (24 bits).
+    pub msn: u32,
+    /// A multi-packet message in progress.
+    pub cur: Option<Inbound>,
+    /// A PSN-sequence NAK was sent and the expected PSN has not arrived since.
+    pub(super) nak_sent: bool,
+    /// Answers kept for duplicate READs and atomics, oldest first.
+    pub(super) resources: VecDeque<Resource>,
+    /// The first request arrived (COMM_EST was reported).
+    pub(super) established: bool,
+    /// An ACK is due for this PSN (see [`super::responder::flush_ack`]).
+    pub(super) ack_due: Option<u32>,
+    /// Packets executed since the last ACK was sent.
+    pub(super) unacked: u32,
+}
+
+impl ResponderState {
+    /// Starts the responder when the QP enters RTR.
+    pub fn start(&mut self, rq_psn: u32) {
+        self.epsn = rq_psn & 0xFF_FFFF;
+    }
 }
 
 /// Why a modify was refused, with the `Status` it maps to.

@@ -1,238 +1,51 @@
-//! Receive validation: every frame is checked before the transport acts on it, in rxe's
+//! The receive path: every frame is checked before the transport acts on it, in rxe's
 //! order where it applies (length, addresses, version, QPN, opcode against QP state,
-//! source against the QP's address vector, P_Key, ICRC). A frame that fails is dropped
-//! and counted by reason ([`DropCounters`]), never acted on. A drop whose cause the user
-//! can remove (a peer of another transport, a stale QPN, another MTU: [`explain`]) is
-//! also explained with a warning, once per QP and reason ([`Explained`]).
+//! source against the QP's address vector, P_Key, ICRC), then handed to its QP: to the
+//! responder if it is a request, to the completer if it is a response, packet by packet
+//! or, for a train's middle packets, as one run (as rxe's `rxe_rcv()` checks a packet and
+//! hands it to `rxe_resp` or `rxe_comp`). A frame that fails is dropped and counted by
+//! reason ([`super::drops`]), never acted on (docs/hardware-interface.md §7.9).
 
-use std::collections::HashSet;
-use std::fmt::Write;
+use std::time::Instant;
 
 use rnic_abi::verbs::QpState;
 
-use super::qp::{mtu, Qp};
-use super::switch::{Endpoint, Frame};
-use crate::roce::packet::{self, opcode_info, opcode_name, Packet, ParseError, DEFAULT_PKEY};
-
-/// Why a frame was dropped. Each reason has its own counter in [`DropCounters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Drop {
-    /// Too short for a header it announces, or a length field that disagrees with the
-    /// frame (IPv4 total length, UDP length, the opcode's headers and ICRC).
-    Length,
-    /// Not RoCEv2 over IPv4: another EtherType, IP version, IP options, a fragment,
-    /// another IP protocol or UDP port.
-    Header,
-    /// A wrong IPv4 header checksum or non-zero UDP checksum.
-    Checksum,
-    /// BTH transport version other than 0.
-    Version,
-    /// An opcode this device takes on no QP: a reserved value, a CNP (the device does no
-    /// congestion control), RC FLUSH or ATOMIC WRITE.
-    Opcode,
-    /// A pad count that does not fit the packet: more than the bytes after the headers,
-    /// payload and pad not a multiple of 4, or payload on an opcode that carries none.
-    Pad,
-    /// The ICRC does not match.
-    Icrc,
-    /// Addressed to another MAC or IP.
-    Address,
-    /// No QP with the destination QPN.
-    UnknownQp,
-    /// An opcode of another transport than the QP's: UC, RD or XRC (the device has no
-    /// such QPs), UD to a connected QP, RC to a UD QP, a DC connect or disconnect to a QP
-    /// that is no DC target.
-    Transport,
-    /// P_Key other than the default.
-    Pkey,
-    /// The QP's state does not take this packet (opcode against QP state).
-    State,
-    /// From a source other than the QP's peer.
-    Source,
-    /// A payload longer than the QP's path MTU.
-    TooLong,
-    /// Outside the PSN window: a request ahead of the one expected (out of sequence), a
-    /// duplicate READ or atomic no longer remembered, or a response to a PSN never sent.
-    Psn,
-    /// A UD packet whose Q_Key is not the receiving QP's.
-    Qkey,
-    /// A UD packet for a QP with no receive posted (UD is unreliable: no RNR).
-    NoReceive,
-    /// A DC connect or disconnect with the wrong DC access key (answered with a NAK).
-    DcKey,
-}
-
-impl From<ParseError> for Drop {
-    fn from(e: ParseError) -> Self {
-        use ParseError::*;
-        match e {
-            TruncatedEthernet { .. }
-            | TruncatedIp { .. }
-            | IpTotalLength { .. }
-            | TruncatedUdp { .. }
-            | UdpLength { .. }
-            | TruncatedBth { .. }
-            | TruncatedHeaders { .. } => Drop::Length,
-            NotIpv4(_) | IpVersion(_) | IpHeaderLength(_) | IpFragment | NotUdp(_) | UdpPort(_) => {
-                Drop::Header
-            }
-            IpChecksum | UdpChecksum => Drop::Checksum,
-            BthVersion(_) => Drop::Version,
-            UnknownOpcode(_) => Drop::Opcode,
-            Unsupported(u) => unsupported(u.bth.opcode),
-            BadPad { .. } | UnexpectedPayload { .. } => Drop::Pad,
-            Icrc { .. } => Drop::Icrc,
-        }
-    }
-}
-
-/// Why a QP drops a packet of `opcode`, one the device does not take
-/// ([`packet::foreign`]): an opcode of a transport it has no QPs of is another transport
-/// than the QP's; the rest it takes on no QP.
-pub fn unsupported(opcode: u8) -> Drop {
-    match packet::foreign(opcode) {
-        Some(f) if f.other_transport() => Drop::Transport,
-        _ => Drop::Opcode,
-    }
-}
-
-/// Frames dropped by the receive checks and the PSN window, by reason. Their sum is the
-/// frames dropped by the transport; `Counters::rx_dropped` also counts frames that
-/// arrived while Bus Master Enable was clear.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DropCounters {
-    /// [`Drop::Length`].
-    pub length: u64,
-    /// [`Drop::Header`].
-    pub header: u64,
-    /// [`Drop::Checksum`].
-    pub checksum: u64,
-    /// [`Drop::Version`].
-    pub version: u64,
-    /// [`Drop::Opcode`].
-    pub opcode: u64,
-    /// [`Drop::Pad`].
-    pub pad: u64,
-    /// [`Drop::Icrc`].
-    pub icrc: u64,
-    /// [`Drop::Address`].
-    pub address: u64,
-    /// [`Drop::UnknownQp`].
-    pub unknown_qp: u64,
-    /// [`Drop::Transport`].
-    pub transport: u64,
-    /// [`Drop::Pkey`].
-    pub pkey: u64,
-    /// [`Drop::State`].
-    pub state: u64,
-    /// [`Drop::Source`].
-    pub source: u64,
-    /// [`Drop::TooLong`].
-    pub too_long: u64,
-    /// [`Drop::Psn`].
-    pub psn: u64,
-    /// [`Drop::Qkey`].
-    pub qkey: u64,
-    /// [`Drop::NoReceive`].
-    pub no_receive: u64,
-    /// [`Drop::DcKey`].
-    pub dc_key: u64,
-}
-
-impl DropCounters {
-    /// Counts `packets` packets dropped for `why`.
-    pub fn count(&mut self, why: Drop, packets: u64) {
-        *self.slot(why) += packets;
-    }
-
-    fn slot(&mut self, why: Drop) -> &mut u64 {
-        match why {
-            Drop::Length => &mut self.length,
-            Drop::Header => &mut self.header,
-            Drop::Checksum => &mut self.checksum,
-            Drop::Version => &mut self.version,
-            Drop::Opcode => &mut self.opcode,
-            Drop::Pad => &mut self.pad,
-            Drop::Icrc => &mut self.icrc,
-            Drop::Address => &mut self.address,
-            Drop::UnknownQp => &mut self.unknown_qp,
-            Drop::Transport => &mut self.transport,
-            Drop::Pkey => &mut self.pkey,
-            Drop::State => &mut self.state,
-            Drop::Source => &mut self.source,
-            Drop::TooLong => &mut self.too_long,
-            Drop::Psn => &mut self.psn,
-            Drop::Qkey => &mut self.qkey,
-            Drop::NoReceive => &mut self.no_receive,
-            Drop::DcKey => &mut self.dc_key,
-        }
-    }
-
-    /// Every counter with its name (as logged: `name=value`), in check order.
-    pub fn named(&self) -> [(&'static str, u64); 18] {
-        [
-            ("length", self.length),
-            ("header", self.header),
-            ("checksum", self.checksum),
-            ("version", self.version),
-            ("opcode", self.opcode),
-            ("pad", self.pad),
-            ("icrc", self.icrc),
-            ("address", self.address),
-            ("unknown_qp", self.unknown_qp),
-            ("transport", self.transport),
-            ("pkey", self.pkey),
-            ("state", self.state),
-            ("source", self.source),
-            ("too_long", self.too_long),
-            ("psn", self.psn),
-            ("qkey", self.qkey),
-            ("no_receive", self.no_receive),
-            ("dc_key", self.dc_key),
-        ]
-    }
-
-    /// All drops counted.
-    pub fn total(&self) -> u64 {
-        self.named().iter().map(|(_, n)| n).sum()
-    }
-}
-
-impl std::fmt::Display for DropCounters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (name, n)) in self.named().iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{name}={n}")?;
-        }
-        Ok(())
-    }
-}
+use super::drops::{self, Drop, QpTransport};
+use super::env::Env;
+use super::qp::{self, mtu, Qp};
+use super::wire::Wire;
+use super::{completer, dc, responder, RdmaState};
+use crate::fabric::frame::{Endpoint, Frame};
+use crate::fabric::held::Payload;
+use crate::fabric::train::Run;
+use crate::roce::hdr::DEFAULT_PKEY;
+use crate::roce::opcode::opcode_info;
+use crate::roce::parse;
+use crate::roce::parse::{Packet, ParseError};
 
 /// Whether the packet is a request (to the responder) or a response (to the completer).
 pub fn is_request(opcode: u8) -> bool {
     opcode_info(opcode).is_some_and(|i| i.is_request())
 }
 
-/// Why [`parse`] refused a frame.
+/// Why [`parse()`] refused a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     /// Dropped for this reason.
     Drop(Drop),
     /// A sound frame addressed here, of an opcode the device does not take
-    /// ([`packet::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
+    /// ([`crate::roce::opcode::foreign`]): dropped for the QP its BTH names ([`Drop::from`] its
     /// [`ParseError::Unsupported`]), or as [`Drop::UnknownQp`] if there is none.
-    Foreign(packet::Unsupported),
+    Foreign(parse::Unsupported),
 }
 
 /// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
-/// the frame is an unsealed one of the internal switch ([`super::switch::Frame`]).
+/// the frame is an unsealed one of the internal switch ([`Frame`]).
 pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refused> {
     let parsed = if frame.sealed {
-        packet::parse(&frame.bytes)
+        parse::parse(&frame.bytes)
     } else {
-        packet::parse_unsealed(&frame.bytes)
+        parse::parse_unsealed(&frame.bytes)
     };
     let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && ip == local.ip;
     match parsed {
@@ -240,40 +53,6 @@ pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refus
         Err(ParseError::Unsupported(u)) if here(u.dst_mac, u.dst_ip) => Err(Refused::Foreign(u)),
         Ok(_) | Err(ParseError::Unsupported(_)) => Err(Refused::Drop(Drop::Address)),
         Err(e) => Err(Refused::Drop(e.into())),
-    }
-}
-
-/// The transport of a QP, as the receive checks and their warnings tell QPs apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QpTransport {
-    /// Reliable connected.
-    Rc,
-    /// Unreliable datagram ([`super::ud`]).
-    Ud,
-    /// A DC initiator ([`super::dc`]).
-    DcInitiator,
-    /// A DC target.
-    DcTarget,
-}
-
-impl QpTransport {
-    /// How a warning names a QP of this transport: "RC QP 0x11".
-    pub fn name(self) -> &'static str {
-        match self {
-            QpTransport::Rc => "RC",
-            QpTransport::Ud => "UD",
-            QpTransport::DcInitiator => "DC initiator",
-            QpTransport::DcTarget => "DC target",
-        }
-    }
-
-    /// The transport a peer's QP must have to talk to a QP of this one.
-    fn peer(self) -> &'static str {
-        match self {
-            QpTransport::Rc => "RC",
-            QpTransport::Ud => "UD",
-            QpTransport::DcInitiator | QpTransport::DcTarget => "DC",
-        }
     }
 }
 
@@ -293,145 +72,6 @@ pub fn check_transport(qp: QpTransport, opcode: u8) -> Result<(), Drop> {
         Ok(())
     } else {
         Err(Drop::Transport)
-    }
-}
-
-/// A dropped packet, as [`explain`] describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dropped {
-    /// The QPN it was for.
-    pub qpn: u32,
-    /// The transport of the QP with that number, if the function has one.
-    pub qp: Option<QpTransport>,
-    /// Its opcode.
-    pub opcode: u8,
-    /// Its source IPv4 address.
-    pub src_ip: [u8; 4],
-    /// Bytes of its payload.
-    pub payload_len: usize,
-    /// The most payload the QP takes in one packet: its path MTU, or a UD QP's limit.
-    pub max_payload: u32,
-}
-
-/// Whether [`explain`] explains a drop for `why` of an `opcode` packet: the reasons a
-/// user can act on. The others come of damage, hostility or timing (checksums, PSNs
-/// out of the window), or of a reserved opcode no sound peer sends; a capture shows them.
-pub fn explainable(why: Drop, opcode: u8) -> bool {
-    match why {
-        Drop::Transport | Drop::UnknownQp | Drop::TooLong => true,
-        Drop::Opcode => packet::foreign(opcode).is_some(),
-        _ => false,
-    }
-}
-
-/// The warning that explains a drop of `d` for `why`: what arrived, the likely cause and
-/// what to do about it; `None` unless [`explainable`].
-pub fn explain(why: Drop, d: &Dropped) -> Option<String> {
-    if !explainable(why, d.opcode) {
-        return None;
-    }
-    let name = opcode_name(d.opcode);
-    // "an RC_...", "an XRC_...", "a UC_...", "a UD_...", "a CNP", "a DC_...".
-    let article = if name.starts_with(['R', 'X']) {
-        "an"
-    } else {
-        "a"
-    };
-    let ip = std::net::Ipv4Addr::from(d.src_ip);
-    let mut text = format!("dropped {article} {name} from {ip} for ");
-    if let Some(qp) = d.qp {
-        let _ = write!(text, "{} ", qp.name());
-    }
-    let _ = write!(text, "QP {:#x}", d.qpn);
-    let info = opcode_info(d.opcode);
-    let foreign = packet::foreign(d.opcode);
-    let datagram = info.is_some_and(|i| i.is_datagram());
-    let control = info.is_some_and(|i| i.is_dc_control());
-    let qp = d.qp.unwrap_or(QpTransport::Rc);
-    let cause = match why {
-        Drop::Transport => match foreign {
-            Some(f) => format!(
-                ": rnic has no {t} QPs (the peer's QP is {t}: create it as {p}, as this one is)",
-                t = f.transport,
-                p = qp.peer()
-            ),
-            None if datagram => ": the peer sends datagrams to a connected QP (its QP is UD: \
-                 make both QPs RC, or both UD)"
-                .to_string(),
-            None if control => ": the peer is a DC initiator and this QP is no DC target \
-                 (address a DC target QP, with its DC access key)"
-                .to_string(),
-            None => ": the peer's QP is connected and this one takes datagrams (make both \
-                 QPs UD, or both RC)"
-                .to_string(),
-        },
-        Drop::Opcode => match foreign {
-            Some(f) if f.transport == "CNP" => ": rnic does no congestion control and \
-                 ignores CNPs (the peer runs ECN congestion control, e.g. DCQCN: turn it off \
-                 for this traffic to stop them)"
-                .to_string(),
-            _ => ": rnic does not do this operation (the peer posted a work request rnic \
-                 lacks: use SENDs, RDMA WRITEs and READs, and the two atomics)"
-                .to_string(),
-        },
-        Drop::UnknownQp => ", which this function does not have (was the QP destroyed, or \
-             is the peer using a stale QPN?)"
-            .to_string(),
-        Drop::TooLong if qp == QpTransport::Ud => format!(
-            ": its {}-byte payload is more than a UD packet carries here, {} (send \
-             smaller datagrams)",
-            d.payload_len, d.max_payload
-        ),
-        Drop::TooLong => format!(
-            ": its {}-byte payload is more than the QP's path MTU, {} (set the same MTU on \
-             both sides: path_mtu, or -m of the perftest tools)",
-            d.payload_len, d.max_payload
-        ),
-        _ => return None,
-    };
-    text.push_str(&cause);
-    Some(text)
-}
-
-/// The (QP, reason) pairs a function has explained ([`explain`]), so that it explains
-/// each once. Bounded: a peer can name any QPN, and each is a pair of its own. It goes
-/// with the function's other state at a reset.
-#[derive(Debug, Default)]
-pub struct Explained {
-    pairs: HashSet<(u32, Drop)>,
-    full: bool,
-}
-
-/// What to do about an explainable drop ([`Explained::note`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The first of its QP and reason: warn, with [`explain`]'s words.
-    Explain,
-    /// The first new pair after [`Explained::MAX`]: warn that new ones are no longer
-    /// explained.
-    Suppress,
-    /// Explained before, or new after the suppression: count only.
-    Count,
-}
-
-impl Explained {
-    /// The pairs remembered; drops of further ones are counted only.
-    pub const MAX: usize = 256;
-
-    /// Notes a drop for `why` of a packet for QP `qpn`, and says whether to explain it.
-    pub fn note(&mut self, qpn: u32, why: Drop) -> Verdict {
-        if self.pairs.contains(&(qpn, why)) {
-            return Verdict::Count;
-        }
-        if self.pairs.len() < Self::MAX {
-            self.pairs.insert((qpn, why));
-            return Verdict::Explain;
-        }
-        if self.full {
-            return Verdict::Count;
-        }
-        self.full = true;
-        Verdict::Suppress
     }
 }
 
@@ -469,103 +109,282 @@ pub fn check(qp: &Qp, pkt: &Packet, payload_len: usize) -> Result<(), Drop> {
     Ok(())
 }
 
+impl RdmaState {
+    /// Validates `frame` and hands its packets (one, or a train's: see [`crate::fabric::train`]) to
+    /// their QP's responder or completer, counting each packet received or dropped (by
+    /// the checks, or by the transport's PSN window).
+    pub(super) fn deliver(
+        &mut self,
+        frame: &Frame,
+        env: &Env,
+        wire: &mut Wire,
+        now: Instant,
+        received: &mut Vec<u32>,
+    ) {
+        let parsed = match parse(frame, &wire.local) {
+            // Not addressed here: steered here for a QP that migrated in?
+            Err(why) => self.parse_for_arrived(frame).unwrap_or(Err(why)),
+            parsed => parsed,
+        };
+        let pkt = match parsed {
+            Ok(pkt) => pkt,
+            Err(Refused::Drop(why)) => {
+                log::trace!("frame dropped: {why:?}");
+                self.count_drops(why, frame.packets());
+                return;
+            }
+            Err(Refused::Foreign(u)) => {
+                let (qpn, opcode) = (u.bth.dest_qp, u.bth.opcode);
+                let qp = self.qps.get(&qpn).map(|qp| &**qp);
+                let why = qp.map_or(drops::Drop::UnknownQp, |_| drops::unsupported(opcode));
+                log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: {why:?}");
+                let dropped = self.dropped(qpn, qp, opcode, u.src_ip, 0);
+                self.drop_explained(why, &dropped, frame.packets());
+                return;
+            }
+        };
+        let qpn = pkt.hdrs.bth.dest_qp;
+        let Some(mut qp) = self.qps.remove(&qpn) else {
+            let (opcode, len) = (pkt.hdrs.bth.opcode, pkt.payload.len());
+            log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: UnknownQp");
+            let dropped = self.dropped(qpn, None, opcode, pkt.src_ip, len);
+            self.drop_explained(drops::Drop::UnknownQp, &dropped, frame.packets());
+            return;
+        };
+        received.push(qpn);
+        let before = wire.out.len();
+        match frame.train.as_deref().map(|t| t.runs(pkt, &frame.bytes)) {
+            None => self.take_packet(&mut qp, &pkt, &frame.bytes, env, wire, now),
+            Some(Ok(runs)) => {
+                for run in runs {
+                    self.take_run(&mut qp, run, &frame.bytes, env, wire, now);
+                }
+            }
+            Some(Err(why)) => {
+                log::error!("qp {qpn:#x}: a train does not hold what it says: dropped");
+                self.count_drops(why.into(), frame.packets());
+            }
+        }
+        self.counters.tx_packets += wire.packets_since(before);
+        self.qps.insert(qpn, qp);
+        self.reschedule(qpn);
+        self.report_drained(qpn, env);
+    }
+
+    /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder or
+    /// completer takes it so (see [`responder::takes_run`], [`completer::takes_run`]),
+    /// else packet by packet. A single packet whose payload is held goes as a packet
+    /// whose payload is copied from where it is held.
+    fn take_run(
+        &mut self,
+        qp: &mut Qp,
+        run: Run,
+        frame: &[u8],
+        env: &Env,
+        wire: &mut Wire,
+        now: Instant,
+    ) {
+        let plain_rc =
+            || self.ud.qkey(qp.qpn).is_none() && !self.dc.is_dci(qp.qpn) && !self.dc.is_dct(qp.qpn);
+        let request = is_request(run.packet.hdrs.bth.opcode);
+        let as_one = || {
+            if request {
+                responder::takes_run(qp, &run)
+            } else {
+                completer::takes_run(qp, &run)
+            }
+        };
+        if run.count == 1 && run.is_held() && plain_rc() {
+            let len = run.payload.len();
+            let taken = self.take_rc(qp, &run.packet, run.payload, env, wire, now);
+            self.count_taken(qp, &run.packet, (1, len), taken);
+            return;
+        }
+        if run.count == 1 || !plain_rc() || !as_one() {
+            // A held payload is read into a buffer first, as the sender used to.
+            let mut buf = if run.is_held() {
+                wire.spare.pop().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            match run.in_bytes(&mut buf) {
+                Some(run) => {
+                    for pkt in run.packets() {
+                        self.take_packet(qp, &pkt, frame, env, wire, now);
+                    }
+                }
+                None => {
+                    log::error!("qp {:#x}: a train's held payload cannot be read", qp.qpn);
+                    self.count_drops(drops::Drop::Length, u64::from(run.count));
+                }
+            }
+            if buf.capacity() > 0 {
+                wire.recycle(buf);
+            }
+            return;
+        }
+        // The packets of a run differ only in PSN and payload: what the checks say of
+        // the first, they say of all.
+        let seg = run.payload.len() / run.count as usize;
+        let taken = check(qp, &run.packet, seg).and_then(|()| {
+            if request {
+                responder::on_run(self, qp, run, env, wire)
+            } else {
+                completer::on_run(self, qp, run, env, now)
+            }
+        });
+        self.count_taken(qp, &run.packet, (run.count, seg), taken);
+    }
+
+    /// Hands one packet to `qp`'s transport and counts it received or dropped.
+    fn take_packet(
+        &mut self,
+        qp: &mut Qp,
+        pkt: &Packet,
+        frame: &[u8],
+        env: &Env,
+        wire: &mut Wire,
+        now: Instant,
+    ) {
+        let checked = check_transport(self.transport_of(qp.qpn), pkt.hdrs.bth.opcode);
+        let taken = checked.and_then(|()| match self.ud.qkey(qp.qpn) {
+            Some(qkey) => responder::on_datagram(self, qp, pkt, frame, env, qkey),
+            None => match self.dc.receive(qp, pkt, wire, now) {
+                Some(Ok(dc::DcPacket::Taken)) => Ok(()),
+                Some(Ok(dc::DcPacket::Refused)) => {
+                    completer::retire(self, qp, env, now);
+                    Ok(())
+                }
+                Some(Err(why)) => Err(why),
+                None => self.take_rc(qp, pkt, Payload::Bytes(pkt.payload), env, wire, now),
+            },
+        });
+        self.count_taken(qp, pkt, (1, pkt.payload.len()), taken);
+    }
+
+    /// Hands `pkt`, whose payload is `payload`, to the responder or the completer of
+    /// `qp`, a QP of the RC transport.
+    fn take_rc(
+        &mut self,
+        qp: &mut Qp,
+        pkt: &Packet,
+        payload: Payload,
+        env: &Env,
+        wire: &mut Wire,
+        now: Instant,
+    ) -> Result<(), drops::Drop> {
+        check(qp, pkt, payload.len())?;
+        if is_request(pkt.hdrs.bth.opcode) {
+            responder::on_request(self, qp, pkt, payload, env, wire)
+        } else {
+            completer::on_response(self, qp, pkt, payload, env, now)
+        }
+    }
+
+    /// Counts `count` packets from `pkt` on (one, or a run's) that `qp` took or
+    /// dropped, each with `payload_len` bytes of payload.
+    fn count_taken(
+        &mut self,
+        qp: &Qp,
+        pkt: &Packet,
+        (count, payload_len): (u32, usize),
+        taken: Result<(), drops::Drop>,
+    ) {
+        match taken {
+            Ok(()) => self.counters.rx_packets += u64::from(count),
+            Err(why) => {
+                log::trace!(
+                    "qp {:#x}: {count} packet(s) {:#x} from psn {} dropped: {why:?}",
+                    qp.qpn,
+                    pkt.hdrs.bth.opcode,
+                    pkt.hdrs.bth.psn
+                );
+                let opcode = pkt.hdrs.bth.opcode;
+                let dropped = self.dropped(qp.qpn, Some(qp), opcode, pkt.src_ip, payload_len);
+                self.drop_explained(why, &dropped, u64::from(count));
+            }
+        }
+    }
+
+    /// Counts `packets` packets dropped for `why`.
+    fn count_drops(&mut self, why: drops::Drop, packets: u64) {
+        self.counters.rx_dropped += packets;
+        self.counters.drops.count(why, packets);
+    }
+
+    /// Counts `packets` packets of `dropped` dropped for `why`, and if the user can act on
+    /// the reason ([`drops::explainable`]) and this is its first drop for the QP, explains
+    /// it at warn level; later ones are counted only.
+    fn drop_explained(&mut self, why: drops::Drop, dropped: &drops::Dropped, packets: u64) {
+        self.count_drops(why, packets);
+        if !drops::explainable(why, dropped.opcode) {
+            return;
+        }
+        let f = self.function;
+        match self.explained.note(dropped.qpn, why) {
+            drops::Verdict::Explain => {
+                if let Some(text) = drops::explain(why, dropped) {
+                    log::warn!("{f}: {text}");
+                }
+            }
+            drops::Verdict::Suppress => log::warn!(
+                "{f}: drops of {} QP and reason pairs explained: drops of further pairs are \
+                 only counted (see the drop counters at exit; RUST_LOG=trace logs each)",
+                drops::Explained::MAX
+            ),
+            drops::Verdict::Count => {}
+        }
+    }
+
+    /// A drop of an `opcode` packet with `payload_len` bytes of payload from `src_ip` for
+    /// QP `qpn`, which is `qp` if the function has it (a QP taking a packet is out of
+    /// `qps`), as [`drops::explain`] describes it.
+    fn dropped(
+        &self,
+        qpn: u32,
+        qp: Option<&Qp>,
+        opcode: u8,
+        src_ip: [u8; 4],
+        payload_len: usize,
+    ) -> drops::Dropped {
+        let transport = qp.map(|_| self.transport_of(qpn));
+        let max_payload = match (qp, transport) {
+            (_, Some(drops::QpTransport::Ud)) => rnic_abi::ud::UD_MAX_PAYLOAD,
+            (Some(qp), _) => qp::mtu(&qp.attr),
+            (None, _) => 0,
+        };
+        drops::Dropped {
+            qpn,
+            qp: transport,
+            opcode,
+            src_ip,
+            payload_len,
+            max_payload,
+        }
+    }
+
+    /// The transport of QP `qpn`.
+    fn transport_of(&self, qpn: u32) -> drops::QpTransport {
+        if self.ud.qkey(qpn).is_some() {
+            drops::QpTransport::Ud
+        } else if self.dc.is_dci(qpn) {
+            drops::QpTransport::DcInitiator
+        } else if self.dc.is_dct(qpn) {
+            drops::QpTransport::DcTarget
+        } else {
+            drops::QpTransport::Rc
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_reason_has_its_own_counter() {
-        let all = [
-            Drop::Length,
-            Drop::Header,
-            Drop::Checksum,
-            Drop::Version,
-            Drop::Opcode,
-            Drop::Pad,
-            Drop::Icrc,
-            Drop::Address,
-            Drop::UnknownQp,
-            Drop::Transport,
-            Drop::Pkey,
-            Drop::State,
-            Drop::Source,
-            Drop::TooLong,
-            Drop::Psn,
-            Drop::Qkey,
-            Drop::NoReceive,
-            Drop::DcKey,
-        ];
-        let mut c = DropCounters::default();
-        for (i, why) in all.iter().enumerate() {
-            for _ in 0..=i {
-                c.count(*why, 1);
-            }
-        }
-        let named = c.named();
-        for (i, (_, n)) in named.iter().enumerate() {
-            assert_eq!(*n, i as u64 + 1, "{:?}", named[i]);
-        }
-        assert_eq!(c.total(), (1..=18).sum::<u64>());
-        assert!(c.to_string().starts_with("length=1 header=2 "));
-        assert!(c.to_string().contains(" opcode=5 "));
-        assert!(c.to_string().contains(" unknown_qp=9 transport=10 "));
-        assert!(c.to_string().contains(" too_long=14 "));
-        assert!(c
-            .to_string()
-            .ends_with(" psn=15 qkey=16 no_receive=17 dc_key=18"));
-    }
-
-    #[test]
-    fn parse_errors_map_to_their_reason() {
-        assert_eq!(Drop::from(ParseError::IpChecksum), Drop::Checksum);
-        assert_eq!(Drop::from(ParseError::BthVersion(1)), Drop::Version);
-        assert_eq!(Drop::from(ParseError::UnknownOpcode(0x15)), Drop::Opcode);
-        let unsupported = |opcode| {
-            ParseError::Unsupported(packet::Unsupported {
-                dst_mac: [0; 6],
-                src_ip: [0; 4],
-                dst_ip: [0; 4],
-                bth: packet::Bth::new(opcode, 0x11, 0),
-            })
-        };
-        // UC, RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are
-        // not taken on any QP.
-        for (opcode, why) in [
-            (0x24, Drop::Transport),
-            (0x44, Drop::Transport),
-            (0xA4, Drop::Transport),
-            (0x80, Drop::Opcode),
-            (0x1C, Drop::Opcode),
-        ] {
-            assert_eq!(Drop::from(unsupported(opcode)), why, "{opcode:#x}");
-        }
-        assert_eq!(
-            Drop::from(ParseError::BadPad {
-                pad: 3,
-                available: 1
-            }),
-            Drop::Pad
-        );
-        assert_eq!(
-            Drop::from(ParseError::Icrc {
-                found: 1,
-                computed: 2
-            }),
-            Drop::Icrc
-        );
-        assert_eq!(
-            Drop::from(ParseError::TruncatedHeaders {
-                opcode: 0x0a,
-                need: 48,
-                have: 20
-            }),
-            Drop::Length
-        );
-    }
+    use crate::rdma::drops::QpTransport;
 
     #[test]
     fn each_qp_transport_takes_its_own_opcodes_only() {
-        use packet::opcode as op;
+        use crate::roce::opcode as op;
         use QpTransport::*;
         let takes = |qp, opcode| check_transport(qp, opcode).is_ok();
         for opcode in [
@@ -590,88 +409,5 @@ mod tests {
         }
         // Nothing the table lacks reaches this check; were it to, it is no opcode here.
         assert_eq!(check_transport(Rc, 0x24), Err(Drop::Opcode));
-    }
-
-    fn dropped(qp: Option<QpTransport>, opcode: u8) -> Dropped {
-        Dropped {
-            qpn: 0x11,
-            qp,
-            opcode,
-            src_ip: [10, 0, 0, 2],
-            payload_len: 4096,
-            max_payload: 1024,
-        }
-    }
-
-    #[test]
-    fn a_drop_the_user_can_act_on_is_explained_with_its_cause_and_remedy() {
-        use QpTransport::*;
-        let say = |why, qp, opcode| explain(why, &dropped(qp, opcode)).unwrap();
-        assert_eq!(
-            say(Drop::Transport, Some(Rc), 0x24),
-            "dropped a UC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: rnic has no UC QPs \
-             (the peer's QP is UC: create it as RC, as this one is)"
-        );
-        assert_eq!(
-            say(Drop::Transport, Some(Rc), 0x64),
-            "dropped a UD_SEND_ONLY from 10.0.0.2 for RC QP 0x11: the peer sends datagrams \
-             to a connected QP (its QP is UD: make both QPs RC, or both UD)"
-        );
-        assert!(say(Drop::Transport, Some(Ud), 0x04).starts_with(
-            "dropped an RC_SEND_ONLY from 10.0.0.2 for UD QP 0x11: the peer's QP is connected"
-        ));
-        assert!(say(Drop::Transport, Some(DcInitiator), 0xC0)
-            .contains("for DC initiator QP 0x11: the peer is a DC initiator"));
-        assert!(say(Drop::Transport, Some(DcTarget), 0xA4)
-            .contains("rnic has no XRC QPs (the peer's QP is XRC: create it as DC"));
-        assert!(say(Drop::Opcode, Some(Rc), 0x80)
-            .starts_with("dropped a CNP from 10.0.0.2 for RC QP 0x11: rnic does no congestion"));
-        assert!(say(Drop::Opcode, Some(Rc), 0x1C)
-            .starts_with("dropped an RC_FLUSH from 10.0.0.2 for RC QP 0x11: rnic does not do"));
-        assert_eq!(
-            say(Drop::UnknownQp, None, 0x04),
-            "dropped an RC_SEND_ONLY from 10.0.0.2 for QP 0x11, which this function does not \
-             have (was the QP destroyed, or is the peer using a stale QPN?)"
-        );
-        assert_eq!(
-            say(Drop::TooLong, Some(Rc), 0x04),
-            "dropped an RC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: its 4096-byte payload is \
-             more than the QP's path MTU, 1024 (set the same MTU on both sides: path_mtu, or \
-             -m of the perftest tools)"
-        );
-        assert!(say(Drop::TooLong, Some(Ud), 0x64).contains("more than a UD packet carries"));
-    }
-
-    #[test]
-    fn damage_hostility_and_reserved_opcodes_are_counted_not_explained() {
-        for why in [Drop::Icrc, Drop::Psn, Drop::Pkey, Drop::Source, Drop::Qkey] {
-            assert!(!explainable(why, 0x04), "{why:?}");
-            assert_eq!(explain(why, &dropped(Some(QpTransport::Rc), 0x04)), None);
-        }
-        assert!(!explainable(Drop::Opcode, 0x15));
-        assert!(explainable(Drop::Opcode, 0x80));
-    }
-
-    #[test]
-    fn each_qp_and_reason_is_explained_once_and_the_memory_is_bounded() {
-        let mut e = Explained::default();
-        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Explain);
-        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Count);
-        assert_eq!(e.note(0x11, Drop::TooLong), Verdict::Explain);
-        assert_eq!(e.note(0x12, Drop::Transport), Verdict::Explain);
-        // A peer spraying QPNs fills the memory; then one warning says so, and the
-        // rest are counted only, the pairs explained before included.
-        let mut explained = 3;
-        for qpn in 0x100.. {
-            match e.note(qpn, Drop::UnknownQp) {
-                Verdict::Explain => explained += 1,
-                Verdict::Suppress => break,
-                Verdict::Count => panic!("QP {qpn:#x} was never noted"),
-            }
-        }
-        assert_eq!(explained, Explained::MAX);
-        assert_eq!(e.note(0x1_0000, Drop::UnknownQp), Verdict::Count);
-        assert_eq!(e.note(0x11, Drop::Transport), Verdict::Count);
-        assert_eq!(e.pairs.len(), Explained::MAX);
     }
 }

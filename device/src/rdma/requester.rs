@@ -1,7 +1,7 @@
 //! The requester: takes send WQEs from the send queue and sends their request packets.
 //!
-//! Each WQE becomes an [`Op`] that stays in [`RequesterState::ops`], in send-queue order,
-//! until the completer retires it. PSNs are given when an op is first sent and kept for
+//! Each WQE becomes an [`Op`] that stays in [`super::qp::RequesterState::ops`], in
+//! send-queue order, until the completer retires it. PSNs are given when an op is first sent and kept for
 //! every resend, so that go-back-N (after a NAK, an RNR NAK or a timeout) regenerates
 //! exactly the packets that were sent before, from the driver's memory.
 //!
@@ -10,20 +10,21 @@
 //! of a long one, and on the packet that fills the window, and goes on as acknowledgements
 //! open the window again. Go-back-N resends from the first unacknowledged PSN.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rnic_abi::verbs::{send_flags, wr, QpAttr, QpState, WcStatus};
+use rnic_abi::verbs::{send_flags, wr, QpState, WcStatus};
 
 use super::answers::Answers;
-use super::held::Held;
-use super::mr::{Access, MrTable};
+use super::env::Env;
+use super::mkey::mr::MrTable;
+use super::mkey::Access;
 use super::qp::{mtu, Qp};
-use super::recv;
-use super::wire::{psn, Wire};
-use super::wqe::{SendOp, WqeError};
-use super::Env;
-use crate::roce::packet::{opcode as op, AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+use super::wire::Wire;
+use super::wqe::{Op, OpState, SendOp, WqeError};
+use crate::fabric::held::Held;
+use crate::roce::hdr::{AtomicEth, Bth, Headers, Reth, DEFAULT_PKEY};
+use crate::roce::opcode as op;
+use crate::roce::psn;
 
 /// PSNs a QP's requester keeps sent and unacknowledged at most (a READ counts the PSNs
 /// of its responses). Bounds what a loss costs (go-back-N resends at most this many
@@ -34,226 +35,6 @@ pub const SEND_WINDOW: u32 = 128;
 /// responder acknowledges at least every this many packets it executes, so that the
 /// window opens again before it is full.
 pub const ACK_INTERVAL: u32 = 32;
-
-/// Where an op is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpState {
-    /// Waiting to be sent (or resent from packet `next_pkt`), or partly sent and held
-    /// by the window.
-    Queued,
-    /// All its packets are out; waiting for acknowledgement or responses.
-    Sent,
-    /// Acknowledged or answered: ready to complete in order.
-    Done,
-}
-
-/// A send WQE the requester has taken.
-#[derive(Debug, Clone)]
-pub struct Op {
-    /// Its index in the send queue.
-    pub index: u32,
-    /// The WQE.
-    pub op: SendOp,
-    /// PSN of its first packet (valid once sent).
-    pub first_psn: u32,
-    /// PSNs it uses: packets for SEND and WRITE, response packets for READ, 1 for atomics.
-    pub npsn: u32,
-    /// Next packet to (re)send.
-    pub next_pkt: u32,
-    /// Life state.
-    pub state: OpState,
-    /// Completion status (errors are decided on the way).
-    pub status: WcStatus,
-    /// Which of a READ's response packets arrived (and so where a request for the rest
-    /// starts); an atomic's one answer is its op's `Done`.
-    pub answers: Answers,
-    /// Whether the op holds a READ/atomic slot.
-    pub holds_rd_atomic: bool,
-    /// Whether it was ever sent (PSNs assigned).
-    pub assigned: bool,
-    /// The shared send queue entry it is, if it came from one (its completion goes
-    /// there).
-    pub shared: Option<super::shared_sq::SharedRef>,
-    /// The UDP source port of the session its packets leave from, if its WQE named a
-    /// session group (chosen before its first packet, kept for resends;
-    /// `session::OWN_PORT`: the group named no assigned session).
-    pub session_port: Option<u16>,
-}
-
-impl Op {
-    /// PSN of its last packet.
-    pub fn last_psn(&self) -> u32 {
-        psn::add(self.first_psn, self.npsn.saturating_sub(1))
-    }
-
-    /// Whether `p` falls inside the op's PSNs.
-    pub fn contains(&self, p: u32) -> bool {
-        self.assigned && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
-    }
-
-    /// Whether it is a READ or an atomic (answered by responses, limited in number).
-    pub fn is_rd_atomic(&self) -> bool {
-        matches!(
-            self.op.wqe.opcode,
-            wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD
-        )
-    }
-
-    /// Ends the op with `status`; it completes when its turn comes.
-    pub fn fail(&mut self, status: WcStatus) {
-        self.status = status;
-        self.state = OpState::Done;
-    }
-}
-
-/// Requester and completer state of a QP.
-#[derive(Debug, Default)]
-pub struct RequesterState {
-    /// PSN of the next new packet.
-    pub next_psn: u32,
-    /// The PSN after the highest one acknowledged (by an ACK, a NAK or a response).
-    pub acked_end: u32,
-    /// The PSN after the highest one ever sent (a READ's responses included).
-    pub sent_end: u32,
-    /// Ops taken from the send queue and not yet completed, in order.
-    pub ops: VecDeque<Op>,
-    /// READs and atomics sent and not yet completed (their slots come back in order,
-    /// when they retire: see `completer::retire`).
-    pub rd_atomic_outstanding: u32,
-    /// Transport retries left before `RETRY_EXC_ERR`.
-    pub retry_left: u8,
-    /// RNR retries left before `RNR_RETRY_EXC_ERR` (unused when `rnr_retry` is 7).
-    pub rnr_left: u8,
-    /// When the retransmission timer fires.
-    pub timer: Option<Instant>,
-    /// After an RNR NAK: do not resend before this.
-    pub rnr_until: Option<Instant>,
-    /// Go-back-N point waiting to be resent.
-    pub resend_from: Option<u32>,
-    /// A READ or atomic (by its first PSN) whose answer went missing while later ones
-    /// came: its request goes again, for what is missing, with nothing behind it.
-    pub ask_again: Option<u32>,
-    /// The PSN of the missing answer last asked for again, so that the answers still on
-    /// their way behind the gap do not ask for it once more.
-    pub asked_again: Option<u32>,
-    /// In SQD: the drain was reported (SQ_DRAINED posted).
-    pub drained_reported: bool,
-    /// Which WQEs may start (a DCI's: those of the connected target, see `super::dc`).
-    pub admit: Admit,
-}
-
-/// Which WQEs the requester may start; the first one it may not holds back the rest.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
-    /// Every WQE.
-    #[default]
-    All,
-    /// None.
-    Nothing,
-    /// Those whose last 16 bytes (`SendWqe::reserved1`, a DCI's target) are these.
-    Only([u8; 16]),
-}
-
-impl Admit {
-    fn admits(self, op: &SendOp) -> bool {
-        match self {
-            Admit::All => true,
-            Admit::Nothing => false,
-            Admit::Only(tag) => op.wqe.reserved1 == tag,
-        }
-    }
-}
-
-impl RequesterState {
-    /// Whether any op has started and not finished (what SQD waits for).
-    pub fn in_flight(&self) -> bool {
-        self.ops
-            .iter()
-            .any(|o| o.assigned && o.state != OpState::Done)
-    }
-}
-
-impl RequesterState {
-    /// Starts the requester when the QP enters RTS.
-    pub fn start(&mut self, sq_psn: u32, a: &QpAttr) {
-        self.next_psn = sq_psn & 0xFF_FFFF;
-        self.acked_end = self.next_psn;
-        self.sent_end = self.next_psn;
-        self.retry_left = a.retry_cnt;
-        self.rnr_left = a.rnr_retry;
-    }
-
-    /// The local ACK timeout of `a`: 4.096 µs * 2^timeout, or none for 0.
-    pub fn timeout(a: &QpAttr) -> Option<Duration> {
-        (a.timeout != 0).then(|| Duration::from_nanos(4096u64 << a.timeout.min(31)))
-    }
-
-    /// The first PSN not yet acknowledged. A READ or atomic still waiting for (part of)
-    /// its answer holds it back even if later PSNs were acknowledged: its answer went
-    /// missing, and the timer must ask for it again.
-    pub fn una(&self) -> u32 {
-        // Every READ or atomic that was sent holds a slot until it retires: with none
-        // held, none waits (and the ops need no walk, on every packet that arrives).
-        if self.rd_atomic_outstanding == 0 {
-            return self.acked_end;
-        }
-        let waiting = self
-            .ops
-            .iter()
-            .find(|o| o.assigned && o.is_rd_atomic() && o.state != OpState::Done)
-            .map(|o| psn::add(o.first_psn, o.answers.first_missing()));
-        match waiting {
-            Some(w) if psn::diff(self.acked_end, w) > 0 => w,
-            _ => self.acked_end,
-        }
-    }
-
-    /// Whether a PSN sent is not yet acknowledged.
-    pub fn unacked(&self) -> bool {
-        psn::diff(self.sent_end, self.una()) > 0
-    }
-
-    /// Whether `p` was ever sent, so that an answer to it can be genuine.
-    pub fn was_sent(&self, p: u32) -> Result<(), recv::Drop> {
-        if psn::diff(p, self.sent_end) < 0 {
-            Ok(())
-        } else {
-            Err(recv::Drop::Psn)
-        }
-    }
-
-    /// Records that every PSN before `p` is acknowledged; returns whether that is news.
-    pub fn acked_before(&mut self, p: u32) -> bool {
-        let news = psn::diff(p, self.acked_end) > 0;
-        if news {
-            self.acked_end = p;
-        }
-        news
-    }
-
-    fn sent_upto(&mut self, end: u32) {
-        if psn::diff(end, self.sent_end) > 0 {
-            self.sent_end = end;
-        }
-    }
-
-    /// (Re)arms the retransmission timer if anything waits for an answer.
-    pub fn rearm(&mut self, a: &QpAttr, now: Instant) {
-        self.timer = if self.unacked() {
-            Self::timeout(a).map(|t| now + t)
-        } else {
-            None
-        };
-    }
-
-    /// Schedules a resend from `p` (keeping the earliest point).
-    pub fn go_back_to(&mut self, p: u32) {
-        self.resend_from = Some(match self.resend_from {
-            Some(q) if psn::diff(q, p) < 0 => q,
-            _ => p,
-        });
-    }
-}
 
 /// The PSNs that may be unacknowledged: [`SEND_WINDOW`] from the first unacknowledged.
 #[derive(Debug, Clone, Copy)]
@@ -418,7 +199,7 @@ pub(super) fn fetch(qp: &mut Qp, env: &Env) -> bool {
         let index = qp.sq.taken;
         qp.sq.taken = qp.sq.taken.wrapping_add(1);
         any = true;
-        let (op, status) = match super::mmio::read_send(&qp.sq, &qp.caps, env, index) {
+        let (op, status) = match super::wqe::read_send(&qp.sq, &qp.caps, env, index) {
             Ok(op) => (op, WcStatus::Success),
             Err(e) => {
                 log::debug!("qp {:#x}: send WQE {index} unreadable: {e:?}", qp.qpn);
@@ -703,7 +484,7 @@ pub fn gather(
 }
 
 /// Bytes `[offset, offset + len)` of the message, from its SGEs, checked as [`gather`]
-/// checks them but left in memory (see [`super::held`]).
+/// checks them but left in memory (see [`crate::fabric::held`]).
 fn hold(
     op: &SendOp,
     pdn: u32,

@@ -9,96 +9,33 @@
 //! WRITE packet, makes an ACK due, and [`flush_ack`] sends one ACK for the latest PSN
 //! executed once the frames that arrived together are handled. NAKs go at once.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rnic_abi::ud::{GRH_LEN, UD_MAX_PAYLOAD};
 use rnic_abi::verbs::{
     event, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
 use vm_memory::GuestMemoryBackend;
 
-use super::held::{Held, Payload};
-use super::mr::Access;
-use super::qp::{mtu, Qp};
-use super::recv;
+use super::drops::{self, Drop};
+use super::env::Env;
+use super::mkey::Access;
+use super::qp::{mtu, Inbound, Qp, Resource};
 use super::requester::ACK_INTERVAL;
 use super::requester::{append_from_memory, scatter_gather};
-use super::train::Run;
-use super::wire::{psn, Wire};
-use super::wqe::RecvOp;
-use super::{Env, RdmaState};
-use crate::roce::packet::{
-    nak, opcode as op, opcode_info, Aeth, AtomicAckEth, Bth, Headers, Packet, AETH_CREDIT_INVALID,
-    DEFAULT_PKEY,
+use super::wire::Wire;
+use super::RdmaState;
+use crate::fabric::held::{Held, Payload};
+use crate::fabric::train::Run;
+use crate::roce::hdr::{
+    nak, Aeth, AtomicAckEth, Bth, Headers, AETH_CREDIT_INVALID, DEFAULT_PKEY, ETH_HEADER_LEN,
+    IPV4_HEADER_LEN,
 };
-
-/// A message in progress across several packets.
-#[derive(Debug, Clone)]
-pub enum Inbound {
-    /// A SEND filling receive WQE `recv`.
-    Send {
-        /// The receive WQE.
-        recv: RecvOp,
-        /// Bytes placed so far.
-        offset: u64,
-    },
-    /// A WRITE.
-    Write {
-        /// Address of the next byte.
-        va: u64,
-        /// The rkey.
-        rkey: u32,
-        /// Bytes the RETH announced.
-        len: u64,
-        /// Bytes placed so far.
-        offset: u64,
-    },
-}
-
-/// What a duplicate READ or atomic is answered from.
-#[derive(Debug, Clone, Copy)]
-enum Resource {
-    Read {
-        first_psn: u32,
-        npsn: u32,
-        va: u64,
-        rkey: u32,
-        len: u32,
-    },
-    Atomic {
-        psn: u32,
-        orig: u64,
-    },
-}
-
-/// Responder state of a QP.
-#[derive(Debug, Default)]
-pub struct ResponderState {
-    /// PSN expected next.
-    pub epsn: u32,
-    /// Messages completed (24 bits).
-    pub msn: u32,
-    /// A multi-packet message in progress.
-    pub cur: Option<Inbound>,
-    /// A PSN-sequence NAK was sent and the expected PSN has not arrived since.
-    nak_sent: bool,
-    /// Answers kept for duplicate READs and atomics, oldest first.
-    resources: VecDeque<Resource>,
-    /// The first request arrived (COMM_EST was reported).
-    established: bool,
-    /// An ACK is due for this PSN (see [`flush_ack`]).
-    ack_due: Option<u32>,
-    /// Packets executed since the last ACK was sent.
-    unacked: u32,
-}
-
-impl ResponderState {
-    /// Starts the responder when the QP enters RTR.
-    pub fn start(&mut self, rq_psn: u32) {
-        self.epsn = rq_psn & 0xFF_FFFF;
-    }
-}
+use crate::roce::opcode as op;
+use crate::roce::opcode::opcode_info;
+use crate::roce::parse::Packet;
+use crate::roce::psn;
 
 /// A responder-side failure: the NAK code to send and, where a receive WQE was consumed,
 /// the status its completion reports.
@@ -146,7 +83,7 @@ pub fn flush_ack(qp: &mut Qp, wire: &mut Wire) {
 }
 
 /// Handles a request packet for `qp`. A request ahead of the expected PSN, or a duplicate
-/// READ or atomic no longer remembered, is not executed: `Err(recv::Drop::Psn)`.
+/// READ or atomic no longer remembered, is not executed: `Err(drops::Drop::Psn)`.
 pub fn on_request(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -154,7 +91,7 @@ pub fn on_request(
     payload: Payload,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let bth = pkt.hdrs.bth;
     if qp.state == QpState::Rtr && !qp.resp.established {
         qp.resp.established = true;
@@ -171,7 +108,7 @@ pub fn on_request(
             let epsn = qp.resp.epsn;
             send_ack(qp, wire, epsn, Aeth::nak(nak::PSN_SEQ_ERROR));
         }
-        return Err(recv::Drop::Psn);
+        return Err(drops::Drop::Psn);
     }
     qp.resp.nak_sent = false;
     if super::ctrlq::remote_key_pending(&rdma.mrs, qp.pdn, &pkt.hdrs) {
@@ -210,7 +147,7 @@ pub fn on_run(
     run: Run,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     qp.resp.nak_sent = false;
     answer(rdma, qp, &run.packet, run.payload, run.count, env, wire);
     Ok(())
@@ -255,7 +192,7 @@ fn answer(
             if let Some(event) = event {
                 rdma.post_event(env, event, qp.qpn);
             }
-            super::completer::enter_error(rdma, qp, env);
+            rdma.enter_error(qp, env);
         }
     }
 }
@@ -636,7 +573,7 @@ fn send_read_responses(
             ..Headers::default()
         }
     };
-    // To a function of this process, the responses go as trains (see `super::train`).
+    // To a function of this process, the responses go as trains (see `crate::fabric::train`).
     let max_train = wire.max_train(qp, mtu);
     let mut i = from;
     while i < npsn {
@@ -758,7 +695,7 @@ fn duplicate(
     pkt: &Packet,
     env: &Env,
     wire: &mut Wire,
-) -> Result<(), recv::Drop> {
+) -> Result<(), drops::Drop> {
     let p = pkt.hdrs.bth.psn;
     match pkt.hdrs.bth.opcode {
         op::RC_RDMA_READ_REQUEST => {
@@ -776,7 +713,7 @@ fn duplicate(
                 }
                 _ => None,
             });
-            let (first_psn, npsn, va, rkey, len) = found.ok_or(recv::Drop::Psn)?;
+            let (first_psn, npsn, va, rkey, len) = found.ok_or(drops::Drop::Psn)?;
             let from = p.wrapping_sub(first_psn) & 0xFF_FFFF;
             // A key that fails now sends nothing: the requester's timer ends it.
             let _ = send_read_responses(rdma, qp, env, wire, first_psn, npsn, va, rkey, len, from);
@@ -786,11 +723,102 @@ fn duplicate(
                 Resource::Atomic { psn, orig } if psn == p => Some(orig),
                 _ => None,
             });
-            send_atomic_ack(qp, wire, p, orig.ok_or(recv::Drop::Psn)?);
+            send_atomic_ack(qp, wire, p, orig.ok_or(drops::Drop::Psn)?);
         }
         // Answered by the ACK owed for the batch: a go-back-N burst of duplicates draws
         // one ACK, not one each.
         _ => qp.resp.ack_due = Some(psn::add(qp.resp.epsn, 0xFF_FFFF)),
     }
+    Ok(())
+}
+
+/// Delivers a UD packet (already parsed from `frame`) to UD QP `qp` ([`super::ud`]),
+/// whose Q_Key is `own_qkey`: into its next receive, GRH first, or dropped and counted. A receive
+/// that cannot take it completes with an error; the QP stays as it is (UD has no
+/// connection to break).
+pub fn on_datagram(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    frame: &[u8],
+    env: &Env,
+    own_qkey: u32,
+) -> Result<(), Drop> {
+    let bth = &pkt.hdrs.bth;
+    if bth.pkey != DEFAULT_PKEY {
+        return Err(Drop::Pkey);
+    }
+    if !matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
+        return Err(Drop::State);
+    }
+    let deth = pkt.hdrs.deth.ok_or(Drop::Opcode)?;
+    if deth.qkey != own_qkey {
+        return Err(Drop::Qkey);
+    }
+    if pkt.payload.len() > UD_MAX_PAYLOAD as usize {
+        return Err(Drop::TooLong);
+    }
+    let recv = rdma.next_recv(qp, env).ok_or(Drop::NoReceive)?;
+    rdma.take_recv(qp, env);
+    let mut cqe = Cqe {
+        qp_num: qp.qpn,
+        src_qp: deth.src_qp,
+        opcode: wc::RECV,
+        ..Cqe::default()
+    };
+    let status = match recv {
+        Err(_) => WcStatus::LocQpOpErr,
+        Ok(recv) => {
+            cqe.wr_id = recv.wr_id;
+            // The GRH space: 20 zero bytes, then the IPv4 header as it arrived.
+            let mut data = vec![0u8; GRH_LEN as usize - IPV4_HEADER_LEN];
+            data.extend_from_slice(
+                frame
+                    .get(ETH_HEADER_LEN..ETH_HEADER_LEN + IPV4_HEADER_LEN)
+                    .ok_or(Drop::Length)?,
+            );
+            data.extend_from_slice(pkt.payload);
+            if data.len() as u64 > recv.capacity() {
+                WcStatus::LocLenErr
+            } else {
+                let placed = scatter_gather(
+                    &recv.sges,
+                    qp.pdn,
+                    &rdma.mrs,
+                    Access::LocalWrite,
+                    0,
+                    data.len() as u64,
+                    |at, addr, n| {
+                        use vm_memory::Bytes;
+                        env.w.write_slice(&data[at..at + n], addr).is_ok()
+                    },
+                );
+                match placed {
+                    Ok(()) => {
+                        cqe.byte_len = data.len() as u32;
+                        WcStatus::Success
+                    }
+                    Err(status) => status,
+                }
+            }
+        }
+    };
+    if status == WcStatus::Success {
+        cqe.wc_flags = wc_flags::GRH
+            | if bth.solicited {
+                wc_flags::SOLICITED
+            } else {
+                0
+            };
+        if let Some(imm) = pkt.hdrs.imm {
+            cqe.wc_flags |= wc_flags::WITH_IMM;
+            cqe.imm_or_inv = u32::from_le_bytes(imm);
+        }
+    }
+    cqe.status = status as u8;
+    rdma.complete(qp.recv_cqn, cqe, env);
     Ok(())
 }

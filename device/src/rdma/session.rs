@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 
 use rnic_abi::session::MAX_SESSIONS;
 
-use super::requester::{Op, OpState};
+use super::wqe::Op;
+use super::wqe::OpState;
 
 /// The function's sessions and where the round robin is.
 #[derive(Debug, Default)]

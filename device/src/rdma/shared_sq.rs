@@ -2,47 +2,29 @@
 //! ([`rnic_abi::shared_sq`]).
 //!
 //! The device takes each WQE of a shared queue and appends it to the requester queue of
-//! the QP it names, marked with where it came from ([`SharedRef`]); the QP sends it like
-//! its own. When the QP retires or flushes it, the completion comes back here
-//! (`RdmaState::finish_shared`) and waits in the queue's reorder window until every WQE
-//! posted before it finished too, so the shared queue's CQ sees completions in posting
-//! order however fast each connection is.
+//! the QP it names ([`SharedSqTable::take`]), marked with where it came from
+//! ([`SharedRef`]); the QP sends it like its own. When the QP retires or flushes it, the
+//! completion comes back here ([`SharedSqTable::finish`]) and waits in the queue's
+//! reorder window until every WQE posted before it finished too, so the shared queue's CQ
+//! sees completions in posting order however fast each connection is.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use rnic_abi::cmd::Status;
-use rnic_abi::doorbell::slot_offset;
-use rnic_abi::shared_sq::{
-    shared_sq_stride, CreateSharedSqReq, CreateSharedSqResp, SharedSendHeader,
-    SHARED_SQ_CQE_QPN_BIT,
-};
-use rnic_abi::verbs::{Cqe, DoorbellSlot, ObjectReq, QpState, WcStatus};
+use rnic_abi::shared_sq::{SharedSendHeader, SHARED_SQ_CQE_QPN_BIT};
+use rnic_abi::verbs::{Cqe, QpState, WcStatus};
 use zerocopy::FromBytes;
 
-use super::pages::PagedBuffer;
-use super::qp::{QpCaps, WorkQueue};
-use super::requester::{Op, OpState};
-use super::wqe::{decode_send, SendOp, WqeError};
-use super::{decode, page_list_error, reply, Env, RdmaState, SlotOwner};
-use crate::cmdq::Response;
+use super::env::Env;
+use super::qp::Qp;
+use super::ud::UdTable;
+use super::wqe::{decode_send, Op, OpState, QpCaps, SendOp, SharedRef, WorkQueue, WqeError};
 
 /// Shared send queues one function may have.
-const MAX_SHARED_SQS: usize = 64;
-
-/// Where a QP's op came from: entry `index` of shared send queue `ssqn`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedRef {
-    /// The shared send queue.
-    pub ssqn: u32,
-    /// Which queue of that number (numbers are reused after `DESTROY_SHARED_SQ`).
-    pub generation: u64,
-    /// The entry's index (free-running, as the doorbell counts).
-    pub index: u32,
-}
+pub(super) const MAX_SHARED_SQS: usize = 64;
 
 /// A finished WQE waiting for those posted before it.
 #[derive(Debug, Clone, Copy)]
-struct Finished {
+pub(super) struct Finished {
     cqe: Cqe,
     signaled: bool,
 }
@@ -50,161 +32,64 @@ struct Finished {
 /// A shared send queue.
 #[derive(Debug)]
 pub struct SharedSq {
-    generation: u64,
-    pdn: u32,
-    wq: WorkQueue,
-    caps: QpCaps,
-    cqn: u32,
+    pub(super) generation: u64,
+    pub(super) pdn: u32,
+    pub(super) wq: WorkQueue,
+    pub(super) caps: QpCaps,
+    pub(super) cqn: u32,
     /// Entry `retired + i` is `window[i]`: taken, and finished or not.
-    window: VecDeque<Option<Finished>>,
+    pub(super) window: VecDeque<Option<Finished>>,
     /// Entries completed (in order) in all.
-    retired: u32,
+    pub(super) retired: u32,
 }
 
 /// The shared send queues of a function.
 #[derive(Debug, Default)]
 pub struct SharedSqTable {
-    queues: BTreeMap<u32, SharedSq>,
+    pub(super) queues: BTreeMap<u32, SharedSq>,
     /// Queues created in all: the next one's generation.
-    created: u64,
+    pub(super) created: u64,
 }
 
 /// What taking one entry came to.
-enum Taken {
+pub enum Taken {
     /// Handed to the QP.
     Queued(u32, Box<Op>),
-    /// Finished at once (a bad WQE or QP): QPN, `wr_id` and status.
-    Refused(u32, u64, WcStatus),
+    /// Finished at once (a bad WQE or QP): the entry, and the QPN, `wr_id` and status
+    /// of its completion.
+    Refused(SharedRef, u32, u64, WcStatus),
     /// The QP's requester queue is full: try again later.
     Wait,
 }
 
-impl RdmaState {
-    /// `CREATE_SHARED_SQ`.
-    pub(super) fn create_shared_sq(
+impl SharedSqTable {
+    /// Whether shared send queue `ssqn` has an entry posted and room in its reorder
+    /// window to take it.
+    pub fn has_work(&self, ssqn: u32, env: &Env) -> bool {
+        self.queues.get(&ssqn).is_some_and(|q| {
+            let posted = env.doorbells.read32(q.wq.slot).unwrap_or(q.wq.taken);
+            posted != q.wq.taken && (q.window.len() as u32) < q.wq.entries
+        })
+    }
+
+    /// Takes the next entry of shared send queue `ssqn` (which has one, see
+    /// [`SharedSqTable::has_work`]) for the QP it names, one of `qps` (`ud` says which
+    /// are UD QPs, which take none).
+    pub fn take(
         &mut self,
-        body: &[u8],
+        ssqn: u32,
         env: &Env,
-    ) -> Result<Response, Response> {
-        let req: CreateSharedSqReq = decode(body)?;
-        let n = req.entries;
-        if n == 0 || !n.is_power_of_two() || n > self.limits.max_qp_wr {
-            return Err(Response::error(Status::BadParam, n));
-        }
-        if req.max_send_sge > self.limits.max_sge {
-            return Err(Response::error(Status::BadParam, req.max_send_sge));
-        }
-        if req.max_inline_data > self.limits.max_inline_data {
-            return Err(Response::error(Status::BadParam, req.max_inline_data));
-        }
-        if !self.pds.contains_key(&req.pdn) {
-            return Err(Response::error(Status::NotFound, req.pdn));
-        }
-        if !self.cqs.contains_key(&req.cqn) {
-            return Err(Response::error(Status::NotFound, req.cqn));
-        }
-        let stride = shared_sq_stride(req.max_send_sge, req.max_inline_data);
-        let ring = PagedBuffer::load(&req.ring, 0, u64::from(n) * u64::from(stride), env.r)
-            .map_err(page_list_error)?;
-        let ssqn = (1..=MAX_SHARED_SQS as u32)
-            .find(|s| !self.shared_sqs.queues.contains_key(s))
-            .ok_or(Response::error(Status::NoResources, 0))?;
-        let (page, slot) = self.alloc_slot(req.doorbell_page, SlotOwner::SharedSq(ssqn))?;
-        env.doorbells.write32(slot_offset(page, slot), 0);
-        if let Some(cq) = self.cqs.get_mut(&req.cqn) {
-            cq.users += 1;
-        }
-        if let Some(pd) = self.pds.get_mut(&req.pdn) {
-            pd.users += 1;
-        }
-        self.shared_sqs.created += 1;
-        let q = SharedSq {
-            generation: self.shared_sqs.created,
-            pdn: req.pdn,
-            wq: WorkQueue::new(ring, n, stride, slot_offset(page, slot)),
-            caps: QpCaps {
-                max_send_sge: req.max_send_sge,
-                max_recv_sge: 0,
-                max_inline_data: req.max_inline_data,
-            },
-            cqn: req.cqn,
-            window: VecDeque::new(),
-            retired: 0,
-        };
-        self.shared_sqs.queues.insert(ssqn, q);
-        Ok(reply(&CreateSharedSqResp {
-            ssqn,
-            reserved: 0,
-            doorbell: DoorbellSlot { page, slot },
-        }))
-    }
-
-    /// `DESTROY_SHARED_SQ`. WQEs its QPs still hold run on; their completions go nowhere.
-    pub(super) fn destroy_shared_sq(&mut self, body: &[u8]) -> Result<Response, Response> {
-        let req: ObjectReq = decode(body)?;
-        let q = self
-            .shared_sqs
-            .queues
-            .remove(&req.handle)
-            .ok_or(Response::error(Status::NotFound, req.handle))?;
-        if let Some(cq) = self.cqs.get_mut(&q.cqn) {
-            cq.users = cq.users.saturating_sub(1);
-        }
-        if let Some(pd) = self.pds.get_mut(&q.pdn) {
-            pd.users = pd.users.saturating_sub(1);
-        }
-        self.free_slots_of(SlotOwner::SharedSq(req.handle));
-        Ok(Response::ok(Vec::new()))
-    }
-
-    /// Hands the WQEs posted to shared send queues since the last look to their QPs.
-    /// Returns whether anything was taken.
-    pub(super) fn run_shared_sqs(&mut self, env: &Env) -> bool {
-        let mut progress = false;
-        let numbers: Vec<u32> = self.shared_sqs.queues.keys().copied().collect();
-        for ssqn in numbers {
-            while let Some(q) = self.shared_sqs.queues.get(&ssqn) {
-                let posted = env.doorbells.read32(q.wq.slot).unwrap_or(q.wq.taken);
-                if posted == q.wq.taken || q.window.len() as u32 >= q.wq.entries {
-                    break;
-                }
-                match self.take_shared(ssqn, env) {
-                    Taken::Wait => break,
-                    Taken::Queued(qpn, op) => {
-                        if let Some(qp) = self.qps.get_mut(&qpn) {
-                            qp.req.ops.push_back(*op);
-                        }
-                        // The QP has work now: the engine's schedule must give it a turn.
-                        self.reschedule(qpn);
-                    }
-                    Taken::Refused(qpn, wr_id, status) => {
-                        let q = &self.shared_sqs.queues[&ssqn];
-                        let (index, generation) = (q.wq.taken.wrapping_sub(1), q.generation);
-                        let cqe = Cqe {
-                            wr_id,
-                            qp_num: qpn,
-                            status: status as u8,
-                            ..Cqe::default()
-                        };
-                        let from = SharedRef {
-                            ssqn,
-                            generation,
-                            index,
-                        };
-                        self.finish_shared(from, cqe, true, env);
-                    }
-                }
-                progress = true;
-            }
-        }
-        progress
-    }
-
-    /// Takes the next entry of shared send queue `ssqn` (which has one).
-    fn take_shared(&mut self, ssqn: u32, env: &Env) -> Taken {
-        let q = &self.shared_sqs.queues[&ssqn];
+        qps: &BTreeMap<u32, Box<Qp>>,
+        ud: &UdTable,
+    ) -> Taken {
+        let q = &self.queues[&ssqn];
         let index = q.wq.taken;
         let at = q.wq.entry_offset(index);
+        let from = SharedRef {
+            ssqn,
+            generation: q.generation,
+            index,
+        };
         // The header and the WQE's wr_id, for a completion even of a WQE that is refused.
         let mut head = [0u8; 24];
         let op = if q.wq.ring.read(env.r, at, &mut head) {
@@ -219,10 +104,10 @@ impl RdmaState {
         let header = SharedSendHeader::read_from_bytes(&head[..16]).unwrap_or_default();
         let wr_id = u64::from_le_bytes(head[16..].try_into().expect("8 bytes"));
         let qpn = header.qpn;
-        let refuse = |status| Taken::Refused(qpn, wr_id, status);
-        let target = self.qps.get(&qpn).filter(|qp| {
-            qp.pdn == q.pdn && self.ud.qkey(qpn).is_none() && qp.state != QpState::Reset
-        });
+        let refuse = |status| Taken::Refused(from, qpn, wr_id, status);
+        let target = qps
+            .get(&qpn)
+            .filter(|qp| qp.pdn == q.pdn && ud.qkey(qpn).is_none() && qp.state != QpState::Reset);
         let outcome = match (op, target) {
             (Err(WqeError::Unreachable), _) => refuse(WcStatus::LocProtErr),
             (Err(_), _) | (_, None) => refuse(WcStatus::LocQpOpErr),
@@ -232,39 +117,25 @@ impl RdmaState {
                 refuse(WcStatus::LocQpOpErr)
             }
             (Ok(_), Some(qp)) if qp.req.ops.len() as u32 >= qp.sq.entries => Taken::Wait,
-            (Ok(op), Some(_)) => {
-                let from = SharedRef {
-                    ssqn,
-                    generation: q.generation,
-                    index,
-                };
-                Taken::Queued(qpn, Box::new(shared_op(op, from)))
-            }
+            (Ok(op), Some(_)) => Taken::Queued(qpn, Box::new(shared_op(op, from))),
         };
         if !matches!(outcome, Taken::Wait) {
-            let q = self
-                .shared_sqs
-                .queues
-                .get_mut(&ssqn)
-                .expect("looked up above");
+            let q = self.queues.get_mut(&ssqn).expect("looked up above");
             q.wq.taken = q.wq.taken.wrapping_add(1);
             q.window.push_back(None);
         }
         outcome
     }
 
-    /// Records that the op from `from` finished with `cqe` (of the QP that carried it),
-    /// and posts, in order, the completions of the shared queue that are due.
-    pub(super) fn finish_shared(&mut self, from: SharedRef, cqe: Cqe, signaled: bool, env: &Env) {
+    /// Records that the op from `from` finished with `cqe` (of the QP that carried it):
+    /// the shared queue's CQ and the completions that are now due on it, in order, if
+    /// any (those signaled, and every error).
+    pub fn finish(&mut self, from: SharedRef, cqe: Cqe, signaled: bool) -> Option<(u32, Vec<Cqe>)> {
         // A queue destroyed since (its number perhaps reused): the completion goes nowhere.
-        let Some(q) = self
-            .shared_sqs
+        let q = self
             .queues
             .get_mut(&from.ssqn)
-            .filter(|q| q.generation == from.generation)
-        else {
-            return;
-        };
+            .filter(|q| q.generation == from.generation)?;
         let at = from.index.wrapping_sub(q.retired) as usize;
         let Some(slot) = q.window.get_mut(at) else {
             log::warn!(
@@ -272,7 +143,7 @@ impl RdmaState {
                 from.ssqn,
                 from.index
             );
-            return;
+            return None;
         };
         *slot = Some(Finished {
             cqe: Cqe {
@@ -282,35 +153,15 @@ impl RdmaState {
             },
             signaled,
         });
-        let cqn = q.cqn;
         let mut due = Vec::new();
         while let Some(Some(f)) = q.window.front() {
-            due.push(*f);
+            if f.signaled || f.cqe.status != WcStatus::Success as u8 {
+                due.push(f.cqe);
+            }
             q.window.pop_front();
             q.retired = q.retired.wrapping_add(1);
         }
-        for f in due {
-            if f.signaled || f.cqe.status != WcStatus::Success as u8 {
-                self.complete(cqn, f.cqe, env);
-            }
-        }
-    }
-
-    /// Finishes with `WR_FLUSH_ERR` the shared queues' ops `ops` held (a QP reset or
-    /// destroyed, whose ops go without completions of their own).
-    pub(super) fn abandon_shared(&mut self, ops: &VecDeque<Op>, qpn: u32, env: &Env) {
-        for o in ops {
-            if let Some(from) = o.shared {
-                let cqe = Cqe {
-                    wr_id: o.op.wqe.wr_id,
-                    qp_num: qpn,
-                    opcode: super::completer::send_completion(o.op.wqe.opcode),
-                    status: WcStatus::WrFlushErr as u8,
-                    ..Cqe::default()
-                };
-                self.finish_shared(from, cqe, true, env);
-            }
-        }
+        Some((q.cqn, due))
     }
 }
 

@@ -4,30 +4,26 @@
 //! A UD QP is an ordinary [`Qp`] (its send queue, receive queue or SRQ, its CQs and its
 //! state) that this module marks as UD and gives a Q_Key. Its send side replaces the
 //! requester ([`run_send`]): each WQE becomes one packet and is done once sent, and the
-//! completer retires it as any other. Its receive side replaces the responder
-//! ([`RdmaState::receive_datagram`]).
+//! completer retires it as any other. Its receive side is the responder's, as in rxe's
+//! `rxe_resp.c` ([`super::responder::on_datagram`]).
 
 use std::collections::BTreeMap;
 
-use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, GRH_LEN, QKEY_USE_OWN, UD_MAX_PAYLOAD};
-use rnic_abi::verbs::{attr, send_flags, wc, wc_flags, wr, Cqe, ModifyQpReq, QpState, WcStatus};
+use rnic_abi::ud::{ModifyQpQkey, UdSendWqe, QKEY_USE_OWN, UD_MAX_PAYLOAD};
+use rnic_abi::verbs::{attr, send_flags, wr, ModifyQpReq, QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::mr::Access;
+use super::env::Env;
+use super::error::VerbsError;
 use super::qp::Qp;
-use super::recv::Drop;
-use super::requester::{self, gather, scatter_gather, OpState};
-use super::wire::{psn, Route, Wire};
+use super::requester::{self, gather};
+use super::wire::{Route, Wire};
+use super::wqe::OpState;
 use super::wqe::SendOp;
-use super::{Env, RdmaState};
-use crate::cmdq::Response;
-use crate::roce::packet::{opcode as op, Bth, Deth, Headers, Packet, DEFAULT_PKEY};
+use crate::roce::hdr::{Bth, Deth, Headers, DEFAULT_PKEY};
+use crate::roce::opcode as op;
+use crate::roce::psn;
 use rnic_abi::cmd::Status;
-
-/// Bytes of an Ethernet header: the IPv4 header follows it in a frame.
-const ETH_HEADER_LEN: usize = 14;
-/// Bytes of the IPv4 header a UD receive gets in its GRH space.
-const IPV4_HEADER_LEN: usize = 20;
 
 /// The UD QPs of a function and their Q_Keys.
 #[derive(Debug, Default)]
@@ -49,6 +45,13 @@ impl UdTable {
     /// QP `qpn` is gone.
     pub fn remove(&mut self, qpn: u32) {
         self.qkeys.remove(&qpn);
+    }
+
+    /// Records the Q_Key a modify of UD QP `qpn` set.
+    pub fn set_qkey(&mut self, qpn: u32, qkey: u32) {
+        if let Some(q) = self.qkeys.get_mut(&qpn) {
+            *q = qkey;
+        }
     }
 }
 
@@ -73,7 +76,7 @@ pub fn transition(from: QpState, to: QpState) -> Option<(u32, u32)> {
 
 /// Splits a `MODIFY_QP` body into the `ModifyQpReq` and the Q_Key that follows it when
 /// the mask has `QKEY` (and only then).
-pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
+pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), VerbsError> {
     let base = size_of::<ModifyQpReq>();
     let Some((req, ext)) = body.split_at_checked(base) else {
         return Ok((body, None));
@@ -85,7 +88,7 @@ pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
     let q = ModifyQpQkey::read_from_bytes(ext)
         .ok()
         .filter(|q| q.reserved == 0)
-        .ok_or(Response::error(Status::BadParam, body.len() as u32))?;
+        .ok_or(VerbsError::new(Status::BadParam, body.len() as u32))?;
     Ok((req, Some(q.qkey)))
 }
 
@@ -93,7 +96,7 @@ pub fn split_modify(body: &[u8]) -> Result<(&[u8], Option<u32>), Response> {
 /// happened. Every WQE is done once its packet is built: UD has no acknowledgement.
 pub fn run_send(
     qp: &mut Qp,
-    mrs: &super::mr::MrTable,
+    mrs: &super::mkey::mr::MrTable,
     env: &Env,
     wire: &mut Wire,
     own_qkey: u32,
@@ -126,7 +129,7 @@ pub fn run_send(
 fn send_datagram(
     qp: &mut Qp,
     op: &SendOp,
-    mrs: &super::mr::MrTable,
+    mrs: &super::mkey::mr::MrTable,
     env: &Env,
     wire: &mut Wire,
     own_qkey: u32,
@@ -184,111 +187,13 @@ fn send_datagram(
     WcStatus::Success
 }
 
-impl RdmaState {
-    /// Delivers a UD packet (already parsed from `frame`) to UD QP `qp`, whose Q_Key is
-    /// `own_qkey`: into its next receive, GRH first, or dropped and counted. A receive
-    /// that cannot take it completes with an error; the QP stays as it is (UD has no
-    /// connection to break).
-    pub fn receive_datagram(
-        &mut self,
-        qp: &mut Qp,
-        pkt: &Packet,
-        frame: &[u8],
-        env: &Env,
-        own_qkey: u32,
-    ) -> Result<(), Drop> {
-        let bth = &pkt.hdrs.bth;
-        if bth.pkey != DEFAULT_PKEY {
-            return Err(Drop::Pkey);
-        }
-        if !matches!(
-            qp.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        ) {
-            return Err(Drop::State);
-        }
-        let deth = pkt.hdrs.deth.ok_or(Drop::Opcode)?;
-        if deth.qkey != own_qkey {
-            return Err(Drop::Qkey);
-        }
-        if pkt.payload.len() > UD_MAX_PAYLOAD as usize {
-            return Err(Drop::TooLong);
-        }
-        let recv = self.next_recv(qp, env).ok_or(Drop::NoReceive)?;
-        self.take_recv(qp, env);
-        let mut cqe = Cqe {
-            qp_num: qp.qpn,
-            src_qp: deth.src_qp,
-            opcode: wc::RECV,
-            ..Cqe::default()
-        };
-        let status = match recv {
-            Err(_) => WcStatus::LocQpOpErr,
-            Ok(recv) => {
-                cqe.wr_id = recv.wr_id;
-                // The GRH space: 20 zero bytes, then the IPv4 header as it arrived.
-                let mut data = vec![0u8; GRH_LEN as usize - IPV4_HEADER_LEN];
-                data.extend_from_slice(
-                    frame
-                        .get(ETH_HEADER_LEN..ETH_HEADER_LEN + IPV4_HEADER_LEN)
-                        .ok_or(Drop::Length)?,
-                );
-                data.extend_from_slice(pkt.payload);
-                if data.len() as u64 > recv.capacity() {
-                    WcStatus::LocLenErr
-                } else {
-                    let placed = scatter_gather(
-                        &recv.sges,
-                        qp.pdn,
-                        &self.mrs,
-                        Access::LocalWrite,
-                        0,
-                        data.len() as u64,
-                        |at, addr, n| {
-                            use vm_memory::Bytes;
-                            env.w.write_slice(&data[at..at + n], addr).is_ok()
-                        },
-                    );
-                    match placed {
-                        Ok(()) => {
-                            cqe.byte_len = data.len() as u32;
-                            WcStatus::Success
-                        }
-                        Err(status) => status,
-                    }
-                }
-            }
-        };
-        if status == WcStatus::Success {
-            cqe.wc_flags = wc_flags::GRH
-                | if bth.solicited {
-                    wc_flags::SOLICITED
-                } else {
-                    0
-                };
-            if let Some(imm) = pkt.hdrs.imm {
-                cqe.wc_flags |= wc_flags::WITH_IMM;
-                cqe.imm_or_inv = u32::from_le_bytes(imm);
-            }
-        }
-        cqe.status = status as u8;
-        self.complete(qp.recv_cqn, cqe, env);
-        Ok(())
-    }
-
-    /// Records the Q_Key a modify of UD QP `qpn` set.
-    pub(super) fn set_qkey(&mut self, qpn: u32, qkey: u32) {
-        if let Some(q) = self.ud.qkeys.get_mut(&qpn) {
-            *q = qkey;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rdma::qp::{self, ModifyError};
-    use crate::roce::packet::{build, parse, Addressing};
+    use crate::roce::build::{build, Addressing};
+    use crate::roce::hdr::{ETH_HEADER_LEN, IPV4_HEADER_LEN};
+    use crate::roce::parse::parse;
     use rnic_abi::verbs::QpAttr;
 
     #[test]

@@ -1,10 +1,67 @@
-//! Work-queue entries as the device reads them from the driver's rings.
+//! Work queues and their entries: the rings in driver memory ([`WorkQueue`]), the WQEs
+//! as the device reads them ([`read_send`], [`read_recv`]; layouts in
+//! docs/hardware-interface.md §7.6), and a send WQE the requester has taken, on its way
+//! to a completion ([`Op`]).
 
-use rnic_abi::verbs::{send_flags, wr, RecvWqe, SendWqe, Sge};
+use rnic_abi::verbs::{send_flags, wc, wr, RecvWqe, SendWqe, Sge, WcStatus};
 use vm_memory::GuestMemoryMmap;
 use zerocopy::FromBytes;
 
-use super::qp::{QpCaps, WorkQueue};
+use super::answers::Answers;
+use super::env::Env;
+use super::mkey::pages::PagedBuffer;
+use super::mmio;
+use crate::roce::psn;
+
+/// A send or receive queue in driver memory.
+#[derive(Debug)]
+pub struct WorkQueue {
+    /// The ring.
+    pub ring: PagedBuffer,
+    /// Entries (a power of two).
+    pub entries: u32,
+    /// Bytes per entry.
+    pub stride: u32,
+    /// Byte offset of the queue's doorbell slot in the doorbell BAR.
+    pub slot: u64,
+    /// Entries the device has taken from the queue, in all.
+    pub taken: u32,
+    /// Byte offset in the doorbell BAR of the send queue's MMIO window, if it has one
+    /// (see [`super::mmio`]).
+    pub window: Option<u64>,
+}
+
+impl WorkQueue {
+    /// A new queue on `ring`: `entries` entries of `stride` bytes, its doorbell slot at
+    /// byte offset `slot` of the doorbell BAR, nothing taken yet and no MMIO window. QP,
+    /// SRQ, shared send queue and control queue creation all start their queues this way.
+    pub fn new(ring: PagedBuffer, entries: u32, stride: u32, slot: u64) -> Self {
+        Self {
+            ring,
+            entries,
+            stride,
+            slot,
+            taken: 0,
+            window: None,
+        }
+    }
+
+    /// Byte offset of entry `index` in the ring.
+    pub fn entry_offset(&self, index: u32) -> u64 {
+        u64::from(index % self.entries) * u64::from(self.stride)
+    }
+}
+
+/// Limits a QP was created with.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCaps {
+    /// SGEs per send WQE.
+    pub max_send_sge: u32,
+    /// SGEs per receive WQE.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WQE.
+    pub max_inline_data: u32,
+}
 
 /// Why a WQE could not be read; each maps to a completion status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,16 +127,22 @@ impl SendOp {
     }
 }
 
-/// Reads send WQE number `index` of `sq`.
-pub fn read_send(
-    sq: &WorkQueue,
-    caps: &QpCaps,
-    mem: &GuestMemoryMmap,
-    index: u32,
-) -> Result<SendOp, WqeError> {
+/// Reads send WQE `index` of `sq`: from its MMIO window if the window holds that WQE
+/// (and empties the window, see [`mmio`]), from the ring otherwise.
+pub fn read_send(sq: &WorkQueue, caps: &QpCaps, env: &Env, index: u32) -> Result<SendOp, WqeError> {
+    let db = env.doorbells;
+    if let Some(w) = sq.window.filter(|&w| mmio::holds(db, w, index)) {
+        let op = decode_send(
+            |offset, buf| mmio::read(db, w, offset, buf),
+            caps,
+            mmio::WQE_ROOM,
+        );
+        mmio::release(db, w);
+        return op;
+    }
     let at = sq.entry_offset(index);
     decode_send(
-        |offset, buf| sq.ring.read(mem, at + offset, buf),
+        |offset, buf| sq.ring.read(env.r, at + offset, buf),
         caps,
         sq.stride,
     )
@@ -199,6 +262,101 @@ fn sges_of(raw: &[u8]) -> Vec<Sge> {
             .filter_map(|c| Sge::read_from_bytes(c).ok()),
     );
     sges
+}
+
+/// Where an op is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpState {
+    /// Waiting to be sent (or resent from packet `next_pkt`), or partly sent and held
+    /// by the window.
+    Queued,
+    /// All its packets are out; waiting for acknowledgement or responses.
+    Sent,
+    /// Acknowledged or answered: ready to complete in order.
+    Done,
+}
+
+/// A send WQE the requester has taken.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// Its index in the send queue.
+    pub index: u32,
+    /// The WQE.
+    pub op: SendOp,
+    /// PSN of its first packet (valid once sent).
+    pub first_psn: u32,
+    /// PSNs it uses: packets for SEND and WRITE, response packets for READ, 1 for atomics.
+    pub npsn: u32,
+    /// Next packet to (re)send.
+    pub next_pkt: u32,
+    /// Life state.
+    pub state: OpState,
+    /// Completion status (errors are decided on the way).
+    pub status: WcStatus,
+    /// Which of a READ's response packets arrived (and so where a request for the rest
+    /// starts); an atomic's one answer is its op's `Done`.
+    pub answers: Answers,
+    /// Whether the op holds a READ/atomic slot.
+    pub holds_rd_atomic: bool,
+    /// Whether it was ever sent (PSNs assigned).
+    pub assigned: bool,
+    /// The shared send queue entry it is, if it came from one (its completion goes
+    /// there).
+    pub shared: Option<SharedRef>,
+    /// The UDP source port of the session its packets leave from, if its WQE named a
+    /// session group (chosen before its first packet, kept for resends;
+    /// `session::OWN_PORT`: the group named no assigned session).
+    pub session_port: Option<u16>,
+}
+
+impl Op {
+    /// PSN of its last packet.
+    pub fn last_psn(&self) -> u32 {
+        psn::add(self.first_psn, self.npsn.saturating_sub(1))
+    }
+
+    /// Whether `p` falls inside the op's PSNs.
+    pub fn contains(&self, p: u32) -> bool {
+        self.assigned && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
+    }
+
+    /// Whether it is a READ or an atomic (answered by responses, limited in number).
+    pub fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.op.wqe.opcode,
+            wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD
+        )
+    }
+
+    /// Ends the op with `status`; it completes when its turn comes.
+    pub fn fail(&mut self, status: WcStatus) {
+        self.status = status;
+        self.state = OpState::Done;
+    }
+}
+
+/// Where a QP's op came from: entry `index` of shared send queue `ssqn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRef {
+    /// The shared send queue.
+    pub ssqn: u32,
+    /// Which queue of that number (numbers are reused after `DESTROY_SHARED_SQ`).
+    pub generation: u64,
+    /// The entry's index (free-running, as the doorbell counts).
+    pub index: u32,
+}
+
+/// The completion opcode (`wc::*`) of a send WR of `opcode` (`wr::*`).
+pub fn send_completion(opcode: u8) -> u8 {
+    match opcode {
+        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM => wc::RDMA_WRITE,
+        wr::RDMA_READ => wc::RDMA_READ,
+        wr::ATOMIC_CMP_AND_SWP => wc::COMP_SWAP,
+        wr::ATOMIC_FETCH_AND_ADD => wc::FETCH_ADD,
+        wr::LOCAL_INV => wc::LOCAL_INV,
+        wr::BIND_MW => wc::BIND_MW,
+        _ => wc::SEND,
+    }
 }
 
 #[cfg(test)]

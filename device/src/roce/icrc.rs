@@ -9,7 +9,7 @@ use crc32fast::Hasher;
 
 /// Length of the IPv4 header the ICRC assumes: rxe masks fields at fixed offsets of a
 /// 20-byte header, so packets with IP options cannot be checked (and are rejected by
-/// [`crate::roce::packet::parse`]).
+/// [`crate::roce::parse::parse`]).
 const IPV4_HDR: usize = 20;
 /// Length of the UDP header.
 const UDP_HDR: usize = 8;
@@ -45,7 +45,7 @@ const MASKED_BYTES: [usize; 7] = [1, 8, 10, 11, 26, 27, 32];
 ///
 /// Input shorter than the IPv4+UDP+BTH headers is hashed as far as it goes (masking
 /// the bytes that exist), so the function never panics; such input is not a packet and
-/// [`crate::roce::packet::parse`] rejects it before asking for its ICRC.
+/// [`crate::roce::parse::parse`] rejects it before asking for its ICRC.
 pub fn icrc(ip_onwards_without_icrc: &[u8]) -> u32 {
     let bytes = ip_onwards_without_icrc;
     let mut hasher = Hasher::new();

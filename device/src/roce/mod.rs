@@ -4,16 +4,26 @@
 //! The layering, from the wire inwards:
 //! - a frame is Ethernet II → IPv4 → UDP (destination port 4791) → BTH → the extension
 //!   headers the opcode calls for → payload → pad → ICRC;
-//! - [`packet`] turns whole frames into typed headers and back ([`packet::build`],
-//!   [`packet::parse`]) and holds the opcode table, the single place that knows which
-//!   headers each opcode carries;
+//! - [`opcode`] is the opcode table, the single place that knows which headers each
+//!   opcode carries and what kind of packet it is (rxe's `rxe_opcode.c`);
+//! - [`hdr`] lays out the headers (rxe's `rxe_hdr.h`);
+//! - [`build`] turns typed headers and a payload into a whole frame, [`parse`] a frame
+//!   back into them, checking it as rxe does;
 //! - [`icrc`] is the invariant CRC that covers the frame from the IP header on, with the
 //!   fields that routers may rewrite masked out.
 //!
 //! Nothing here knows about queue pairs, PSN windows or memory: the transport stages
 //! elsewhere (requester, responder, completer) build and read frames only through
-//! [`packet`], and decide what to do with them themselves. Only IPv4 is supported, since
+//! [`build`] and [`parse`], and decide what to do with them themselves. [`psn`] is the
+//! arithmetic of the 24-bit packet sequence numbers. Only IPv4 is supported, since
 //! that is what the device's RoCEv2 GIDs carry.
 
+pub mod build;
+pub mod hdr;
 pub mod icrc;
-pub mod packet;
+pub mod opcode;
+pub mod parse;
+pub mod psn;
+
+#[cfg(test)]
+mod tests;

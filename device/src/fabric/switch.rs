@@ -1,219 +1,22 @@
-//! The device's internal switch: Ethernet frames between the functions of one rnicd.
-//!
-//! Functions talk to each other exactly as they would over a network: whole
-//! Ethernet/IPv4/UDP/RoCEv2 frames, addressed by MAC. The switch forwards by destination
-//! MAC and, when asked, writes every frame to a pcap.
-//!
-//! The ICRC protects a frame on a wire; a frame that goes from one function of this
-//! process to another crosses none. So functions send [`Frame`]s *unsealed* (ICRC not
-//! computed), and the switch seals one (computes its ICRC) only when something outside
-//! the process will see its bytes or may change them: the pcap, the fault injector, the
-//! uplink. A receiver checks the ICRC of every sealed frame and trusts an unsealed one,
-//! which only this process's own functions can have built. What leaves the process, on
-//! the network or in a capture, is therefore byte for byte what it was before.
-//! With `--net-faults` every frame sent goes through a [`FaultInjector`] first, and the
-//! pcap shows what was delivered (copies, corrupted frames, the order of arrival).
-//!
-//! With an [`Uplink`] (`--net`, see [`crate::net::udp`]), a frame whose destination is
-//! no port of the switch goes to the uplink, i.e. to a real network, and frames that
-//! arrive from it for a port are delivered to that port's inbox (and captured) by
-//! [`Switch::poll_uplink`]. Faults, if any, are injected on the sending side only.
+//! The device's internal switch (docs/hardware-interface.md §7.12): what the engine's
+//! threads share of the fabric, behind one lock. A frame comes here when something
+//! watches ([`super::route::Route::hop`]): the capture, the fault injector
+//! ([`FaultInjector`], §7.14), which see it sealed, or the [`Uplink`] to a network (§7.13),
+//! for a destination that is no port's. Frames that arrive from the uplink go to their
+//! port's inbox ([`Switch::poll_uplink`]). What leaves the process, on the network or in
+//! a capture, is byte for byte the frame a function built, its ICRC computed.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::net::faults::{FaultCounters, FaultInjector};
+use super::faults::{FaultCounters, FaultInjector};
+use super::frame::{segment, AddrHash, AddressTable, Endpoint, Frame, MAX_SPARE};
+use super::inbox::Inboxes;
+use super::route::{roce_destination, Hop, Route};
+use super::uplink::{Uplink, UplinkStats};
 use crate::pcap::PcapWriter;
-
-use super::ports::{roce_destination, Inboxes, Route};
-use super::train::{self, Train};
-use super::wire::MAX_SPARE;
-
-/// A frame on the switch: a whole Ethernet frame, whether its ICRC is computed, and,
-/// for a train, the packets it carries after its first ([`super::train`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    /// The frame's bytes; unsealed, its last four (the ICRC) are not meaningful.
-    pub bytes: Vec<u8>,
-    /// Whether the ICRC is in `bytes`. Only frames built by this process's functions
-    /// and seen by nothing else are unsealed; everything from the network is sealed.
-    pub sealed: bool,
-    /// For a train (always unsealed): the packets after the first.
-    pub train: Option<Box<Train>>,
-}
-
-impl Frame {
-    /// A frame whose ICRC is in its bytes (from the network, or built sealed).
-    pub fn sealed(bytes: Vec<u8>) -> Self {
-        Self {
-            bytes,
-            sealed: true,
-            train: None,
-        }
-    }
-
-    /// A frame of one packet built by this process, its ICRC not computed.
-    pub fn unsealed(bytes: Vec<u8>) -> Self {
-        Self {
-            bytes,
-            sealed: false,
-            train: None,
-        }
-    }
-
-    /// Computes the ICRC into the bytes, if it is not there yet. A train must be cut
-    /// into its packets first ([`super::train::segment`]); it is left as it is.
-    pub fn seal(&mut self) {
-        if !self.sealed && self.train.is_none() {
-            crate::roce::packet::seal(&mut self.bytes);
-            self.sealed = true;
-        }
-    }
-
-    /// The packets the frame carries: 1, or a train's count.
-    pub fn packets(&self) -> u64 {
-        self.train.as_ref().map_or(1, |t| u64::from(t.count))
-    }
-
-    /// The bytes its packets take on a wire.
-    pub fn wire_len(&self) -> usize {
-        match &self.train {
-            Some(t) => t.wire_len(self.bytes.len()),
-            None => self.bytes.len(),
-        }
-    }
-}
-
-/// A function's address on the switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Endpoint {
-    /// Ethernet address.
-    pub mac: [u8; 6],
-    /// IPv4 address (the GID's last four bytes).
-    pub ip: [u8; 4],
-}
-
-/// IPv4 address to MAC: the neighbours functions address their frames to.
-pub type AddressTable = HashMap<[u8; 4], [u8; 6], AddrHash>;
-
-/// The hasher of the switch's address tables, which are looked up for every frame: a
-/// multiply-and-rotate over the key's few bytes (as rustc's FxHash). SipHash's
-/// resistance to chosen keys buys nothing here: the tables hold the device's own
-/// functions, at most 256, whose addresses only the PF sets.
-pub type AddrHash = BuildHasherDefault<AddrHasher>;
-
-/// See [`AddrHash`].
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// What an uplink did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct UplinkStats {
-    /// Frames sent to the network.
-    pub tx: u64,
-    /// Frames for the network that could not be sent (full buffers, no route, ...).
-    pub tx_dropped: u64,
-    /// Frames received from the network and delivered to a port.
-    pub rx: u64,
-    /// What arrived from the network and could not be delivered (a truncated datagram);
-    /// malformed packets are delivered, and dropped by the functions' receive checks.
-    pub rx_dropped: u64,
-    /// Bytes of the frames of `tx`.
-    pub tx_bytes: u64,
-    /// Bytes of every frame read off the network, delivered or not.
-    pub rx_bytes: u64,
-    /// Frames the host's kernel dropped before rnicd could read them (its socket buffer
-    /// was full), as far as the kernel reports them.
-    pub rx_kernel_dropped: u64,
-}
-
-impl std::fmt::Display for UplinkStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "tx {} ({} bytes, dropped {}) rx {} ({} bytes, dropped {}, by the kernel {})",
-            self.tx,
-            self.tx_bytes,
-            self.tx_dropped,
-            self.rx,
-            self.rx_bytes,
-            self.rx_dropped,
-            self.rx_kernel_dropped
-        )
-    }
-}
-
-/// The switch's link to a real network, for destinations that are no port of its own.
-pub trait Uplink: Send {
-    /// Sends `frame` (a whole Ethernet/IPv4/UDP/RoCEv2 frame) towards its destination IP,
-    /// now or at the next [`Uplink::flush`]. Returns whether it was taken; a frame that
-    /// was not, or that could not go out when flushed, is counted by the uplink.
-    fn send(&mut self, frame: &[u8]) -> bool;
-    /// Sends what [`Uplink::send`] kept to send together; the engine calls it at the end
-    /// of every pass.
-    fn flush(&mut self) {}
-    /// Appends to `out` up to `max` frames that arrived for switch port `port`, built in
-    /// buffers taken from `spare` where it needs new ones (buffers of frames delivered
-    /// before); returns how many arrivals it read (dropped ones included), so 0 means
-    /// none waited.
-    fn receive(
-        &mut self,
-        port: usize,
-        max: usize,
-        out: &mut Vec<Vec<u8>>,
-        spare: &mut Vec<Vec<u8>>,
-    ) -> usize;
-    /// The descriptors to sleep on, per switch port: readable when something arrived.
-    fn fds(&self) -> Vec<RawFd>;
-    /// What it did so far.
-    fn stats(&self) -> UplinkStats;
-    /// Its counters as the PF reads them (`GET_PORT_STATS`).
-    fn port_stats(&self) -> rnic_abi::admin::PortStats;
-    /// Does the uplink's own work at `now`, once per engine pass before the `receive`
-    /// calls: reading its wire into the ports' queues, answering and timing out what it
-    /// must. Returns how many frames it read.
-    fn poll(&mut self, _now: Instant) -> usize {
-        0
-    }
-    /// When [`Uplink::poll`] must run next though no descriptor became readable.
-    fn next_deadline(&self) -> Option<Instant> {
-        None
-    }
-    /// Whether it follows changes of its ports' addresses ([`Uplink::set_endpoint`]); an
-    /// uplink whose sockets are bound to the addresses does not.
-    fn follows_addresses(&self) -> bool {
-        false
-    }
-    /// Port `port` has a new address (the PF's `SET_ADDRESS`).
-    fn set_endpoint(&mut self, _port: usize, _endpoint: Endpoint) {}
-    /// Asks it to keep, for the capture, every frame it puts on and takes off its wire,
-    /// as they are there (its own frames, such as ARP, included); `false` if it cannot,
-    /// and the switch then captures the frames it hands over and takes.
-    fn capture_wire(&mut self) -> bool {
-        false
-    }
-    /// Moves the frames kept for the capture since last asked into `out`.
-    fn captured(&mut self, _out: &mut Vec<Vec<u8>>) {}
-    /// What it did, in words, for the log.
-    fn report(&self) -> String {
-        self.stats().to_string()
-    }
-}
 
 /// An engine thread with fewer spare frame buffers than this takes some from the
 /// switch's ([`Switch::trade_spare`])...
@@ -249,7 +52,7 @@ pub struct Switch {
     /// Whether the uplink captures what crosses its wire itself.
     uplink_captures: bool,
     /// Buffers of delivered frames, shared by all ports: one function's received frames
-    /// become another's next frames (see [`super::wire::Wire::spare`]).
+    /// become another's next frames (see `rdma::wire::Wire::spare`).
     spare: Vec<Vec<u8>>,
     /// The port whose frames [`Switch::send_from`] is forwarding, while it counts
     /// traffic.
@@ -280,7 +83,7 @@ impl Switch {
         ports: Vec<Endpoint>,
         pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
     ) -> Self {
-        let route = Route::new(ports.iter().map(|p| p.mac));
+        let route = Route::new(&ports);
         let by_ip = ports.iter().map(|p| (p.ip, p.mac)).collect();
         let inboxes = Arc::new(Inboxes::new(ports.len()));
         Self {
@@ -432,7 +235,7 @@ impl Switch {
         let Some(old) = self.ports.get(index).copied() else {
             return;
         };
-        self.route.set_mac(index, old.mac, endpoint.mac);
+        self.route.set_endpoint(index, old, endpoint);
         self.by_ip.remove(&old.ip);
         self.by_ip.insert(endpoint.ip, endpoint.mac);
         self.ports[index] = endpoint;
@@ -459,9 +262,9 @@ impl Switch {
     /// else it goes as the frames of its packets.
     pub fn send(&mut self, mut frame: Frame) {
         if frame.train.is_some()
-            && !(self.takes_trains() && self.local_port(&frame.bytes).is_some())
+            && !matches!(self.route.hop(&frame.bytes, self.watched()), Hop::Inbox(_))
         {
-            for packet in train::segment(frame, &mut self.spare) {
+            for packet in segment(frame, &mut self.spare) {
                 self.send(packet);
             }
             return;
@@ -519,18 +322,15 @@ impl Switch {
     /// With an uplink that captures its own wire, frames for it are captured there, as
     /// they go out (with the destination MAC it resolved).
     fn forward(&mut self, mut frame: Frame) {
-        let local = self.local_port(&frame.bytes);
-        if self.pcap.is_some() && (local.is_some() || !self.uplink_captures) {
+        let hop = self.route.hop(&frame.bytes, false);
+        let local = matches!(hop, Hop::Inbox(_));
+        if self.pcap.is_some() && (local || !self.uplink_captures) {
             frame.seal();
             capture(&mut self.pcap, &frame.bytes);
         }
-        if let Some(port) = local {
-            self.deliver(port, frame);
-            return;
-        }
-        let dst_ip: Option<[u8; 4]> = frame.bytes.get(30..34).and_then(|d| d.try_into().ok());
-        match (&mut self.uplink, dst_ip) {
-            (Some(uplink), Some(ip)) if !self.by_ip.contains_key(&ip) => {
+        match (hop, &mut self.uplink) {
+            (Hop::Inbox(port), _) => self.deliver(port, frame),
+            (Hop::Uplink, Some(uplink)) => {
                 frame.seal();
                 uplink.send(&frame.bytes);
                 self.capture_uplink();
@@ -547,13 +347,13 @@ impl Switch {
     /// frames (no capture, no fault injector), so a train needs cutting only when it
     /// goes to the uplink.
     pub fn takes_trains(&self) -> bool {
-        self.pcap.is_none() && self.faults.is_none()
+        !self.watched()
     }
 
-    /// The port a frame goes to: the one steering names, or the one with its
-    /// destination MAC.
-    fn local_port(&self, frame: &[u8]) -> Option<usize> {
-        self.route.port(frame)
+    /// Whether something watches the frames between ports: the capture or the fault
+    /// injector, which see every frame, so that no frame may go straight into an inbox.
+    pub fn watched(&self) -> bool {
+        self.pcap.is_some() || self.faults.is_some()
     }
 
     /// Takes the frames waiting for `port`, with held frames that fell due delivered first.
@@ -676,7 +476,11 @@ mod tests {
 
     #[test]
     fn frames_are_sealed_when_they_leave_the_process_and_not_before() {
-        use crate::roce::packet::{self, Addressing, Bth, Headers};
+        use crate::roce::build;
+        use crate::roce::build::Addressing;
+        use crate::roce::hdr::{Bth, Headers};
+        use crate::roce::opcode;
+        use crate::roce::parse;
         let [a, b] = two_ports();
         let unsealed_to = |to: Endpoint| {
             let addr = Addressing {
@@ -690,13 +494,13 @@ mod tests {
                 ip_id: 0,
             };
             let hdrs = Headers {
-                bth: Bth::new(packet::opcode::RC_SEND_ONLY, 0x11, 0),
+                bth: Bth::new(opcode::RC_SEND_ONLY, 0x11, 0),
                 ..Headers::default()
             };
             let mut bytes = Vec::new();
-            packet::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
+            build::build_headers(&addr, &hdrs, 8, &mut bytes).unwrap();
             bytes.extend_from_slice(b"payload!");
-            packet::end_unsealed(&mut bytes, 8);
+            build::end_unsealed(&mut bytes, 8);
             Frame::unsealed(bytes)
         };
         let mut s = Switch::new(vec![a, b], None);
@@ -714,14 +518,14 @@ mod tests {
         };
         s.send(unsealed_to(far));
         let out = sent.lock().unwrap().pop().unwrap();
-        assert_eq!(packet::parse(&out).unwrap().payload, b"payload!");
+        assert_eq!(parse::parse(&out).unwrap().payload, b"payload!");
         // Through a fault injector (which may corrupt it): sealed before.
-        let spec: crate::net::faults::FaultSpec = "loss=0,seed=1".parse().unwrap();
+        let spec: crate::fabric::faults::FaultSpec = "loss=0,seed=1".parse().unwrap();
         s.set_faults(FaultInjector::new(spec));
         s.send(unsealed_to(b));
         let got = s.take(1).pop_front().unwrap();
         assert!(got.sealed);
-        assert!(packet::parse(&got.bytes).is_ok());
+        assert!(parse::parse(&got.bytes).is_ok());
     }
 
     #[test]

@@ -1,18 +1,18 @@
 //! The switch's ports as the engine's threads see them: each port's inbox, which any
-//! thread may fill and the thread running the port's function empties, and the
-//! forwarding table that says which port a frame goes to.
+//! thread may fill and the thread running the port's function empties
+//! (docs/hardware-interface.md §7.12, §4.5).
 //!
-//! Both live outside the switch's lock so that, when nothing watches the switch (no
-//! capture, no fault injector), a thread forwards a frame between two functions of the
-//! device with one lock of the destination's inbox and a lookup in its own copy of the
-//! table, however many threads run; the switch's lock is left to what is shared by
-//! nature (the capture, the fault injector, the uplink). See [`super::switch`].
-
-use std::collections::{HashMap, VecDeque};
+//! The inboxes and the forwarding table ([`super::route`]) live outside the switch's lock
+//! so that, when nothing watches the switch (no capture, no fault injector), a thread
+//! forwards a frame between two functions of the device with one lock of the
+//! destination's inbox and a lookup in its own copy of the table, however many threads
+//! run; the switch's lock is left to what is shared by nature (the capture, the fault
+//! injector, the uplink). See [`super::switch`].
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::switch::{AddrHash, Frame};
+use super::frame::Frame;
 
 /// The inboxes of a switch's ports.
 #[derive(Debug)]
@@ -101,81 +101,6 @@ impl Inboxes {
         }
         fresh
     }
-}
-
-/// Which port a frame goes to: by steering entry (QPs that migrated away from the
-/// function whose address they keep), else by destination MAC.
-#[derive(Debug, Clone, Default)]
-pub struct Route {
-    by_mac: HashMap<[u8; 6], usize, AddrHash>,
-    /// (destination IPv4, destination QPN) to port.
-    steering: HashMap<([u8; 4], u32), usize>,
-}
-
-impl Route {
-    /// The table of ports whose MACs are `macs`, in port order, with no steering.
-    pub fn new(macs: impl IntoIterator<Item = [u8; 6]>) -> Self {
-        Self {
-            by_mac: macs.into_iter().enumerate().map(|(i, m)| (m, i)).collect(),
-            steering: HashMap::new(),
-        }
-    }
-
-    /// The port `frame` goes to, if it is one of the switch's.
-    pub fn port(&self, frame: &[u8]) -> Option<usize> {
-        self.steered(frame).or_else(|| {
-            let dst: [u8; 6] = frame.get(..6)?.try_into().ok()?;
-            self.by_mac.get(&dst).copied()
-        })
-    }
-
-    /// The port a steering entry sends `frame` to, if one does.
-    pub fn steered(&self, frame: &[u8]) -> Option<usize> {
-        if self.steering.is_empty() {
-            return None;
-        }
-        self.steering.get(&roce_destination(frame)?).copied()
-    }
-
-    /// Port `port`'s MAC changes from `old` to `new`.
-    pub fn set_mac(&mut self, port: usize, old: [u8; 6], new: [u8; 6]) {
-        self.by_mac.remove(&old);
-        self.by_mac.insert(new, port);
-    }
-
-    /// Frames for QP `qpn` at `ip` go to `port` from now on; `None` ends the steering.
-    pub fn steer(&mut self, ip: [u8; 4], qpn: u32, port: Option<usize>) {
-        match port {
-            Some(p) => self.steering.insert((ip, qpn), p),
-            None => self.steering.remove(&(ip, qpn)),
-        };
-    }
-
-    /// Whether any steering entry exists.
-    pub fn steers(&self) -> bool {
-        !self.steering.is_empty()
-    }
-}
-
-/// The destination IPv4 address and QPN of a RoCEv2 frame (Ethernet, IPv4 with any
-/// options, UDP to port 4791, BTH), or `None` for anything else.
-pub fn roce_destination(frame: &[u8]) -> Option<([u8; 4], u32)> {
-    const ETH: usize = 14;
-    if frame.get(12..14)? != [0x08, 0x00] {
-        return None;
-    }
-    let ihl = usize::from(frame.get(ETH)? & 0x0f) * 4;
-    if *frame.get(ETH + 9)? != 17 || ihl < 20 {
-        return None;
-    }
-    let udp = ETH + ihl;
-    if frame.get(udp + 2..udp + 4)? != crate::roce::packet::ROCEV2_PORT.to_be_bytes() {
-        return None;
-    }
-    let ip: [u8; 4] = frame.get(ETH + 16..ETH + 20)?.try_into().ok()?;
-    let bth = udp + 8;
-    let q = frame.get(bth + 5..bth + 8)?;
-    Some((ip, u32::from_be_bytes([0, q[0], q[1], q[2]])))
 }
 
 #[cfg(test)]

@@ -1,17 +1,15 @@
-//! Memory regions: registration, keys, and the checks every access makes.
+//! Memory regions: the function's table of keys, and the check every access makes.
 //!
 //! A key is `index << 8 | tag`: the index names a slot in the function's MR table and the
 //! tag changes each time the slot is registered again, so a key kept from an earlier
 //! registration never matches the new one. Lookups are per function, so a VF can only
 //! ever find its own regions, and a key of another PD fails like one that does not exist.
 
-use rnic_abi::verbs::{
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
-};
 use vm_memory::GuestAddress;
 
 use super::indirect::IndirectTable;
-use super::pages::PagedBuffer;
+use super::pages::{PageRuns, PagedBuffer};
+use super::{admits, Access, KeyError};
 
 /// Slots an MR table may have: MR keys leave bit 31 clear, for indirect keys
 /// (`rnic_abi::mkey::INDIRECT_KEY_BIT`).
@@ -30,56 +28,6 @@ pub struct Mr {
     pub buffer: PagedBuffer,
     /// Cleared by LOCAL_INV or SEND with invalidate: the key stops working.
     pub valid: bool,
-}
-
-/// What an access wants to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Read local memory (send data, WRITE source): any valid MR allows it.
-    LocalRead,
-    /// Write local memory (receive, READ response, atomic result).
-    LocalWrite,
-    /// A remote RDMA WRITE.
-    RemoteWrite,
-    /// A remote RDMA READ.
-    RemoteRead,
-    /// The responses of a remote READ the responder accepted (a [`Access::RemoteRead`]
-    /// check passed for it), sent or resent: what a consumed one-shot READ grant still
-    /// allows.
-    ReadResponse,
-    /// A remote atomic.
-    RemoteAtomic,
-}
-
-impl Access {
-    fn required_flag(self) -> u32 {
-        match self {
-            Access::LocalRead => 0,
-            Access::LocalWrite => ACCESS_LOCAL_WRITE,
-            Access::RemoteWrite => ACCESS_REMOTE_WRITE,
-            Access::RemoteRead | Access::ReadResponse => ACCESS_REMOTE_READ,
-            Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
-        }
-    }
-}
-
-/// Why an access was refused. All of these look alike to a remote peer (a remote access
-/// error): a forged key is indistinguishable from a missing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyError {
-    /// No region has this key (never registered, deregistered, or another function's).
-    NoSuchKey,
-    /// The region was invalidated.
-    Invalidated,
-    /// The region belongs to another protection domain.
-    OtherPd,
-    /// The region does not allow this access.
-    NoAccess,
-    /// The range is not inside the region.
-    OutOfRange,
-    /// The key was reserved for a registration through a control queue that has not run
-    /// yet ([`crate::rdma::ctrlq`]): a local access waits for it.
-    Pending,
 }
 
 /// A key reserved with `RESERVE_MKEYS` that holds no region (yet).
@@ -326,9 +274,10 @@ impl MrTable {
         len: u64,
     ) -> Result<Runs<'_>, KeyError> {
         if IndirectTable::owns(key) {
+            let direct = |key, at, n| self.check(key, pdn, access, at, n);
             return self
                 .indirect
-                .check(self, key, pdn, access, addr, len)
+                .check(key, pdn, access, addr, len, direct)
                 .map(|runs| Runs::Listed(runs.into_iter()));
         }
         let Some(mr) = self.get(key) else {
@@ -348,7 +297,7 @@ impl MrTable {
 #[derive(Debug, Clone)]
 pub enum Runs<'a> {
     /// Of a memory region: read off its page list as they are walked.
-    Pages(super::pages::PageRuns<'a>),
+    Pages(PageRuns<'a>),
     /// Of an indirect key: gathered from the regions it names.
     Listed(std::vec::IntoIter<(GuestAddress, usize)>),
 }
@@ -371,30 +320,11 @@ impl Iterator for Runs<'_> {
     }
 }
 
-/// Whether a key that is `valid`, of `key_pdn` with `key_access` flags, lets a QP of
-/// `pdn` do `access`.
-pub fn admits(
-    valid: bool,
-    key_pdn: u32,
-    key_access: u32,
-    pdn: u32,
-    access: Access,
-) -> Result<(), KeyError> {
-    if !valid {
-        return Err(KeyError::Invalidated);
-    }
-    if key_pdn != pdn {
-        return Err(KeyError::OtherPd);
-    }
-    if key_access & access.required_flag() != access.required_flag() {
-        return Err(KeyError::NoAccess);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rdma::mkey::indirect::{Grant, IndirectKey, Layout};
+    use rnic_abi::verbs::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 
     fn region(pdn: u32, access: u32) -> Mr {
         let (_, buffer) = super::super::pages::one_page(0x100, 0x200);
@@ -503,5 +433,110 @@ mod tests {
         assert!(t.insert(region(1, 0)).is_some());
         assert!(t.insert(region(1, 0)).is_none());
         assert_eq!(t.count_in_pd(1), 2);
+    }
+
+    // Indirect and pattern keys, resolved through the table (see `super::indirect`).
+
+    /// A table with two regions of PD 1: one at iova 0x1000 (0x200 bytes, remote write
+    /// and read) and one at 0x2000 (read only).
+    fn table() -> (MrTable, u32, u32) {
+        let mut t = MrTable::new(8);
+        let mut region = |iova: u64, access: u32| {
+            let (_, buffer) = crate::rdma::mkey::pages::one_page(0, 0x200);
+            t.insert(Mr {
+                pdn: 1,
+                access,
+                iova,
+                buffer,
+                valid: true,
+            })
+            .unwrap()
+        };
+        let rw = region(
+            0x1000,
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        );
+        let ro = region(0x2000, ACCESS_REMOTE_READ);
+        (t, rw, ro)
+    }
+
+    #[test]
+    fn a_one_shot_grant_allows_one_read_and_then_only_its_responses() {
+        let (mut t, rw, _) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100)]),
+            valid: true,
+            grant: Grant::OneShot,
+        });
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 8).is_err());
+        t.indirect.spend(key);
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 8),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.check(key, 1, Access::ReadResponse, 0, 8).is_ok());
+        // Spending an ordinary key changes nothing.
+        let lasting = t.indirect.insert(IndirectKey {
+            grant: Grant::Lasting,
+            ..t.indirect.keys[&key].clone()
+        });
+        t.indirect.spend(lasting);
+        assert!(t.check(lasting, 1, Access::RemoteRead, 0, 8).is_ok());
+    }
+
+    #[test]
+    fn checks_are_the_keys_and_each_regions() {
+        let (mut t, rw, ro) = table();
+        let key = t.indirect.insert(IndirectKey {
+            pdn: 1,
+            access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+            layout: Layout::List(vec![(rw, 0x1000, 0x100), (ro, 0x2000, 0x100)]),
+            valid: true,
+            grant: Grant::Lasting,
+        });
+        assert!(IndirectTable::owns(key) && !IndirectTable::owns(rw));
+        let runs: Vec<_> = t
+            .check(key, 1, Access::RemoteRead, 0xF0, 0x20)
+            .unwrap()
+            .collect();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 0x20);
+        assert_eq!(runs.len(), 2);
+        // The second region refuses writes: the whole access is refused.
+        assert_eq!(
+            t.check(key, 1, Access::RemoteWrite, 0xF0, 0x20),
+            Err(KeyError::NoAccess)
+        );
+        assert!(t.check(key, 1, Access::RemoteWrite, 0, 0x100).is_ok());
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x1F0, 0x11),
+            Err(KeyError::OutOfRange)
+        );
+        assert_eq!(
+            t.check(key, 2, Access::RemoteRead, 0, 1),
+            Err(KeyError::OtherPd)
+        );
+        assert_eq!(
+            t.check(key, 1, Access::RemoteAtomic, 0, 8),
+            Err(KeyError::NoAccess)
+        );
+        t.invalidate(ro, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0x100, 1),
+            Err(KeyError::Invalidated)
+        );
+        t.invalidate(key, 1).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::Invalidated)
+        );
+        assert!(t.indirect.references(rw));
+        assert_eq!(t.count_in_pd(1), 3);
+        t.indirect.remove(key).unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::RemoteRead, 0, 1),
+            Err(KeyError::NoSuchKey)
+        );
     }
 }

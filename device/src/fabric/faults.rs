@@ -1,16 +1,9 @@
-//! Network fault injection: a deterministic imperfect wire for testing the transport.
-//!
-//! A [`FaultSpec`] (what `rnicd --net-faults` takes) says how often frames are lost,
-//! duplicated, reordered or corrupted, and how long every frame is delayed; a
-//! [`FaultInjector`] applies it to each frame, from a PRNG seeded by the spec so that a
-//! run can be repeated exactly (as long as the frames offered to it are the same).
-//!
-//! Each frame first may be lost; a frame not lost may get one bit flipped after its
-//! Ethernet header (the receiver's IP checksum, UDP checksum or ICRC check then drops it,
-//! unless the bit falls where no check looks and nothing reads); it may be duplicated; it
-//! (with its copy) may be held back and delivered after the next frame; and, with a
-//! delay, everything delivered waits that long first. Held frames are released by
-//! [`FaultInjector::due`], which the owner calls at [`FaultInjector::next_deadline`].
+//! Network fault injection (`rnicd --net-faults`, docs/hardware-interface.md §7.14): a
+//! deterministic imperfect wire for testing the transport. A [`FaultSpec`] says how often
+//! frames are lost, duplicated, reordered or corrupted and how long each is delayed; a
+//! [`FaultInjector`] applies it, from a PRNG seeded by the spec so that a run repeats
+//! exactly. Held frames are released by [`FaultInjector::due`], which the owner calls at
+//! [`FaultInjector::next_deadline`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -1,30 +1,11 @@
-//! Payload held in the sending function's memory: a train between two functions of this
-//! process, its payload copied once, by the receiver, straight into its memory.
-//!
-//! A NIC that loops a message back from one of its functions to another reads the payload
-//! from the sender's memory and writes it into the receiver's, each byte crossing the NIC
-//! once. rnicd's frames are its buffers, and a train's frame used to carry the whole
-//! payload: one copy out of the sender's memory into the frame, one out of the frame into
-//! the receiver's. A [`Held`] stands in the frame for the payload of a train's packets
-//! instead: the sending side (the requester, or the responder for READ responses)
-//! checks the memory against its MR table exactly as it would to copy it, and keeps the
-//! runs of device memory it found with a snapshot of its memory map; the receiving side
-//! (the responder, or the completer) copies from there into its own memory, through the
-//! same checks of its own as a payload in the frame goes through.
-//!
-//! What the receiver can do with a `Held` is copy the bytes it stands for, and nothing
-//! else: it gets neither the sender's addresses nor any other part of its memory, so one
-//! function's work still reaches another function's memory only through what that
-//! function offered to send. The snapshot keeps the sender's memory mapped while the frame
-//! exists, as it does for any DMA in flight: a frame lives for one engine pass, and a
-//! DMA_UNMAP meanwhile takes effect for the next DMA. The bytes are read when they are
-//! placed rather than when the frame is built, microseconds later; a message whose
-//! source changes while it is in flight has undefined contents in RDMA anyway, and its
-//! completion still comes only after it was placed and acknowledged.
-//!
-//! Where something needs the bytes themselves (the switch cutting a train into frames for
-//! a capture, the fault injector or the network; a receiver that takes the train packet
-//! by packet), [`Held::append_to`] copies them into a buffer, as the sender used to.
+//! Payload held in the sending function's memory (docs/hardware-interface.md §7.12): the
+//! payload of a train between two functions of this process, which the receiver copies
+//! once, straight into its own memory, as a NIC's loopback DMA would. The sender checks
+//! the memory against its MR table as it would to copy it and keeps the runs it found,
+//! with a snapshot of its memory map ([`Held`]); the receiver can copy those bytes
+//! ([`Payload::write_to`], after its own checks) and nothing else of the sender's
+//! memory. What needs the bytes themselves (a capture, the uplink, a receiver taking the
+//! train packet by packet) gets them with [`Held::append_to`].
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
