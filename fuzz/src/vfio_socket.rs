@@ -392,7 +392,20 @@ mod tests {
             world.check_ram(A);
             world.check_ram(C);
             world.check_bystander_counters();
-            assert_eq!(open_descriptors(), before, "descriptors leaked by {end:?}");
+            // Other tests of this process open and close descriptors meanwhile: a leak is
+            // a count that stays above, not one that is above for a moment.
+            let settled = (0..200).any(|_| {
+                let same = open_descriptors() <= before;
+                if !same {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                same
+            });
+            assert!(
+                settled,
+                "descriptors leaked by {end:?}: {} open, {before} before",
+                open_descriptors()
+            );
         }
         world.check_completions(&[A, C]);
         world.bench.detach();
