@@ -4,12 +4,12 @@
 //! come, WRITEs and READs through a key, refused WRs on fresh QPs, the status of a failed
 //! command, and the three regions an indirect key spans.
 
-use rnic_tools::features::{self, FILL};
 use rnic_driver::verbs::{
     Cq, Mr, Qp, SendWr, Sge, Wc, WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
 use rnic_driver::Error;
+use rnic_tools::features::{self, FILL};
 
 use crate::net::expect_wc;
 pub use crate::verbs_checks::{QUIET, T};

@@ -8,9 +8,6 @@ use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
 use rnic_abi::regs;
 use rnic_abi::verbs::ObjectReq;
-use rnic_tools::features::{
-    self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
-};
 use rnic_driver::verbs::{
     KeyRange, Mr, RecvWr, Sge, WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
@@ -23,6 +20,9 @@ use rnic_tests::verbs_pair::{
     buffer_bytes, guarded_mr, pair, pattern, read_mr, signaled, PairOptions,
 };
 use rnic_tests::Rnicd;
+use rnic_tools::features::{
+    self, column, expected_buffer, ranges, FILL, GUARD, INDIRECT_LEN, ROW, ROWS,
+};
 use zerocopy::IntoBytes;
 
 /// Checks the three regions hold `data` scattered as [`ranges`] says, and nothing else

@@ -4,12 +4,12 @@
 
 use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::mkey::CreateIndirectKeyReq;
-use rnic_tools::features::{FILL, GUARD};
 use rnic_driver::verbs::{KeyRange, WcStatus};
 use rnic_tests::feature_checks::{expect, fresh_qps, read, refused, status, write, LW_RR};
 use rnic_tests::net::on_both_paths;
 use rnic_tests::verbs_pair::{guarded_mr, pair, pattern, read_mr, PairOptions};
 use rnic_tests::Rnicd;
+use rnic_tools::features::{FILL, GUARD};
 use zerocopy::IntoBytes;
 
 #[test]

@@ -4,7 +4,6 @@
 //! rnicd talking RoCEv2 over UDP.
 
 use rnic_abi::verbs::wc_flags;
-use rnic_tools::features::{ranges, FILL, GUARD};
 use rnic_driver::verbs::{Mr, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::feature_checks::{
     assert_untouched, expect, fresh_qps, read, refused, three_regions, write, LW_RR, LW_RW, QUIET,
@@ -12,6 +11,7 @@ use rnic_tests::feature_checks::{
 };
 use rnic_tests::net::on_both_paths;
 use rnic_tests::verbs_pair::{guarded_mr, pattern, read_mr, signaled};
+use rnic_tools::features::{ranges, FILL, GUARD};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {

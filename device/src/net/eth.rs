@@ -1,45 +1,8 @@
-//! The Ethernet port: the functions as Ethernet endpoints on a QEMU network segment
-//! (`rnicd --net eth:...`), so that a Linux guest running Soft-RoCE (rdma_rxe on a
-//! virtio-net NIC), or another rnicd, exchanges RoCEv2 with them.
-//!
-//! # Framing ([`crate::net::link`])
-//!
-//! - `eth:dgram:LADDR:LPORT:RADDR:RPORT`: one UDP socket bound to LADDR:LPORT; each
-//!   datagram is one raw Ethernet frame (no FCS), sent to RADDR:RPORT. QEMU's peer:
-//!   `-netdev dgram,id=n0,local.type=inet,local.host=RADDR,local.port=RPORT,
-//!   remote.type=inet,remote.host=LADDR,remote.port=LPORT`.
-//! - `eth:mcast:GROUP:PORT`: a hub shared by every member of multicast group
-//!   GROUP:PORT, one frame per datagram: QEMU's `-netdev socket,id=n0,mcast=GROUP:PORT`.
-//!   The port's own frames come back (`IP_MULTICAST_LOOP`) and are ignored.
-//! - `eth:listen:HOST:PORT`, `eth:connect:HOST:PORT`: a TCP stream, each frame preceded
-//!   by its length as a 4-byte big-endian number: QEMU's `-netdev stream,...,server=off`
-//!   (or `socket,connect=`) against `listen`, `server=on` (or `socket,listen=`) against
-//!   `connect`. A lost peer is waited for (listen) or reconnected to (connect).
-//!
-//! # Addressing
-//!
-//! Function n has IPv4 address `--net-ip` + n and MAC `02:52` followed by that address's
-//! four bytes ([`mac_for_ip`]), so functions of several rnicd on one segment never share
-//! a MAC. The PF's `SET_ADDRESS` may change both; the port follows (and announces the new
-//! address with a gratuitous ARP). Each function answers ARP requests for its address,
-//! and resolves its peers by ARP ([`crate::net::arp`]). Frames the functions build are
-//! complete Ethernet/IPv4/UDP/RoCEv2 frames; the port writes the resolved destination MAC
-//! and the function's own source MAC (neither is covered by the ICRC) and pads frames
-//! shorter than 60 bytes. Frames between functions of one rnicd never reach the port:
-//! the internal switch delivers them.
-//!
-//! # Receiving
-//!
-//! In order: frames not addressed to one of the functions' MACs (other unicast,
-//! multicast, broadcast other than ARP) are ignored and counted as not for us; the
-//! port's own frames coming back are ignored; ARP is answered and learned from; other
-//! EtherTypes are ignored. IPv4 is validated (version 4, header length at least 5 words
-//! and within the frame, header checksum, total length within the frame, no fragment)
-//! and the Ethernet padding past its total length cut off; then UDP (length within the
-//! IP payload) to port 4791. A frame that fails is dropped and counted by reason
-//! ([`PortStats`]); a valid IPv4 packet that is not RoCEv2 is ignored. What passes goes
-//! whole to the function whose MAC it names, whose receive checks (ICRC over the header
-//! exactly as received, addresses, QP state, ...) run as for any frame.
+//! The Ethernet port (`rnicd --net eth:...`): the functions as Ethernet endpoints on a
+//! QEMU network segment, so that a guest running Soft-RoCE, or another rnicd, exchanges
+//! RoCEv2 with them. Framing per mode ([`crate::net::link`]), addressing, ARP
+//! ([`crate::net::arp`]) and what is checked and counted on receipt are in
+//! docs/hardware-interface.md §7.16.
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;

@@ -1,76 +1,7 @@
 //! `rnic-perf --perftest write_bw|read_bw`: one end of perftest's `ib_write_bw` /
-//! `ib_read_bw`, speaking perftest's TCP exchange, so that the other end can be perftest
-//! itself (for instance on Soft-RoCE: `ib_write_bw -d rxe0 -x 1 [-s SIZE] [-n ITERS]
-//! [HOST]`; README, "Against perftest's ib_write_bw / ib_read_bw"). The exchange and its
-//! messages are [`wire`]'s, the command line `cli.rs`'s; here are the QP, the traffic, the
-//! checks and the run.
-//!
-//! # The QP
-//!
-//! As perftest's `ctx_connect`: access flags REMOTE_WRITE (write_bw) or REMOTE_READ
-//! (read_bw); RTR with the peer's QPN, PSN and GID, hop limit 255, traffic class 0, the
-//! agreed MTU, `max_dest_rd_atomic` = this side's `out_reads`, min RNR timer 12; only the
-//! client goes on to RTS (SQ PSN its own, timeout 14, retry 7, RNR retry 7,
-//! `max_rd_atomic` = the peer's `out_reads`, capped here by the function's limit).
-//!
-//! # The traffic
-//!
-//! The client (the active side) posts `iters` RDMA WRITEs from its buffer into the
-//! server's, or RDMA READs of the server's buffer into its own, `tx_depth` (128) in flight,
-//! one in [`CQ_MOD`] signalled (at least `PROGRESS_MARKS`, 8, in a run) and the last. Both sides walk their buffers as perftest
-//! does: when `size` is at most half the page size, message *i* goes to offset
-//! `(i mod (page / step)) * step`, `step` being `size` rounded up to the cache line
-//! ([`slot_offsets`]); otherwise every message uses offset 0. So the server's buffer
-//! needs `max(size, page)` bytes.
-//!
-//! # What is checked, and by whom
-//!
-//! perftest's buffers hold `rand()` bytes, so a side cannot know the peer's data. Here
-//! every buffer that is a source is filled with [`super::pattern`] seeded with the
-//! owner's PSN, which the exchange carries, and the side that received data checks
-//! each slot the messages reached, after the traffic (the client at once, the server
-//! after step 8):
-//!
-//! * if the slots hold exactly the peer's pattern (the peer is rnic-perf), the data is
-//!   verified byte for byte (`data: exact`);
-//! * otherwise (the peer is perftest), every slot must differ from what this side put
-//!   there before (the complement of its own pattern): each was overwritten
-//!   (`data: overwritten`). A slot of fewer than 8 bytes is only counted, not failed: random
-//!   bytes equal the old ones too often there.
-//!
-//! The passive server of read_bw checks that its source buffer still holds its pattern;
-//! the client of write_bw, which receives nothing, checks the status of every completion
-//! (as the client of read_bw does too).
-//!
-//! # A peer running something else
-//!
-//! Nothing in the exchange names the test, the units or the QP count, so a peer running
-//! another test, or with options this side does not speak, is recognised from what it
-//! does, and the run ends at once with a message naming what to run instead:
-//!
-//! * **more QPs** (`-q N`): perftest sends one address message per QP, so the second
-//!   address message names another QPN (`same_qp`, checked at every later exchange);
-//! * **a SEND test** against a server (`ib_send_bw` / `ib_send_lat` against `write_bw
-//!   --listen`): the server posts one receive that neither of its tests uses and, while it
-//!   waits on TCP, polls its CQ every `WATCH_TICK` (50 ms); a completion there is a SEND, which
-//!   would otherwise draw RNR NAKs until the time limit;
-//! * **a SEND test's server** against the client: it makes one exchange more before its
-//!   test, then waits for SENDs and never answers; a perftest server of the same test
-//!   answers the exchanges after the test at once, so the client waits
-//!   `AFTER_TEST_ANSWER` (5 s) for them;
-//! * **`--report_gbits`** on a client: its report's bandwidth over the byte rate its
-//!   message rate implies is 0.008 (Gbit/s) instead of 0.95 (MiB/s)
-//!   ([`reported_in_gbits`]). A perftest server sends no figures, so its units cannot be
-//!   seen from the client.
-//!
-//! # Reports
-//!
-//! Lines as perftest prints them: ` local address: LID 0000 QPN 0x0011 PSN 0x5a3c1f [OUT
-//! 0x10] RKey 0x000201 VAddr 0x00000000010000`, ` GID: 00:00:...:255:255:10:82:00:02`
-//! (decimal bytes), the same for `remote`, and the result table (`#bytes #iterations BW
-//! peak[MiB/sec] BW average[MiB/sec] MsgRate[Mpps]`). The server prints the client's
-//! report, as perftest's server does; the server's own report (meaningless for a passive
-//! side, and not initialised by perftest) goes out as zeros.
+//! `ib_read_bw`; the messages are [`wire`]'s, the command line `cli.rs`'s; here are the QP,
+//! the traffic, the checks, the recognition of a peer running something else, and the run
+//! (docs/tools.md, "`rnic-perf --perftest`", says what each does).
 
 mod cli;
 pub mod wire;

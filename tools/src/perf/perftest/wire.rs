@@ -1,34 +1,7 @@
-//! perftest's TCP exchange as `rnic-perf --perftest` speaks it (README, "Against
-//! perftest's ib_write_bw / ib_read_bw"): the messages, their bytes, and perftest's way
-//! of printing addresses and results; the order is [`super`]'s, the connection
+//! perftest 6.24's TCP exchange as `rnic-perf --perftest` speaks it: its messages and
+//! their bytes, and perftest's way of printing addresses and results (docs/tools.md,
+//! "`rnic-perf --perftest`: the exchange"); the order is [`super`]'s, the connection
 //! [`crate::rendezvous`]'s.
-//!
-//! What follows is perftest 6.24's exchange (the `perftest` 25.01.0 package of Debian
-//! trixie), over one TCP connection, RC, one QP, no RDMA-CM, unidirectional. Every step is
-//! one "exchange": the **client writes its bytes, then reads the server's; the server
-//! reads, then writes** the same number of bytes. perftest reads each message with one
-//! `read` and fails on a short one, so each message here goes out in one `write`.
-//!
-//! | # | bytes | content |
-//! |---|---|---|
-//! | 1 | 16 | the version, `"6.24"` padded with NULs ([`encode_version`]); perftest refuses a peer below 5.70 |
-//! | 2 | 4 | the page size ("cycle buffer", 4096), big-endian; each side takes the larger |
-//! | 3 | 4 | the cache line size (64), big-endian; each side takes the larger |
-//! | 4 | 2 | the path MTU as `ibv_mtu` code in decimal and a NUL (`"3\0"` = 1024); each side takes the smaller |
-//! | 5 | 108 | the QP's address ([`encode_dest`]) |
-//! | 6 | 108 | the same, after both QPs are connected (perftest prints the remote one here) |
-//! | 7 | 108 | the same, "an additional handshake" before the test |
-//! | 8 | 108 | the same, once the client has finished (the server waits in this read) |
-//! | 9 | 8 × 5 | the client's report: message size, iterations (both u64), peak and average bandwidth in MiB/s, message rate in Mpps (f64), each big-endian, each its own exchange ([`BwReport`]) |
-//! | 10 | 108 | the same address once more, then both close |
-//!
-//! The address message is `"%04x:%04x:%06x:%06x:%08x:%016llx:"` of LID (0 on RoCE), the
-//! outstanding reads offered (`out_reads`: 1 for WRITE, the device's limit for READ), QPN,
-//! PSN (random 24 bits), rkey and the buffer's address, then the 16 bytes of the GID each
-//! as `"%02x:"`, then `"%08x:"` of an SRQ number (0), then a NUL: 107 characters and the
-//! NUL, all of which is sent. On RoCE perftest always uses this GID form (the 59-byte
-//! form without GID is InfiniBand's), and it refuses a peer whose GID is IPv4-mapped when
-//! its own is not or the other way round.
 use rnic_abi::verbs::mtu_bytes;
 use serde::Serialize;
 
