@@ -93,15 +93,15 @@ row() {
     echo "| measurement | unit | before | after | after/before | rnicd CPU µs/msg before | after | after/before |"
     echo "|---|---|---|---|---|---|---|---|"
 } >>"$out"
-row "WRITE 64 KiB, one rnicd" "MB/s" one write_bw -s 65536 -n 3000
-row "READ 64 KiB, one rnicd" "MB/s" one read_bw -s 65536 -n 3000
-row "SEND 64 KiB, one rnicd" "MB/s" one send_bw -s 65536 -n 3000
+row "WRITE 64 KiB, one rnicd" "MB/s" one write_bw -s 65536 -D 1
+row "READ 64 KiB, one rnicd" "MB/s" one read_bw -s 65536 -D 1
+row "SEND 64 KiB, one rnicd" "MB/s" one send_bw -s 65536 -D 1
 row "WRITE 8 B latency, one rnicd" "µs" one write_lat -s 8 -n 5000
 # With interrupts: each completion's MSI-X goes through the function's vfio-user thread.
 row "SEND 8 B latency, interrupts (-e), one rnicd" "µs" one send_lat -e -s 8 -n 5000
-row "SEND 64 KiB, interrupts (-e), one rnicd" "MB/s" one send_bw -e -s 65536 -n 3000
+row "SEND 64 KiB, interrupts (-e), one rnicd" "MB/s" one send_bw -e -s 65536 -D 1
 for q in 1 16 64 256; do
-    row "WRITE 64 B, $q QPs, one rnicd" "MB/s" one write_bw -s 64 -q "$q" -t 16 -n "$((40000 / q + 16))"
+    row "WRITE 64 B, $q QPs, one rnicd" "MB/s" one write_bw -s 64 -q "$q" -t 16 -D 1
 done
-row "WRITE 64 KiB, MTU 4096, two rnicd over UDP" "MB/s" udp write_bw -s 65536 -m 4096 -n 1000
+row "WRITE 64 KiB, MTU 4096, two rnicd over UDP" "MB/s" udp write_bw -s 65536 -m 4096 -D 1
 row "WRITE 8 B latency, two rnicd over UDP" "µs" udp write_lat -s 8 -n 5000
