@@ -7,7 +7,8 @@
 #     librdmacm1t64 and linux-libc-dev unpacked side by side into $IBVERBS_REF (default
 #     /var/cache/rnic/ibverbs-ref): the headers the layout test compiles its C probe
 #     against (usr/include/infiniband/verbs.h and the kernel uapi headers it includes,
-#     trixie's, not the host's) and the binaries whose imports ibverbs/gen-imports.sh lists;
+#     trixie's, not the host's) and the library and binaries whose symbols
+#     ibverbs/gen-symbols.sh lists;
 #   - gcc and binutils on the host, which those tests use.
 # Nothing from these packages enters the repository. Needs the trixie root (setup.sh
 # makes it first and calls this script) and root. Re-running skips what exists; the

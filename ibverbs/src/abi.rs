@@ -1542,6 +1542,81 @@ constants! {
     /// `IBV_SRQ_INIT_ATTR_PD`.
     IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
 
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+    IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+    /// `IBV_REREG_MR_CHANGE_PD`.
+    IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+    /// `IBV_REREG_MR_CHANGE_ACCESS`.
+    IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+    /// `IBV_REREG_MR_FLAGS_SUPPORTED`.
+    IBV_REREG_MR_FLAGS_SUPPORTED: c_int = (1 << 3) - 1;
+    /// `IBV_REREG_MR_ERR_INPUT`.
+    IBV_REREG_MR_ERR_INPUT: c_int = -1;
+    /// `IBV_REREG_MR_ERR_DONT_FORK_NEW`.
+    IBV_REREG_MR_ERR_DONT_FORK_NEW: c_int = -2;
+    /// `IBV_REREG_MR_ERR_DO_FORK_OLD`.
+    IBV_REREG_MR_ERR_DO_FORK_OLD: c_int = -3;
+    /// `IBV_REREG_MR_ERR_CMD`.
+    IBV_REREG_MR_ERR_CMD: c_int = -4;
+    /// `IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW`.
+    IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW: c_int = -5;
+
+    /// `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS`.
+    IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS: u32 = 1;
+    /// `IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG`.
+    IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG: c_int = 1;
+    /// `IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES`.
+    IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES: c_int = 1 << 1;
+
+    /// `IBV_RATE_MAX`.
+    IBV_RATE_MAX: ibv_rate = 0;
+    /// `IBV_RATE_2_5_GBPS`.
+    IBV_RATE_2_5_GBPS: ibv_rate = 2;
+    /// `IBV_RATE_5_GBPS`.
+    IBV_RATE_5_GBPS: ibv_rate = 5;
+    /// `IBV_RATE_10_GBPS`.
+    IBV_RATE_10_GBPS: ibv_rate = 3;
+    /// `IBV_RATE_20_GBPS`.
+    IBV_RATE_20_GBPS: ibv_rate = 6;
+    /// `IBV_RATE_30_GBPS`.
+    IBV_RATE_30_GBPS: ibv_rate = 4;
+    /// `IBV_RATE_40_GBPS`.
+    IBV_RATE_40_GBPS: ibv_rate = 7;
+    /// `IBV_RATE_60_GBPS`.
+    IBV_RATE_60_GBPS: ibv_rate = 8;
+    /// `IBV_RATE_80_GBPS`.
+    IBV_RATE_80_GBPS: ibv_rate = 9;
+    /// `IBV_RATE_120_GBPS`.
+    IBV_RATE_120_GBPS: ibv_rate = 10;
+    /// `IBV_RATE_14_GBPS`.
+    IBV_RATE_14_GBPS: ibv_rate = 11;
+    /// `IBV_RATE_56_GBPS`.
+    IBV_RATE_56_GBPS: ibv_rate = 12;
+    /// `IBV_RATE_112_GBPS`.
+    IBV_RATE_112_GBPS: ibv_rate = 13;
+    /// `IBV_RATE_168_GBPS`.
+    IBV_RATE_168_GBPS: ibv_rate = 14;
+    /// `IBV_RATE_25_GBPS`.
+    IBV_RATE_25_GBPS: ibv_rate = 15;
+    /// `IBV_RATE_100_GBPS`.
+    IBV_RATE_100_GBPS: ibv_rate = 16;
+    /// `IBV_RATE_200_GBPS`.
+    IBV_RATE_200_GBPS: ibv_rate = 17;
+    /// `IBV_RATE_300_GBPS`.
+    IBV_RATE_300_GBPS: ibv_rate = 18;
+    /// `IBV_RATE_28_GBPS`.
+    IBV_RATE_28_GBPS: ibv_rate = 19;
+    /// `IBV_RATE_50_GBPS`.
+    IBV_RATE_50_GBPS: ibv_rate = 20;
+    /// `IBV_RATE_400_GBPS`.
+    IBV_RATE_400_GBPS: ibv_rate = 21;
+    /// `IBV_RATE_600_GBPS`.
+    IBV_RATE_600_GBPS: ibv_rate = 22;
+    /// `IBV_RATE_800_GBPS`.
+    IBV_RATE_800_GBPS: ibv_rate = 23;
+    /// `IBV_RATE_1200_GBPS`.
+    IBV_RATE_1200_GBPS: ibv_rate = 24;
+
     /// `IBV_FORK_DISABLED`.
     IBV_FORK_DISABLED: u32 = 0;
     /// `IBV_FORK_ENABLED`.

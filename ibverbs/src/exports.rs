@@ -1,15 +1,20 @@
 //! The C entry points of libibverbs.so.1 and the version each is exported with.
 //!
+//! The library exports exactly the public ABI of Debian's libibverbs.so.1: every symbol
+//! it exports at its default version, listed with its version node in symbols.txt
+//! (gen-symbols.sh makes that from Debian's library; build.rs makes the version script
+//! from it). A unit test below holds [`EXPORTS`] and [`DATA_EXPORTS`] to symbols.txt,
+//! the linker (`--no-undefined-version`) refuses a version script that names a symbol no
+//! stub defines, and tests/exports.rs compares the built library's dynamic symbols with
+//! Debian's library itself.
+//!
 //! rustc gives a cdylib a version script of its own in which every Rust symbol it
 //! exports is unversioned, and the linker cannot merge that with named version nodes.
 //! So the entry points are not Rust exports: each is an ordinary (mangled) Rust
 //! function, and a two-instruction assembler stub with the C name jumps to it. rustc
-//! does not know the stubs, and libibverbs.map gives each its version node. (An alias,
-//! `.set name, target`, would save the jump but only works when the Rust function lands
-//! in the same object file as the alias, which codegen units do not promise.) The list
-//! below makes the stubs and records the versions; a unit test holds it and
-//! libibverbs.map to each other, and the linker (`--no-undefined-version`) refuses a
-//! map that names a symbol no stub defines.
+//! does not know the stubs, and the version script gives each its version node. (An
+//! alias, `.set name, target`, would save the jump but only works when the Rust function
+//! lands in the same object file as the alias, which codegen units do not promise.)
 
 /// The instruction of a stub that jumps to its Rust function.
 #[cfg(target_arch = "x86_64")]
@@ -42,7 +47,7 @@ macro_rules! exports {
             );
         )*)*
 
-        /// Every exported symbol with its version node, as libibverbs.map has them.
+        /// Every exported function with its version node, as symbols.txt has them.
         pub const EXPORTS: &[(&str, &str)] = &[$($( (stringify!($name), $version) ),*),*];
     };
 }
@@ -52,7 +57,10 @@ exports! {
         events::ibv_create_comp_channel,
         events::ibv_destroy_comp_channel,
         provider::ibv_copy_path_rec_from_kern,
+        provider::ibv_copy_path_rec_to_kern,
         provider::ibv_copy_qp_attr_from_kern,
+        rate::ibv_rate_to_mult,
+        rate::mult_to_ibv_rate,
         sysfs::ibv_get_sysfs_path,
         sysfs::ibv_read_sysfs_file,
     }
@@ -80,6 +88,7 @@ exports! {
         pd::ibv_dontfork_range,
         pd::ibv_fork_init,
         pd::ibv_reg_mr,
+        pd::ibv_rereg_mr,
         provider::ibv_attach_mcast,
         provider::ibv_copy_ah_attr_from_kern,
         provider::ibv_detach_mcast,
@@ -93,6 +102,8 @@ exports! {
         query::ibv_query_gid,
         query::ibv_query_pkey,
         query::ibv_query_port,
+        rate::ibv_rate_to_mbps,
+        rate::mbps_to_ibv_rate,
         srq::ibv_create_srq,
         srq::ibv_destroy_srq,
         srq::ibv_modify_srq,
@@ -118,6 +129,11 @@ exports! {
         device::ibv_get_device_index,
     }
     "IBVERBS_1.10" {
+        import::ibv_import_device,
+        import::ibv_import_mr,
+        import::ibv_import_pd,
+        import::ibv_unimport_mr,
+        import::ibv_unimport_pd,
         provider::ibv_query_ece,
         provider::ibv_set_ece,
     }
@@ -129,9 +145,15 @@ exports! {
         pd::ibv_reg_dmabuf_mr,
     }
     "IBVERBS_1.13" {
+        import::ibv_import_dm,
+        import::ibv_unimport_dm,
         pd::ibv_is_fork_initialized,
     }
+    "IBVERBS_1.14" {
+        qp::ibv_query_qp_data_in_order,
+    }
     "IBVERBS_PRIVATE_34" {
+        provider::__ioctl_final_num_attrs,
         provider::__verbs_log,
         provider::_verbs_init_and_alloc_context,
         provider::execute_ioctl,
@@ -143,10 +165,12 @@ exports! {
         provider::ibv_cmd_close_xrcd,
         provider::ibv_cmd_create_ah,
         provider::ibv_cmd_create_counters,
+        provider::ibv_cmd_create_cq,
         provider::ibv_cmd_create_cq_ex,
         provider::ibv_cmd_create_cq_ex2,
         provider::ibv_cmd_create_flow,
         provider::ibv_cmd_create_flow_action_esp,
+        provider::ibv_cmd_create_qp,
         provider::ibv_cmd_create_qp_ex,
         provider::ibv_cmd_create_qp_ex2,
         provider::ibv_cmd_create_rwq_ind_table,
@@ -176,6 +200,10 @@ exports! {
         provider::ibv_cmd_modify_wq,
         provider::ibv_cmd_open_qp,
         provider::ibv_cmd_open_xrcd,
+        provider::ibv_cmd_poll_cq,
+        provider::ibv_cmd_post_recv,
+        provider::ibv_cmd_post_send,
+        provider::ibv_cmd_post_srq_recv,
         provider::ibv_cmd_query_context,
         provider::ibv_cmd_query_device_any,
         provider::ibv_cmd_query_mr,
@@ -186,8 +214,10 @@ exports! {
         provider::ibv_cmd_reg_dm_mr,
         provider::ibv_cmd_reg_dmabuf_mr,
         provider::ibv_cmd_reg_mr,
+        provider::ibv_cmd_req_notify_cq,
         provider::ibv_cmd_rereg_mr,
         provider::ibv_cmd_resize_cq,
+        provider::ibv_read_ibdev_sysfs_file,
         provider::verbs_init_cq,
         provider::verbs_open_device,
         provider::verbs_register_driver_34,
@@ -211,98 +241,45 @@ std::arch::global_asm!(
     ".popsection",
 );
 
-/// The exported data objects with their version nodes, as libibverbs.map has them.
+/// The exported data objects with their version nodes, as symbols.txt has them.
 pub const DATA_EXPORTS: &[(&str, &str)] =
     &[("verbs_allow_disassociate_destroy", "IBVERBS_PRIVATE_34")];
-
-/// The version nodes of a version script and the symbols of each, in file order:
-/// `NODE { global: a; b; local: *; } PARENT;` (comments, `local` patterns and parents
-/// are skipped).
-pub fn parse_version_script(text: &str) -> Vec<(String, Vec<String>)> {
-    let mut without_comments = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("/*") {
-        without_comments.push_str(&rest[..start]);
-        rest = rest[start..]
-            .find("*/")
-            .map_or("", |end| &rest[start + end + 2..]);
-    }
-    without_comments.push_str(rest);
-
-    let mut nodes = Vec::new();
-    let mut rest = without_comments.as_str();
-    while let Some(open) = rest.find('{') {
-        let name = rest[..open]
-            .split([';', '}'])
-            .next_back()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
-        let body = &rest[open + 1..close];
-        let mut symbols = Vec::new();
-        let mut local = false;
-        for item in body.split(';') {
-            let mut item = item.trim();
-            if let Some(after) = item.strip_prefix("global:") {
-                local = false;
-                item = after.trim();
-            } else if let Some(after) = item.strip_prefix("local:") {
-                local = true;
-                item = after.trim();
-            }
-            if !local && !item.is_empty() {
-                symbols.push(item.to_string());
-            }
-        }
-        nodes.push((name, symbols));
-        rest = rest.get(close + 1..).unwrap_or("");
-        // Skip the parent name and the `;` that end the node.
-        rest = rest.find(';').map_or("", |semi| &rest[semi + 1..]);
-    }
-    nodes
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbols;
 
-    const MAP: &str = include_str!("../libibverbs.map");
-
-    #[test]
-    fn the_map_parser_reads_nodes_symbols_and_parents() {
-        let nodes = parse_version_script(
-            "/* c */ A_1 { global: x; y; local: *; };\nA_2 { global: z; } A_1;\nA_3 { } A_2;",
-        );
-        assert_eq!(
-            nodes,
-            [
-                ("A_1".to_string(), vec!["x".to_string(), "y".to_string()]),
-                ("A_2".to_string(), vec!["z".to_string()]),
-                ("A_3".to_string(), vec![]),
-            ]
-        );
-    }
+    const SYMBOLS: &str = include_str!("../symbols.txt");
 
     #[test]
-    fn libibverbs_map_and_the_exports_agree() {
-        let mut from_map: Vec<(String, String)> = parse_version_script(MAP)
-            .into_iter()
-            .flat_map(|(node, syms)| syms.into_iter().map(move |s| (s, node.clone())))
-            .collect();
-        let mut from_code: Vec<(String, String)> = EXPORTS
+    fn the_exports_are_debians_public_symbols() {
+        let abi = symbols::parse(SYMBOLS).expect("symbols.txt");
+        let mut theirs: Vec<(String, String, bool)> = abi
+            .symbols
             .iter()
-            .chain(DATA_EXPORTS)
-            .map(|&(s, v)| (s.to_string(), v.to_string()))
+            .map(|s| (s.name.clone(), s.version.clone(), s.function))
             .collect();
-        from_map.sort();
-        from_code.sort();
-        assert_eq!(from_map, from_code);
+        let functions = EXPORTS.iter().map(|&(s, v)| (s, v, true));
+        let objects = DATA_EXPORTS.iter().map(|&(s, v)| (s, v, false));
+        let mut ours: Vec<(String, String, bool)> = functions
+            .chain(objects)
+            .map(|(s, v, f)| (s.to_string(), v.to_string(), f))
+            .collect();
+        theirs.sort();
+        ours.sort();
+        let missing: Vec<_> = theirs.iter().filter(|s| !ours.contains(s)).collect();
+        let extra: Vec<_> = ours.iter().filter(|s| !theirs.contains(s)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "symbols.txt has, src/exports.rs lacks: {missing:?}; the other way: {extra:?}"
+        );
     }
 
     #[test]
-    fn the_map_defines_every_node_rdma_core_has() {
-        let nodes: Vec<String> = parse_version_script(MAP).into_iter().map(|n| n.0).collect();
+    fn every_node_is_rdma_cores_and_every_export_has_one() {
+        let abi = symbols::parse(SYMBOLS).expect("symbols.txt");
+        let nodes: Vec<&str> = abi.nodes.iter().map(|n| n.name.as_str()).collect();
         let mut want: Vec<String> = ["1.0", "1.1", "1.5", "1.6", "1.7", "1.8", "1.9", "1.10"]
             .iter()
             .chain(&["1.11", "1.12", "1.13", "1.14"])
@@ -310,5 +287,44 @@ mod tests {
             .collect();
         want.push("IBVERBS_PRIVATE_34".into());
         assert_eq!(nodes, want);
+        // Each node but the first and the private one extends the one before it.
+        assert_eq!(abi.nodes[0].parent, None);
+        assert_eq!(abi.nodes[2].parent.as_deref(), Some("IBVERBS_1.1"));
+        assert_eq!(abi.nodes[12].parent, None);
+        for (s, v) in EXPORTS.iter().chain(DATA_EXPORTS) {
+            assert!(nodes.contains(v), "{s}@{v}");
+        }
+    }
+
+    #[test]
+    fn symbols_txt_parses_and_makes_a_version_script() {
+        let abi = symbols::parse(
+            "# c\nversion A_1\nversion A_2 A_1\nversion A_3 A_2\n\
+             x A_1 function p,q\nz A_2 object -\ny A_1 function -\n",
+        )
+        .expect("parse");
+        assert_eq!(abi.nodes.len(), 3);
+        assert_eq!(abi.symbols[0].importers, ["p", "q"]);
+        assert!(abi.symbols[1].importers.is_empty() && !abi.symbols[1].function);
+        let script = symbols::version_script(&abi);
+        let body: Vec<&str> = script.lines().skip(2).filter(|l| !l.is_empty()).collect();
+        assert_eq!(
+            body,
+            [
+                "A_1 {",
+                "\tglobal:",
+                "\t\tx;",
+                "\t\ty;",
+                "\tlocal: *;",
+                "};",
+                "A_2 {",
+                "\tglobal:",
+                "\t\tz;",
+                "} A_1;",
+                "A_3 {",
+                "} A_2;",
+            ]
+        );
+        assert!(symbols::parse("x A_1 thing -").is_err());
     }
 }

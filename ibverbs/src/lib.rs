@@ -8,7 +8,8 @@
 //!
 //! - [`abi`]: `#[repr(C)]` mirrors of verbs.h's structures, checked against the header
 //!   by tests/layout.rs;
-//! - [`exports`]: the exported symbols and their version nodes (libibverbs.map);
+//! - [`exports`]: the exported symbols and their version nodes, which are Debian's
+//!   (symbols.txt, read by [`symbols`]; build.rs makes the version script from it);
 //! - `discover`, `device`: finding the functions, `ibv_get_device_list` and friends;
 //! - `context`, `query`: `ibv_open_device`, and the queries of an open device;
 //! - [`attr`]: what the queries report, from the function's QUERY_DEVICE answer;
@@ -30,13 +31,16 @@ mod events;
 pub mod exports;
 mod ffi;
 mod heap_quiet;
+mod import;
 mod objects;
 mod pd;
 mod provider;
 mod qp;
 mod query;
+mod rate;
 mod srq;
 pub mod strings;
+pub mod symbols;
 mod sysfs;
 
 pub use device::NAME_PREFIX;

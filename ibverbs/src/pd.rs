@@ -1,6 +1,6 @@
 //! Protection domains and memory regions: `ibv_alloc_pd`, `ibv_dealloc_pd`,
-//! `ibv_reg_mr` (and `_iova`, `_iova2`), `ibv_dereg_mr`, `ibv_reg_dmabuf_mr`, and the
-//! fork helpers providers import.
+//! `ibv_reg_mr` (and `_iova`, `_iova2`), `ibv_rereg_mr`, `ibv_dereg_mr`,
+//! `ibv_reg_dmabuf_mr`, and the fork helpers providers import.
 //!
 //! A memory region is the application's own memory: the transport makes its pages
 //! reachable (`Transport::map_user_memory`: on the host they are moved in place onto a
@@ -11,13 +11,15 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rnic_driver::verbs;
 
 use crate::abi::*;
 use crate::context::RnicContext;
-use crate::ffi::{errno_of, errno_result, guard, invalid, null_on_err, unsupported, Errno};
+use crate::ffi::{
+    errno_of, errno_result, guard, invalid, null_on_err, set_errno, unsupported, Errno,
+};
 use crate::objects::{lookup, register, unregister, users, Obj};
 
 /// A protection domain.
@@ -29,11 +31,27 @@ pub(crate) struct Pd {
 /// A protection domain as C holds it.
 pub(crate) type PdObj = Obj<ibv_pd, Pd>;
 
-/// A memory region: the registration, which holds the pages the device reaches.
+/// A memory region: its registration, which `ibv_rereg_mr` replaces.
 pub(crate) struct Mr {
-    _pd: Arc<PdObj>,
-    _mr: verbs::Mr,
+    reg: Mutex<Registration>,
 }
+
+/// A registration on the device, which holds the pages the device reaches, and what it
+/// was made of.
+struct Registration {
+    /// Its PD, kept while it lives (`ibv_dealloc_pd` answers `EBUSY` meanwhile).
+    pd: Arc<PdObj>,
+    mr: verbs::Mr,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    /// As the application gave it.
+    access: c_uint,
+}
+
+// SAFETY: `addr` is an address of the application's memory, kept only to register it
+// again; it is never dereferenced. The rest is Send.
+unsafe impl Send for Registration {}
 
 /// The live PD at `pd`.
 pub(crate) fn pd_of(pd: *const ibv_pd) -> Result<Arc<PdObj>, Errno> {
@@ -116,23 +134,22 @@ fn device_access(access: c_uint) -> Result<u32, Errno> {
     Ok(access & DEVICE_ACCESS)
 }
 
-/// Registers `len` bytes at `addr` of this process with PD `pd`, at `iova`.
-fn reg_mr(
-    pd: *mut ibv_pd,
+/// Registers `len` bytes at `addr` of this process with PD `pdo`, at `iova`.
+fn register_region(
+    pdo: &Arc<PdObj>,
     addr: *mut c_void,
     len: usize,
     iova: u64,
     access: c_uint,
-) -> Result<*mut ibv_mr, Errno> {
-    let pdo = pd_of(pd)?;
-    let access = device_access(access)?;
+) -> Result<Registration, Errno> {
+    let device_access = device_access(access)?;
     if addr.is_null() || len == 0 {
         return Err(invalid(format_args!(
             "ibv_reg_mr of {len} bytes at {addr:p}"
         )));
     }
     let ctx = &pdo.r.ctx;
-    let writable = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) != 0;
+    let writable = device_access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) != 0;
     let mapped = {
         let _quiet = crate::heap_quiet::exclusive();
         ctx.verbs
@@ -148,22 +165,42 @@ fn reg_mr(
     let mr = pdo
         .r
         .pd
-        .reg_mr_iova(Arc::new(buf), offset, len, iova, access)
+        .reg_mr_iova(Arc::new(buf), offset, len, iova, device_access)
         .map_err(|e| {
             log::warn!("{}: ibv_reg_mr of {len} bytes at {addr:p}: {e}", ctx.name());
             errno_of(&e)
         })?;
+    Ok(Registration {
+        pd: pdo.clone(),
+        mr,
+        addr,
+        len,
+        iova,
+        access,
+    })
+}
+
+/// Registers `len` bytes at `addr` of this process with PD `pd`, at `iova`.
+fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> Result<*mut ibv_mr, Errno> {
+    let pdo = pd_of(pd)?;
+    let reg = register_region(&pdo, addr, len, iova, access)?;
+    let ctx = &pdo.r.ctx;
     let mut c = ibv_mr::zeroed();
     c.context = ctx.ibv_context();
     c.pd = pd;
     c.addr = addr;
     c.length = len;
-    c.handle = mr.lkey();
-    c.lkey = mr.lkey();
-    c.rkey = mr.rkey();
+    c.handle = reg.mr.lkey();
+    c.lkey = reg.mr.lkey();
+    c.rkey = reg.mr.rkey();
     let state = Mr {
-        _pd: pdo.clone(),
-        _mr: mr,
+        reg: Mutex::new(reg),
     };
     Ok(register(ctx.ibv_context(), c, state, |_| ()).c_ptr())
 }
@@ -236,6 +273,109 @@ pub(crate) unsafe extern "C" fn ibv_reg_dmabuf_mr(
     null_on_err("ibv_reg_dmabuf_mr", || {
         Err(unsupported("dma-buf memory regions (ibv_reg_dmabuf_mr)"))
     })
+}
+
+/// `ibv_rereg_mr`: changes what a memory region covers (`IBV_REREG_MR_CHANGE_TRANSLATION`:
+/// `length` bytes at `addr`, which become its iova too), its PD
+/// (`IBV_REREG_MR_CHANGE_PD`) or its access (`IBV_REREG_MR_CHANGE_ACCESS`), any
+/// together. 0, or an `IBV_REREG_MR_ERR_*` code with `errno` set.
+///
+/// rnic's device cannot change a registration in place, so the region is registered
+/// anew with what changes and what stays, and the old registration is let go once the
+/// new one stands: its lkey and rkey change (as the kernel allows; the application reads
+/// them from the `ibv_mr` again), the old ones stop working, and if the new registration
+/// fails (`IBV_REREG_MR_ERR_CMD`, `errno` as `ibv_reg_mr` would set it) the region is
+/// left as it was. The arguments are checked as rdma-core checks them
+/// (`IBV_REREG_MR_ERR_INPUT`, `EINVAL`), and flags 0 or a PD that is not one of the
+/// region's context are `IBV_REREG_MR_ERR_CMD` with `EINVAL`, as the kernel answers.
+///
+/// # Safety
+///
+/// Any pointers; with `IBV_REREG_MR_CHANGE_TRANSLATION`, as [`ibv_reg_mr`].
+pub(crate) unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard("ibv_rereg_mr", IBV_REREG_MR_ERR_CMD, || {
+        match rereg_mr(mr, flags, pd, addr, length, access as c_uint) {
+            Ok(()) => 0,
+            Err((code, errno)) => {
+                set_errno(errno);
+                code
+            }
+        }
+    })
+}
+
+/// [`ibv_rereg_mr`]'s work; an error is its `IBV_REREG_MR_ERR_*` code and errno.
+fn rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_uint,
+) -> Result<(), (c_int, Errno)> {
+    let input = |what: std::fmt::Arguments<'_>| (IBV_REREG_MR_ERR_INPUT, invalid(what));
+    let obj = lookup::<ibv_mr, Mr>(mr).map_err(|e| (IBV_REREG_MR_ERR_INPUT, e))?;
+    if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return Err(input(format_args!("ibv_rereg_mr flags {flags:#x}")));
+    }
+    let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    if translation && (addr.is_null() || length == 0) {
+        return Err(input(format_args!(
+            "ibv_rereg_mr to {length} bytes at {addr:p}"
+        )));
+    }
+    if access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0 {
+        return Err(input(format_args!(
+            "ibv_rereg_mr: access {access:#x} without IBV_REREG_MR_CHANGE_ACCESS"
+        )));
+    }
+    let cmd = |e: Errno| (IBV_REREG_MR_ERR_CMD, e);
+    if flags == 0 {
+        return Err(cmd(invalid(format_args!("ibv_rereg_mr with no flags"))));
+    }
+    let mut reg = obj.r.reg.lock().unwrap_or_else(|e| e.into_inner());
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        let pdo = pd_of(pd).map_err(cmd)?;
+        if !Arc::ptr_eq(&pdo.r.ctx, &reg.pd.r.ctx) {
+            return Err(cmd(invalid(format_args!(
+                "ibv_rereg_mr: PD {pd:p} is of another context than MR {mr:p}"
+            ))));
+        }
+        pdo
+    } else {
+        reg.pd.clone()
+    };
+    let (addr, len, iova) = if translation {
+        (addr, length, addr as u64)
+    } else {
+        (reg.addr, reg.len, reg.iova)
+    };
+    let access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        access
+    } else {
+        reg.access
+    };
+    let new = register_region(&new_pd, addr, len, iova, access).map_err(cmd)?;
+    let c = obj.c_ptr();
+    // SAFETY: `c` is the live MR's C structure (the registry holds it); libibverbs
+    // writes these fields of it on a re-registration, as rdma-core does.
+    unsafe {
+        (*c).pd = new_pd.c_ptr();
+        (*c).addr = addr;
+        (*c).length = len;
+        (*c).lkey = new.mr.lkey();
+        (*c).rkey = new.mr.rkey();
+    }
+    // The old registration goes (deregistered on the device) with the old PD's hold.
+    *reg = new;
+    Ok(())
 }
 
 /// `ibv_dereg_mr`: 0 or an errno.
@@ -358,6 +498,16 @@ mod tests {
             assert!(ibv_reg_mr(0x10 as *mut ibv_pd, buf.as_mut_ptr().cast(), 64, 0).is_null());
             assert_eq!(*libc::__errno_location(), libc::EINVAL);
             assert_eq!(ibv_dereg_mr(std::ptr::null_mut()), libc::EINVAL);
+            let rereg = ibv_rereg_mr(
+                0x10 as *mut ibv_mr,
+                IBV_REREG_MR_CHANGE_ACCESS,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                0,
+            );
+            assert_eq!(rereg, IBV_REREG_MR_ERR_INPUT);
+            assert_eq!(*libc::__errno_location(), libc::EINVAL);
             assert!(ibv_reg_dmabuf_mr(std::ptr::null_mut(), 0, 0, 0, -1, 0).is_null());
             assert_eq!(*libc::__errno_location(), libc::EOPNOTSUPP);
         }

@@ -1,8 +1,9 @@
 //! What other rdma-core libraries import from libibverbs, so that programs linked with
 //! them load: the provider interface (`IBVERBS_PRIVATE_34`: `verbs_register_driver_34`,
 //! `ibv_cmd_*`, ...), which Debian's libmlx5, libefa and libhns import and perftest
-//! links; librdmacm's kernel-structure helpers; and verbs rnic lacks (multicast, ECE,
-//! L2 address resolution, resizing CQs).
+//! links, and the rest of it that Debian's libibverbs exports; librdmacm's
+//! kernel-structure helpers; and verbs rnic lacks (multicast, ECE, L2 address resolution,
+//! resizing CQs).
 //!
 //! This library is libibverbs and rnic's provider in one, with no kernel and no provider
 //! plug-ins, so none of the provider interface can do anything. The functions exist
@@ -51,10 +52,12 @@ failing! {
     ibv_cmd_close_xrcd,
     ibv_cmd_create_ah,
     ibv_cmd_create_counters,
+    ibv_cmd_create_cq,
     ibv_cmd_create_cq_ex,
     ibv_cmd_create_cq_ex2,
     ibv_cmd_create_flow,
     ibv_cmd_create_flow_action_esp,
+    ibv_cmd_create_qp,
     ibv_cmd_create_qp_ex,
     ibv_cmd_create_qp_ex2,
     ibv_cmd_create_rwq_ind_table,
@@ -84,6 +87,10 @@ failing! {
     ibv_cmd_modify_wq,
     ibv_cmd_open_qp,
     ibv_cmd_open_xrcd,
+    ibv_cmd_poll_cq,
+    ibv_cmd_post_recv,
+    ibv_cmd_post_send,
+    ibv_cmd_post_srq_recv,
     ibv_cmd_query_context,
     ibv_cmd_query_device_any,
     ibv_cmd_query_mr,
@@ -94,6 +101,7 @@ failing! {
     ibv_cmd_reg_dm_mr,
     ibv_cmd_reg_dmabuf_mr,
     ibv_cmd_reg_mr,
+    ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
 }
@@ -145,6 +153,43 @@ pub(crate) unsafe extern "C" fn verbs_register_driver_34(ops: *const c_void) {
     guard("verbs_register_driver_34", (), || {
         crate::ffi::init_logging();
         log::debug!("a provider library registered its driver ops {ops:p}; ignored");
+    })
+}
+
+/// `__ioctl_final_num_attrs`: how many attributes an ioctl command a provider builds
+/// holds, its own and those of the buffers linked to it. Only the provider interface
+/// builds such commands (for `execute_ioctl`, which fails): the line on stderr, and the
+/// command's own count (`link` is not read).
+///
+/// # Safety
+///
+/// Any pointer; it is not read.
+pub(crate) unsafe extern "C" fn __ioctl_final_num_attrs(
+    num_attrs: u32,
+    _link: *const c_void,
+) -> u32 {
+    guard("__ioctl_final_num_attrs", num_attrs, || {
+        provider_only("__ioctl_final_num_attrs");
+        num_attrs
+    })
+}
+
+/// `ibv_read_ibdev_sysfs_file`: a file of a provider's device below
+/// /sys/class/infiniband (printf-style name; the variable arguments are not read). rnic
+/// has no provider devices there: -1, `errno` `EOPNOTSUPP`.
+///
+/// # Safety
+///
+/// Any pointers; they are not used.
+pub(crate) unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
+    _buf: *mut std::ffi::c_char,
+    _size: usize,
+    _sysfs_dev: *mut c_void,
+    _fnfmt: *const std::ffi::c_char,
+) -> c_int {
+    guard("ibv_read_ibdev_sysfs_file", -1, || {
+        set_errno(provider_only("ibv_read_ibdev_sysfs_file"));
+        -1
     })
 }
 
@@ -219,6 +264,18 @@ pub(crate) unsafe extern "C" fn ibv_copy_path_rec_from_kern(
 ) {
     guard("ibv_copy_path_rec_from_kern", (), || {
         provider_only("ibv_copy_path_rec_from_kern");
+    })
+}
+
+/// `ibv_copy_path_rec_to_kern`: the other way of [`ibv_copy_path_rec_from_kern`]; the
+/// destination (the kernel's `struct ib_user_path_rec`) is left alone.
+///
+/// # Safety
+///
+/// Any pointers; they are not used.
+pub(crate) unsafe extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _src: *const c_void) {
+    guard("ibv_copy_path_rec_to_kern", (), || {
+        provider_only("ibv_copy_path_rec_to_kern");
     })
 }
 
@@ -314,6 +371,14 @@ mod tests {
         unsafe {
             assert_eq!(ibv_cmd_create_qp_ex(), libc::EOPNOTSUPP);
             assert_eq!(execute_ioctl(), libc::EOPNOTSUPP);
+            assert_eq!(ibv_cmd_post_send(), libc::EOPNOTSUPP);
+            assert_eq!(__ioctl_final_num_attrs(3, std::ptr::null()), 3);
+            let mut buf = [0 as std::ffi::c_char; 8];
+            let r =
+                ibv_read_ibdev_sysfs_file(buf.as_mut_ptr(), 8, std::ptr::null_mut(), c"x".as_ptr());
+            assert_eq!(r, -1);
+            assert_eq!(*libc::__errno_location(), libc::EOPNOTSUPP);
+            ibv_copy_path_rec_to_kern(std::ptr::null_mut(), std::ptr::null());
             assert!(verbs_open_device().is_null());
             assert_eq!(*libc::__errno_location(), libc::EOPNOTSUPP);
             verbs_set_ops();

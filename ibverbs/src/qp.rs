@@ -669,6 +669,53 @@ pub(crate) unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_
     })
 }
 
+/// What rnic guarantees of the order in which the data of one work request of a QP
+/// reaches memory (`IBV_QUERY_QP_DATA_IN_ORDER_*` bits): nothing, for every QP type and
+/// operation, as Soft-RoCE answers. rnicd places a packet's payload with an ordinary
+/// `memcpy` (vm-memory's `write_slice`), whose stores the CPU may make visible in any
+/// order (glibc's copies of a few hundred bytes store the tail first), so even a
+/// 128-byte block can be seen half written; and the responses of an RDMA READ that
+/// arrive after a lost one are placed at once (docs/hardware-interface.md, *Lost READ
+/// response*). A reader must poll for the completion, not for the data's last byte.
+const DATA_IN_ORDER: c_int = 0;
+
+/// `ibv_query_qp_data_in_order`: whether the data of a work request of `op` on `qp`
+/// reaches memory in order (`flags` 0: 1 or 0), or which of the
+/// `IBV_QUERY_QP_DATA_IN_ORDER_*` guarantees hold
+/// (`IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS`): none on rnic ([`DATA_IN_ORDER`]). Unknown
+/// flags, and a pointer that is not a live QP, answer 0 (the function has no error
+/// return; rdma-core answers 0 for unknown flags too).
+///
+/// # Safety
+///
+/// Any pointer.
+pub(crate) unsafe extern "C" fn ibv_query_qp_data_in_order(
+    qp: *mut ibv_qp,
+    op: ibv_wr_opcode,
+    flags: u32,
+) -> c_int {
+    guard("ibv_query_qp_data_in_order", 0, || {
+        if flags & !IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS != 0 {
+            invalid(format_args!("ibv_query_qp_data_in_order flags {flags:#x}"));
+            return 0;
+        }
+        if lookup::<ibv_qp_ex, Qp>(qp.cast()).is_err() {
+            return 0;
+        }
+        log::debug!("QP {qp:p}: data of opcode {op} is not placed in order");
+        let mut caps = DATA_IN_ORDER;
+        // As rdma-core: a whole message in order is each 128-byte block in order too.
+        if caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG != 0 {
+            caps |= IBV_QUERY_QP_DATA_IN_ORDER_ALIGNED_128_BYTES;
+        }
+        if flags & IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS != 0 {
+            caps
+        } else {
+            caps & IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG
+        }
+    })
+}
+
 /// The attribute-mask bits rnic's device takes, which have ibverbs' values.
 const DEVICE_MASK: c_int = IBV_QP_STATE
     | IBV_QP_CUR_STATE
@@ -1343,6 +1390,8 @@ mod tests {
             assert!(ibv_qp_to_qp_ex(p).is_null());
             assert_eq!(ibv_destroy_qp(p), libc::EINVAL);
             assert_eq!(ibv_modify_qp(p, std::ptr::null_mut(), 0), libc::EINVAL);
+            assert_eq!(ibv_query_qp_data_in_order(p, IBV_WR_SEND, 0), 0);
+            assert_eq!(ibv_query_qp_data_in_order(std::ptr::null_mut(), 0, 1), 0);
         }
     }
 }
