@@ -96,9 +96,23 @@ impl Root {
     /// `functions`. It gets its own mount namespace with /proc mounted in the root
     /// (registering memory reads /proc/self/maps), which goes away with it.
     pub fn command(&self, functions: &[&str], program: &str, args: &[&str]) -> Command {
+        self.command_after("true", functions, program, args)
+    }
+
+    /// As [`Root::command`], with the shell commands `setup` run first in the command's
+    /// mount namespace (`$0` is the root's path; mounts made there go away with it).
+    pub fn command_after(
+        &self,
+        setup: &str,
+        functions: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> Command {
         let mut c = Command::new("unshare");
         c.args(["--mount", "--", "sh", "-c"])
-            .arg(r#"mount -t proc proc "$0/proc" && exec chroot "$@""#)
+            .arg(format!(
+                r#"mount -t proc proc "$0/proc" && {{ {setup}; }} && exec chroot "$@""#
+            ))
             .arg(&self.root)
             .arg(&self.root)
             .arg("env")
