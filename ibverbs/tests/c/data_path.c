@@ -30,15 +30,7 @@
 
 #include <infiniband/verbs.h>
 
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "FAIL line %d: %s: ", __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                            \
-			fprintf(stderr, " (errno %d)\n", errno);                 \
-			exit(2);                                                 \
-		}                                                                \
-	} while (0)
+#include "verbs_test.h"
 
 #define BUF 65536
 #define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
@@ -57,25 +49,6 @@ struct end {
 	struct ibv_mr *mr;
 	union ibv_gid gid;
 };
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* One completion from `cq` by ibv_poll_cq, within 10 s. */
-static struct ibv_wc poll_one(struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	double end = now() + 10;
-	int n;
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-		CHECK(now() < end, "no completion within 10 s");
-	CHECK(n == 1, "ibv_poll_cq returned %d", n);
-	return wc;
-}
 
 /* One completion from `cq` by the extended poll API, as an ibv_wc. */
 static struct ibv_wc poll_one_ex(struct ibv_cq_ex *cq)
@@ -100,14 +73,6 @@ static struct ibv_wc poll_one_ex(struct ibv_cq_ex *cq)
 	      (unsigned long)cq->wr_id, ibv_wc_status_str(cq->status), ibv_wc_read_opcode(cq));
 	ibv_end_poll(cq);
 	return wc;
-}
-
-static void expect(struct ibv_wc wc, uint64_t wr_id, enum ibv_wc_opcode op)
-{
-	CHECK(wc.status == IBV_WC_SUCCESS, "wr %lu: %s", (unsigned long)wc.wr_id,
-	      ibv_wc_status_str(wc.status));
-	CHECK(wc.wr_id == wr_id && wc.opcode == op, "wr %lu opcode %d, want %lu %d",
-	      (unsigned long)wc.wr_id, wc.opcode, (unsigned long)wr_id, op);
 }
 
 static void open_end(struct end *e, struct ibv_device *dev)
@@ -148,61 +113,6 @@ static void open_end(struct end *e, struct ibv_device *dev)
 	CHECK(qa.cap.max_send_wr >= 32 && qa.cap.max_inline_data >= 128, "caps back");
 	e->qpx = ibv_qp_to_qp_ex(e->qp);
 	CHECK(e->qpx && &e->qpx->qp_base == e->qp, "qp_to_qp_ex");
-}
-
-/* RESET -> INIT, every remote access allowed. */
-static void qp_to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS) == 0, "INIT");
-}
-
-/* INIT -> RTR, talking to QP `qpn` at `gid`, answering `max_dest_rd_atomic` READs and
- * atomics at once: ibv_modify_qp's answer. */
-static int qp_to_rtr(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid, int max_dest_rd_atomic)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qpn,
-		.rq_psn = 0x123, .max_dest_rd_atomic = max_dest_rd_atomic, .min_rnr_timer = 12,
-		.ah_attr = { .is_global = 1, .port_num = 1,
-			     .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } },
-	};
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			     IBV_QP_MIN_RNR_TIMER);
-}
-
-/* RTR -> RTS with `max_rd_atomic` READs and atomics in flight: ibv_modify_qp's answer. */
-static int qp_to_rts(struct ibv_qp *qp, int max_rd_atomic)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTS, .sq_psn = 0x123, .timeout = 14, .retry_cnt = 7,
-		.rnr_retry = 7, .max_rd_atomic = max_rd_atomic,
-	};
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-/* RESET -> INIT -> RTR -> RTS, talking to QP `qpn` at `gid`. */
-static void connect_qp(struct ibv_qp *qp, uint32_t qpn, union ibv_gid gid)
-{
-	qp_to_init(qp);
-	CHECK(qp_to_rtr(qp, qpn, gid, 4) == 0, "RTR");
-	CHECK(qp_to_rts(qp, 4) == 0, "RTS");
-	CHECK(qp->state == IBV_QPS_RTS, "qp->state follows");
-}
-
-static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *addr, uint32_t len,
-		      uint64_t wr_id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
 }
 
 /* Waits on the channel's fd with epoll for the armed CQ's event, takes and acks it. */
