@@ -13,31 +13,11 @@
 
 mod common;
 
-use std::process::Command;
-
-use rnic_tests::Rnicd;
-
 #[test]
 fn a_c_program_moves_data_through_every_verb() {
-    let rnicd = Rnicd::start(2, &[]);
-    let (dir, exe) = common::c_program("data_path");
-    let sockets = format!(
-        "{}:{}",
-        rnicd.socket("vf0").display(),
-        rnicd.socket("vf1").display()
-    );
-    let out = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("RNIC_VFIO_USER", &sockets)
-        .output()
-        .expect("run the program");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let steps: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .collect();
+    let run = common::run_c_program("data_path", 2);
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    let steps = run.steps();
     assert_eq!(
         steps,
         [
@@ -59,7 +39,7 @@ fn a_c_program_moves_data_through_every_verb() {
         "{stdout}\n{stderr}"
     );
     // vfio-user gives the library interrupts: the blocked wait used (almost) no CPU.
-    let (wall, cpu) = rnic_tests::ibv_tools::idle_wait(&stdout);
+    let (wall, cpu) = rnic_tests::ibv_tools::idle_wait(stdout);
     assert!(
         cpu < 0.1 * wall,
         "waiting {wall:.3} s for a completion event took {cpu:.3} s of CPU"

@@ -60,10 +60,7 @@ fn pyverbs_loads_every_module_and_drives_the_devices() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let steps: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .collect();
+    let steps = common::steps(&stdout);
     let step = |name: &str| {
         steps
             .iter()

@@ -11,32 +11,13 @@
 
 mod common;
 
-use std::process::Command;
-
 use rnic_tests::debian::{ibverbs_ref, require};
-use rnic_tests::Rnicd;
 
 #[test]
 fn rereg_data_in_order_and_imports_as_a_c_program_uses_them() {
-    let rnicd = Rnicd::start(2, &[]);
-    let (dir, exe) = common::c_program("more_verbs");
-    let sockets = format!(
-        "{}:{}",
-        rnicd.socket("vf0").display(),
-        rnicd.socket("vf1").display()
-    );
-    let out = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("RNIC_VFIO_USER", &sockets)
-        .output()
-        .expect("run the program");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let steps: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .collect();
+    let run = common::run_c_program("more_verbs", 2);
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    let steps = run.steps();
     assert_eq!(
         steps,
         ["data_in_order", "rereg", "imports", "old_keys", "done"],

@@ -77,11 +77,7 @@ static struct ibv_wc poll_one_ex(struct ibv_cq_ex *cq)
 
 static void open_end(struct end *e, struct ibv_device *dev)
 {
-	e->ctx = ibv_open_device(dev);
-	CHECK(e->ctx, "open %s", ibv_get_device_name(dev));
-	CHECK(ibv_query_gid(e->ctx, 1, 1, &e->gid) == 0, "query GID 1");
-	e->pd = ibv_alloc_pd(e->ctx);
-	CHECK(e->pd, "alloc_pd");
+	e->ctx = open_with_pd(dev, &e->gid, &e->pd);
 	e->ch = ibv_create_comp_channel(e->ctx);
 	CHECK(e->ch, "create_comp_channel");
 	struct ibv_cq_init_attr_ex ca = {
@@ -632,14 +628,11 @@ static void teardown(struct end *e)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n == 2, "two devices, got %d", n);
+	struct ibv_device **list = two_devices();
 	struct end a, b;
 	open_end(&a, list[0]);
 	open_end(&b, list[1]);
-	connect_qp(a.qp, b.qp->qp_num, b.gid);
-	connect_qp(b.qp, a.qp->qp_num, a.gid);
+	CONNECT_ENDS(a, b);
 	rc_steps(&a, &b);
 	ud_steps(&a, &b);
 	srq_steps(&a, &b);

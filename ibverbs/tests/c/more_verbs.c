@@ -32,11 +32,7 @@ struct end {
 
 static void open_end(struct end *e, struct ibv_device *dev)
 {
-	e->ctx = ibv_open_device(dev);
-	CHECK(e->ctx, "open %s", ibv_get_device_name(dev));
-	CHECK(ibv_query_gid(e->ctx, 1, 1, &e->gid) == 0, "query GID 1");
-	e->pd = ibv_alloc_pd(e->ctx);
-	CHECK(e->pd, "alloc_pd");
+	e->ctx = open_with_pd(dev, &e->gid, &e->pd);
 	e->cq = ibv_create_cq(e->ctx, 32, NULL, NULL, 0);
 	CHECK(e->cq, "create_cq");
 	struct ibv_qp_init_attr qa = {
@@ -199,14 +195,11 @@ static void imports(struct end *a, struct ibv_mr *a_mr, char *src, struct end *b
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n == 2, "two devices, got %d", n);
+	struct ibv_device **list = two_devices();
 	struct end a, b;
 	open_end(&a, list[0]);
 	open_end(&b, list[1]);
-	connect_qp(a.qp, b.qp->qp_num, b.gid);
-	connect_qp(b.qp, a.qp->qp_num, a.gid);
+	CONNECT_ENDS(a, b);
 	char *src = malloc(LEN);
 	CHECK(src, "malloc");
 	fill(src, LEN, 3);

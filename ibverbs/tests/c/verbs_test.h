@@ -108,4 +108,34 @@ static inline void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *addr, u
 	CHECK(ibv_post_recv(qp, &wr, &bad) == 0, "post_recv");
 }
 
+/* Opens `dev`, reads its GID 1 (the function's own, which rnic's packets carry) into
+ * `gid` and allocates a PD into `pd`. */
+static inline struct ibv_context *open_with_pd(struct ibv_device *dev, union ibv_gid *gid,
+					       struct ibv_pd **pd)
+{
+	struct ibv_context *ctx = ibv_open_device(dev);
+	CHECK(ctx, "open %s", ibv_get_device_name(dev));
+	CHECK(ibv_query_gid(ctx, 1, 1, gid) == 0, "query GID 1");
+	*pd = ibv_alloc_pd(ctx);
+	CHECK(*pd, "alloc_pd");
+	return ctx;
+}
+
+/* The device list, which must name two devices (two functions of one rnicd). */
+static inline struct ibv_device **two_devices(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n == 2, "two devices, got %d", n);
+	return list;
+}
+
+/* Connects the RC QPs of ends `a` and `b` (anything with a `qp` and its function's
+ * `gid`) to each other. */
+#define CONNECT_ENDS(a, b)                                          \
+	do {                                                        \
+		connect_qp((a).qp, (b).qp->qp_num, (b).gid);        \
+		connect_qp((b).qp, (a).qp->qp_num, (a).gid);        \
+	} while (0)
+
 #endif

@@ -40,6 +40,48 @@ pub fn c_program(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, exe)
 }
 
+/// What a C program of tests/c printed, having exited 0.
+pub struct CRun {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CRun {
+    /// The steps it passed: its `ok STEP` lines, in order.
+    pub fn steps(&self) -> Vec<&str> {
+        steps(&self.stdout)
+    }
+}
+
+/// The `ok STEP` lines of a test program's output, without the `ok `.
+pub fn steps(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect()
+}
+
+/// Runs tests/c/`name`.c (built by [`c_program`]) against a fresh rnicd with `vfs` VFs,
+/// every one of them in `RNIC_VFIO_USER`; it must exit 0.
+pub fn run_c_program(name: &str, vfs: u16) -> CRun {
+    let rnicd = Rnicd::start(vfs, &[]);
+    let (dir, exe) = c_program(name);
+    let sockets: Vec<String> = (0..vfs)
+        .map(|i| rnicd.socket(&format!("vf{i}")).display().to_string())
+        .collect();
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("RNIC_VFIO_USER", sockets.join(":"))
+        .output()
+        .expect("run the program");
+    let run = CRun {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(out.status.success(), "{}\n{}", run.stdout, run.stderr);
+    run
+}
+
 /// Debian's trixie root (qemu-scripts/setup.sh makes it) with an rnicd whose sockets,
 /// and a copy of the library, it reaches: where Debian's unmodified programs run against
 /// rnic.
