@@ -142,11 +142,7 @@ pub fn ops_seeds() -> Vec<Vec<u8>> {
         },
     };
     let cq_in_guard = CreateCqReq {
-        ring: PageList {
-            addr: crate::transport::IOVA_BASE,
-            count: 1,
-            page_shift: 12,
-        },
+        ring: PageList::flat(crate::transport::IOVA_BASE, 1),
         entries: 64,
         doorbell_page: 1,
     };

@@ -124,7 +124,11 @@ impl Pd {
             )));
         }
         let ctx = &self.inner.ctx();
-        let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
+        let pages = PageListBuf::new(
+            ctx.transport(),
+            &buf.pages()[covered_pages(offset, len)],
+            ctx.list_kinds(),
+        )?;
         let req = RegMrReq {
             pdn: self.inner.pdn(),
             access,
