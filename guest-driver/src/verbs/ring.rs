@@ -140,6 +140,10 @@ impl PageListBuf {
             tables.write(i * PAGE_SIZE as usize, &encode_page_list(entries));
         }
         let top = addrs[n - 1];
+        log::debug!(
+            "{}: {count} pages in a page table of {levels} levels ({n} table pages)",
+            t.describe()
+        );
         Ok(Self {
             _array: tables,
             list: PageList::table(top, count, levels),

@@ -111,7 +111,7 @@ pub fn page_addresses(list: &PageList, mem: &GuestMemoryMmap) -> Result<Vec<u64>
         let needed = u64::from(list.count).div_ceil(span) as usize;
         let mut next = Vec::with_capacity(needed);
         for (k, &table) in tables.iter().enumerate() {
-            let n = (needed - k * per_table).min(per_table);
+            let n = needed.saturating_sub(k * per_table).min(per_table);
             let entries = read_u64s(mem, table, n)?;
             if !aligned(&entries) {
                 return Err(PageListError::Invalid);
