@@ -90,7 +90,7 @@ fn check_fields(list: &PageList) -> Result<(), PageListError> {
 /// themselves. Reads `count` / 512 + `count` / 512² + … + 1 table pages at most.
 pub fn page_addresses(list: &PageList, mem: &GuestMemoryMmap) -> Result<Vec<u64>, PageListError> {
     check_fields(list)?;
-    let aligned = |entries: &[u64]| entries.iter().all(|p| p % PAGE_SIZE == 0);
+    let aligned = |entries: &[u64]| entries.iter().all(|p| p.is_multiple_of(PAGE_SIZE));
     if list.levels == 0 {
         let pages = read_u64s(mem, list.addr, list.count as usize)?;
         return if aligned(&pages) {
@@ -99,7 +99,7 @@ pub fn page_addresses(list: &PageList, mem: &GuestMemoryMmap) -> Result<Vec<u64>
             Err(PageListError::Invalid)
         };
     }
-    if list.addr % PAGE_SIZE != 0 {
+    if !list.addr.is_multiple_of(PAGE_SIZE) {
         return Err(PageListError::Invalid);
     }
     let per_table = PAGE_TABLE_ENTRIES as usize;
