@@ -9,15 +9,15 @@
 //! statuses of §7.3.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rnic_abi::cmd::{Opcode, Status};
 use rnic_abi::verbs::{ObjectResp, PageList, RegMrReq, MAX_PAGE_LIST};
 use rnic_driver::verbs::{
-    Mr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
+    Mr, SendWr, Sge, WcOpcode, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
-use rnic_tests::verbs_pair::{pair, pattern, poll_n, PairOptions, Side};
+use rnic_tests::verbs_checks::{assert_ok, one};
+use rnic_tests::verbs_pair::{pair, pattern, PairOptions, Side};
 use rnic_tests::Rnicd;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -47,15 +47,9 @@ fn run(side: &Side, wr_id: u64, op: WrOpcode, sge: Sge) {
             ..SendWr::default()
         })
         .expect("post");
-    let wcs = poll_n(&side.cq, 1, Duration::from_secs(60));
-    assert_eq!(wcs.len(), 1, "no completion for wr {wr_id}");
-    assert_eq!(
-        wcs[0].status,
-        Ok(WcStatus::Success),
-        "wr {wr_id}: {}",
-        wcs[0].status_str()
-    );
-    assert_eq!((wcs[0].wr_id, wcs[0].opcode), (wr_id, opcode));
+    let wc = one(&side.cq);
+    assert_ok(&wc);
+    assert_eq!((wc.wr_id, wc.opcode), (wr_id, opcode));
 }
 
 /// WRITEs `len` bytes at `from` of `a`'s region to `to` of `mr` (registered on the other
