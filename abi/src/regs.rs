@@ -179,6 +179,10 @@ pub const CAP_PIPELINED_REG: u64 = 1 << 14;
 pub const CAP_SHARED_SQ: u64 = 1 << 15;
 /// Sessions bound to UDP source ports, and multipath ([`crate::session`], ABI 1.4).
 pub const CAP_SESSIONS: u64 = 1 << 16;
+/// Page lists may be page tables of up to [`crate::verbs::MAX_PAGE_LEVELS`] levels
+/// ([`crate::verbs::PageList::levels`], ABI 1.6), so no page list needs memory the
+/// device sees as contiguous beyond one page.
+pub const CAP_PAGE_TABLES: u64 = 1 << 17;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

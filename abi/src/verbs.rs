@@ -335,23 +335,122 @@ pub mod event {
     pub const EVENT_COMPLETION: u8 = 0x80;
 }
 
-/// Where a ring or a memory region lives: an array of page addresses in driver memory.
+/// Where a ring or a memory region lives: the addresses of its pages in driver memory,
+/// as a flat array (`levels` 0) or as a page table (`levels` 1 to [`MAX_PAGE_LEVELS`],
+/// ABI 1.6, [`crate::regs::CAP_PAGE_TABLES`]).
+///
+/// A page table is made of 4 KiB table pages of [`PAGE_TABLE_ENTRIES`] little-endian u64
+/// entries. `addr` is the top table page; an entry of a level-*l* table page names a
+/// level-(*l*−1) table page, and an entry of a level-1 table page names a page of the
+/// buffer. Page `i` of the buffer is entry `i % 512` of level-1 table `i / 512`, level-1
+/// table `j` is entry `j % 512` of level-2 table `j / 512`, and so on: each level counts
+/// its table pages from 0 in the order of the level above. Only the entries that `count`
+/// needs are read; the rest of a table page is ignored. No table page need follow any
+/// other in device memory, so a list of any size needs no contiguous memory.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 #[repr(C)]
 pub struct PageList {
-    /// Device address of an array of `count` little-endian u64 page addresses. Each is
-    /// aligned to `1 << page_shift`.
+    /// `levels` 0: device address of an array of `count` little-endian u64 page
+    /// addresses, contiguous in device memory, of any alignment. Otherwise: device address
+    /// of the top table page, 4 KiB aligned.
     pub addr: u64,
-    /// Number of pages.
+    /// Number of pages of the buffer, 1 to [`MAX_PAGE_LIST`], at most
+    /// [`page_table_reach`]`(levels)`.
     pub count: u32,
-    /// log2 of the page size; 12 (4 KiB) is the only size rnic 1.x accepts.
-    pub page_shift: u32,
+    /// log2 of the page size; 12 (4 KiB) is the only size rnic 1.x accepts. (Before ABI
+    /// 1.6 this was a u32 with `levels` and `reserved` its upper bytes, which had to be 0:
+    /// a flat list has the same bytes as before.)
+    pub page_shift: u8,
+    /// Levels of table pages between `addr` and the pages: 0 (a flat array) to
+    /// [`MAX_PAGE_LEVELS`].
+    pub levels: u8,
+    /// Must be 0.
+    pub reserved: u16,
+}
+
+/// log2 of the only page size of a [`PageList`]: 4 KiB ([`crate::PAGE_SIZE`]).
+pub const PAGE_SHIFT: u8 = 12;
+
+impl PageList {
+    /// A flat array of `count` 4 KiB page addresses at device address `addr`.
+    pub const fn flat(addr: u64, count: u32) -> Self {
+        Self {
+            addr,
+            count,
+            page_shift: PAGE_SHIFT,
+            levels: 0,
+            reserved: 0,
+        }
+    }
+
+    /// A page table of `levels` levels whose top table page is at device address `addr`,
+    /// naming `count` 4 KiB pages.
+    pub const fn table(addr: u64, count: u32, levels: u8) -> Self {
+        Self {
+            addr,
+            count,
+            page_shift: PAGE_SHIFT,
+            levels,
+            reserved: 0,
+        }
+    }
 }
 
 /// Largest number of pages one [`PageList`] may name.
 pub const MAX_PAGE_LIST: u32 = 1 << 20;
+
+/// Entries of one table page of a [`PageList`] with `levels` > 0: a 4 KiB page of u64s.
+pub const PAGE_TABLE_ENTRIES: u32 = 512;
+
+/// Deepest page table a [`PageList`] may be: three levels reach 512^3 pages, more than
+/// [`MAX_PAGE_LIST`]; two reach 262144 (1 GiB).
+pub const MAX_PAGE_LEVELS: u8 = 3;
+
+/// How many pages a [`PageList`] of `levels` levels can name: 512^`levels` for a page
+/// table, [`MAX_PAGE_LIST`] for a flat array (0), and never more than [`MAX_PAGE_LIST`].
+pub const fn page_table_reach(levels: u8) -> u32 {
+    let mut reach: u64 = 1;
+    let mut l = 0;
+    if levels == 0 {
+        return MAX_PAGE_LIST;
+    }
+    while l < levels && reach < MAX_PAGE_LIST as u64 {
+        reach *= PAGE_TABLE_ENTRIES as u64;
+        l += 1;
+    }
+    if reach > MAX_PAGE_LIST as u64 {
+        MAX_PAGE_LIST
+    } else {
+        reach as u32
+    }
+}
+
+/// The fewest page-table levels (1 to [`MAX_PAGE_LEVELS`]) that name `count` pages, or
+/// `None` if `count` is 0 or more than [`MAX_PAGE_LIST`].
+pub const fn page_table_levels(count: u32) -> Option<u8> {
+    if count == 0 || count > MAX_PAGE_LIST {
+        return None;
+    }
+    let mut levels = 1;
+    while page_table_reach(levels) < count {
+        levels += 1;
+    }
+    Some(levels)
+}
+
+/// Table pages at level `level` (1 = the lowest) of a page table naming `count` pages:
+/// one entry per page (level 1) or per table page of the level below, 512 to a page.
+pub const fn page_tables_at(count: u32, level: u8) -> u32 {
+    let mut n = count;
+    let mut l = 0;
+    while l < level {
+        n = n.div_ceil(PAGE_TABLE_ENTRIES);
+        l += 1;
+    }
+    n
+}
 
 /// Doorbell placement of a queue the device created: slot `slot` of doorbell page `page`
 /// (see `crate::doorbell::slot_offset`).
@@ -790,6 +889,43 @@ mod tests {
         assert_eq!(size_of::<Sge>(), 16);
         assert_eq!(size_of::<PageList>(), 16);
         assert_eq!(size_of::<QpAttr>(), 52);
+    }
+
+    #[test]
+    fn a_flat_page_list_has_the_bytes_of_abi_1_5() {
+        // Before 1.6, bytes 12..16 were `page_shift: u32` = 12.
+        let list = PageList::flat(0x1122_3344_5566_7000, 3);
+        let mut old = [0u8; 16];
+        old[..8].copy_from_slice(&0x1122_3344_5566_7000u64.to_le_bytes());
+        old[8..12].copy_from_slice(&3u32.to_le_bytes());
+        old[12..].copy_from_slice(&12u32.to_le_bytes());
+        assert_eq!(list.as_bytes(), &old[..]);
+        let two = PageList::table(0x1122_3344_5566_7000, 3, 2);
+        assert_eq!(&two.as_bytes()[12..], &[12, 2, 0, 0]);
+    }
+
+    #[test]
+    fn page_table_geometry() {
+        assert_eq!(page_table_reach(0), MAX_PAGE_LIST);
+        assert_eq!(page_table_reach(1), 512);
+        assert_eq!(page_table_reach(2), 262144);
+        assert_eq!(page_table_reach(3), MAX_PAGE_LIST);
+        assert_eq!(page_table_reach(200), MAX_PAGE_LIST);
+        assert_eq!(page_table_levels(0), None);
+        assert_eq!(page_table_levels(1), Some(1));
+        assert_eq!(page_table_levels(512), Some(1));
+        assert_eq!(page_table_levels(513), Some(2));
+        assert_eq!(page_table_levels(262144), Some(2));
+        assert_eq!(page_table_levels(262145), Some(3));
+        assert_eq!(page_table_levels(MAX_PAGE_LIST), Some(MAX_PAGE_LEVELS));
+        assert_eq!(page_table_levels(MAX_PAGE_LIST + 1), None);
+        // 16 MiB: 4096 pages in 8 level-1 tables under one level-2 table.
+        assert_eq!(page_tables_at(4096, 0), 4096);
+        assert_eq!(page_tables_at(4096, 1), 8);
+        assert_eq!(page_tables_at(4096, 2), 1);
+        assert_eq!(page_tables_at(513, 1), 2);
+        assert_eq!(page_tables_at(MAX_PAGE_LIST, 2), 4);
+        assert_eq!(page_tables_at(MAX_PAGE_LIST, 3), 1);
     }
 
     #[test]

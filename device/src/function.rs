@@ -1163,7 +1163,8 @@ mod tests {
             | CAP_WQE_MMIO
             | CAP_PIPELINED_REG
             | CAP_SHARED_SQ
-            | CAP_SESSIONS;
+            | CAP_SESSIONS
+            | CAP_PAGE_TABLES;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -85,6 +85,7 @@ impl Identity {
                 | CAP_PIPELINED_REG
                 | CAP_SHARED_SQ
                 | CAP_SESSIONS
+                | CAP_PAGE_TABLES
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
@@ -98,7 +99,9 @@ impl Identity {
                 max_qp_init_rd_atom: 16,
                 max_inline_data: 256,
                 max_mr_size: 1 << 32,
-                max_mr_pages: 1 << 18,
+                // As many pages as any one page list names: a region of
+                // `max_mr_size` at a page-aligned iova.
+                max_mr_pages: rnic_abi::verbs::MAX_PAGE_LIST,
                 doorbell_pages: doorbell::PAGES,
                 msix_vectors: u32::from(pci::MSIX_VECTORS),
                 cmdq_max_size: u32::from(rnic_abi::cmd::CMDQ_MAX_SIZE),

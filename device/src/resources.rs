@@ -120,8 +120,8 @@ pub const DEFAULT_SHARE: Quota = Quota {
     cqs: 256,
     mrs: 1024,
     pds: 256,
-    // 1 GiB of 4 KiB pages.
-    mr_pages: 1 << 18,
+    // 4 GiB of 4 KiB pages: one region of `max_mr_size`.
+    mr_pages: 1 << 20,
     doorbell_pages: rnic_abi::doorbell::PAGES,
     dma_windows: 0,
     dma_pages: 0,

@@ -244,6 +244,21 @@ mod tests {
     }
 
     #[test]
+    fn re_registering_b_s_region_through_its_list_read_as_page_tables_changes_no_memory() {
+        // Seeds 19 to 21: REG_MR of B's writable MR through its flat list, and through the
+        // same page read as a one-level and a two-level page table.
+        let seeds = crate::seeds::ops_seeds();
+        let mut world = World::build(Mode::Fuzz);
+        for seed in &seeds[19..22] {
+            let fx = run(&world, &records(seed, 64));
+            assert!(fx.b_commands && !fx.b_queue_touched && !fx.admin);
+        }
+        world.bench.settle(8);
+        world.check();
+        world.check_bystander_counters();
+    }
+
+    #[test]
     fn breaking_b_s_queue_stops_commands_to_it_and_admin_commands_are_answered() {
         let seeds = crate::seeds::ops_seeds();
         let world = World::build(Mode::Fuzz);

@@ -93,14 +93,17 @@ pub fn eth_seeds() -> Vec<Vec<u8>> {
 /// MR under a READ, an SRQ under a QP), creations naming another function's numbers,
 /// register sweeps, a reset, the command queue stopped, bus mastering off, an FLR,
 /// doorbells rung through messages, admin commands that disable, reset, take the link of
-/// and move a QP out of B.
+/// and move a QP out of B; B's writable MR registered again through its own page list,
+/// flat and read as page tables of one and two levels.
 pub fn ops_seeds() -> Vec<Vec<u8>> {
     use rnic_abi::admin::{MemberReq, SetLinkReq, SetNumVfsReq, LINK_DOWN};
     use rnic_abi::cmd::Opcode;
     use rnic_abi::migration::MigrateQpReq;
     use rnic_abi::pci::cfg;
     use rnic_abi::regs;
-    use rnic_abi::verbs::{attr, CreateCqReq, ModifyQpReq, ObjectReq, PageList, QpAttr, QpState};
+    use rnic_abi::verbs::{
+        attr, CreateCqReq, ModifyQpReq, ObjectReq, PageList, QpAttr, QpState, RegMrReq,
+    };
     use zerocopy::IntoBytes;
 
     use crate::ops::{op, Op};
@@ -110,6 +113,24 @@ pub fn ops_seeds() -> Vec<Vec<u8>> {
     let qpns = world.qpns();
     let (qb, qb2, qa) = (qpns[&B][0], qpns[&B][1], qpns[&A][0]);
     let mr_b = world.sides[B].mrs[0].lkey();
+    // B's writable MR again, through the page list it was registered with: its flat
+    // array starts a page, so the same page read as a one-level table names the same
+    // pages; as a two-level table its entries name table pages of region bytes.
+    let (b_mr, b_pdn) = (&world.sides[B].mrs[0], world.sides[B].pd.pdn());
+    let rereg = |pages: PageList| RegMrReq {
+        pdn: b_pdn,
+        access: rnic_abi::verbs::ACCESS_LOCAL_WRITE,
+        iova: b_mr.iova(),
+        length: b_mr.len() as u64,
+        pages,
+    };
+    let flat = b_mr.page_list();
+    let rereg_lists = [
+        flat,
+        PageList::table(flat.addr, flat.count, 1),
+        PageList::table(flat.addr, flat.count, 2),
+    ]
+    .map(rereg);
     let srq = world.sides[B].srq.as_ref().map_or(0, |s| s.srqn());
     let cq_a = world.sides[A].cq.cqn();
     drop(world);
@@ -142,11 +163,7 @@ pub fn ops_seeds() -> Vec<Vec<u8>> {
         },
     };
     let cq_in_guard = CreateCqReq {
-        ring: PageList {
-            addr: crate::transport::IOVA_BASE,
-            count: 1,
-            page_shift: 12,
-        },
+        ring: PageList::flat(crate::transport::IOVA_BASE, 1),
         entries: 64,
         doorbell_page: 1,
     };
@@ -276,6 +293,11 @@ pub fn ops_seeds() -> Vec<Vec<u8>> {
         ]
         .concat(),
     ];
+    seeds.extend(
+        rereg_lists
+            .iter()
+            .map(|r| [command(Opcode::RegMr, r.as_bytes()), step.clone()].concat()),
+    );
     // Doorbells rung through region writes: every slot of B's first verbs page.
     seeds.push(
         (0..64u32)

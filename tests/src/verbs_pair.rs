@@ -45,6 +45,9 @@ pub struct PairOptions {
     pub min_rnr_timer: u8,
     /// READs and atomics each requester keeps outstanding at once.
     pub max_rd_atomic: u8,
+    /// Scattered DMA memory ([`rnic_driver::transport::vfio_user::VfioUserOptions::scatter`]):
+    /// no page of a buffer follows the one before it in device memory.
+    pub scatter: bool,
 }
 
 impl Side {
@@ -81,6 +84,7 @@ impl Default for PairOptions {
             rnr_retry: 7,
             min_rnr_timer: 1,
             max_rd_atomic: 16,
+            scatter: false,
         }
     }
 }
@@ -91,6 +95,7 @@ pub fn side(socket: &std::path::Path, o: &PairOptions) -> Side {
         socket,
         &rnic_driver::transport::vfio_user::VfioUserOptions {
             memory: o.buf_len * 2 + (16 << 20),
+            scatter: o.scatter,
             ..Default::default()
         },
     )

@@ -945,11 +945,7 @@ fn a_vf_cannot_register_memory_its_client_did_not_map() {
         access: verbs::ACCESS_LOCAL_WRITE,
         iova: 0,
         length: 4096,
-        pages: PageList {
-            addr: list.device_addr(0),
-            count: 1,
-            page_shift: 12,
-        },
+        pages: PageList::flat(list.device_addr(0), 1),
     };
     let c = a
         .raw_command(Opcode::RegMr as u16, req.as_bytes(), 8)

@@ -148,14 +148,7 @@ fn page_list(a: &Side, pages: &[u64]) -> (DmaBuffer, PageList) {
         .expect("page list");
     array.write(0, &bytes);
     let addr = array.device_addr(0);
-    (
-        array,
-        PageList {
-            addr,
-            count: pages.len() as u32,
-            page_shift: 12,
-        },
-    )
+    (array, PageList::flat(addr, pages.len() as u32))
 }
 
 /// Releases a reserved key (DEREG_MR).
@@ -190,11 +183,7 @@ fn a_failed_registration_fails_the_waiting_write_and_nothing_else() {
         let data = pattern(2000, 5);
         let (buf, key) = write_with_pending_key(a, b, &ctrl, &data);
         // A page list the device cannot reach: the registration fails.
-        let unreachable = PageList {
-            addr: 0x7fff_0000_0000,
-            count: 1,
-            page_shift: 12,
-        };
+        let unreachable = PageList::flat(0x7fff_0000_0000, 1);
         ctrl.post_raw(&reg_wqe(7, key, &buf, data.len(), unreachable))
             .expect("post the registration");
         expect_reg(&ctrl_cq, &ctrl, 7, key, WcStatus::LocProtErr);

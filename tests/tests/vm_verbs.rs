@@ -9,6 +9,9 @@
 //!   `ibv_srq_pingpong` run between two VFs of one guest, between two guests (a VF each,
 //!   the TCP rendezvous on a second Ethernet segment), and against a Soft-RoCE guest in
 //!   both roles (rnicd's Ethernet port and the rxe guest's eth0 on one QEMU segment);
+//! - between two VFs of one guest, `ib_write_bw -s 8388608` and `ibv_rc_pingpong -s
+//!   16777216` register 16 MiB regions, which the library describes with page tables (the
+//!   page map's pages are not contiguous; docs/hardware-interface.md §7.3);
 //! - in a guest with a virtual IOMMU (`boot.sh --verbs --iommu`) the library binds the
 //!   functions to vfio-pci and runs the same verbs through VFIO, and a blocked
 //!   `ibv_get_cq_event` uses no CPU (MSI-X eventfds);
@@ -164,6 +167,32 @@ const PERFTEST: [Run; 12] = [
     bw("read-bw-4qps", "ib_read_bw", 4, 65536.0, 1000.0),
     bw("send-bw-4qps", "ib_send_bw", 4, 65536.0, 1000.0),
     bw("atomic-bw-4qps", "ib_atomic_bw", 4, 8.0, 1000.0),
+];
+
+/// Regions of 16 MiB, which without an IOMMU (the page map's guest-physical pages, not
+/// contiguous) the library registers with page tables (docs/hardware-interface.md §7.3):
+/// `ib_write_bw -s 8388608` registers twice its message size, as `-a` does for its
+/// largest message (before page tables it failed at once: "a page list of 4096 pages
+/// needs 32768 device-contiguous bytes"), and `ibv_rc_pingpong -s 16777216` one buffer
+/// of that size at each end. Few iterations: a TCG guest touches every byte of them.
+const LARGE_REGIONS: [Run; 2] = [
+    Run {
+        label: "write-bw-8m",
+        program: "ib_write_bw",
+        args: "-F -s 8388608 -n 20",
+        check: Check::Perftest {
+            bytes: 8388608.0,
+            iters: 20.0,
+            qps: 1,
+            figure: 4,
+        },
+    },
+    pingpong(
+        "rc-16m",
+        "ibv_rc_pingpong",
+        "-s 16777216 -n 10",
+        (16777216, 10, 1),
+    ),
 ];
 
 /// perftest against Soft-RoCE: the default message sizes, but 200 iterations (per QP)
@@ -586,7 +615,17 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
         runs: &PINGPONGS,
         setting: DEFAULTS,
     };
-    let body = phase.both(RNIC_0, rnic_1);
+    // Then 16 MiB regions, which need page tables on this transport.
+    let large = Phase {
+        name: "large",
+        runs: &LARGE_REGIONS,
+        setting: DEFAULTS,
+    };
+    let body = format!(
+        "{}{}",
+        phase.both(RNIC_0, rnic_1),
+        large.both(RNIC_0, rnic_1)
+    );
     let guest = Boot::verbs()
         .socket_dir(&rnicd.socket_dir())
         .vf(0)
@@ -595,6 +634,7 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
         .spawn(&script(&body));
     let runs = tool_runs(&console_of("verbs guest", guest));
     phase.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
+    large.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
     eprintln!("done after {:?}", started.elapsed());
 }
 

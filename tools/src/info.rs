@@ -62,6 +62,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_PIPELINED_REG, "pipelined-reg"),
     (regs::CAP_SHARED_SQ, "shared-sq"),
     (regs::CAP_SESSIONS, "sessions"),
+    (regs::CAP_PAGE_TABLES, "page-tables"),
 ];
 
 impl Report {

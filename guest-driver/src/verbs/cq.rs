@@ -188,7 +188,7 @@ impl Cq {
     pub(crate) fn create(ctx: &Arc<ContextInner>, entries: u32) -> Result<Cq> {
         let entries = ring::ring_entries(entries, 2)?;
         let t = ctx.transport();
-        let ring = Ring::new(t, entries, size_of::<Cqe>() as u32)?;
+        let ring = Ring::new(t, entries, size_of::<Cqe>() as u32, ctx.list_kinds())?;
         let resp: CreateCqResp = ctx.with_doorbell_page(|doorbell_page| {
             let req = CreateCqReq {
                 ring: ring.page_list(),

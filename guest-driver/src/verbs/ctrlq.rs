@@ -64,7 +64,7 @@ impl Pd {
         }
         let entries = ring::ring_entries(entries, 1)?;
         let t = ctx.transport();
-        let ring = Ring::new(t, entries, CTRL_WQE_STRIDE)?;
+        let ring = Ring::new(t, entries, CTRL_WQE_STRIDE, ctx.list_kinds())?;
         let req = CreateCtrlqReq {
             entries,
             cqn: cq.cqn(),
@@ -166,7 +166,11 @@ impl CtrlQueue {
             )));
         }
         let ctx = self.pd.ctx();
-        let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
+        let pages = PageListBuf::new(
+            ctx.transport(),
+            &buf.pages()[covered_pages(offset, len)],
+            ctx.list_kinds(),
+        )?;
         let key = self.reserve_key()?;
         let iova = buf.device_addr(offset);
         let wqe = CtrlWqe {

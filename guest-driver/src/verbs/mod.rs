@@ -71,7 +71,7 @@ pub use shared_sq::SharedSq;
 pub use srq::Srq;
 pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
-use ring::{Doorbells, Ring};
+use ring::{Doorbells, ListKinds, Ring};
 
 /// The first doorbell page that objects of a context ask for (page 0 belongs to the
 /// command queue); objects spill to the pages after it when it is full.
@@ -261,7 +261,12 @@ impl Context {
         };
 
         let eq_entries = eq_entries(attr.limits.max_cqe);
-        let eq_ring = Ring::new(t, eq_entries, size_of::<Eqe>() as u32)?;
+        let eq_ring = Ring::new(
+            t,
+            eq_entries,
+            size_of::<Eqe>() as u32,
+            ListKinds::of(attr.caps),
+        )?;
         let req = CreateEqReq {
             ring: eq_ring.page_list(),
             entries: eq_entries,
@@ -451,6 +456,11 @@ impl ContextInner {
 
     pub(crate) fn doorbells(&self) -> &Doorbells {
         &self.doorbells
+    }
+
+    /// The kinds of page list the device takes.
+    pub(crate) fn list_kinds(&self) -> ListKinds {
+        ListKinds::of(self.attr.caps)
     }
 
     /// Sends a command whose response is an `R`.

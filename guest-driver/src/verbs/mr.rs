@@ -4,7 +4,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rnic_abi::cmd::Opcode;
-use rnic_abi::verbs::{ObjectResp, RegMrReq, RegMrResp, Sge};
+use rnic_abi::verbs::{ObjectResp, PageList, RegMrReq, RegMrResp, Sge};
 use zerocopy::IntoBytes;
 
 use super::ring::{covered_pages, PageListBuf};
@@ -124,7 +124,11 @@ impl Pd {
             )));
         }
         let ctx = &self.inner.ctx();
-        let pages = PageListBuf::new(ctx.transport(), &buf.pages()[covered_pages(offset, len)])?;
+        let pages = PageListBuf::new(
+            ctx.transport(),
+            &buf.pages()[covered_pages(offset, len)],
+            ctx.list_kinds(),
+        )?;
         let req = RegMrReq {
             pdn: self.inner.pdn(),
             access,
@@ -235,6 +239,12 @@ impl Mr {
     /// The `ACCESS_*` flags it was registered with.
     pub fn access(&self) -> u32 {
         self.access
+    }
+
+    /// The page list the region was registered with: a flat array, or a page table where
+    /// a flat array would not have been contiguous for the device (§7.3).
+    pub fn page_list(&self) -> PageList {
+        self.pages.list()
     }
 
     /// The PD's number.

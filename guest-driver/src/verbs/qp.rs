@@ -611,12 +611,14 @@ impl Pd {
             ..caps
         };
         let t = ctx.transport();
+        let kinds = ctx.list_kinds();
         let sq_ring = Ring::new(
             t,
             caps.max_send_wr,
             sq_stride(caps.max_send_sge, caps.max_inline_data),
+            kinds,
         )?;
-        let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge))?;
+        let rq_ring = Ring::new(t, caps.max_recv_wr, rq_stride(caps.max_recv_sge), kinds)?;
         // On an SRQ the device gets no receive queue (the driver keeps a one-entry ring it
         // never uses, so that every QP has the same shape).
         let own_rq = srq.is_none();

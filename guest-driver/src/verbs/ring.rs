@@ -10,14 +10,14 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Mutex;
 
 use rnic_abi::doorbell::{self, NOTIFY_REQUEST, RUNG_BITMAP, SLOTS};
-use rnic_abi::verbs::{owner_phase, DoorbellSlot, PageList, MAX_PAGE_LIST};
+use rnic_abi::verbs::{
+    owner_phase, page_table_levels, page_tables_at, DoorbellSlot, PageList, MAX_PAGE_LIST,
+    PAGE_TABLE_ENTRIES,
+};
 use rnic_abi::{regs, PAGE_SIZE};
 
 use crate::error::{Error, Result};
 use crate::transport::{DmaBuffer, Transport};
-
-/// log2 of [`PAGE_SIZE`], the only page size rnic 1.x accepts in a [`PageList`].
-pub(crate) const PAGE_SHIFT: u32 = PAGE_SIZE.trailing_zeros();
 
 /// Indexes into the pages of a buffer that hold bytes `offset..offset + len` (`len > 0`).
 pub(crate) fn covered_pages(offset: usize, len: usize) -> Range<usize> {
@@ -31,20 +31,66 @@ pub(crate) fn encode_page_list(pages: &[u64]) -> Vec<u8> {
     pages.iter().flat_map(|p| p.to_le_bytes()).collect()
 }
 
-/// A page-list array in DMA memory and the [`PageList`] that names it.
+/// The table pages of a page table of `levels` levels naming `pages`, and where each
+/// goes: `tables[i]` is the device address of table page *i*, the lowest level's pages
+/// first and the top one last (`rnic_abi::verbs::page_tables_at` of each level in all).
+/// Returns the entries of each table page, in the order of `tables`.
+pub(crate) fn page_table_entries(pages: &[u64], levels: u8, tables: &[u64]) -> Vec<Vec<u64>> {
+    let per_table = PAGE_TABLE_ENTRIES as usize;
+    let mut out = Vec::with_capacity(tables.len());
+    // What the level being filled names: the pages, then the table pages of the level
+    // below.
+    let mut named: &[u64] = pages;
+    let mut first = 0;
+    for _ in 0..levels {
+        let n = named.len().div_ceil(per_table);
+        out.extend(named.chunks(per_table).map(<[u64]>::to_vec));
+        named = tables.get(first..first + n).unwrap_or_default();
+        first += n;
+    }
+    out
+}
+
+/// How a driver may describe memory to a device: which kinds of [`PageList`] it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListKinds {
+    /// Flat arrays only (a device without `CAP_PAGE_TABLES`).
+    Flat,
+    /// Flat arrays and page tables (`CAP_PAGE_TABLES`, ABI 1.6).
+    Tables,
+}
+
+impl ListKinds {
+    /// What a device of capabilities `caps` takes.
+    pub(crate) fn of(caps: u64) -> Self {
+        if caps & regs::CAP_PAGE_TABLES != 0 {
+            Self::Tables
+        } else {
+            Self::Flat
+        }
+    }
+}
+
+/// A page list in DMA memory (a flat array, or the table pages of a page table) and the
+/// [`PageList`] that names it.
 ///
 /// Kept alive as long as the object it describes: the ABI does not promise that the device
-/// reads the array only while the creating command runs.
+/// reads the list only while the creating command runs.
 #[derive(Debug)]
 pub(crate) struct PageListBuf {
-    /// The array itself, held so its memory lives exactly as long as this value.
+    /// The array or the table pages, held so their memory lives exactly as long as this
+    /// value.
     _array: DmaBuffer,
     list: PageList,
 }
 
 impl PageListBuf {
-    /// Writes `pages` into fresh DMA memory.
-    pub(crate) fn new(t: &dyn Transport, pages: &[u64]) -> Result<Self> {
+    /// Writes `pages` into fresh DMA memory: as a flat array when the memory the
+    /// transport gives is contiguous for the device (always up to 512 pages, one page of
+    /// array), else as a page table of as few levels as hold them, whose table pages may
+    /// lie anywhere: what lets a VM without an IOMMU (guest-physical pages from the page
+    /// map) register a region of any size.
+    pub(crate) fn new(t: &dyn Transport, pages: &[u64], kinds: ListKinds) -> Result<Self> {
         let count = u32::try_from(pages.len())
             .ok()
             .filter(|&c| (1..=MAX_PAGE_LIST).contains(&c))
@@ -61,23 +107,46 @@ impl PageListBuf {
         }
         let bytes = encode_page_list(pages);
         let array = t.alloc_dma(bytes.len())?;
-        // The device reads the array as one range of device addresses. One page always is;
-        // a longer array (more than 512 pages, 2 MiB described) needs memory the device
-        // sees as contiguous, which a VM without hugepages may not have.
-        let addr = array.contiguous().ok_or_else(|| {
-            Error::NoDmaMemory(format!(
-                "a page list of {count} pages needs {} device-contiguous bytes; reserve hugepages or register smaller regions",
+        // The device reads a flat array as one range of device addresses. One page always
+        // is; a longer array (more than 512 pages, 2 MiB described) needs memory the
+        // device sees as contiguous, which a VM without an IOMMU or hugepages rarely has.
+        if let Some(addr) = array.contiguous() {
+            array.write(0, &bytes);
+            return Ok(Self {
+                _array: array,
+                list: PageList::flat(addr, count),
+            });
+        }
+        drop(array);
+        if kinds == ListKinds::Flat {
+            return Err(Error::NoDmaMemory(format!(
+                "a page list of {count} pages needs {} device-contiguous bytes on a device without page tables (CAP_PAGE_TABLES, ABI 1.6); reserve hugepages or register smaller regions",
                 bytes.len()
-            ))
-        })?;
-        array.write(0, &bytes);
+            )));
+        }
+        Self::table(t, pages, count)
+    }
+
+    /// `pages` (`count` of them) as a page table.
+    fn table(t: &dyn Transport, pages: &[u64], count: u32) -> Result<Self> {
+        let levels = page_table_levels(count)
+            .ok_or_else(|| super::invalid(format!("{count} pages in one page list")))?;
+        let n: usize = (1..=levels)
+            .map(|l| page_tables_at(count, l) as usize)
+            .sum();
+        let tables = t.alloc_dma(n * PAGE_SIZE as usize)?;
+        let addrs = &tables.pages()[..n];
+        for (i, entries) in page_table_entries(pages, levels, addrs).iter().enumerate() {
+            tables.write(i * PAGE_SIZE as usize, &encode_page_list(entries));
+        }
+        let top = addrs[n - 1];
+        log::debug!(
+            "{}: {count} pages in a page table of {levels} levels ({n} table pages)",
+            t.describe()
+        );
         Ok(Self {
-            _array: array,
-            list: PageList {
-                addr,
-                count,
-                page_shift: PAGE_SHIFT,
-            },
+            _array: tables,
+            list: PageList::table(top, count, levels),
         })
     }
 
@@ -97,12 +166,18 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    /// Allocates a zeroed ring (zero owner bits are what the phase protocol starts from).
-    pub(crate) fn new(t: &dyn Transport, entries: u32, stride: u32) -> Result<Self> {
+    /// Allocates a zeroed ring (zero owner bits are what the phase protocol starts from),
+    /// described in a page list of `kinds`.
+    pub(crate) fn new(
+        t: &dyn Transport,
+        entries: u32,
+        stride: u32,
+        kinds: ListKinds,
+    ) -> Result<Self> {
         let bytes = ring_bytes(entries, stride)?;
         let buf = t.alloc_dma(bytes)?;
         let needed = bytes.div_ceil(PAGE_SIZE as usize);
-        let pages = PageListBuf::new(t, &buf.pages()[..needed])?;
+        let pages = PageListBuf::new(t, &buf.pages()[..needed], kinds)?;
         Ok(Self {
             buf,
             entries,
@@ -280,6 +355,208 @@ pub(crate) fn bitmap_position(slot: u32) -> (u64, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::{DmaRelease, MappedBar};
+    use std::collections::HashMap;
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+
+    /// A transport that only allocates DMA memory: heap memory whose pages the "device"
+    /// reaches at made-up addresses, contiguous or scattered (every page 64 KiB below the
+    /// one before), recorded so a test can walk what the driver wrote as the device does.
+    struct FakeDma {
+        scattered: bool,
+        next: std::sync::Mutex<u64>,
+        /// Device address of each page handed out, and where the driver sees it.
+        seen: std::sync::Mutex<HashMap<u64, usize>>,
+    }
+
+    struct FreeHeap;
+
+    impl DmaRelease for FreeHeap {
+        fn release(&self, ptr: NonNull<u8>, len: usize, _pages: &[u64]) {
+            let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+            // SAFETY: allocated in `alloc_dma` with this layout, released once.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        }
+    }
+
+    impl FakeDma {
+        fn new(scattered: bool) -> Self {
+            Self {
+                scattered,
+                next: std::sync::Mutex::new(0x40_0000_0000),
+                seen: Default::default(),
+            }
+        }
+
+        /// The u64 at device address `addr` (which must lie in memory handed out).
+        fn read(&self, addr: u64) -> u64 {
+            let page = addr & !(PAGE_SIZE - 1);
+            let ptr = self.seen.lock().unwrap()[&page] + (addr - page) as usize;
+            // SAFETY: an 8-byte aligned address inside a live allocation of a test.
+            unsafe { (ptr as *const u64).read_volatile() }
+        }
+
+        /// What the device would read from `list`: the walk of §7.3.
+        fn walk(&self, list: PageList) -> Vec<u64> {
+            if list.levels == 0 {
+                return (0..u64::from(list.count))
+                    .map(|i| self.read(list.addr + 8 * i))
+                    .collect();
+            }
+            assert_eq!(list.addr % PAGE_SIZE, 0);
+            let mut tables = vec![list.addr];
+            for level in (1..=list.levels).rev() {
+                let span = 512u64.pow(u32::from(level) - 1);
+                let needed = u64::from(list.count).div_ceil(span);
+                tables = (0..needed)
+                    .map(|i| self.read(tables[(i / 512) as usize] + 8 * (i % 512)))
+                    .collect();
+            }
+            tables
+        }
+    }
+
+    impl Transport for FakeDma {
+        fn describe(&self) -> String {
+            "fake".into()
+        }
+        fn config_read(&self, _: u16, _: &mut [u8]) -> Result<()> {
+            Err(Error::Unsupported("fake"))
+        }
+        fn config_write(&self, _: u16, _: &[u8]) -> Result<()> {
+            Err(Error::Unsupported("fake"))
+        }
+        fn reg_read32(&self, _: u64) -> Result<u32> {
+            Err(Error::Unsupported("fake"))
+        }
+        fn reg_write32(&self, _: u64, _: u32) -> Result<()> {
+            Err(Error::Unsupported("fake"))
+        }
+        fn doorbells(&self) -> &MappedBar {
+            unreachable!("page lists ring no doorbells")
+        }
+        fn alloc_dma(&self, size: usize) -> Result<DmaBuffer> {
+            let len = crate::transport::page_round(size);
+            let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+            // SAFETY: a non-zero size.
+            let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).unwrap();
+            let mut next = self.next.lock().unwrap();
+            let mut seen = self.seen.lock().unwrap();
+            let pages = (0..len / 4096)
+                .map(|i| {
+                    let addr = *next;
+                    *next = if self.scattered {
+                        addr - 0x1_0000
+                    } else {
+                        addr + PAGE_SIZE
+                    };
+                    seen.insert(addr, ptr.as_ptr() as usize + i * 4096);
+                    addr
+                })
+                .collect();
+            if !self.scattered {
+                // Keep separate allocations apart.
+                *next += PAGE_SIZE;
+            }
+            // SAFETY: the memory lives until FreeHeap releases it; one page each.
+            Ok(unsafe { DmaBuffer::new(ptr, len, pages, Some(Arc::new(FreeHeap))) })
+        }
+        fn enable_interrupts(&self, _: u16) -> Result<bool> {
+            Ok(false)
+        }
+        fn wait_interrupt(&self, _: u16, _: std::time::Duration) -> Result<bool> {
+            Ok(false)
+        }
+        fn function_reset(&self) -> Result<()> {
+            Err(Error::Unsupported("fake"))
+        }
+        fn kind(&self) -> String {
+            "fake".into()
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    /// `n` page addresses in no order the device could merge.
+    fn pages(n: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| 0x7_0000_0000 + (i * 7919 % n) * 3 * PAGE_SIZE)
+            .collect()
+    }
+
+    #[test]
+    fn small_lists_and_contiguous_memory_stay_flat() {
+        for scattered in [false, true] {
+            let t = FakeDma::new(scattered);
+            for n in [1, 2, 511, 512] {
+                let p = pages(n);
+                let buf = PageListBuf::new(&t, &p, ListKinds::Tables).unwrap();
+                let list = buf.list();
+                assert_eq!((list.levels, list.count), (0, n as u32), "{n} pages");
+                assert_eq!(t.walk(list), p);
+            }
+        }
+        // Contiguous memory holds any flat array, with or without page tables.
+        let t = FakeDma::new(false);
+        let p = pages(5000);
+        for kinds in [ListKinds::Flat, ListKinds::Tables] {
+            let buf = PageListBuf::new(&t, &p, kinds).unwrap();
+            let list = buf.list();
+            assert_eq!(list.levels, 0);
+            assert_eq!(t.walk(list), p);
+        }
+    }
+
+    #[test]
+    fn scattered_memory_gets_page_tables_of_as_few_levels_as_hold_the_list() {
+        let t = FakeDma::new(true);
+        for (n, levels) in [(513, 2), (4096, 2), (262144, 2), (262145, 3)] {
+            let p = pages(n);
+            let buf = PageListBuf::new(&t, &p, ListKinds::Tables).unwrap();
+            let list = buf.list();
+            assert_eq!(
+                (list.levels, list.count, list.page_shift, list.reserved),
+                (levels, n as u32, 12, 0),
+                "{n} pages"
+            );
+            assert_eq!(list.addr % PAGE_SIZE, 0);
+            assert!(t.walk(list) == p, "{n} pages walk back in order");
+        }
+    }
+
+    #[test]
+    fn without_page_tables_scattered_memory_is_out_of_dma_memory() {
+        let t = FakeDma::new(true);
+        let err = PageListBuf::new(&t, &pages(4096), ListKinds::Flat).unwrap_err();
+        assert!(matches!(err, Error::NoDmaMemory(_)), "{err}");
+        assert!(
+            err.to_string().contains("32768 device-contiguous bytes"),
+            "{err}"
+        );
+        // Nothing a device could not take either way.
+        assert!(PageListBuf::new(&t, &[], ListKinds::Tables).is_err());
+        assert!(PageListBuf::new(&t, &[0x1001], ListKinds::Tables).is_err());
+        let too_many = vec![0; MAX_PAGE_LIST as usize + 1];
+        assert!(PageListBuf::new(&t, &too_many, ListKinds::Tables).is_err());
+    }
+
+    #[test]
+    fn table_entries_go_level_by_level() {
+        // 1030 pages: three level-1 tables (512, 512, 6 entries), then the top naming them.
+        let p = pages(1030);
+        let tables = [0xa000, 0xb000, 0xc000, 0xd000];
+        let entries = page_table_entries(&p, 2, &tables);
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[0], p[..512]);
+        assert_eq!(entries[1], p[512..1024]);
+        assert_eq!(entries[2], p[1024..]);
+        assert_eq!(entries[3], [0xa000, 0xb000, 0xc000]);
+        // Deeper than needed: one more table on top naming the one before.
+        let entries = page_table_entries(&p[..3], 3, &tables[..3]);
+        assert_eq!(entries, [p[..3].to_vec(), vec![0xa000], vec![0xb000]]);
+    }
 
     #[test]
     fn covered_pages_span_first_to_last_byte() {

@@ -66,7 +66,12 @@ impl Pd {
         }
         let entries = ring::ring_entries(entries, 1)?;
         let t = ctx.transport();
-        let ring = Ring::new(t, entries, shared_sq_stride(max_send_sge, max_inline_data))?;
+        let ring = Ring::new(
+            t,
+            entries,
+            shared_sq_stride(max_send_sge, max_inline_data),
+            ctx.list_kinds(),
+        )?;
         let req = CreateSharedSqReq {
             pdn: self.pdn(),
             entries,

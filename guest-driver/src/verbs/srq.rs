@@ -60,7 +60,7 @@ impl Pd {
         }
         let entries = ring::ring_entries(max_wr, 1)?;
         let t = ctx.transport();
-        let ring = Ring::new(t, entries, rq_stride(max_sge))?;
+        let ring = Ring::new(t, entries, rq_stride(max_sge), ctx.list_kinds())?;
         let req = CreateSrqReq {
             pdn: self.pdn(),
             entries,

@@ -94,6 +94,14 @@ pub struct VfioUserOptions {
     /// How long to wait for the socket when another client holds it (see the module
     /// docs); by default [`default_wait`].
     pub wait: Duration,
+    /// Scatter every DMA allocation: its pages are free pages taken from the top of the
+    /// memory down, so no page follows the one before it in device memory, as a VM without
+    /// an IOMMU gives a driver guest-physical pages. The driver still sees each
+    /// allocation in one piece, through a mapping of its own of each page. For tests of
+    /// what non-contiguous memory does (page tables, accesses that cross pages); each
+    /// allocated page costs a mapping of this process. Off by default: the memory is
+    /// handed out first-fit, contiguous.
+    pub scatter: bool,
 }
 
 impl Default for VfioUserOptions {
@@ -102,6 +110,7 @@ impl Default for VfioUserOptions {
             memory: DEFAULT_MEMORY,
             iova_base: DEFAULT_IOVA_BASE,
             wait: default_wait(),
+            scatter: false,
         }
     }
 }
@@ -282,10 +291,15 @@ struct GuestRam {
     iova_base: u64,
     /// One flag per page: in use.
     used: Mutex<Vec<bool>>,
+    /// [`VfioUserOptions::scatter`].
+    scatter: bool,
 }
 
 impl GuestRam {
     fn alloc(self: &Arc<Self>, size: usize) -> Result<DmaBuffer> {
+        if self.scatter {
+            return self.alloc_scattered(size);
+        }
         let len = page_round(size);
         let pages = len / PAGE_SIZE as usize;
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
@@ -313,14 +327,118 @@ impl GuestRam {
     }
 }
 
-impl DmaRelease for GuestRam {
-    fn release(&self, _ptr: NonNull<u8>, _len: usize, device_pages: &[u64]) {
+impl GuestRam {
+    /// [`GuestRam::alloc`] of [`VfioUserOptions::scatter`]: free pages from the top down,
+    /// seen by the driver through a view of their own.
+    fn alloc_scattered(self: &Arc<Self>, size: usize) -> Result<DmaBuffer> {
+        let len = page_round(size);
+        let count = len / PAGE_SIZE as usize;
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let picked: Vec<usize> = (0..used.len())
+            .rev()
+            .filter(|&i| !used[i])
+            .take(count)
+            .collect();
+        if picked.len() < count {
+            return Err(Error::NoDmaMemory(format!(
+                "no {count} free pages in the {} MiB shared with the device; give the transport more memory",
+                self.mapping.len() >> 20
+            )));
+        }
+        picked.iter().for_each(|&i| used[i] = true);
+        drop(used);
+        let device_pages: Vec<u64> = picked
+            .iter()
+            .map(|&i| self.iova_base + i as u64 * PAGE_SIZE)
+            .collect();
+        let ptr = match self.map_view(&picked, len) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                self.free(&device_pages);
+                return Err(e);
+            }
+        };
+        let release: Arc<dyn DmaRelease> = self.clone();
+        // SAFETY: the view maps exactly `device_pages`, which are ours until release()
+        // gives them back and unmaps the view.
+        let buf = unsafe { DmaBuffer::new(ptr, len, device_pages, Some(release)) };
+        buf.zero();
+        Ok(buf)
+    }
+
+    /// A new mapping of `len` bytes whose page *k* is page `pages[k]` of the memfd.
+    fn map_view(&self, pages: &[usize], len: usize) -> Result<NonNull<u8>> {
+        let page = PAGE_SIZE as usize;
+        // SAFETY: a fresh anonymous reservation nobody else knows of; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::last_os("reserve a scattered DMA view"));
+        }
+        for (k, &i) in pages.iter().enumerate() {
+            // SAFETY: replaces page k of the reservation made above (in bounds: `pages`
+            // has len / 4096 entries) with page i of our memfd, inside the file.
+            let p = unsafe {
+                libc::mmap(
+                    base.cast::<u8>().add(k * page).cast(),
+                    page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    self.file.as_raw_fd(),
+                    (i * page) as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                let e = Error::last_os("map a page of a scattered DMA view");
+                // SAFETY: the reservation made above, which nothing uses yet.
+                unsafe { unmap_view(base.cast(), len) };
+                return Err(e);
+            }
+        }
+        NonNull::new(base.cast()).ok_or_else(|| Error::last_os("reserve a scattered DMA view"))
+    }
+
+    /// Marks `device_pages` free.
+    fn free(&self, device_pages: &[u64]) {
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
         for &p in device_pages {
             if let Some(u) = used.get_mut(((p - self.iova_base) / PAGE_SIZE) as usize) {
                 *u = false;
             }
         }
+    }
+}
+
+impl DmaRelease for GuestRam {
+    fn release(&self, ptr: NonNull<u8>, len: usize, device_pages: &[u64]) {
+        if self.scatter {
+            // SAFETY: the view alloc_scattered() made for this buffer alone, which is
+            // being dropped.
+            unsafe { unmap_view(ptr.as_ptr(), len) };
+        }
+        self.free(device_pages);
+    }
+}
+
+/// Unmaps a scattered DMA view.
+///
+/// # Safety
+/// `ptr..ptr + len` must be a view of [`GuestRam::map_view`] that nothing uses any more.
+unsafe fn unmap_view(ptr: *mut u8, len: usize) {
+    // SAFETY: the caller's promise.
+    if unsafe { libc::munmap(ptr.cast(), len) } != 0 {
+        log::warn!(
+            "munmap of a scattered DMA view at {ptr:p} failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -421,6 +539,7 @@ impl VfioUserTransport {
             mapping,
             iova_base: options.iova_base,
             used: Mutex::new(vec![false; memory / PAGE_SIZE as usize]),
+            scatter: options.scatter,
         });
         Self::finish(path, client, guest_ram, "DMA_MAP guest memory")
     }
@@ -768,6 +887,53 @@ mod tests {
             took >= Duration::from_millis(350) && took < Duration::from_millis(900),
             "an EBUSY needs no reply timeout: {took:?}"
         );
+    }
+
+    /// Guest RAM of `pages` pages at IOVA 0x1_0000_0000, scattered or not.
+    fn guest_ram(pages: usize, scatter: bool) -> Arc<GuestRam> {
+        let len = pages * PAGE_SIZE as usize;
+        let file = user_memory::sealed_memfd(c"test-ram", len, "test RAM").unwrap();
+        let mapping = Mapping::new(file.as_raw_fd(), len, 0, "test RAM").unwrap();
+        Arc::new(GuestRam {
+            file,
+            mapping,
+            iova_base: 0x1_0000_0000,
+            used: Mutex::new(vec![false; pages]),
+            scatter,
+        })
+    }
+
+    #[test]
+    fn scattered_allocations_have_no_two_pages_in_a_row_and_one_view() {
+        let ram = guest_ram(16, true);
+        let a = ram.alloc(3 * 4096).unwrap();
+        let b = ram.alloc(4097).unwrap();
+        let at = |page: u64| 0x1_0000_0000 + page * 4096;
+        // From the top down: a takes pages 15, 14, 13; b 12 and 11.
+        assert_eq!(a.pages(), [at(15), at(14), at(13)]);
+        assert_eq!(b.pages(), [at(12), at(11)]);
+        assert_eq!(a.contiguous(), None);
+        // The driver's view is one piece; each page lands where the device sees it.
+        let data: Vec<u8> = (0..3 * 4096).map(|i| (i / 4096 + 1) as u8).collect();
+        a.write(0, &data);
+        let ram_byte = |page: usize| {
+            // SAFETY: in bounds of the 16-page mapping.
+            unsafe { *ram.mapping.ptr().as_ptr().add(page * 4096 + 100) }
+        };
+        assert_eq!([ram_byte(15), ram_byte(14), ram_byte(13)], [1, 2, 3]);
+        // Freed pages are taken again from the top down; a fresh buffer reads zero.
+        drop(a);
+        let c = ram.alloc(2 * 4096).unwrap();
+        assert_eq!(c.pages(), [at(15), at(14)]);
+        let mut back = [0xffu8; 8];
+        c.read(4096, &mut back);
+        assert_eq!(back, [0; 8]);
+        // Out of pages: an error, and nothing taken.
+        assert!(matches!(ram.alloc(13 * 4096), Err(Error::NoDmaMemory(_))));
+        let d = ram.alloc(12 * 4096).unwrap();
+        assert_eq!(d.pages().len(), 12);
+        drop((b, c, d));
+        assert!(ram.used.lock().unwrap().iter().all(|u| !u));
     }
 
     #[test]
