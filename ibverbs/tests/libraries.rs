@@ -5,12 +5,17 @@
 //!   installs): tests/python/pyverbs_rnic.py loads every module of the package (each
 //!   binds every libibverbs symbol it imports at once, `ibv_query_qp_data_in_order`,
 //!   `ibv_rereg_mr` and `ibv_import_*` among them) and drives the devices through it;
-//! - UCX (ucx-utils and libucx0, 260 MB with their dependencies, which set-up does not
-//!   install: the test is skipped, saying so, where the root lacks them): `ucx_info -d`
-//!   lists both functions as IB memory domains with the rc_verbs and ud_verbs transports.
-//!   UCX lists only devices whose `/dev/infiniband/<name>` is a character device it may
-//!   read and write (it never opens it; rnic has no kernel device there), so the test
-//!   gives the command a /dev of its own with stand-ins for them.
+//! - UCX (ucx-utils and libucx0, 1.18, which qemu-scripts/ibverbs-ref.sh installs too):
+//!   `ucx_info -d` lists both functions as IB memory domains with the rc_verbs and
+//!   ud_verbs transports, and `ucx_perftest` runs its tag-matching latency and bandwidth
+//!   tests over each between the two functions, one process on each, small messages and
+//!   1 MiB ones (rendezvous: by RDMA READ and by RDMA WRITE over rc_verbs, as the
+//!   capture shows; in datagrams over ud_verbs). UCX lists only devices whose
+//!   `/dev/infiniband/<name>` is a character device it may read and write (it never
+//!   opens it; rnic has no kernel device there), so each command gets a /dev of its own
+//!   with stand-ins for them.
+//!
+//! Each test is skipped, saying so on stderr, where the root lacks its package.
 
 mod common;
 
@@ -101,8 +106,7 @@ fn ucx_lists_both_functions_with_its_verbs_transports() {
     if !installed(
         "usr/bin/ucx_info",
         "ucx-utils",
-        "install it with `chroot ROOT apt-get install -y --no-install-recommends ucx-utils` \
-         (260 MB with its dependencies; set-up leaves it out)",
+        "run `bash qemu-scripts/setup.sh` (qemu-scripts/ibverbs-ref.sh installs it)",
     ) {
         return;
     }
