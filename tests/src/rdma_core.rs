@@ -23,12 +23,14 @@ pub fn runner_file() -> String {
 /// Guest script lines that run the whole suite on device `dev` with GID index `gid` (a
 /// shell word): kernel messages off the console (rxe logs every refused QP there, which
 /// would cut the result lines), the modules the suite needs of the kernel loaded, then
-/// every module in a process of its own. `=== rdma-core suite done STATUS` ends it.
+/// every module in a process of its own. `=== rdma-core suite done STATUS SECONDS` ends
+/// it.
 pub fn guest_lines(dev: &str, gid: &str) -> String {
     format!(
         "echo 1 >/proc/sys/kernel/printk\n\
+         rc_start=$(date +%s)\n\
          /opt/rdma-core/load-modules && python3 {GUEST_RUNNER} --dev {dev} --gid {gid}\n\
-         echo \"=== rdma-core suite done $?\"\n"
+         echo \"=== rdma-core suite done $? $(($(date +%s) - rc_start))\"\n"
     )
 }
 
@@ -77,8 +79,10 @@ pub struct SuiteRun {
     pub tests: BTreeMap<String, TestResult>,
     /// Each module's end (`ok`, `crashed`, `timeout`) and seconds, by name (`test_qp`).
     pub modules: BTreeMap<String, (String, f64)>,
-    /// Whether the runner got to its end (`=== rdma-core suite done 0`).
+    /// Whether the runner got to its end (`=== rdma-core suite done 0 ...`).
     pub finished: bool,
+    /// How long the suite took in the guest, with the import, in seconds.
+    pub seconds: Option<u64>,
 }
 
 impl SuiteRun {
@@ -86,8 +90,10 @@ impl SuiteRun {
     pub fn parse(console: &str) -> Self {
         let mut run = Self::default();
         for line in console.lines().map(|l| l.trim_end_matches('\r')) {
-            if line == "=== rdma-core suite done 0" {
-                run.finished = true;
+            if let Some(end) = line.strip_prefix("=== rdma-core suite done ") {
+                let mut words = end.split_whitespace();
+                run.finished = words.next() == Some("0");
+                run.seconds = words.next().and_then(|s| s.parse().ok());
             }
             let Some(rest) = line.strip_prefix("@@@ RDMA-CORE ") else {
                 continue;
@@ -252,12 +258,13 @@ mod tests {
         @@@ RDMA-CORE TEST tests.test_cq.CQTest.test_d pass\n\
         @@@ RDMA-CORE TEST tests.test_cq.CQTest.test_e error crashed: SIGSEGV\n\
         @@@ RDMA-CORE MODULE test_cq crashed seconds 0.2 tests.test_cq.CQTest.test_e\n\
-        === rdma-core suite done 0\n";
+        === rdma-core suite done 0 42\n";
 
     #[test]
     fn the_runners_lines_give_each_tests_outcome_and_reason_and_each_modules_end() {
         let run = SuiteRun::parse(CONSOLE);
         assert!(run.finished);
+        assert_eq!(run.seconds, Some(42));
         assert_eq!(run.tests.len(), 5);
         let b = &run.tests["tests.test_qp.QPTest.test_b"];
         assert_eq!(b.outcome, Outcome::Skip);

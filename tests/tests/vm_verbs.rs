@@ -776,6 +776,7 @@ fn check_suite(rxe: &SuiteRun, rnic: &SuiteRun) {
     );
     for (name, run) in [("Soft-RoCE", rxe), ("rnic", rnic)] {
         assert!(run.finished, "the suite did not run to its end on {name}");
+        eprintln!("{name}: the suite took {:?} s", run.seconds);
         let passed = run.passed().count();
         assert!(
             passed >= 60,
