@@ -54,7 +54,11 @@ pub(crate) struct Function {
     contexts: Mutex<Vec<Weak<RnicContext>>>,
     /// The thread that reads its event queue.
     pub(crate) events: FunctionEvents,
+    /// The device it is.
     device: &'static RnicDevice,
+    /// The process that opened it: a child made by `fork` finds it in [`FUNCTIONS`]
+    /// but has neither its event thread nor, in a VM, its memory (`MADV_DONTFORK`).
+    pid: u32,
     /// The function's lock in a VM, released after `verbs` closed the function.
     _lock: Option<File>,
     /// Tells the device its function is free again; dropped last.
@@ -227,6 +231,7 @@ fn open_function(device: &'static RnicDevice) -> Result<Arc<Function>, Errno> {
         contexts: Mutex::new(Vec::new()),
         events: FunctionEvents::new()?,
         device,
+        pid: std::process::id(),
         _lock: lock,
         _release: release,
     });
@@ -239,6 +244,13 @@ fn open_function(device: &'static RnicDevice) -> Result<Arc<Function>, Errno> {
 fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
     let mut functions = lock(&FUNCTIONS);
     let function = match functions.iter().find(|(d, _)| std::ptr::eq(*d, device)) {
+        Some((_, f)) if f.pid != std::process::id() => {
+            log::warn!(
+                "{} is held by the process this one was forked from; open it in one process at a time",
+                device.name()
+            );
+            return Err(libc::EBUSY);
+        }
         Some((_, f)) => Arc::clone(f),
         None => {
             let f = open_function(device)?;
@@ -246,8 +258,7 @@ fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
             f
         }
     };
-    let events = ContextEvents::new();
-    let events = match events {
+    let events = match ContextEvents::new() {
         Ok(e) => e,
         Err(e) => {
             release_unused(&mut functions, &function);
@@ -319,7 +330,7 @@ fn close(ctx: *mut ibv_context) -> Result<(), Errno> {
 }
 
 /// `ibv_open_device`: a context on the device, or NULL with `errno` (`EBUSY` if another
-/// process has the function).
+/// process has the function, the process this one was forked from among them).
 ///
 /// # Safety
 ///

@@ -2,11 +2,14 @@
  * (a client's and a server's on the device under test): both open, each has its own
  * objects, their RC QPs talk to each other through the function, and each context's
  * completion channel gets the events of its own CQs only. Closing one leaves the other
- * working; closing both frees the function, which opens again.
+ * working; closing both frees the function, which opens again. A child made by fork does
+ * not get the parent's function: EBUSY.
  *
  * Prints `ok STEP` after each step; exits 2 with a message at the first wrong answer. */
 #include <fcntl.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "verbs_test.h"
 
@@ -94,6 +97,20 @@ int main(void)
 	CHECK(memcmp(&a.gid, &b.gid, sizeof(a.gid)) == 0, "one function: one GID");
 	CHECK(a.qp->qp_num != b.qp->qp_num, "two QPs of one function");
 	printf("ok open_twice\n");
+
+	fflush(stdout);
+	pid_t child = fork();
+	CHECK(child >= 0, "fork");
+	if (child == 0) {
+		errno = 0;
+		struct ibv_context *c = ibv_open_device(list[0]);
+		_exit(c == NULL && errno == EBUSY ? 0 : 1);
+	}
+	int status;
+	CHECK(waitpid(child, &status, 0) == child, "waitpid");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a forked child's open is EBUSY (status %#x)", status);
+	printf("ok fork_busy\n");
 
 	CONNECT_ENDS(a, b);
 	send_and_wait_event(&a, &b, 'a');
