@@ -81,14 +81,14 @@ if ! grep -qx python3-pyverbs <<<"$packages"; then
 fi
 grep -qx python3-pyverbs <<<"$packages" ||
     die "apt in $RXE_ROOT cannot install python3-pyverbs=$version (the version of its libibverbs1)"
-grep -qx python3.13-minimal <<<"$packages" || grep -q '^python3\.[0-9]*-minimal$' <<<"$packages" ||
-    die "python3-pyverbs=$version brings no python3.X-minimal: $(echo $packages)"
+grep -q '^python3\.[0-9]*-minimal$' <<<"$packages" ||
+    die "python3-pyverbs=$version brings no python3.X-minimal: $(tr '\n' ' ' <<<"$packages")"
 
 work=$(mktemp -d "$RXE_ROOT/var/tmp/rnic-pyverbs.XXXXXX")
 tmp_out=""
 trap 'rm -rf --one-file-system "$work" ${tmp_out:+"$tmp_out"}' EXIT
 mkdir "$work/debs" "$work/stage"
-log "downloading $(echo $packages)"
+log "downloading $(tr '\n' ' ' <<<"$packages")"
 # shellcheck disable=SC2086 # one word per package
 chroot "$RXE_ROOT" sh -c 'cd "$0" && apt-get download -qq -o APT::Sandbox::User=root "$@"' \
     "${work#"$RXE_ROOT"}/debs" $packages >/dev/null || die "apt-get download in $RXE_ROOT failed"
