@@ -10,8 +10,12 @@
 //!   the TCP rendezvous on a second Ethernet segment), and against a Soft-RoCE guest in
 //!   both roles (rnicd's Ethernet port and the rxe guest's eth0 on one QEMU segment);
 //! - between two VFs of one guest, `ib_write_bw -s 8388608` and `ibv_rc_pingpong -s
-//!   16777216` register 16 MiB regions, which the library describes with page tables (the
-//!   page map's pages are not contiguous; docs/hardware-interface.md §7.3);
+//!   16777216` register 16 MiB regions, and `ibv_rc_pingpong -s 1073741824` regions of
+//!   1 GiB, which the library describes with page tables (the page map's pages are not
+//!   contiguous; docs/hardware-interface.md §7.3);
+//! - perftest's programs with `-a` (every size from 2 bytes to 8 MiB; the atomic ones,
+//!   which perftest runs at 8 bytes only, with their defaults) between two VFs, through
+//!   sysfs and through VFIO;
 //! - in a guest with a virtual IOMMU (`boot.sh --verbs --iommu`) the library binds the
 //!   functions to vfio-pci and runs the same verbs through VFIO, and a blocked
 //!   `ibv_get_cq_event` uses no CPU (MSI-X eventfds);
@@ -43,7 +47,8 @@ use rnic_driver::device::PciIdentity;
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::Device;
 use rnic_tests::ibv_tools::{
-    check_devinfo, check_perftest, check_pingpong, Perftest, Pingpong, ToolOutput,
+    check_devinfo, check_perftest, check_perftest_addresses, check_pingpong, Perftest, Pingpong,
+    ToolOutput,
 };
 use rnic_tests::rdma_core::{self, SuiteRun};
 use rnic_tests::vm::{
@@ -64,6 +69,13 @@ enum Check {
         bytes: f64,
         iters: f64,
         qps: usize,
+        figure: usize,
+    },
+    /// perftest with `-a`: a row for every message size from 2 bytes up to `largest` (a
+    /// power of two), each of `iters` iterations; the figure as for `Perftest`.
+    EverySize {
+        largest: f64,
+        iters: f64,
         figure: usize,
     },
 }
@@ -181,7 +193,7 @@ const PERFTEST: [Run; 12] = [
 /// largest message (before page tables it failed at once: "a page list of 4096 pages
 /// needs 32768 device-contiguous bytes"), and `ibv_rc_pingpong -s 16777216` one buffer
 /// of that size at each end. Few iterations: a TCG guest touches every byte of them.
-const LARGE_REGIONS: [Run; 2] = [
+const LARGE_REGIONS: [Run; 3] = [
     Run {
         label: "write-bw-8m",
         program: "ib_write_bw",
@@ -199,7 +211,51 @@ const LARGE_REGIONS: [Run; 2] = [
         "-s 16777216 -n 10",
         (16777216, 10, 1),
     ),
+    // A region of 1 GiB at each end, in a guest given the memory for it. (Not perftest:
+    // it fills its buffers with rand() a byte at a time, over four minutes a GiB in a
+    // TCG guest; the pingpong's memset takes 2.5 s, the registration 0.55 s.)
+    pingpong(
+        "rc-1g",
+        "ibv_rc_pingpong",
+        "-s 1073741824 -n 2",
+        (1073741824, 2, 1),
+    ),
 ];
+
+/// Guest memory (MiB) of the verbs guest that registers [`LARGE_REGIONS`]: two regions
+/// of 1 GiB, the kernel and the rest.
+const LARGE_REGIONS_GUEST_MIB: &str = "3584";
+
+/// perftest's most common form, `-a`: every message size from 2 bytes to 8 MiB (perftest
+/// registers twice the largest, 16 MiB, which without an IOMMU needs page tables), each
+/// for 5 iterations, perftest's least (a TCG guest touches every byte of the buffers).
+/// perftest itself refuses `-a` for its atomic programs ("Message size cannot be changed
+/// for Atomic tests", on any device): they run at their only size, 8 bytes, with their
+/// defaults.
+const EVERY_SIZE: [Run; 8] = [
+    every_size("write-bw-a", "ib_write_bw", 4),
+    every_size("read-bw-a", "ib_read_bw", 4),
+    every_size("send-bw-a", "ib_send_bw", 4),
+    bw("atomic-bw", "ib_atomic_bw", 1, 8.0, 1000.0),
+    every_size("write-lat-a", "ib_write_lat", 5),
+    every_size("read-lat-a", "ib_read_lat", 5),
+    every_size("send-lat-a", "ib_send_lat", 5),
+    lat("atomic-lat", "ib_atomic_lat", 8.0, 1000.0),
+];
+
+/// A run of [`EVERY_SIZE`]; `figure` as for [`Check::Perftest`].
+const fn every_size(label: &'static str, program: &'static str, figure: usize) -> Run {
+    Run {
+        label,
+        program,
+        args: "-F -a -n 5",
+        check: Check::EverySize {
+            largest: 8388608.0,
+            iters: 5.0,
+            figure,
+        },
+    }
+}
 
 /// perftest against Soft-RoCE: the default message sizes, but 200 iterations (per QP)
 /// instead of 1000 or 5000, since rxe runs in the TCG guest's kernel (a latency test's
@@ -291,6 +347,22 @@ impl Run {
                 let s = Perftest::new(&format!("{} server", self.label), server);
                 let c = Perftest::new(&format!("{} client", self.label), client);
                 check_perftest(&s, &c, gids, qps, (bytes, iters, figure));
+            }
+            Check::EverySize {
+                largest,
+                iters,
+                figure,
+            } => {
+                let sizes: Vec<f64> = std::iter::successors(Some(2.0), |b| Some(b * 2.0))
+                    .take_while(|&b| b <= largest)
+                    .collect();
+                let s = Perftest::new(&format!("{} server", self.label), server);
+                let c = Perftest::new(&format!("{} client", self.label), client);
+                check_perftest_addresses(&s, &c, gids, 1);
+                c.check_rows(&sizes, iters, figure);
+                // A server prints every row, or the last one (ib_write_bw), or none.
+                let from = sizes.len().saturating_sub(s.rows.len());
+                s.check_rows(&sizes[from..], iters, figure);
             }
         }
     }
@@ -551,13 +623,23 @@ fn in_an_iommu_guest_the_verbs_library_drives_the_vfs_through_vfio_and_sleeps_wh
     // to vfio-pci, maps the application's memory at IOVAs of its own and waits on MSI-X
     // eventfds. data_path (every verb, the refusals, and a blocking wait through two idle
     // seconds), then the pingpongs and perftest's eight programs (and the bandwidth ones
-    // on four QPs) between the two VFs.
+    // on four QPs, and all but the atomics with -a) between the two VFs.
     let started = Instant::now();
     let rnicd = rnicd(2, &[]);
     let (q0, q1) = (truth(&rnicd, "vf0").0, truth(&rnicd, "vf1").0);
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = data_path_program(dir.path());
-    let runs: Vec<Run> = PINGPONGS.iter().chain(&PERFTEST).copied().collect();
+    let runs: Vec<Run> = PINGPONGS
+        .iter()
+        .chain(&PERFTEST)
+        // (The atomics of EVERY_SIZE are PERFTEST's.)
+        .chain(
+            EVERY_SIZE
+                .iter()
+                .filter(|r| matches!(r.check, Check::EverySize { .. })),
+        )
+        .copied()
+        .collect();
     let phase = Phase {
         name: "iommu",
         runs: &runs,
@@ -621,26 +703,37 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
         runs: &PINGPONGS,
         setting: DEFAULTS,
     };
-    // Then 16 MiB regions, which need page tables on this transport.
+    // Then regions of 16 MiB and 1 GiB, which need page tables on this transport, and
+    // perftest's eight programs with -a.
     let large = Phase {
         name: "large",
         runs: &LARGE_REGIONS,
         setting: DEFAULTS,
     };
+    let every_size = Phase {
+        name: "sysfs",
+        runs: &EVERY_SIZE,
+        setting: DEFAULTS,
+    };
     let body = format!(
-        "{}{}",
+        "{}{}{}",
         phase.both(RNIC_0, rnic_1),
-        large.both(RNIC_0, rnic_1)
+        large.both(RNIC_0, rnic_1),
+        every_size.both(RNIC_0, rnic_1)
     );
     let guest = Boot::verbs()
         .socket_dir(&rnicd.socket_dir())
         .vf(0)
         .vf(1)
-        .timeout(600)
+        .arg("--mem")
+        .arg(LARGE_REGIONS_GUEST_MIB)
+        .timeout(900)
         .spawn(&script(&body));
     let runs = tool_runs(&console_of("verbs guest", guest));
-    phase.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
-    large.check(&runs, &runs, [q0.gid.into(), q1.gid.into()]);
+    let gids = [q0.gid.into(), q1.gid.into()];
+    phase.check(&runs, &runs, gids);
+    large.check(&runs, &runs, gids);
+    every_size.check(&runs, &runs, gids);
     eprintln!("done after {:?}", started.elapsed());
 }
 
