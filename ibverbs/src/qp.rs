@@ -765,7 +765,7 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
         max_dest_rd_atomic: a.max_dest_rd_atomic,
         port_num: a.port_num,
         pkey_index: a.pkey_index,
-        qp_access_flags: a.qp_access_flags,
+        qp_access_flags: qp_access(a.qp_access_flags),
         dest_qp_num: a.dest_qp_num,
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,
@@ -782,6 +782,16 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
     }
     let qkey = (mask & IBV_QP_QKEY != 0).then_some(a.qkey);
     Ok((d, (mask & DEVICE_MASK) as u32, qkey))
+}
+
+/// The access flags a QP gives the device: those asked for, but remote FLUSH
+/// (`IBV_ACCESS_FLUSH_*`). rnic has no FLUSH (the responder refuses its opcode), so
+/// allowing it allows nothing; and allowing it is no error elsewhere: the kernel hands a
+/// QP's access flags to its driver unchecked, mlx5 keeps those it knows, and rdma-core's
+/// own tests set both FLUSH flags on every extended RC QP ("we don't have capability bits
+/// for this"). Memory regions with FLUSH access stay refused (`ibv_reg_mr`).
+fn qp_access(asked: c_uint) -> c_uint {
+    asked & !(IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT)
 }
 
 /// The READs and atomics a QP may have in flight (`max_rd_atomic`) when asked for
@@ -1352,6 +1362,26 @@ mod tests {
         assert_eq!(device_attr(&a, IBV_QP_AV).err(), Some(libc::EINVAL));
         assert_eq!(device_qp_type(IBV_QPT_UC), Err(libc::EOPNOTSUPP));
         assert_eq!(device_qp_type(IBV_QPT_RC), Ok(QPT_RC));
+    }
+
+    #[test]
+    fn a_qp_may_allow_remote_flush_which_never_comes() {
+        let mut a = ibv_qp_attr::zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC
+            | IBV_ACCESS_FLUSH_GLOBAL
+            | IBV_ACCESS_FLUSH_PERSISTENT;
+        let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        let (d, _, _) = device_attr(&a, mask).unwrap();
+        assert_eq!(
+            d.qp_access_flags,
+            rnic_abi::verbs::ACCESS_REMOTE_WRITE
+                | rnic_abi::verbs::ACCESS_REMOTE_READ
+                | rnic_abi::verbs::ACCESS_REMOTE_ATOMIC
+        );
     }
 
     #[test]

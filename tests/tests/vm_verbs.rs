@@ -23,7 +23,12 @@
 //!   and the memory the device must not reach (unmapped, read-only for writes) is refused;
 //! - perftest's `ib_{write,read,send,atomic}_{bw,lat}`, with their defaults and with
 //!   `-q 4` for the bandwidth tests, run between two guests; against Soft-RoCE, in both
-//!   roles, with fewer iterations (see [`RXE_PERFTEST`]).
+//!   roles, with fewer iterations (see [`RXE_PERFTEST`]);
+//! - rdma-core's own test suite (the tests/ of the rdma-core Debian ships, with Debian's
+//!   python3-pyverbs: `boot.sh --pyverbs`) runs module by module in the verbs guest on
+//!   rnic_0 and in the Soft-RoCE guest on rxe0, after the pingpongs between them: every
+//!   test that passes on Soft-RoCE passes on rnic, but those tests/rdma-core/expected.txt
+//!   lists with the reason (see [`rnic_tests::rdma_core`]).
 //!
 //! Every run must exit 0 with nothing on stderr (perftest: nothing but its own notice),
 //! each end must name the other's QPs and both functions' GIDs, and report the run's bytes
@@ -45,6 +50,7 @@ use rnic_tests::ibv_tools::{
     check_devinfo, check_perftest, check_perftest_addresses, check_pingpong, Perftest, Pingpong,
     ToolOutput,
 };
+use rnic_tests::rdma_core::{self, SuiteRun};
 use rnic_tests::vm::{
     release_rnicd, tool_runs, vm_run_base, Boot, DgramLink, ToolRun, GUEST_SH_TOOLS,
 };
@@ -771,8 +777,9 @@ fn debian_pingpongs_and_perftest_run_between_two_verbs_guests() {
 /// rxe's active MTU 4096, as rnic's), so perftest's defaults agree on the path MTU; the
 /// pingpongs ask for 1024 themselves. In phase `rnic-serves` the verbs guest serves
 /// `runs` (under `setting`) and the rxe guest connects; in `rxe-serves` the other way
-/// round.
-fn against_rxe(runs: &[Run], setting: Setting) {
+/// round. With `suite`, both guests then run rdma-core's own test suite on their own
+/// device, and the runs are compared ([`check_suite`]).
+fn against_rxe(runs: &[Run], setting: Setting, suite: bool) {
     let rnic_serves = Phase {
         name: "rnic-serves",
         runs,
@@ -789,23 +796,43 @@ fn against_rxe(runs: &[Run], setting: Setting) {
     let rnic_gid: Ipv6Addr = truth(&rnicd, "vf0").0.gid.into();
     let rxe_gid: Ipv6Addr = "::ffff:10.82.0.100".parse().expect("GID");
     let (rnic_ip, rxe_ip) = ("10.83.0.1", "10.83.0.2");
-    let rnic_body = rnic_serves.serve(RNIC_0) + &rxe_serves.connect(RNIC_0, rxe_ip);
-    let rxe_body = rnic_serves.connect(RXE_0, rnic_ip) + &rxe_serves.serve(RXE_0);
-    let rnic = Boot::verbs()
-        .socket_dir(&rnicd.socket_dir())
-        .vf(0)
-        .nic(tcp.nic_a(), &format!("{rnic_ip}/24"))
-        .timeout(1200)
-        .spawn(&script(&rnic_body));
-    let rxe = Boot::rxe()
-        .nic(roce.nic_b(), "10.82.0.100/24")
-        .arg("--mtu")
-        .arg("4200")
-        .nic(tcp.nic_b(), &format!("{rxe_ip}/24"))
-        .timeout(1200)
-        .spawn(&script(&rxe_body));
-    let rnic = tool_runs(&console_of("verbs guest (rnic VF0)", rnic));
-    let rxe = tool_runs(&console_of("rxe guest", rxe));
+    let mut rnic_body = rnic_serves.serve(RNIC_0) + &rxe_serves.connect(RNIC_0, rxe_ip);
+    let mut rxe_body = rnic_serves.connect(RXE_0, rnic_ip) + &rxe_serves.serve(RXE_0);
+    // The suite: Python, pyverbs and the tests in both guests, and the runner.
+    let with_suite = |boot: Boot| {
+        if suite {
+            boot.arg("--pyverbs")
+                .arg("--file")
+                .arg(rdma_core::runner_file())
+        } else {
+            boot
+        }
+    };
+    if suite {
+        rnic_body += &rdma_core::guest_lines(RNIC_0.name, RNIC_0.gid_index);
+        rxe_body += &rdma_core::guest_lines(RXE_0.name, RXE_0.gid_index);
+    }
+    let rnic = with_suite(
+        Boot::verbs()
+            .socket_dir(&rnicd.socket_dir())
+            .vf(0)
+            .nic(tcp.nic_a(), &format!("{rnic_ip}/24")),
+    )
+    .timeout(1200)
+    .spawn(&script(&rnic_body));
+    let rxe = with_suite(
+        Boot::rxe()
+            .nic(roce.nic_b(), "10.82.0.100/24")
+            .arg("--mtu")
+            .arg("4200")
+            .nic(tcp.nic_b(), &format!("{rxe_ip}/24")),
+    )
+    .timeout(1200)
+    .spawn(&script(&rxe_body));
+    let rnic_console = console_of("verbs guest (rnic VF0)", rnic);
+    let rxe_console = console_of("rxe guest", rxe);
+    let rnic = tool_runs(&rnic_console);
+    let rxe = tool_runs(&rxe_console);
     // What crossed rnicd's Ethernet port, shown before the checks.
     let stats: serde_json::Value =
         serde_json::from_str(&rnicd.admin(&["--json", "stats", "port"])).expect("JSON");
@@ -820,17 +847,66 @@ fn against_rxe(runs: &[Run], setting: Setting) {
             "rnicd's port {counter}: {port}"
         );
     }
+    if suite {
+        check_suite(
+            &SuiteRun::parse(&rxe_console),
+            &SuiteRun::parse(&rnic_console),
+        );
+    }
     eprintln!("done after {:?}", started.elapsed());
+}
+
+/// Checks the runs of rdma-core's test suite on Soft-RoCE (`rxe`) and on rnic (`rnic`):
+/// both ran every module to the end; each passed a good part of the suite (so the
+/// comparison means something: most of the suite tests other vendors' devices and skips
+/// on both); and every test that passed on Soft-RoCE passed on rnic, but those listed in
+/// tests/rdma-core/expected.txt, none of which may pass on rnic. Prints the counts side by
+/// side first (docs/rdma-core-tests.md shows them).
+fn check_suite(rxe: &SuiteRun, rnic: &SuiteRun) {
+    eprintln!(
+        "rdma-core's tests, Soft-RoCE and rnic:\n{}",
+        rdma_core::table(rxe, rnic)
+    );
+    for (name, run) in [("Soft-RoCE", rxe), ("rnic", rnic)] {
+        assert!(run.finished, "the suite did not run to its end on {name}");
+        let seconds = run.seconds.map_or("?".to_string(), |s| s.to_string());
+        eprintln!("{name}: the suite took {seconds} s in the guest");
+        let passed = run.passed().count();
+        assert!(
+            passed >= 60,
+            "only {passed} of rdma-core's tests passed on {name}"
+        );
+        for (module, (end, seconds)) in &run.modules {
+            eprintln!("{name}: {module} {end} in {seconds:.1} s");
+        }
+    }
+    let m = rdma_core::compare(rxe, rnic, &rdma_core::expected_differences());
+    let unlisted: Vec<String> = m
+        .unlisted
+        .iter()
+        .map(|(id, r)| format!("{id}: {:?} {}", r.outcome, r.reason))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "these pass on Soft-RoCE, not on rnic, and tests/rdma-core/expected.txt does not \
+         list them:\n{}",
+        unlisted.join("\n")
+    );
+    assert!(
+        m.stale.is_empty(),
+        "these pass on rnic now: take them out of tests/rdma-core/expected.txt:\n{}",
+        m.stale.join("\n")
+    );
 }
 
 #[test]
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
-fn debian_pingpongs_run_between_the_verbs_guest_and_soft_roce_both_ways() {
-    against_rxe(&PINGPONGS, RXE_PINGPONG);
+fn debian_pingpongs_run_against_soft_roce_and_rdma_cores_tests_that_pass_there_pass_on_rnic() {
+    against_rxe(&PINGPONGS, RXE_PINGPONG, true);
 }
 
 #[test]
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn perftest_runs_between_the_verbs_guest_and_soft_roce_both_ways() {
-    against_rxe(&PERFTEST, RXE_PERFTEST);
+    against_rxe(&PERFTEST, RXE_PERFTEST, false);
 }
