@@ -57,16 +57,18 @@ pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refus
 }
 
 /// Checks that a QP of transport `qp` takes packets of `opcode` (one [`opcode_info`]
-/// knows): a UD QP datagrams only, a connected QP no datagram, and only a DC target DC
-/// connects and disconnects.
+/// knows): a UD QP datagrams only, a UC QP UC opcodes only, an RC or DC QP neither, and
+/// only a DC target DC connects and disconnects.
 pub fn check_transport(qp: QpTransport, opcode: u8) -> Result<(), Drop> {
     let Some(info) = opcode_info(opcode) else {
         return Err(Drop::Opcode);
     };
+    let other = info.is_datagram() || info.is_uc();
     let takes = match qp {
         QpTransport::Ud => info.is_datagram(),
-        QpTransport::DcTarget => !info.is_datagram(),
-        QpTransport::Rc | QpTransport::DcInitiator => !info.is_datagram() && !info.is_dc_control(),
+        QpTransport::Uc => info.is_uc(),
+        QpTransport::DcTarget => !other,
+        QpTransport::Rc | QpTransport::DcInitiator => !other && !info.is_dc_control(),
     };
     if takes {
         Ok(())
@@ -397,9 +399,18 @@ mod tests {
         }
         for opcode in [op::UD_SEND_ONLY, op::UD_SEND_ONLY_WITH_IMMEDIATE] {
             assert!(takes(Ud, opcode));
-            for qp in [Rc, DcInitiator, DcTarget] {
+            for qp in [Rc, Uc, DcInitiator, DcTarget] {
                 assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
             }
+        }
+        for opcode in [op::UC_SEND_ONLY, op::UC_RDMA_WRITE_MIDDLE] {
+            assert!(takes(Uc, opcode));
+            for qp in [Rc, Ud, DcInitiator, DcTarget] {
+                assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
+            }
+        }
+        for opcode in [op::RC_SEND_ONLY, op::RC_ACKNOWLEDGE, op::UD_SEND_ONLY] {
+            assert_eq!(check_transport(Uc, opcode), Err(Drop::Transport));
         }
         for opcode in [op::DC_CONNECT, op::DC_DISCONNECT] {
             assert!(takes(DcTarget, opcode));
@@ -408,6 +419,6 @@ mod tests {
             }
         }
         // Nothing the table lacks reaches this check; were it to, it is no opcode here.
-        assert_eq!(check_transport(Rc, 0x24), Err(Drop::Opcode));
+        assert_eq!(check_transport(Rc, 0x44), Err(Drop::Opcode));
     }
 }
