@@ -541,9 +541,8 @@ mod tests {
             .ends_with("(its QP is UD: make both QPs UC, or both UD)"));
         assert!(say(Drop::Transport, Some(Ud), 0x2A)
             .ends_with("this one takes datagrams (make both QPs UD, or both UC)"));
-        assert!(say(Drop::Transport, Some(Rc), 0x44).contains(
-            "rnic has no RD QPs (the peer's QP is RD: create it as RC, as this one is)"
-        ));
+        assert!(say(Drop::Transport, Some(Rc), 0x44)
+            .contains("rnic has no RD QPs (the peer's QP is RD: create it as RC, as this one is)"));
         assert_eq!(
             say(Drop::Transport, Some(Rc), 0x64),
             "dropped a UD_SEND_ONLY from 10.0.0.2 for RC QP 0x11: the peer sends datagrams \

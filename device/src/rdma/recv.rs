@@ -186,8 +186,7 @@ impl RdmaState {
         wire: &mut Wire,
         now: Instant,
     ) {
-        let plain_rc =
-            || self.ud.qkey(qp.qpn).is_none() && !self.dc.is_dci(qp.qpn) && !self.dc.is_dct(qp.qpn);
+        let plain_rc = || self.transport_of(qp.qpn) == drops::QpTransport::Rc;
         let request = is_request(run.packet.hdrs.bth.opcode);
         let as_one = || {
             if request {
@@ -251,6 +250,9 @@ impl RdmaState {
         let checked = check_transport(self.transport_of(qp.qpn), pkt.hdrs.bth.opcode);
         let taken = checked.and_then(|()| match self.ud.qkey(qp.qpn) {
             Some(qkey) => responder::on_datagram(self, qp, pkt, frame, env, qkey),
+            None if self.uc.contains(qp.qpn) => check(qp, pkt, pkt.payload.len()).and_then(|()| {
+                responder::on_uc_request(self, qp, pkt, Payload::Bytes(pkt.payload), env, wire)
+            }),
             None => match self.dc.receive(qp, pkt, wire, now) {
                 Some(Ok(dc::DcPacket::Taken)) => Ok(()),
                 Some(Ok(dc::DcPacket::Refused)) => {
@@ -369,6 +371,8 @@ impl RdmaState {
     fn transport_of(&self, qpn: u32) -> drops::QpTransport {
         if self.ud.qkey(qpn).is_some() {
             drops::QpTransport::Ud
+        } else if self.uc.contains(qpn) {
+            drops::QpTransport::Uc
         } else if self.dc.is_dci(qpn) {
             drops::QpTransport::DcInitiator
         } else if self.dc.is_dct(qpn) {

@@ -634,7 +634,12 @@ pub(super) mod tests {
             assert_eq!(rc_equivalent(op & 0x1F), op & 0x1F);
         }
         assert_eq!(rc_equivalent(UD_SEND_ONLY), UD_SEND_ONLY);
-        assert_eq!(opcode_info(UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE).unwrap().header_len(), 32);
+        assert_eq!(
+            opcode_info(UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+                .unwrap()
+                .header_len(),
+            32
+        );
     }
 
     #[test]

@@ -188,14 +188,24 @@ impl MrTable {
         slot.mr.take()
     }
 
-    /// Invalidates `key` for `pdn`; the key stops working until the region is registered
-    /// again.
+    /// Invalidates `key` for `pdn` (LOCAL_INV); the key stops working until the region is
+    /// registered again, or the window bound again.
     pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+        self.invalidate_from(key, pdn, None)
+    }
+
+    /// [`MrTable::invalidate`] for a SEND with invalidate that arrived on QP `qpn`: a type
+    /// 2 window must have been bound through it.
+    pub fn invalidate_remote(&mut self, key: u32, pdn: u32, qpn: u32) -> Result<(), KeyError> {
+        self.invalidate_from(key, pdn, Some(qpn))
+    }
+
+    fn invalidate_from(&mut self, key: u32, pdn: u32, qpn: Option<u32>) -> Result<(), KeyError> {
         if IndirectTable::owns(key) {
             return self.indirect.invalidate(key, pdn);
         }
         if mw::is_window_key(key) {
-            return self.windows.invalidate(key, pdn);
+            return self.windows.invalidate(key, pdn, qpn);
         }
         let mr = self.get_mut(key).ok_or(KeyError::NoSuchKey)?;
         if mr.pdn != pdn {

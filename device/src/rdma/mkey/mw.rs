@@ -210,7 +210,11 @@ impl MwTable {
                 qpn: (w.mw_type == MW_TYPE_2).then_some(qpn),
             })
         };
-        if let Some(slot) = self.slots.get_mut(index(wqe.mw_key)).and_then(Option::as_mut) {
+        if let Some(slot) = self
+            .slots
+            .get_mut(index(wqe.mw_key))
+            .and_then(Option::as_mut)
+        {
             slot.tag = wqe.new_key as u8;
             slot.binding = binding;
         }
@@ -219,8 +223,14 @@ impl MwTable {
 
     /// Invalidates window `key` for `pdn` (LOCAL_INV, SEND with invalidate): a bound type
     /// 2 window whose key is exactly `key` becomes free. A type 1 window cannot be
-    /// invalidated ([`KeyError::NoAccess`]).
-    pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+    /// invalidated ([`KeyError::NoAccess`]). A SEND with invalidate names the QP it
+    /// arrived on (`remote_qpn`): only the one the window was bound through may free it.
+    pub fn invalidate(
+        &mut self,
+        key: u32,
+        pdn: u32,
+        remote_qpn: Option<u32>,
+    ) -> Result<(), KeyError> {
         let w = self
             .slots
             .get_mut(index(key))
@@ -233,9 +243,13 @@ impl MwTable {
         if w.mw_type != MW_TYPE_2 {
             return Err(KeyError::NoAccess);
         }
-        if w.binding.take().is_none() {
+        let Some(b) = w.binding else {
             return Err(KeyError::Invalidated);
+        };
+        if remote_qpn.is_some_and(|q| b.qpn != Some(q)) {
+            return Err(KeyError::OtherQp);
         }
+        w.binding = None;
         Ok(())
     }
 
@@ -357,15 +371,22 @@ mod tests {
             "an rkey only"
         );
         // Bound again: the old key is refused, the new one works.
-        t.bind(&bind_wqe(k1, 2, 0x1000, 0x10, ACCESS_REMOTE_READ), (1, 0x11), false, region)
-            .unwrap();
+        t.bind(
+            &bind_wqe(k1, 2, 0x1000, 0x10, ACCESS_REMOTE_READ),
+            (1, 0x11),
+            false,
+            region,
+        )
+        .unwrap();
         assert_eq!(
             t.resolve(k1, (1, 0x11), Access::RemoteRead, 0x1000, 1),
             Err(KeyError::NoSuchKey)
         );
-        assert!(t.resolve(k | 2, (1, 0x11), Access::RemoteRead, 0x1000, 1).is_ok());
+        assert!(t
+            .resolve(k | 2, (1, 0x11), Access::RemoteRead, 0x1000, 1)
+            .is_ok());
         assert!(t.bound_to(MR));
-        assert_eq!(t.invalidate(k | 2, 1), Err(KeyError::NoAccess));
+        assert_eq!(t.invalidate(k | 2, 1, None), Err(KeyError::NoAccess));
         // A bind of length 0 unbinds it.
         t.bind(&bind_wqe(k | 2, 3, 0, 0, 0), (1, 0x11), false, region)
             .unwrap();
@@ -421,10 +442,23 @@ mod tests {
             Err(BindError::NotFree),
             "bound already"
         );
-        assert_eq!(t.invalidate(k | 6, 1), Err(KeyError::NoSuchKey), "stale key");
-        assert_eq!(t.invalidate(k7, 2), Err(KeyError::OtherPd));
-        t.invalidate(k7, 1).unwrap();
-        assert_eq!(t.invalidate(k7, 1), Err(KeyError::Invalidated), "free");
+        assert_eq!(
+            t.invalidate(k | 6, 1, None),
+            Err(KeyError::NoSuchKey),
+            "stale key"
+        );
+        assert_eq!(t.invalidate(k7, 2, None), Err(KeyError::OtherPd));
+        assert_eq!(
+            t.invalidate(k7, 1, Some(0x12)),
+            Err(KeyError::OtherQp),
+            "a SEND with invalidate on another QP"
+        );
+        t.invalidate(k7, 1, Some(0x11)).unwrap();
+        assert_eq!(
+            t.invalidate(k7, 1, None),
+            Err(KeyError::Invalidated),
+            "free"
+        );
         assert_eq!(
             t.resolve(k7, (1, 0x11), Access::RemoteRead, 0, 1),
             Err(KeyError::Invalidated)
@@ -432,7 +466,9 @@ mod tests {
         // Free again: bound through another QP.
         t.bind(&bind_wqe(k7, 9, 0x1000, 8, RW), (1, 0x12), false, region)
             .unwrap();
-        assert!(t.resolve(k | 9, (1, 0x12), Access::RemoteWrite, 0x1000, 8).is_ok());
+        assert!(t
+            .resolve(k | 9, (1, 0x12), Access::RemoteWrite, 0x1000, 8)
+            .is_ok());
         t.release_qp(0x12);
         assert!(!t.bound_to(MR));
     }
@@ -449,27 +485,60 @@ mod tests {
             "another PD's window"
         );
         assert_eq!(
-            bind(&mut t, BindMwWqe { mw_key: k + 0x100, ..good }),
+            bind(
+                &mut t,
+                BindMwWqe {
+                    mw_key: k + 0x100,
+                    ..good
+                }
+            ),
             Err(BindError::NoWindow)
         );
         assert_eq!(
-            bind(&mut t, BindMwWqe { new_key: k + 0x101, ..good }),
+            bind(
+                &mut t,
+                BindMwWqe {
+                    new_key: k + 0x101,
+                    ..good
+                }
+            ),
             Err(BindError::OtherKey)
         );
         assert_eq!(
-            bind(&mut t, BindMwWqe { access: 0x100, ..good }),
+            bind(
+                &mut t,
+                BindMwWqe {
+                    access: 0x100,
+                    ..good
+                }
+            ),
             Err(BindError::BadAccess)
         );
         assert_eq!(
             bind(&mut t, BindMwWqe { num_sge: 1, ..good }),
             Err(BindError::Malformed)
         );
-        assert_eq!(t.bind(&good, (1, 0x11), true, region), Err(BindError::Malformed));
+        assert_eq!(
+            t.bind(&good, (1, 0x11), true, region),
+            Err(BindError::Malformed)
+        );
         for bad in [
-            BindMwWqe { mr_lkey: 0x202, ..good },
-            BindMwWqe { addr: 0xFFF, ..good },
-            BindMwWqe { length: 0x1001, ..good },
-            BindMwWqe { addr: u64::MAX, ..good },
+            BindMwWqe {
+                mr_lkey: 0x202,
+                ..good
+            },
+            BindMwWqe {
+                addr: 0xFFF,
+                ..good
+            },
+            BindMwWqe {
+                length: 0x1001,
+                ..good
+            },
+            BindMwWqe {
+                addr: u64::MAX,
+                ..good
+            },
         ] {
             assert_eq!(bind(&mut t, bad), Err(BindError::Region), "{bad:?}");
         }
@@ -509,7 +578,9 @@ mod tests {
     fn keys_of_windows_are_told_from_other_keys() {
         assert!(is_window_key(MW_KEY_BIT | 0x1234));
         assert!(!is_window_key(0x1234));
-        assert!(!is_window_key(rnic_abi::mkey::INDIRECT_KEY_BIT | MW_KEY_BIT));
+        assert!(!is_window_key(
+            rnic_abi::mkey::INDIRECT_KEY_BIT | MW_KEY_BIT
+        ));
         let mut t = MwTable::default();
         let a = t.alloc(1, MW_TYPE_1).unwrap();
         let b = t.alloc(1, MW_TYPE_2).unwrap();
