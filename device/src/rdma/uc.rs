@@ -1,5 +1,5 @@
 //! Unreliable connected QPs (`rnic_abi::verbs::QPT_UC`, docs/hardware-interface.md
-//! §7.14): RC's SENDs and WRITEs, with and without immediate, under the UC opcodes, with
+//! §14.13): RC's SENDs and WRITEs, with and without immediate, under the UC opcodes, with
 //! no acknowledgement, no retry and no READ or atomic.
 //!
 //! A UC QP is an ordinary [`Qp`] that this module marks as UC. Its send side
