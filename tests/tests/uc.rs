@@ -344,3 +344,52 @@ fn uc_frames_carry_rxes_uc_opcodes_and_a_valid_icrc_and_nothing_answers_them() {
     assert_eq!(roce[3][54..58], 0x0102_0304u32.to_le_bytes());
     assert_eq!(roce[6][70..74], 0x0A0B_0C0Du32.to_le_bytes());
 }
+
+#[test]
+fn the_receiver_counts_what_it_drops_by_reason() {
+    let mut rnicd = Rnicd::start(2, &[]);
+    let (a, b) = pair(&rnicd, "vf0", "vf1", &PairOptions::default());
+    let (qa, qb) = uc_pair(&a, &b);
+    let send = |qp: &Qp, id: u64, len: usize| {
+        qp.post_send(&signaled(id, WrOpcode::Send, vec![a.mr.sge(0, len)]))
+            .unwrap();
+        expect(&a.cq, id, WcStatus::Success);
+    };
+    // One packet each: no receive; a receive too small; a bad rkey.
+    send(&qa, 1, 100);
+    post_recv(&b, &qb, 9, 0, 16);
+    send(&qa, 2, 100);
+    qa.post_send(&signaled(
+        3,
+        WrOpcode::RdmaWrite {
+            remote_addr: b.mr.addr(0),
+            rkey: b.mr.rkey() ^ 0x0F00,
+        },
+        vec![a.mr.sge(0, 64)],
+    ))
+    .unwrap();
+    expect(&a.cq, 3, WcStatus::Success);
+    // A UC SEND to an RC QP: no RC opcode.
+    let rc_b = init_qp(&b, &b.cq, &PairOptions::default(), 0);
+    let uc_a = uc_qp(&a);
+    uc_connect(&uc_a, (&rc_b, b.gid), mtu::MTU_1024, 0x20, 0x30);
+    to_rtr(&rc_b, (&uc_a, a.gid), &PairOptions::default(), 0x20);
+    send(&uc_a, 4, 100);
+    // The receive that waited takes the next message that fits.
+    send(&qa, 5, 8);
+    let got = expect(&b.cq, 9, WcStatus::Success);
+    assert_eq!(got.byte_len, 8);
+    // The counters are logged when rnicd stops, while the clients are attached.
+    rnicd.stop_with(libc::SIGTERM);
+    std::mem::forget((qa, qb, uc_a, rc_b, a, b));
+    let log = rnicd.log();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("vf1: drops "))
+        .unwrap_or_else(|| panic!("no drop counters of vf1:\n{log}"));
+    let line = format!("{line} ");
+    for counter in [" no_receive=1 ", " refused=2 ", " transport=1 ", " psn=0 "] {
+        assert!(line.contains(counter), "{counter:?} in {line}");
+    }
+}
