@@ -148,7 +148,10 @@ mod tests {
         assert_eq!(&b[0x28..0x2C], &0x5152_5354u32.to_le_bytes());
         // Where a SendWqe has the key to invalidate, the remote address and key.
         let s = crate::verbs::SendWqe::read_from_bytes(b).unwrap();
-        assert_eq!((s.imm_or_inv, s.remote_addr, s.rkey), (w.mw_key, w.addr, w.new_key));
+        assert_eq!(
+            (s.imm_or_inv, s.remote_addr, s.rkey),
+            (w.mw_key, w.addr, w.new_key)
+        );
     }
 
     #[test]
