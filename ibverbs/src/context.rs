@@ -29,7 +29,7 @@ use crate::discover::Claim;
 use crate::events::{self, ContextEvents, FunctionEvents};
 use crate::ffi::{errno_of, invalid, minus_one, null_on_err, set_errno, unsupported, Errno};
 use crate::query;
-use crate::{cq, objects, qp, srq};
+use crate::{cq, mw, objects, qp, srq};
 
 /// An opened device. `repr(C)` with the `verbs_context` first, so that the
 /// `ibv_context` at its end is where verbs.h expects it.
@@ -199,6 +199,10 @@ fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
     c.ops.post_send = Some(qp::post_send_op);
     c.ops.post_recv = Some(qp::post_recv_op);
     c.ops.post_srq_recv = Some(srq::post_srq_recv_op);
+    // Memory windows: verbs.h's ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw.
+    c.ops.alloc_mw = Some(mw::alloc_mw_op);
+    c.ops.bind_mw = Some(mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(mw::dealloc_mw_op);
     // No kernel file: commands go through the function's own queue. async_fd is set
     // when the context's event machinery exists.
     c.cmd_fd = -1;

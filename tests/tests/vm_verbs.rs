@@ -5,10 +5,14 @@
 //!
 //! - `ibv_devices` and `ibv_devinfo -v` list the guest's functions with the attributes the
 //!   functions themselves report (QUERY_DEVICE and config space, asked on the host);
-//! - `ibv_rc_pingpong` (plain, `-e`, `-s 1`, `-s 65536 -c`), `ibv_ud_pingpong` and
-//!   `ibv_srq_pingpong` run between two VFs of one guest, between two guests (a VF each,
-//!   the TCP rendezvous on a second Ethernet segment), and against a Soft-RoCE guest in
-//!   both roles (rnicd's Ethernet port and the rxe guest's eth0 on one QEMU segment);
+//! - `ibv_rc_pingpong` (plain, `-e`, `-s 1`, `-s 65536 -c`), `ibv_uc_pingpong`,
+//!   `ibv_ud_pingpong` and `ibv_srq_pingpong` run between two VFs of one guest (through
+//!   sysfs, and through VFIO), between two guests (a VF each, the TCP rendezvous on a
+//!   second Ethernet segment), and against a Soft-RoCE guest in both roles (rnicd's
+//!   Ethernet port and the rxe guest's eth0 on one QEMU segment);
+//! - perftest over UC QPs (`-c UC`: `ib_send_bw`, `ib_write_bw`, `ib_send_lat`,
+//!   `ib_write_lat`, 200 iterations) between two VFs of one guest, through sysfs and
+//!   through VFIO;
 //! - between two VFs of one guest, `ib_write_bw -s 8388608` and `ibv_rc_pingpong -s
 //!   16777216` register 16 MiB regions, and `ibv_rc_pingpong -s 1073741824` regions of
 //!   1 GiB, which the library describes with page tables (the page map's pages are not
@@ -121,11 +125,12 @@ const fn pingpong(
 
 /// The pingpongs, with their defaults (1000 iterations; 4096 bytes, UD 1024, the SRQ
 /// test on 16 QPs) unless said.
-const PINGPONGS: [Run; 6] = [
+const PINGPONGS: [Run; 7] = [
     pingpong("rc", "ibv_rc_pingpong", "", (4096, 1000, 1)),
     pingpong("rc-events", "ibv_rc_pingpong", "-e", (4096, 1000, 1)),
     pingpong("rc-1-byte", "ibv_rc_pingpong", "-s 1", (1, 1000, 1)),
     pingpong("rc-64k", "ibv_rc_pingpong", "-s 65536 -c", (65536, 1000, 1)),
+    pingpong("uc", "ibv_uc_pingpong", "", (4096, 1000, 1)),
     pingpong("ud", "ibv_ud_pingpong", "", (1024, 1000, 1)),
     pingpong("srq", "ibv_srq_pingpong", "", (4096, 1000, 16)),
 ];
@@ -186,6 +191,34 @@ const PERFTEST: [Run; 12] = [
     bw("send-bw-4qps", "ib_send_bw", 4, 65536.0, 1000.0),
     bw("atomic-bw-4qps", "ib_atomic_bw", 4, 8.0, 1000.0),
 ];
+
+/// perftest over UC QPs (`-c UC`), on one QP with the default message sizes and 200
+/// iterations: within the receive depth (512), so a `ib_send_bw` server has a receive
+/// posted for every message before the first one comes (a UC message that finds none is
+/// dropped, and the server would wait for it for ever).
+const UC_PERFTEST: [Run; 4] = [
+    uc_perftest("uc-send-bw", "ib_send_bw", 65536.0, 4),
+    uc_perftest("uc-write-bw", "ib_write_bw", 65536.0, 4),
+    uc_perftest("uc-send-lat", "ib_send_lat", 2.0, 5),
+    uc_perftest("uc-write-lat", "ib_write_lat", 2.0, 5),
+];
+
+/// A perftest run of `program` over a UC QP (see [`UC_PERFTEST`]): message size, and the
+/// figure that must be positive (4: a bandwidth test's MsgRate, 5: a latency test's
+/// t_avg).
+const fn uc_perftest(label: &'static str, program: &'static str, bytes: f64, figure: usize) -> Run {
+    Run {
+        label,
+        program,
+        args: "-F -c UC -n 200",
+        check: Check::Perftest {
+            bytes,
+            iters: 200.0,
+            qps: 1,
+            figure,
+        },
+    }
+}
 
 /// Regions of 16 MiB, which without an IOMMU (the page map's guest-physical pages, not
 /// contiguous) the library registers with page tables (docs/hardware-interface.md §7.3):
@@ -623,7 +656,7 @@ fn in_an_iommu_guest_the_verbs_library_drives_the_vfs_through_vfio_and_sleeps_wh
     // to vfio-pci, maps the application's memory at IOVAs of its own and waits on MSI-X
     // eventfds. data_path (every verb, the refusals, and a blocking wait through two idle
     // seconds), then the pingpongs and perftest's eight programs (and the bandwidth ones
-    // on four QPs, and all but the atomics with -a) between the two VFs.
+    // on four QPs, four over UC QPs, and all but the atomics with -a) between the two VFs.
     let started = Instant::now();
     let rnicd = rnicd(2, &[]);
     let (q0, q1) = (truth(&rnicd, "vf0").0, truth(&rnicd, "vf1").0);
@@ -632,6 +665,7 @@ fn in_an_iommu_guest_the_verbs_library_drives_the_vfs_through_vfio_and_sleeps_wh
     let runs: Vec<Run> = PINGPONGS
         .iter()
         .chain(&PERFTEST)
+        .chain(&UC_PERFTEST)
         // (The atomics of EVERY_SIZE are PERFTEST's.)
         .chain(
             EVERY_SIZE
@@ -703,8 +737,13 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
         runs: &PINGPONGS,
         setting: DEFAULTS,
     };
-    // Then regions of 16 MiB and 1 GiB, which need page tables on this transport, and
-    // perftest's eight programs with -a.
+    // Then perftest over UC QPs, regions of 16 MiB and 1 GiB, which need page tables on
+    // this transport, and perftest's eight programs with -a.
+    let uc = Phase {
+        name: "uc",
+        runs: &UC_PERFTEST,
+        setting: DEFAULTS,
+    };
     let large = Phase {
         name: "large",
         runs: &LARGE_REGIONS,
@@ -716,8 +755,9 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
         setting: DEFAULTS,
     };
     let body = format!(
-        "{}{}{}",
+        "{}{}{}{}",
         phase.both(RNIC_0, rnic_1),
+        uc.both(RNIC_0, rnic_1),
         large.both(RNIC_0, rnic_1),
         every_size.both(RNIC_0, rnic_1)
     );
@@ -732,6 +772,7 @@ fn debian_pingpongs_run_between_two_vfs_of_the_verbs_guest() {
     let runs = tool_runs(&console_of("verbs guest", guest));
     let gids = [q0.gid.into(), q1.gid.into()];
     phase.check(&runs, &runs, gids);
+    uc.check(&runs, &runs, gids);
     large.check(&runs, &runs, gids);
     every_size.check(&runs, &runs, gids);
     eprintln!("done after {:?}", started.elapsed());
