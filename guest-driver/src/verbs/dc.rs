@@ -7,7 +7,8 @@ use rnic_abi::regs;
 use rnic_abi::verbs::SendWqe;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::qp::{encode_send_wqe, init_attr, rtr_attr, rts_attr};
+use super::qp::encode_send_wqe;
+use super::transition::{init_attr, rtr_attr, rts_attr};
 use super::{invalid, Cq, Pd, Qp, QpCaps, SendWr, WrOpcode};
 use crate::error::{Error, Result};
 

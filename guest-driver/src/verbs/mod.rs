@@ -40,6 +40,7 @@ mod qp;
 mod ring;
 mod shared_sq;
 mod srq;
+mod transition;
 mod ud;
 
 use std::collections::{HashMap, VecDeque};
@@ -64,10 +65,7 @@ pub use dc::DcAddress;
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use mw::{inc_rkey, BindInfo, MemoryWindow, MW_KEY_BIT};
-pub use qp::{
-    init_attr, mtu, rtr_attr, rts_attr, uc_rtr_attr, uc_rts_attr, Qp, QpCaps, RecvWr, SendWr,
-    WrOpcode,
-};
+pub use qp::{mtu, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
 pub use rnic_abi::mw::{MW_ACCESS_ALL, MW_TYPE_1, MW_TYPE_2};
 pub use rnic_abi::verbs::{
     attr, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,
@@ -76,6 +74,7 @@ pub use rnic_abi::verbs::{
 };
 pub use shared_sq::SharedSq;
 pub use srq::Srq;
+pub use transition::{init_attr, rtr_attr, rts_attr, uc_rtr_attr, uc_rts_attr};
 pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
 use ring::{Doorbells, ListKinds, Ring};
