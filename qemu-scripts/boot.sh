@@ -17,7 +17,7 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe | --verbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
+Usage: boot.sh [--rxe | --verbs] [--pyverbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
                [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
                [--mem MB] [--smp N] [--timeout S] [--] CMD...
 
@@ -35,6 +35,10 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     ibv_devinfo, ibv_rc_pingpong, ib_write_bw ... drive the attached
                     functions (rnic_0, rnic_1, ... in PCI order; GID index 1); default
                     --mem 1024
+  --pyverbs         with --rxe or --verbs: add Python 3, Debian's python3-pyverbs and
+                    rdma-core's own test suite (/opt/rdma-core/tests, the tests/ of the
+                    release Debian ships) to the guest, one more archive built by
+                    pyverbs-layer.sh (some seconds more boot time under TCG)
 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
@@ -87,6 +91,7 @@ want_pf=0
 vfs=()
 rxe=0
 verbs=0
+pyverbs=0
 files=()
 iommu=0
 nics=()
@@ -105,6 +110,7 @@ while [ $# -gt 0 ]; do
     --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
     --vf=*) vfs+=("${1#*=}"); shift ;;
     --verbs) verbs=1; shift ;;
+    --pyverbs) pyverbs=1; shift ;;
     --file) [ $# -ge 2 ] || die "--file needs HOST[:GUEST]"; files+=("$2"); shift 2 ;;
     --file=*) files+=("${1#*=}"); shift ;;
     --rxe) rxe=1; shift ;;
@@ -143,6 +149,7 @@ if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
     die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
 fi
 [ $rxe = 0 ] || [ $verbs = 0 ] || die "--rxe and --verbs are two different guests: give one (boot another guest for the other)"
+[ $pyverbs = 0 ] || [ $rxe = 1 ] || [ $verbs = 1 ] || die "--pyverbs is for the Debian guests: add --rxe or --verbs"
 [ $rxe = 0 ] || [ $iommu = 0 ] || die "--iommu is for the rnic and verbs guests (their vfio modules); the --rxe guest has none"
 # Each NIC as: local port, remote port, MAC.
 nic_lports=()
@@ -200,6 +207,8 @@ elif [ $verbs = 1 ]; then
 else
     base_initrd=$(bash "$here/build-initramfs.sh")
 fi
+pyverbs_layer=""
+[ $pyverbs = 0 ] || pyverbs_layer=$(bash "$here/pyverbs-layer.sh") || die "building the pyverbs layer failed (see above)"
 busybox=$GUEST_KIT/busybox
 
 if qemu_in_root; then
@@ -356,6 +365,10 @@ else
     } >"$run_dir/initrd.gz"
     rm -rf "$run_dir/guest-files"
 fi
+
+# --pyverbs: its archive as it is (the kernel unpacks concatenated archives, each
+# compressed its own way).
+[ -z "$pyverbs_layer" ] || cat "$pyverbs_layer" >>"$run_dir/initrd.gz"
 
 # --file: one more cpio with the files at their guest paths (and their parent directories).
 if [ ${#files[@]} -gt 0 ]; then

@@ -14,6 +14,10 @@ RXE_ROOT=$RNIC_CACHE/rxe-root
 RXE_KIT=$RNIC_CACHE/rxe-guest
 # shellcheck disable=SC2034
 VERBS_KIT=$RNIC_CACHE/verbs-guest
+# Python, pyverbs and rdma-core's tests for either Debian guest (pyverbs-layer.sh;
+# boot.sh --pyverbs).
+# shellcheck disable=SC2034
+PYVERBS_KIT=$RNIC_CACHE/pyverbs-layer
 # Debian trixie's rdma-core and perftest packages unpacked, the reference of rnic's
 # libibverbs (ibverbs-ref.sh; ibverbs/ reads it).
 # shellcheck disable=SC2034

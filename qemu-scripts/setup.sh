@@ -8,7 +8,9 @@
 #     (build-debian-guest.sh rxe; its first build takes about two minutes),
 #   - Debian's libibverbs headers and rdma-core/perftest binaries, unpacked as the
 #     reference of rnic's libibverbs, with ibverbs-utils, perftest, python3-pyverbs and
-#     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh).
+#     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh);
+#   - Python, python3-pyverbs and rdma-core's own test suite for the Debian guests
+#     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
 # Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
 set -euo pipefail
@@ -116,6 +118,7 @@ main() {
     ensure_qemu
     ensure_guest_kit
     bash "$here/build-debian-guest.sh" rxe >/dev/null
+    bash "$here/pyverbs-layer.sh" >/dev/null
     ensure_trixie_root
     bash "$here/ibverbs-ref.sh" >/dev/null
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"

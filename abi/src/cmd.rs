@@ -49,7 +49,7 @@ pub enum Opcode {
     RegMr = 0x0120,
     /// Deregister a memory region, or destroy an indirect or pattern key: `verbs::ObjectReq`
     /// with the lkey. Fails with [`Status::Busy`] while an indirect or pattern key names
-    /// the region.
+    /// the region, or a memory window is bound to it ([`crate::mw`], ABI 1.6).
     DeregMr = 0x0121,
     /// Create an indirect memory key: `mkey::CreateIndirectKeyReq` and its entries ->
     /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
@@ -57,6 +57,11 @@ pub enum Opcode {
     /// Create a pattern (strided) memory key: `mkey::CreatePatternKeyReq` ->
     /// `verbs::RegMrResp`. `DEREG_MR` destroys it.
     CreatePatternKey = 0x0123,
+    /// Allocate a memory window: `mw::AllocMwReq` -> `mw::AllocMwResp` (ABI 1.6).
+    AllocMw = 0x0124,
+    /// Free a memory window, bound or not: `verbs::ObjectReq` with a key of the window
+    /// (its index counts, not its tag).
+    DeallocMw = 0x0125,
     /// Create a completion queue: `verbs::CreateCqReq` -> `verbs::CreateCqResp`.
     CreateCq = 0x0130,
     /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
@@ -146,6 +151,8 @@ impl Opcode {
             0x0121 => Self::DeregMr,
             0x0122 => Self::CreateIndirectKey,
             0x0123 => Self::CreatePatternKey,
+            0x0124 => Self::AllocMw,
+            0x0125 => Self::DeallocMw,
             0x0130 => Self::CreateCq,
             0x0131 => Self::DestroyCq,
             0x0140 => Self::CreateQp,

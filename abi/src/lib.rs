@@ -27,6 +27,7 @@ pub mod gid;
 pub mod migration;
 pub mod mkey;
 pub mod mmio;
+pub mod mw;
 pub mod pci;
 pub mod regs;
 pub mod rng;

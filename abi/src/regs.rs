@@ -183,6 +183,12 @@ pub const CAP_SESSIONS: u64 = 1 << 16;
 /// ([`crate::verbs::PageList::levels`], ABI 1.6), so no page list needs memory the
 /// device sees as contiguous beyond one page.
 pub const CAP_PAGE_TABLES: u64 = 1 << 17;
+/// Unreliable connected QPs (`CreateQpReq::qp_type` = [`crate::verbs::QPT_UC`], ABI
+/// 1.6): SEND and RDMA WRITE, with and without immediate, no acknowledgements.
+pub const CAP_UC: u64 = 1 << 18;
+/// Memory windows of types 1 and 2 ([`crate::mw`], ABI 1.6): `ALLOC_MW`, `DEALLOC_MW`,
+/// `BIND_MW` work requests, their invalidation.
+pub const CAP_MW: u64 = 1 << 19;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

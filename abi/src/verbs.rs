@@ -25,12 +25,22 @@ pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
 /// Remote atomic access (`IBV_ACCESS_REMOTE_ATOMIC`).
 pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
-/// Every access flag the device knows.
+/// Every access flag that grants an access, local or remote.
 pub const ACCESS_ALL: u32 =
     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// A memory region memory windows may be bound to (`IBV_ACCESS_MW_BIND`; ABI 1.6,
+/// [`crate::regs::CAP_MW`]): `REG_MR` only. It grants no access by itself.
+pub const ACCESS_MW_BIND: u32 = 1 << 4;
+/// A type 2 memory window bound zero-based (`IBV_ACCESS_ZERO_BASED`): peers address its
+/// first byte as 0 ([`crate::mw::BindMwWqe::access`] only; ABI 1.6).
+pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
+/// The access flags `REG_MR` takes: [`ACCESS_ALL`] and [`ACCESS_MW_BIND`].
+pub const ACCESS_REG_MR: u32 = ACCESS_ALL | ACCESS_MW_BIND;
 
 /// Queue pair type: reliable connected (`IBV_QPT_RC`).
 pub const QPT_RC: u8 = 2;
+/// Queue pair type: unreliable connected (`IBV_QPT_UC`; ABI 1.6, [`crate::regs::CAP_UC`]).
+pub const QPT_UC: u8 = 3;
 
 /// The number of the first QP a function creates after a reset; later ones count up from
 /// it, skipping numbers in use. 0 and 1 are InfiniBand's special QPs.
@@ -167,7 +177,8 @@ pub mod wr {
     pub const ATOMIC_FETCH_AND_ADD: u8 = 6;
     /// Local invalidate.
     pub const LOCAL_INV: u8 = 7;
-    /// Bind memory window (not supported: completes with `MW_BIND_ERR`).
+    /// Bind a memory window: the WQE is a [`crate::mw::BindMwWqe`] (ABI 1.6; before, it
+    /// completed with `MW_BIND_ERR`).
     pub const BIND_MW: u8 = 8;
     /// SEND with invalidate.
     pub const SEND_WITH_INV: u8 = 9;
@@ -663,7 +674,7 @@ pub struct CreateQpReq {
     pub max_inline_data: u32,
     /// Doorbell page for the QP's send and receive slots.
     pub doorbell_page: u32,
-    /// [`QPT_RC`].
+    /// [`QPT_RC`], [`QPT_UC`], `ud::QPT_UD`, `dc::QPT_DCI` or `dc::QPT_DCT`.
     pub qp_type: u8,
     /// Non-zero: every send WR completes as if signaled (`sq_sig_all`).
     pub sq_sig_all: u8,
@@ -801,7 +812,7 @@ pub struct SendWqe {
     /// 1.4, formerly reserved). 0: the QP's own UDP source port.
     pub session_group: u8,
     /// Immediate data (byte for byte onto the wire), or the rkey to invalidate (SEND with
-    /// invalidate, LOCAL_INV).
+    /// invalidate, LOCAL_INV: an MR, indirect, pattern or memory window key).
     pub imm_or_inv: u32,
     /// Remote address (RDMA and atomics).
     pub remote_addr: u64,

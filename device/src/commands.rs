@@ -80,6 +80,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::GetPortStats => size_of::<rnic_abi::admin::PortStats>(),
         Opcode::MigrateQp => size_of::<rnic_abi::migration::MigrateQpResp>(),
         Opcode::AdoptQp => size_of::<rnic_abi::migration::AdoptQpResp>(),
+        Opcode::AllocMw => size_of::<rnic_abi::mw::AllocMwResp>(),
         Opcode::SetNumVfs
         | Opcode::SetQuota
         | Opcode::SetAddress
@@ -89,6 +90,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DestroyEq
         | Opcode::DeallocPd
         | Opcode::DeregMr
+        | Opcode::DeallocMw
         | Opcode::DestroyCq
         | Opcode::ModifyQp
         | Opcode::DestroyQp

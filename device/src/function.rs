@@ -1164,7 +1164,9 @@ mod tests {
             | CAP_PIPELINED_REG
             | CAP_SHARED_SQ
             | CAP_SESSIONS
-            | CAP_PAGE_TABLES;
+            | CAP_PAGE_TABLES
+            | CAP_UC
+            | CAP_MW;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -86,6 +86,8 @@ impl Identity {
                 | CAP_SHARED_SQ
                 | CAP_SESSIONS
                 | CAP_PAGE_TABLES
+                | CAP_UC
+                | CAP_MW
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

@@ -341,7 +341,7 @@ pub fn send_seeds() -> Vec<Vec<u8>> {
         signaled: true,
         ..SendWr::default()
     };
-    // (QP index on B, the WR): 0 qb, 1 qb2, 2 ub.
+    // (QP index on B, the WR): 0 qb, 1 qb2, 2 ub, 3 ucb.
     let wrs: Vec<(u8, SendWr)> = vec![
         (0, wr(WrOpcode::Send, vec![mr.sge(0, 100)])),
         (
@@ -399,6 +399,25 @@ pub fn send_seeds() -> Vec<Vec<u8>> {
         ),
         (0, wr(WrOpcode::LocalInv(keys[1].lkey()), Vec::new())),
         (1, wr(WrOpcode::Send, vec![mr.sge(0, 512)])),
+        // On ucb: a UC WRITE with immediate to A, a bind of the type 1 window to part of
+        // its region, and a LOCAL_INV of the type 2 window.
+        (3, wr(write(Some(10)), vec![mr.sge(0x200, 2100)])),
+        (
+            3,
+            wr(
+                b.mws[0].bind_opcode(
+                    rnic_driver::verbs::inc_rkey(b.mws[0].rkey()),
+                    &rnic_driver::verbs::BindInfo {
+                        mr: Some(&b.mrs[2]),
+                        addr: b.mrs[2].addr(0x1000),
+                        length: 0x1000,
+                        access: rnic_driver::verbs::ACCESS_REMOTE_READ,
+                    },
+                ),
+                Vec::new(),
+            ),
+        ),
+        (3, wr(WrOpcode::LocalInv(b.mws[1].rkey()), Vec::new())),
     ];
     let stride = rnic_abi::verbs::sq_stride(caps().max_send_sge, caps().max_inline_data) as usize;
     let ram = &world.bench.rams[B];
@@ -413,7 +432,7 @@ pub fn send_seeds() -> Vec<Vec<u8>> {
     let mut wqes: Vec<(u8, Vec<u8>)> = Vec::new();
     for (i, (which, wr)) in wrs.into_iter().enumerate() {
         let wr_id = 0x5eed_0000_0000_0100 + i as u64;
-        b.qps[usize::from(which)]
+        b.qps[[0, 1, 2, 4][usize::from(which)]]
             .post_send(&SendWr { wr_id, ..wr })
             .expect("post a seed WR");
         wqes.push((which, find(wr_id)));

@@ -10,7 +10,11 @@
 //!   WQEs, RC QP `qb2` on an SRQ,
 //!   a UD QP, a DC target on the SRQ, a writable MR and a read-only one, receives posted
 //!   everywhere, and a SEND, a WRITE, a READ and an atomic of `qb` in flight to A, so
-//!   that answers the input forges meet a completer with work outstanding.
+//!   that answers the input forges meet a completer with work outstanding. Made last (so
+//!   that the numbers and keys of everything before, which the seeds name, stay as they
+//!   were): a UC QP `ucb` connected to A's `uca`, with receives posted, and two memory
+//!   windows bound through it to a third, writable MR: a type 1 window and a zero-based
+//!   type 2 window of `ucb`.
 //! - C (VF 1) is a bystander with objects of its own: nothing an input does to A or B may
 //!   change anything of C's.
 //!
@@ -28,9 +32,10 @@ use std::sync::Arc;
 
 use rnic_device::fabric::frame::Frame;
 use rnic_driver::verbs::{
-    self, mtu, Context, Cq, DcAddress, KeyRange, MemoryKey, Mr, Pd, Qp, QpCaps, RecvWr, SendWr,
-    Srq, UdAddress, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE, QKEY_USE_OWN,
+    self, mtu, BindInfo, Context, Cq, DcAddress, KeyRange, MemoryKey, MemoryWindow, Mr, Pd, Qp,
+    QpCaps, RecvWr, SendWr, Srq, UdAddress, WrOpcode, ACCESS_LOCAL_WRITE, ACCESS_MW_BIND,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, ACCESS_ZERO_BASED, MW_TYPE_1,
+    MW_TYPE_2, QKEY_USE_OWN,
 };
 
 use crate::bench::{Bench, Net};
@@ -72,13 +77,17 @@ pub enum Mode {
     Live,
 }
 
-/// One function's objects. Declared in drop order: QPs before what they use.
+/// One function's objects. Declared in drop order: QPs before what they use, windows
+/// before the regions they are bound to.
 pub struct Side {
-    /// QPs (RC, UD, DC), in creation order.
+    /// QPs (RC, UD, DC, UC), in creation order.
     pub qps: Vec<Qp>,
     /// The SRQ, if the side has one.
     pub srq: Option<Srq>,
-    /// MRs; `mrs[0]` is writable, `mrs[1]` (B only) read-only.
+    /// Memory windows (B only: type 1, then type 2, bound to `mrs[2]`).
+    pub mws: Vec<MemoryWindow>,
+    /// MRs; `mrs[0]` is writable, `mrs[1]` (B only) read-only, `mrs[2]` (B only) writable
+    /// and bindable (`ACCESS_MW_BIND`).
     pub mrs: Vec<Mr>,
     /// The one CQ of every queue of the side.
     pub cq: Cq,
@@ -142,6 +151,7 @@ fn side(bench: &Bench, f: usize, writable: &mut Vec<(usize, usize)>) -> Side {
     Side {
         qps: Vec::new(),
         srq: None,
+        mws: Vec::new(),
         mrs,
         cq,
         pd,
@@ -160,6 +170,25 @@ fn rc(side: &Side, srq: Option<&Srq>) -> Qp {
     let (a, m) = verbs::init_attr(ACCESS & !ACCESS_LOCAL_WRITE);
     qp.modify(&a, m).expect("INIT");
     qp
+}
+
+/// A UC QP of `side`, in INIT.
+fn uc(side: &Side) -> Qp {
+    let qp = side
+        .pd
+        .create_uc_qp(&side.cq, &side.cq, caps(), false)
+        .expect("UC QP");
+    let (a, m) = verbs::init_attr(ACCESS_REMOTE_WRITE);
+    qp.modify(&a, m).expect("INIT");
+    qp
+}
+
+/// Brings UC QP `qp` (INIT) to RTS towards `peer` (QPN, GID).
+fn connect_uc(qp: &Qp, peer: (u32, [u8; 16]), my_psn: u32, peer_psn: u32) {
+    let (a, m) = verbs::uc_rtr_attr(peer.0, peer.1, peer_psn, mtu::MTU_1024);
+    qp.modify(&a, m).expect("UC RTR");
+    let (a, m) = verbs::uc_rts_attr(my_psn);
+    qp.modify(&a, m).expect("UC RTS");
 }
 
 /// Brings `qp` (INIT) to RTS towards `peer` (QPN, GID). The ACK timeout is long (code 20,
@@ -363,8 +392,87 @@ impl World {
             bench.settle(256);
         }
 
-        a.qps.extend([qa, qa2, ua, dci]);
-        b.qps.extend([qb, qb2, ub, dct]);
+        // Last, so that everything above keeps its number and key: UC and windows.
+        let uca = uc(&a);
+        let ucb = uc(&b);
+        connect_uc(&uca, (ucb.qp_num(), gid_b), PSN_A, PSN_B);
+        connect_uc(&ucb, (uca.qp_num(), gid_a), PSN_B, PSN_A);
+        for i in 0..8u64 {
+            let wr = RecvWr {
+                wr_id: 4000 + i,
+                sges: vec![b.mrs[0].sge(4096 * i as usize, 4096)],
+            };
+            ucb.post_recv(&wr).expect("post a UC receive");
+            posted[B].insert(4000 + i);
+        }
+        let bindable = mr(&bench, B, &b.pd, ACCESS | ACCESS_MW_BIND, &mut writable[B]);
+        b.mrs.push(bindable);
+        let remote = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+        for (i, (mw_type, access)) in [(MW_TYPE_1, remote), (MW_TYPE_2, remote | ACCESS_ZERO_BASED)]
+            .into_iter()
+            .enumerate()
+        {
+            let mw = b.pd.alloc_mw(mw_type).expect("a memory window");
+            let info = BindInfo {
+                mr: Some(&b.mrs[2]),
+                addr: b.mrs[2].addr(0),
+                length: MR_LEN as u64,
+                access,
+            };
+            let wr_id = 4100 + i as u64;
+            ucb.post_bind_mw(wr_id, &mw, &info, true)
+                .expect("post a bind");
+            posted[B].insert(wr_id);
+            b.mws.push(mw);
+        }
+        bench.settle(64);
+        if mode == Mode::Record {
+            // UC messages to ucb, and WRITEs through B's windows: by qa through the type 1
+            // window, by uca through the type 2 one (zero-based) and a SEND and a WRITE
+            // with immediate of two packets each.
+            let (w1, w2) = (b.mws[0].rkey(), b.mws[1].rkey());
+            let writes = [
+                (
+                    &qa,
+                    WrOpcode::RdmaWrite {
+                        remote_addr: b.mrs[2].addr(0x200),
+                        rkey: w1,
+                    },
+                ),
+                (
+                    &uca,
+                    WrOpcode::RdmaWrite {
+                        remote_addr: 0x300,
+                        rkey: w2,
+                    },
+                ),
+                (&uca, WrOpcode::Send),
+                (
+                    &uca,
+                    WrOpcode::RdmaWriteWithImm {
+                        remote_addr: b.mrs[0].addr(0xe000),
+                        rkey: b.mrs[0].rkey(),
+                        imm: 9,
+                    },
+                ),
+            ];
+            for (i, (qp, opcode)) in writes.into_iter().enumerate() {
+                let wr_id = 9100 + i as u64;
+                qp.post_send(&SendWr {
+                    wr_id,
+                    opcode,
+                    sges: vec![a.mrs[0].sge(0x1000 * i, 1500)],
+                    signaled: true,
+                    ..SendWr::default()
+                })
+                .expect("post A's request through a window or on UC");
+                posted[A].insert(wr_id);
+            }
+            bench.settle(256);
+        }
+
+        a.qps.extend([qa, qa2, ua, dci, uca]);
+        b.qps.extend([qb, qb2, ub, dct, ucb]);
         c.qps.push(qc);
         let mut world = World {
             snapshots: Vec::new(),
@@ -407,8 +515,8 @@ impl World {
     }
 
     /// Posts `wqe`, as raw bytes, on B's QP `which` (0: `qb`, RC with an MMIO window; 1:
-    /// `qb2`, RC on the SRQ; 2: `ub`, UD), through the window if `by_mmio` and it is
-    /// free. Returns the `wr_id` it got, if the driver posted it (not when the queue is
+    /// `qb2`, RC on the SRQ; 2: `ub`, UD; 3: `ucb`, UC), through the window if `by_mmio`
+    /// and it is free. Returns the `wr_id` it got, if the driver posted it (not when the queue is
     /// full or the QP in ERR); note it with [`World::note_posted`].
     pub fn post_raw_on_b(
         &self,
@@ -417,7 +525,7 @@ impl World {
         wqe: &[u8],
         by_mmio: bool,
     ) -> Option<u64> {
-        let qp = &self.sides[B].qps[which % 3];
+        let qp = &self.sides[B].qps[[0, 1, 2, 4][which % 4]];
         qp.post_raw_send(wr_id, wqe, by_mmio).ok().map(|_| wr_id)
     }
 
@@ -623,8 +731,9 @@ mod tests {
         let counters = world.bench.functions[B].rdma_counters();
         assert_eq!(counters.rx_dropped, 0, "{counters:?}");
         assert!(counters.rx_packets >= 10, "{counters:?}");
-        // B's four requests were answered and completed, and receives were consumed.
-        for wr_id in [5000, 5001, 5002, 5003, 1000, 2000, 3000] {
+        // B's four requests were answered and completed, and receives were consumed: UC's
+        // too (a SEND and a WRITE with immediate).
+        for wr_id in [5000, 5001, 5002, 5003, 1000, 2000, 3000, 4000, 4001] {
             assert!(
                 world.completed[B].contains(&wr_id),
                 "wr {wr_id}: {:?}",
@@ -647,7 +756,7 @@ mod tests {
         }
         world.bench.settle(64);
         drop(keys);
-        assert_eq!(posted.len(), 12, "every seed WQE was posted");
+        assert_eq!(posted.len(), 15, "every seed WQE was posted");
         world.note_posted(B, posted.clone());
         world.check();
         for wr_id in posted {

@@ -1254,6 +1254,10 @@ constants! {
     IBV_DEVICE_N_NOTIFY_CQ: c_uint = 1 << 14;
     /// `IBV_DEVICE_MEM_WINDOW`.
     IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+    /// `IBV_DEVICE_MEM_WINDOW_TYPE_2A`.
+    IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+    /// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`.
+    IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
     /// `IBV_DEVICE_XRC`.
     IBV_DEVICE_XRC: c_uint = 1 << 20;
     /// `IBV_DEVICE_MEM_MGT_EXTENSIONS`.
@@ -1704,6 +1708,10 @@ constants! {
     IBV_WR_LOCAL_INV: ibv_wr_opcode = 7;
     /// `IBV_WR_BIND_MW`.
     IBV_WR_BIND_MW: ibv_wr_opcode = 8;
+    /// `IBV_MW_TYPE_1`.
+    IBV_MW_TYPE_1: ibv_mw_type = 1;
+    /// `IBV_MW_TYPE_2`.
+    IBV_MW_TYPE_2: ibv_mw_type = 2;
     /// `IBV_WR_SEND_WITH_INV`.
     IBV_WR_SEND_WITH_INV: ibv_wr_opcode = 9;
     /// `IBV_WR_TSO`.

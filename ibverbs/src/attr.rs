@@ -91,9 +91,12 @@ fn int(v: u64) -> c_int {
 ///
 /// The limits are the function's own (its quota, QUERY_DEVICE's `limits`). SRQs
 /// (where the device reports `CAP_SRQ`) hold as many WRs and SGEs as QPs; address
-/// handles are the library's alone, so there is no limit to them but memory. What the
-/// library does not offer reads 0 (memory windows, multicast, XRC), whatever the device
-/// can do, so that a program does not plan on it.
+/// handles are the library's alone, so there is no limit to them but memory. Memory
+/// windows (where the device reports `CAP_MW`) count against the function's quota of
+/// MRs, so `max_mw` is `max_mr`, with `IBV_DEVICE_MEM_WINDOW` and
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B` (rnic's type 2 windows are 2B: bound to one QP). What
+/// the library does not offer reads 0 (multicast, XRC), whatever the device can do, so
+/// that a program does not plan on it.
 pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex {
     let l = &q.limits;
     let guid = guid_be64(node_guid(q.mac));
@@ -129,6 +132,10 @@ pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex
         o.max_srq = int(rnic_abi::srq::MAX_SRQN.into());
         o.max_srq_wr = o.max_qp_wr;
         o.max_srq_sge = o.max_sge;
+    }
+    if q.caps & rnic_abi::regs::CAP_MW != 0 {
+        o.max_mw = o.max_mr;
+        o.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     }
     o.max_ah = c_int::MAX;
     a.device_cap_flags_ex = u64::from(o.device_cap_flags);
@@ -273,6 +280,25 @@ mod tests {
         assert_eq!((o.max_srq, o.max_srq_wr, o.max_srq_sge), (0xffff, 102, 103));
         assert_eq!((o.max_ah, o.max_mw, o.max_mcast_grp), (c_int::MAX, 0, 0));
         assert_eq!(o.atomic_cap, IBV_ATOMIC_HCA);
+        assert_eq!(o.device_cap_flags & IBV_DEVICE_MEM_WINDOW, 0);
+    }
+
+    #[test]
+    fn memory_windows_share_the_mr_quota_and_are_type_2b() {
+        let mut q = resp();
+        q.caps |= rnic_abi::regs::CAP_MW;
+        let a = device_attr(&q, &pci());
+        assert_eq!(a.orig_attr.max_mw, 106);
+        let want = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+        assert_eq!(a.orig_attr.device_cap_flags & want, want);
+        assert_eq!(
+            a.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A,
+            0
+        );
+        assert_eq!(
+            a.device_cap_flags_ex,
+            u64::from(a.orig_attr.device_cap_flags)
+        );
     }
 
     #[test]

@@ -1,18 +1,22 @@
 //! Contexts: `ibv_open_device`, `ibv_close_device`, and the [`verbs_context`] an
 //! `ibv_context *` leads verbs.h's inline functions to.
 //!
-//! An [`RnicContext`] is one `rnic_driver::verbs::Context` (the function, reset and
-//! with its event queue) behind the `verbs_context` C sees. It lives in an `Arc`
-//! registered by the address of its `ibv_context`: every call looks the pointer up
-//! there, so a pointer that is not a live context is `EINVAL` and is never dereferenced,
-//! and a context stays alive while a call on another thread still uses it, even if the
-//! application closes it meanwhile.
+//! An [`RnicContext`] is the `verbs_context` C sees in front of a [`Function`]: one
+//! `rnic_driver::verbs::Context` (the function, reset and with its event queue) and the
+//! thread that reads its event queue. The contexts one process opens on one function
+//! share it, as rdma-core's contexts on one device share the device (rdma-core's own
+//! test suite opens a client's and a server's on the device it tests): each context has
+//! its own objects, channels and asynchronous events, and the function is closed with
+//! the last of them. A context lives in an `Arc` registered by the address of its
+//! `ibv_context`: every call looks the pointer up there, so a pointer that is not a live
+//! context is `EINVAL` and is never dereferenced, and a context stays alive while a call
+//! on another thread still uses it, even if the application closes it meanwhile.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::fs::File;
 use std::mem::offset_of;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rnic_abi::cmd::QueryDeviceResp;
 use rnic_abi::regs;
@@ -22,10 +26,10 @@ use rnic_driver::verbs;
 use crate::abi::*;
 use crate::device::RnicDevice;
 use crate::discover::Claim;
-use crate::events::{self, ContextEvents};
+use crate::events::{self, ContextEvents, FunctionEvents};
 use crate::ffi::{errno_of, invalid, minus_one, null_on_err, set_errno, unsupported, Errno};
 use crate::query;
-use crate::{cq, objects, qp, srq};
+use crate::{cq, mw, objects, qp, srq};
 
 /// An opened device. `repr(C)` with the `verbs_context` first, so that the
 /// `ibv_context` at its end is where verbs.h expects it.
@@ -33,14 +37,47 @@ use crate::{cq, objects, qp, srq};
 pub(crate) struct RnicContext {
     vctx: UnsafeCell<verbs_context>,
     device: &'static RnicDevice,
-    /// The function, opened for verbs.
-    pub(crate) verbs: verbs::Context,
-    /// Channels, asynchronous events, and the thread that reads the event queue.
+    /// The function, opened for verbs (the one of [`RnicContext::function`]).
+    pub(crate) verbs: Arc<verbs::Context>,
+    /// This context's asynchronous events and the objects events name.
     pub(crate) events: ContextEvents,
+    /// The function and its event thread, shared with this process's other contexts on
+    /// it; closed when the last of them is dropped.
+    function: Arc<Function>,
+}
+
+/// A function opened for verbs, shared by the contexts of this process on it.
+pub(crate) struct Function {
+    /// The function.
+    pub(crate) verbs: Arc<verbs::Context>,
+    /// The contexts on it, for the event thread to find an event's object in.
+    contexts: Mutex<Vec<Weak<RnicContext>>>,
+    /// The thread that reads its event queue.
+    pub(crate) events: FunctionEvents,
+    /// The device it is.
+    device: &'static RnicDevice,
+    /// The process that opened it: a child made by `fork` finds it in [`FUNCTIONS`]
+    /// but has neither its event thread nor, in a VM, its memory (`MADV_DONTFORK`).
+    pid: u32,
     /// The function's lock in a VM, released after `verbs` closed the function.
     _lock: Option<File>,
     /// Tells the device its function is free again; dropped last.
     _release: Release,
+}
+
+impl Function {
+    /// The device's name (`rnic_0`), for messages.
+    pub(crate) fn name(&self) -> &str {
+        self.device.name()
+    }
+
+    /// Its live contexts, oldest first.
+    pub(crate) fn contexts(&self) -> Vec<Arc<RnicContext>> {
+        lock(&self.contexts)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
 }
 
 // SAFETY: `vctx` is written only before the context is shared; afterwards C may read
@@ -63,8 +100,16 @@ impl Drop for Release {
 /// The live contexts.
 static CONTEXTS: Mutex<Vec<Arc<RnicContext>>> = Mutex::new(Vec::new());
 
+/// The functions contexts have open, with their devices. Opening and closing a context
+/// hold it throughout, so a function is either found by the next open or closed.
+static FUNCTIONS: Mutex<Vec<(&'static RnicDevice, Arc<Function>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn contexts() -> MutexGuard<'static, Vec<Arc<RnicContext>>> {
-    CONTEXTS.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&CONTEXTS)
 }
 
 impl RnicContext {
@@ -154,6 +199,10 @@ fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
     c.ops.post_send = Some(qp::post_send_op);
     c.ops.post_recv = Some(qp::post_recv_op);
     c.ops.post_srq_recv = Some(srq::post_srq_recv_op);
+    // Memory windows: verbs.h's ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw.
+    c.ops.alloc_mw = Some(mw::alloc_mw_op);
+    c.ops.bind_mw = Some(mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(mw::dealloc_mw_op);
     // No kernel file: commands go through the function's own queue. async_fd is set
     // when the context's event machinery exists.
     c.cmd_fd = -1;
@@ -165,8 +214,8 @@ fn new_verbs_context(device: &'static RnicDevice) -> verbs_context {
     v
 }
 
-/// Opens a context on `device`: takes its function and starts verbs on it.
-fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
+/// Takes `device`'s function, starts verbs on it and its event thread.
+fn open_function(device: &'static RnicDevice) -> Result<Arc<Function>, Errno> {
     let Claim {
         device: function,
         lock,
@@ -181,18 +230,55 @@ fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
         errno_of(&e)
     })?;
     device.remember(*verbs.attr());
-    let events = ContextEvents::new()?;
+    let function = Arc::new(Function {
+        verbs: Arc::new(verbs),
+        contexts: Mutex::new(Vec::new()),
+        events: FunctionEvents::new()?,
+        device,
+        pid: std::process::id(),
+        _lock: lock,
+        _release: release,
+    });
+    events::start(&function)?;
+    Ok(function)
+}
+
+/// Opens a context on `device`: on the function another context of this process has
+/// open, or on the function taken now.
+fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
+    let mut functions = lock(&FUNCTIONS);
+    let function = match functions.iter().find(|(d, _)| std::ptr::eq(*d, device)) {
+        Some((_, f)) if f.pid != std::process::id() => {
+            log::warn!(
+                "{} is held by the process this one was forked from; open it in one process at a time",
+                device.name()
+            );
+            return Err(libc::EBUSY);
+        }
+        Some((_, f)) => Arc::clone(f),
+        None => {
+            let f = open_function(device)?;
+            functions.push((device, Arc::clone(&f)));
+            f
+        }
+    };
+    let events = match ContextEvents::new() {
+        Ok(e) => e,
+        Err(e) => {
+            release_unused(&mut functions, &function);
+            return Err(e);
+        }
+    };
     let mut vctx = new_verbs_context(device);
     vctx.context.async_fd = events.async_fd();
     let ctx = Arc::new(RnicContext {
         vctx: UnsafeCell::new(vctx),
         device,
-        verbs,
+        verbs: Arc::clone(&function.verbs),
         events,
-        _lock: lock,
-        _release: release,
+        function: Arc::clone(&function),
     });
-    events::start(&ctx)?;
+    lock(&function.contexts).push(Arc::downgrade(&ctx));
     let ptr = ctx.ibv_context();
     log::debug!(
         "{}: opened {} as context {ptr:p}",
@@ -201,6 +287,20 @@ fn open(device: &'static RnicDevice) -> Result<*mut ibv_context, Errno> {
     );
     contexts().push(ctx);
     Ok(ptr)
+}
+
+/// Stops `function`'s event thread and lets it go (the last context holding it closes
+/// it), if no context of it is live.
+fn release_unused(
+    functions: &mut Vec<(&'static RnicDevice, Arc<Function>)>,
+    function: &Arc<Function>,
+) {
+    lock(&function.contexts).retain(|w| w.strong_count() > 0);
+    if !lock(&function.contexts).is_empty() {
+        return;
+    }
+    function.events.stop();
+    functions.retain(|(_, f)| !Arc::ptr_eq(f, function));
 }
 
 /// Closes a context: it leaves the registry, and is dropped (closing its function) as
@@ -222,13 +322,19 @@ fn close(ctx: *mut ibv_context) -> Result<(), Errno> {
     // What the application left: destroyed as the kernel does for a closed device,
     // users before what they use, so the function is clean for the next process.
     drop(objects::take_context(ctx.ibv_context()));
-    ctx.events.stop();
+    let mut functions = lock(&FUNCTIONS);
+    let function = Arc::clone(&ctx.function);
+    lock(&function.contexts).retain(|w| !std::ptr::eq(w.as_ptr(), Arc::as_ptr(&ctx)));
+    release_unused(&mut functions, &function);
+    // Closed here if nothing else holds it, before another open may look for it.
     drop(ctx);
+    drop(function);
+    drop(functions);
     Ok(())
 }
 
-/// `ibv_open_device`: a context on the device, or NULL with `errno` (`EBUSY` if the
-/// function is in use, by another process or a context of this one).
+/// `ibv_open_device`: a context on the device, or NULL with `errno` (`EBUSY` if another
+/// process has the function, the process this one was forked from among them).
 ///
 /// # Safety
 ///

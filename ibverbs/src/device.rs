@@ -182,13 +182,14 @@ impl RnicDevice {
         self.state().identity = Some(identity);
     }
 
-    /// Takes the function for a context: the idle one, or freshly opened. `EBUSY` if a
-    /// context of this process has it already (one context per function so far).
+    /// Takes the function for the first context on it (the others share it, see
+    /// `context.rs`): the idle one, or freshly opened. `EBUSY` while the last context
+    /// that had it is still being closed.
     pub(crate) fn take(&self) -> Result<Claim, Errno> {
         let mut st = self.state();
         if st.open {
             log::warn!(
-                "{} is already open in this process; rnic gives a function one context at a time",
+                "{} is still held by a context being closed in this process",
                 self.name
             );
             return Err(libc::EBUSY);

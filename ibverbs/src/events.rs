@@ -2,13 +2,14 @@
 //! `ibv_ack_cq_events`) and asynchronous events (`ibv_get_async_event`,
 //! `ibv_ack_async_event`, the context's `async_fd`).
 //!
-//! The function has one event queue, read by one thread per context ([`start`]). It
+//! The function has one event queue, read by one thread ([`start`]) for all the
+//! contexts this process has on it (see `context.rs`). It
 //! sleeps on the queue's MSI-X interrupt (an eventfd on the host and through VFIO; closing
 //! the context wakes it through a descriptor of its own; inside a VM without an IOMMU,
 //! where a userspace driver gets no interrupts, it looks at the queue every millisecond,
 //! every 50 µs while events come) and moves each event to where the application waits:
-//! a completion event to the channel of its CQ, an asynchronous event to the context's
-//! queue.
+//! a completion event to the channel of its CQ, an asynchronous event to the queue of
+//! the context whose object it names.
 //!
 //! A channel's `fd` and the context's `async_fd` are eventfds in semaphore mode: each
 //! event queued adds one, each `ibv_get_*_event` takes one (blocking, or `EAGAIN` if the
@@ -31,7 +32,7 @@ use std::time::Duration;
 use rnic_driver::verbs::{AsyncEvent, Event};
 
 use crate::abi::*;
-use crate::context::RnicContext;
+use crate::context::{Function, RnicContext};
 use crate::cq::CqObj;
 use crate::ffi::{errno_result, guard, invalid, minus_one, null_on_err, set_errno, Errno};
 use crate::objects::{self, lookup, register, unregister, users, Obj};
@@ -235,15 +236,19 @@ impl AsyncQueue {
     }
 }
 
-/// A context's event machinery: the asynchronous queue, the objects events name by
-/// number, and the thread that reads the function's event queue.
+/// A context's side of events: its asynchronous queue, and its objects events name by
+/// number.
 pub(crate) struct ContextEvents {
     pub(crate) async_queue: AsyncQueue,
     pub(crate) cqs: Mutex<HashMap<u32, Weak<CqObj>>>,
     pub(crate) qps: Mutex<HashMap<u32, Weak<QpObj>>>,
     pub(crate) srqs: Mutex<HashMap<u32, Weak<SrqObj>>>,
+}
+
+/// A function's side of events: the thread that reads its event queue.
+pub(crate) struct FunctionEvents {
     stop: AtomicBool,
-    /// Posted by [`ContextEvents::stop`]: wakes the event thread out of its sleep.
+    /// Posted by [`FunctionEvents::stop`]: wakes the event thread out of its sleep.
     stop_fd: SemFd,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -262,15 +267,22 @@ impl ContextEvents {
             cqs: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
-            stop_fd: SemFd::new()?,
-            thread: Mutex::new(None),
         })
     }
 
     /// The descriptor that becomes readable when an asynchronous event is queued.
     pub(crate) fn async_fd(&self) -> RawFd {
         self.async_queue.fd.raw()
+    }
+}
+
+impl FunctionEvents {
+    pub(crate) fn new() -> Result<Self, Errno> {
+        Ok(Self {
+            stop: AtomicBool::new(false),
+            stop_fd: SemFd::new()?,
+            thread: Mutex::new(None),
+        })
     }
 
     /// Stops the event thread and waits for it.
@@ -285,18 +297,18 @@ impl ContextEvents {
     }
 }
 
-/// Starts the event thread of `ctx`. Closing the context ([`ContextEvents::stop`]) wakes
-/// it and waits for its end.
-pub(crate) fn start(ctx: &Arc<RnicContext>) -> Result<(), Errno> {
-    let weak = Arc::downgrade(ctx);
+/// Starts the event thread of `function`. Closing its last context
+/// ([`FunctionEvents::stop`]) wakes it and waits for its end.
+pub(crate) fn start(function: &Arc<Function>) -> Result<(), Errno> {
+    let weak = Arc::downgrade(function);
     let t = std::thread::Builder::new()
-        .name(format!("{}-events", ctx.name()))
+        .name(format!("{}-events", function.name()))
         .spawn(move || run(weak))
         .map_err(|e| {
             log::warn!("cannot start the event thread: {e}");
             libc::EAGAIN
         })?;
-    *lock(&ctx.events.thread) = Some(t);
+    *lock(&function.events.thread) = Some(t);
     Ok(())
 }
 
@@ -310,30 +322,32 @@ enum Pause {
     For(Duration),
 }
 
-fn run(weak: Weak<RnicContext>) {
+fn run(weak: Weak<Function>) {
     let mut idle = 0u32;
     loop {
-        let Some(ctx) = weak.upgrade() else { return };
-        let got = if ctx.events.stop.load(Ordering::Acquire) {
+        let Some(f) = weak.upgrade() else { return };
+        let got = if f.events.stop.load(Ordering::Acquire) {
             None
         } else {
-            Some(ctx.verbs.get_event(Duration::ZERO))
+            Some(f.verbs.get_event(Duration::ZERO))
         };
         // From here the thread may allocate and free, the last reference to the context
         // included (see heap_quiet); the look above does neither.
         let quiet = crate::heap_quiet::shared();
         let pause = match got {
             None => {
-                drop(ctx);
+                drop(f);
                 drop(quiet);
                 return;
             }
             Some(Ok(Some(e))) => {
-                dispatch(&ctx, e);
+                if !f.contexts().iter().any(|c| dispatch(c, e)) {
+                    log::debug!("{}: event {e:?} about an object that is gone", f.name());
+                }
                 idle = 0;
                 Pause::None
             }
-            Some(Ok(None)) => match ctx.verbs.event_fd() {
+            Some(Ok(None)) => match f.verbs.event_fd() {
                 Some(fd) => Pause::Interrupt(fd),
                 None => {
                     idle = idle.saturating_add(1);
@@ -347,13 +361,13 @@ fn run(weak: Weak<RnicContext>) {
             Some(Err(e)) if e.function_lost() => {
                 // rnicd is gone or the function was reset: no event will come again, and
                 // every verb now fails with the errno of `e`. Say it once and stop.
-                log::warn!("{}: {e}; no more events from it", ctx.name());
-                drop(ctx);
+                log::warn!("{}: {e}; no more events from it", f.name());
+                drop(f);
                 drop(quiet);
                 return;
             }
             Some(Err(e)) => {
-                log::warn!("{}: reading the event queue failed: {e}", ctx.name());
+                log::warn!("{}: reading the event queue failed: {e}", f.name());
                 Pause::For(RETRY)
             }
         };
@@ -361,11 +375,11 @@ fn run(weak: Weak<RnicContext>) {
         match pause {
             Pause::None => {}
             // The context is held while sleeping: its descriptors stay open.
-            Pause::Interrupt(fd) => sleep_on_interrupt(fd, ctx.events.stop_fd.raw()),
+            Pause::Interrupt(fd) => sleep_on_interrupt(fd, f.events.stop_fd.raw()),
             Pause::For(d) => std::thread::sleep(d),
         }
         let _quiet = crate::heap_quiet::shared();
-        drop(ctx);
+        drop(f);
     }
 }
 
@@ -395,16 +409,20 @@ fn sleep_on_interrupt(event_fd: RawFd, stop_fd: RawFd) {
     }
 }
 
-/// Moves one event of the function's queue to where the application reads it.
-fn dispatch(ctx: &RnicContext, e: Event) {
+/// Moves one event of the function's queue to where the application reads it, if it is
+/// about an object of context `ctx`; returns whether it was.
+fn dispatch(ctx: &RnicContext, e: Event) -> bool {
     let ev = &ctx.events;
     match e {
         Event::Completion { cqn } => {
             // The table stays locked until the CQ is let go (see ibv_destroy_cq).
             let cqs = lock(&ev.cqs);
             match cqs.get(&cqn).and_then(Weak::upgrade) {
-                Some(cq) => cq.r.completion_event(&cq),
-                None => log::debug!("completion event of CQ {cqn}, which is gone"),
+                Some(cq) => {
+                    cq.r.completion_event(&cq);
+                    true
+                }
+                None => false,
             }
         }
         Event::Async { event, object, .. } => {
@@ -433,15 +451,16 @@ fn dispatch(ctx: &RnicContext, e: Event) {
                 }
                 other => {
                     log::debug!("{}: event {other:?} about {object:#x} ignored", ctx.name());
-                    return;
+                    // No context takes it.
+                    return true;
                 }
             };
             match subject {
-                Some(s) => ev.async_queue.push(event_type, s),
-                None => log::debug!(
-                    "{}: async event {event_type} about {object:#x}, which is gone",
-                    ctx.name()
-                ),
+                Some(s) => {
+                    ev.async_queue.push(event_type, s);
+                    true
+                }
+                None => false,
             }
         }
     }

@@ -32,6 +32,7 @@ pub mod exports;
 mod ffi;
 mod heap_quiet;
 mod import;
+mod mw;
 mod objects;
 mod pd;
 mod provider;

@@ -1,4 +1,5 @@
-//! The objects C holds pointers to (PDs, MRs, CQs, completion channels, QPs, SRQs, AHs),
+//! The objects C holds pointers to (PDs, MRs, memory windows, CQs, completion channels,
+//! QPs, SRQs, AHs),
 //! and how a pointer C hands back is turned into the object again.
 //!
 //! Each object is an [`Obj`]: the C structure first (so the pointer C holds is the
@@ -52,12 +53,15 @@ macro_rules! c_types {
 
 c_types! {
     ibv_qp_ex = "QP", b"rnic-QP\0", 0;
-    ibv_srq = "SRQ", b"rnicSRQ\0", 1;
-    ibv_ah = "AH", b"rnic-AH\0", 2;
-    ibv_mr = "MR", b"rnic-MR\0", 3;
-    ibv_cq_ex = "CQ", b"rnic-CQ\0", 4;
-    ibv_pd = "PD", b"rnic-PD\0", 5;
-    ibv_comp_channel = "completion channel", b"rnicCHN\0", 6;
+    // Before the regions they may be bound to (a region with a bound window cannot be
+    // deregistered).
+    ibv_mw = "memory window", b"rnic-MW\0", 1;
+    ibv_srq = "SRQ", b"rnicSRQ\0", 2;
+    ibv_ah = "AH", b"rnic-AH\0", 3;
+    ibv_mr = "MR", b"rnic-MR\0", 4;
+    ibv_cq_ex = "CQ", b"rnic-CQ\0", 5;
+    ibv_pd = "PD", b"rnic-PD\0", 6;
+    ibv_comp_channel = "completion channel", b"rnicCHN\0", 7;
 }
 
 /// An object: C's structure, the magic number, the library's state `R`.

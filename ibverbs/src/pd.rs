@@ -36,6 +36,13 @@ pub(crate) struct Mr {
     reg: Mutex<Registration>,
 }
 
+impl Mr {
+    /// The local key of its registration now (a memory window's bind names it).
+    pub(crate) fn lkey(&self) -> u32 {
+        self.reg.lock().unwrap_or_else(|e| e.into_inner()).mr.lkey()
+    }
+}
+
 /// A registration on the device, which holds the pages the device reaches, and what it
 /// was made of.
 struct Registration {
@@ -101,8 +108,10 @@ const DEVICE_ACCESS: c_uint = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC;
 
-/// Checks `access` as rdma-core's kernel does and returns what the device takes.
-fn device_access(access: c_uint) -> Result<u32, Errno> {
+/// Checks `access` as rdma-core's kernel does and returns what the device takes: with
+/// `windows` (the function has memory windows, `CAP_MW`) `IBV_ACCESS_MW_BIND` too,
+/// which the device needs to bind windows to the region (it has the same value).
+fn device_access(access: c_uint, windows: bool) -> Result<u32, Errno> {
     let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
     if access & IBV_ACCESS_ON_DEMAND != 0 {
         return Err(unsupported(
@@ -117,8 +126,7 @@ fn device_access(access: c_uint) -> Result<u32, Errno> {
     if access & (IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT) != 0 {
         return Err(unsupported("RDMA FLUSH targets (IBV_ACCESS_FLUSH_*)"));
     }
-    // Memory windows cannot be bound (rnic has none), so MW_BIND grants nothing;
-    // HUGETLB is a hint.
+    // Without memory windows MW_BIND grants nothing; HUGETLB is a hint.
     let known = DEVICE_ACCESS | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
     if access & !known != 0 {
         return Err(invalid(format_args!("access flags {access:#x}")));
@@ -131,8 +139,10 @@ fn device_access(access: c_uint) -> Result<u32, Errno> {
             "access {access:#x}: remote write or atomic access needs local write"
         )));
     }
-    Ok(access & DEVICE_ACCESS)
+    let mw_bind = if windows { IBV_ACCESS_MW_BIND } else { 0 };
+    Ok(access & (DEVICE_ACCESS | mw_bind))
 }
+const _: () = assert!(IBV_ACCESS_MW_BIND == rnic_abi::verbs::ACCESS_MW_BIND);
 
 /// Registers `len` bytes at `addr` of this process with PD `pdo`, at `iova`.
 fn register_region(
@@ -142,13 +152,14 @@ fn register_region(
     iova: u64,
     access: c_uint,
 ) -> Result<Registration, Errno> {
-    let device_access = device_access(access)?;
+    let ctx = &pdo.r.ctx;
+    let windows = ctx.verbs.attr().caps & rnic_abi::regs::CAP_MW != 0;
+    let device_access = device_access(access, windows)?;
     if addr.is_null() || len == 0 {
         return Err(invalid(format_args!(
             "ibv_reg_mr of {len} bytes at {addr:p}"
         )));
     }
-    let ctx = &pdo.r.ctx;
     let writable = device_access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) != 0;
     let mapped = {
         let _quiet = crate::heap_quiet::exclusive();
@@ -363,6 +374,12 @@ fn rereg_mr(
         reg.access
     };
     let new = register_region(&new_pd, addr, len, iova, access).map_err(cmd)?;
+    // The old registration goes first: a window bound to it keeps it (EBUSY), and then
+    // the region stays as it was.
+    if let Err(e) = reg.mr.dereg() {
+        log::debug!("ibv_rereg_mr of {mr:p}: the old registration stays: {e}");
+        return Err(cmd(errno_of(&e)));
+    }
     let c = obj.c_ptr();
     // SAFETY: `c` is the live MR's C structure (the registry holds it); libibverbs
     // writes these fields of it on a re-registration, as rdma-core does.
@@ -378,13 +395,22 @@ fn rereg_mr(
     Ok(())
 }
 
-/// `ibv_dereg_mr`: 0 or an errno.
+/// `ibv_dereg_mr`: 0 or an errno (`EBUSY` while a memory window is bound to the
+/// region, as the kernel answers; the region then stays registered).
 ///
 /// # Safety
 ///
 /// Any pointer.
 pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     errno_result("ibv_dereg_mr", || {
+        let obj = lookup::<ibv_mr, Mr>(mr)?;
+        {
+            let reg = obj.r.reg.lock().unwrap_or_else(|e| e.into_inner());
+            reg.mr.dereg().map_err(|e| {
+                log::debug!("ibv_dereg_mr of {mr:p}: {e}");
+                errno_of(&e)
+            })?;
+        }
         unregister::<ibv_mr, Mr>(mr, |_| Ok(())).map(drop)
     })
 }
@@ -465,27 +491,40 @@ mod tests {
 
     #[test]
     fn access_flags_are_checked_as_the_kernel_does() {
-        assert_eq!(device_access(0), Ok(0));
+        assert_eq!(device_access(0, false), Ok(0));
         assert_eq!(
-            device_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            device_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, false),
             Ok(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_REMOTE_READ),
+            device_access(IBV_ACCESS_REMOTE_READ, false),
             Ok(IBV_ACCESS_REMOTE_READ)
         );
-        // Optional bits and hints are dropped.
+        // Optional bits and hints are dropped; MW_BIND too, unless the function has
+        // memory windows.
+        let flags = IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE;
+        assert_eq!(device_access(flags, false), Ok(IBV_ACCESS_LOCAL_WRITE));
         assert_eq!(
-            device_access(
-                IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE
-            ),
-            Ok(IBV_ACCESS_LOCAL_WRITE)
+            device_access(flags, true),
+            Ok(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)
         );
-        assert_eq!(device_access(IBV_ACCESS_REMOTE_WRITE), Err(libc::EINVAL));
-        assert_eq!(device_access(IBV_ACCESS_REMOTE_ATOMIC), Err(libc::EINVAL));
-        assert_eq!(device_access(IBV_ACCESS_ON_DEMAND), Err(libc::EOPNOTSUPP));
-        assert_eq!(device_access(IBV_ACCESS_ZERO_BASED), Err(libc::EOPNOTSUPP));
-        assert_eq!(device_access(1 << 15), Err(libc::EINVAL));
+        assert_eq!(
+            device_access(IBV_ACCESS_REMOTE_WRITE, false),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            device_access(IBV_ACCESS_REMOTE_ATOMIC, false),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            device_access(IBV_ACCESS_ON_DEMAND, false),
+            Err(libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            device_access(IBV_ACCESS_ZERO_BASED, false),
+            Err(libc::EOPNOTSUPP)
+        );
+        assert_eq!(device_access(1 << 15, false), Err(libc::EINVAL));
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! `ibv_wr_rdma_write`, `ibv_wr_set_sge`, ..., `ibv_wr_complete`), whose builders are
 //! function pointers in every QP's `ibv_qp_ex`.
 //!
-//! RC and UD QPs; UC, XRC, raw packet and driver QPs are not offered (`EOPNOTSUPP`).
+//! RC, UC and UD QPs; XRC, raw packet and driver QPs are not offered (`EOPNOTSUPP`).
 //! Every send operation rnic has: SEND (with immediate, with invalidate), RDMA WRITE
 //! (with immediate), RDMA READ, compare-and-swap, fetch-and-add, local invalidate,
-//! inline data. Memory windows, TSO, FLUSH and ATOMIC_WRITE are not.
+//! memory-window binds (`IBV_WR_BIND_MW`, `ibv_wr_bind_mw`; `ibv_bind_mw` is in
+//! src/mw.rs), inline data. TSO, FLUSH and ATOMIC_WRITE are not. A UC QP takes SEND and
+//! RDMA WRITE (with and without immediate), local invalidate and binds; anything else
+//! is `EINVAL` at post time, as UD's non-SENDs are.
 //!
 //! Posting follows ibverbs: the WRs of a chain before the one `*bad_wr` names were
 //! posted, that one and those after it were not. An RC chain goes to the device with
@@ -18,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::ud::QPT_UD;
-use rnic_abi::verbs::{QpAttr, QPT_RC};
+use rnic_abi::verbs::{QpAttr, QPT_RC, QPT_UC};
 use rnic_driver::verbs::{self, QpCaps, RecvWr, SendWr, Sge, UdAddress, WrOpcode};
 
 use crate::abi::*;
@@ -33,8 +36,9 @@ use crate::srq::{srq_of, SrqObj};
 /// A queue pair.
 pub(crate) struct Qp {
     pub(crate) ctx: Arc<RnicContext>,
-    qp: verbs::Qp,
-    ud: bool,
+    pub(crate) qp: verbs::Qp,
+    /// The device's QP type (`QPT_RC`, `QPT_UC` or `QPT_UD`).
+    qp_type: u8,
     /// What it uses, kept while it lives (their destroys answer `EBUSY` meanwhile).
     _pd: Arc<PdObj>,
     _cqs: (Arc<CqObj>, Arc<CqObj>),
@@ -64,11 +68,16 @@ impl Qp {
         self.batch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether it is a UD QP.
+    fn ud(&self) -> bool {
+        self.qp_type == QPT_UD
+    }
+
     /// Posts `wrs` (each with its UD destination): an RC list with one doorbell, all or
     /// nothing; UD WRs one by one. Returns how many were posted and the error that stopped
     /// the rest.
-    fn post(&self, wrs: &[(SendWr, Option<UdAddress>)]) -> (usize, Result<(), Errno>) {
-        if self.ud {
+    pub(crate) fn post(&self, wrs: &[(SendWr, Option<UdAddress>)]) -> (usize, Result<(), Errno>) {
+        if self.ud() {
             for (i, (wr, to)) in wrs.iter().enumerate() {
                 let Some(to) = to else {
                     return (
@@ -170,17 +179,46 @@ unsafe fn gather(sges: &[Sge], max: u32) -> Result<Vec<u8>, Errno> {
     Ok(out)
 }
 
-/// Converts a send work request of a QP with `cap`.
+/// Whether a QP of the device's `qp_type` takes `op` (UD: SENDs; UC: SENDs, RDMA
+/// WRITEs and the local operations, as in rxe; RC: everything).
+pub(crate) fn takes(qp_type: u8, op: &WrOpcode) -> bool {
+    match qp_type {
+        QPT_UD => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm(_)),
+        QPT_UC => matches!(
+            op,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm(_)
+                | WrOpcode::RdmaWrite { .. }
+                | WrOpcode::RdmaWriteWithImm { .. }
+                | WrOpcode::LocalInv(_)
+                | WrOpcode::BindMw { .. }
+        ),
+        _ => true,
+    }
+}
+
+/// The name of the device's QP type, for messages.
+fn type_name(qp_type: u8) -> &'static str {
+    match qp_type {
+        QPT_UD => "UD",
+        QPT_UC => "UC",
+        _ => "RC",
+    }
+}
+
+/// Converts a send work request of a QP of the device's `qp_type` with `cap`.
 ///
 /// # Safety
 ///
 /// The WR's SGE list (and, for inline data, the memory it names) is readable; `wr.ud.ah`
-/// of a UD WR is NULL or an AH's header is readable there.
+/// of a UD WR is NULL or an AH's header is readable there; `bind_mw.mw` and
+/// `bind_mw.bind_info.mr` of a bind are NULL or readable.
 unsafe fn send_wr(
     w: &ibv_send_wr,
-    ud: bool,
+    qp_type: u8,
     cap: &ibv_qp_cap,
 ) -> Result<(SendWr, Option<UdAddress>), Errno> {
+    let ud = qp_type == QPT_UD;
     // SAFETY: reading the union member the opcode says is set; all are plain data.
     let (rdma, atomic, udw) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
     let opcode = match w.opcode {
@@ -212,16 +250,28 @@ unsafe fn send_wr(
             add: atomic.compare_add,
         },
         IBV_WR_LOCAL_INV => WrOpcode::LocalInv(w.imm_data),
-        IBV_WR_BIND_MW => return Err(unsupported("memory windows (IBV_WR_BIND_MW)")),
+        IBV_WR_BIND_MW => {
+            if w.num_sge != 0 || w.imm_data != 0 {
+                return Err(invalid(format_args!(
+                    "IBV_WR_BIND_MW with {} SGEs and imm_data {:#x} (both must be 0)",
+                    w.num_sge, w.imm_data
+                )));
+            }
+            // SAFETY: the union member the opcode says is set; plain data.
+            let b = unsafe { w.anon_bind_mw_tso.bind_mw };
+            // SAFETY: the caller's promise.
+            unsafe { crate::mw::bind_opcode(b.mw, b.rkey, &b.bind_info)? }
+        }
         IBV_WR_TSO => return Err(unsupported("TCP segmentation offload (IBV_WR_TSO)")),
         IBV_WR_FLUSH => return Err(unsupported("RDMA FLUSH (IBV_WR_FLUSH)")),
         IBV_WR_ATOMIC_WRITE => return Err(unsupported("atomic write (IBV_WR_ATOMIC_WRITE)")),
         op => return Err(invalid(format_args!("send opcode {op}"))),
     };
-    if ud && !matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm(_)) {
+    if !takes(qp_type, &opcode) {
         return Err(invalid(format_args!(
-            "opcode {} on a UD QP (SEND and SEND with immediate only)",
-            w.opcode
+            "opcode {} on a {} QP (UD: SEND and SEND with immediate only; UC: SEND and RDMA WRITE, with and without immediate, LOCAL_INV and BIND_MW only)",
+            w.opcode,
+            type_name(qp_type)
         )));
     }
     // SAFETY: the caller's promise.
@@ -375,7 +425,7 @@ pub(crate) unsafe extern "C" fn post_send_op(
         })?;
         let q = &obj.r;
         // SAFETY: the caller's chain, whose lists and memory send_wr reads.
-        unsafe { post_chain(wr, bad_wr, |w| send_wr(w, q.ud, &q.cap), |l| q.post(l)) }
+        unsafe { post_chain(wr, bad_wr, |w| send_wr(w, q.qp_type, &q.cap), |l| q.post(l)) }
     })
 }
 
@@ -413,7 +463,7 @@ fn device_qp_type(t: ibv_qp_type) -> Result<u8, Errno> {
     match t {
         IBV_QPT_RC => Ok(QPT_RC),
         IBV_QPT_UD => Ok(QPT_UD),
-        IBV_QPT_UC => Err(unsupported("UC QPs (IBV_QPT_UC)")),
+        IBV_QPT_UC => Ok(QPT_UC),
         IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV => Err(unsupported("XRC QPs")),
         IBV_QPT_RAW_PACKET => Err(unsupported("raw packet QPs (IBV_QPT_RAW_PACKET)")),
         IBV_QPT_DRIVER => Err(unsupported("driver-specific QPs (IBV_QPT_DRIVER: DC, SRD)")),
@@ -517,7 +567,7 @@ fn create(a: &mut ibv_qp_init_attr_ex) -> Result<Arc<QpObj>, Errno> {
     let state = Qp {
         ctx: ctx.clone(),
         qp,
-        ud: qp_type == QPT_UD,
+        qp_type,
         _pd: pdo,
         _cqs: (send_cq, recv_cq),
         srq,
@@ -576,7 +626,15 @@ const RC_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW
     | IBV_QP_EX_WITH_SEND_WITH_INV;
+/// UC: as rxe's, without SEND with invalidate, which has no UC opcode.
+const UC_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW;
 const UD_SEND_OPS: u64 = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 /// `verbs_context::create_qp_ex`, behind verbs.h's `ibv_create_qp_ex` (which calls
@@ -617,14 +675,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
             return Err(invalid(format_args!("ibv_create_qp_ex comp_mask {m:#x}")));
         }
         if m & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-            let have = if a.qp_type == IBV_QPT_UD {
-                UD_SEND_OPS
-            } else {
-                RC_SEND_OPS
+            let have = match a.qp_type {
+                IBV_QPT_UD => UD_SEND_OPS,
+                IBV_QPT_UC => UC_SEND_OPS,
+                _ => RC_SEND_OPS,
             };
             if a.send_ops_flags & !have != 0 {
                 return Err(unsupported(
-                    "send operations rnic lacks in send_ops_flags (memory windows, TSO, FLUSH, atomic write; on UD anything but SEND)",
+                    "send operations rnic lacks in send_ops_flags (TSO, FLUSH, atomic write; on UD anything but SEND; on UC READs, atomics and SEND with invalidate)",
                 ));
             }
         }
@@ -765,7 +823,7 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
         max_dest_rd_atomic: a.max_dest_rd_atomic,
         port_num: a.port_num,
         pkey_index: a.pkey_index,
-        qp_access_flags: a.qp_access_flags,
+        qp_access_flags: qp_access(a.qp_access_flags),
         dest_qp_num: a.dest_qp_num,
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,
@@ -782,6 +840,16 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
     }
     let qkey = (mask & IBV_QP_QKEY != 0).then_some(a.qkey);
     Ok((d, (mask & DEVICE_MASK) as u32, qkey))
+}
+
+/// The access flags a QP gives the device: those asked for, but remote FLUSH
+/// (`IBV_ACCESS_FLUSH_*`). rnic has no FLUSH (the responder refuses its opcode), so
+/// allowing it allows nothing; and allowing it is no error elsewhere: the kernel hands a
+/// QP's access flags to its driver unchecked, mlx5 keeps those it knows, and rdma-core's
+/// own tests set both FLUSH flags on every extended RC QP ("we don't have capability bits
+/// for this"). Memory regions with FLUSH access stay refused (`ibv_reg_mr`).
+fn qp_access(asked: c_uint) -> c_uint {
+    asked & !(IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT)
 }
 
 /// The READs and atomics a QP may have in flight (`max_rd_atomic`) when asked for
@@ -873,7 +941,7 @@ pub(crate) unsafe extern "C" fn ibv_query_qp(
         a.dest_qp_num = d.dest_qp_num;
         a.qp_access_flags = d.qp_access_flags;
         a.cap = q.cap;
-        if !q.ud {
+        if !q.ud() {
             a.ah_attr = ah_attr(&Route {
                 dgid: d.dgid,
                 hop_limit: d.hop_limit,
@@ -963,8 +1031,11 @@ fn with_batch(
 /// Starts a work request of `opcode` in the batch.
 fn begin(name: &'static str, qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
     with_batch(name, qpx, |q, b, wr_id, flags| {
-        if q.ud && !matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm(_)) {
-            return Err(invalid(format_args!("{name} on a UD QP")));
+        if !takes(q.qp_type, &opcode) {
+            return Err(invalid(format_args!(
+                "{name} on a {} QP",
+                type_name(q.qp_type)
+            )));
         }
         b.wrs.push((
             SendWr {
@@ -1106,11 +1177,23 @@ fn lacks(name: &'static str, qpx: *mut ibv_qp_ex, what: &'static str) {
 
 unsafe extern "C" fn wr_bind_mw(
     qpx: *mut ibv_qp_ex,
-    _: *mut ibv_mw,
-    _: u32,
-    _: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
-    lacks("ibv_wr_bind_mw", qpx, "memory windows (ibv_wr_bind_mw)")
+    if info.is_null() {
+        with_batch("ibv_wr_bind_mw", qpx, |_, _, _, _| {
+            Err(invalid(format_args!("ibv_wr_bind_mw: bind_info is NULL")))
+        });
+        return;
+    }
+    // SAFETY: non-NULL: the caller's bind information.
+    let info = unsafe { info.read_unaligned() };
+    // SAFETY: the window and region pointers are the caller's, checked by their magic.
+    match unsafe { crate::mw::bind_opcode(mw, rkey, &info) } {
+        Ok(opcode) => begin("ibv_wr_bind_mw", qpx, opcode),
+        Err(e) => with_batch("ibv_wr_bind_mw", qpx, |_, _, _, _| Err(e)),
+    }
 }
 
 unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
@@ -1198,8 +1281,11 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qkey: u32,
 ) {
     last("ibv_wr_set_ud_addr", qpx, |q, (_, to)| {
-        if !q.ud {
-            return Err(invalid(format_args!("ibv_wr_set_ud_addr on an RC QP")));
+        if !q.ud() {
+            return Err(invalid(format_args!(
+                "ibv_wr_set_ud_addr on a {} QP",
+                type_name(q.qp_type)
+            )));
         }
         // SAFETY: NULL or the caller's AH, checked by its magic number.
         let a = unsafe { from_c::<ibv_ah, Ah>(ah)? };
@@ -1252,7 +1338,7 @@ mod tests {
             rkey: 5,
         };
         // SAFETY: the WR's list and memory are ours.
-        let (s, to) = unsafe { send_wr(&w, false, &cap()) }.unwrap();
+        let (s, to) = unsafe { send_wr(&w, QPT_RC, &cap()) }.unwrap();
         assert_eq!(
             s.opcode,
             WrOpcode::RdmaWriteWithImm {
@@ -1267,7 +1353,7 @@ mod tests {
         // Inline: the bytes are gathered now.
         let w = send(IBV_WR_SEND, &mut sge, IBV_SEND_INLINE);
         // SAFETY: as above.
-        let (s, _) = unsafe { send_wr(&w, false, &cap()) }.unwrap();
+        let (s, _) = unsafe { send_wr(&w, QPT_RC, &cap()) }.unwrap();
         assert_eq!(s.inline.as_deref(), Some(&data[..]));
         assert!(s.sges.is_empty());
 
@@ -1279,7 +1365,7 @@ mod tests {
             rkey: 4,
         };
         // SAFETY: as above.
-        let (s, _) = unsafe { send_wr(&w, false, &cap()) }.unwrap();
+        let (s, _) = unsafe { send_wr(&w, QPT_RC, &cap()) }.unwrap();
         assert_eq!(
             s.opcode,
             WrOpcode::AtomicFetchAdd {
@@ -1299,22 +1385,42 @@ mod tests {
         };
         // SAFETY: the WRs' lists are ours; inline data is refused before it is read.
         unsafe {
+            // A bind with an SGE, or of a window that is not one, is EINVAL.
             let w = send(IBV_WR_BIND_MW, &mut sge, 0);
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EOPNOTSUPP));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
+            let mut w = send(IBV_WR_BIND_MW, &mut sge, 0);
+            w.num_sge = 0;
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
+            // UC has no READs, atomics or SEND with invalidate.
+            for op in [
+                IBV_WR_RDMA_READ,
+                IBV_WR_ATOMIC_CMP_AND_SWP,
+                IBV_WR_ATOMIC_FETCH_AND_ADD,
+                IBV_WR_SEND_WITH_INV,
+            ] {
+                let w = send(op, &mut sge, 0);
+                assert_eq!(
+                    send_wr(&w, QPT_UC, &cap()).err(),
+                    Some(libc::EINVAL),
+                    "{op}"
+                );
+            }
+            let w = send(IBV_WR_RDMA_WRITE_WITH_IMM, &mut sge, 0);
+            assert!(send_wr(&w, QPT_UC, &cap()).is_ok());
             let w = send(IBV_WR_SEND, &mut sge, IBV_SEND_INLINE);
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
             let w = send(IBV_WR_RDMA_READ, &mut sge, 0);
-            assert_eq!(send_wr(&w, true, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_UD, &cap()).err(), Some(libc::EINVAL));
             let mut w = send(IBV_WR_SEND, &mut sge, 0);
             w.num_sge = 3;
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
             w.num_sge = -1;
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
             w.num_sge = 1;
             w.sg_list = std::ptr::null_mut();
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
             w.opcode = 77;
-            assert_eq!(send_wr(&w, false, &cap()).err(), Some(libc::EINVAL));
+            assert_eq!(send_wr(&w, QPT_RC, &cap()).err(), Some(libc::EINVAL));
         }
     }
 
@@ -1350,8 +1456,29 @@ mod tests {
         assert_eq!(device_attr(&a, 1 << 24).err(), Some(libc::EINVAL));
         a.ah_attr.is_global = 0;
         assert_eq!(device_attr(&a, IBV_QP_AV).err(), Some(libc::EINVAL));
-        assert_eq!(device_qp_type(IBV_QPT_UC), Err(libc::EOPNOTSUPP));
+        assert_eq!(device_qp_type(IBV_QPT_UC), Ok(QPT_UC));
+        assert_eq!(device_qp_type(IBV_QPT_XRC_SEND), Err(libc::EOPNOTSUPP));
         assert_eq!(device_qp_type(IBV_QPT_RC), Ok(QPT_RC));
+    }
+
+    #[test]
+    fn a_qp_may_allow_remote_flush_which_never_comes() {
+        let mut a = ibv_qp_attr::zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC
+            | IBV_ACCESS_FLUSH_GLOBAL
+            | IBV_ACCESS_FLUSH_PERSISTENT;
+        let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        let (d, _, _) = device_attr(&a, mask).unwrap();
+        assert_eq!(
+            d.qp_access_flags,
+            rnic_abi::verbs::ACCESS_REMOTE_WRITE
+                | rnic_abi::verbs::ACCESS_REMOTE_READ
+                | rnic_abi::verbs::ACCESS_REMOTE_ATOMIC
+        );
     }
 
     #[test]

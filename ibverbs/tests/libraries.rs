@@ -154,10 +154,9 @@ const PERFTEST_ENV: [&str; 2] = ["UCX_NET_DEVICES=rnic_0:1", "UCX_PROTO_INFO=y"]
 
 /// A terminal for ucx_perftest's stdin (the slave side of a new pseudo-terminal, and its
 /// master, which must stay open while it runs). Debian's ucx_perftest links Open MPI and
-/// calls `MPI_Init` whenever its stdin is not a terminal; two such singletons starting
-/// at once (server and client) can fail or hang, and Open MPI's own UCX components
-/// would open the function a second time in the process, which rnic refuses (one
-/// context per function). With a terminal it leaves MPI alone.
+/// calls `MPI_Init` whenever its stdin is not a terminal, which starts Open MPI's own UCX
+/// components on the function as well and then fails in the client
+/// ("mpi_init:startup:internal-failure"). With a terminal it leaves MPI alone.
 fn terminal() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd;
     let (mut master, mut slave) = (-1, -1);

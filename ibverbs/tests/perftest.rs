@@ -2,7 +2,8 @@
 //! `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat`, `ib_send_lat`, `ib_atomic_lat`), run in the
 //! trixie root against this library, server on VF0 (`rnic_0`) and client on VF1
 //! (`rnic_1`) of one real rnicd, over their RoCE v2 GIDs (`-x 1`), with perftest's
-//! defaults and with four QPs (`-q 4`).
+//! defaults and with four QPs (`-q 4`); and `ib_send_bw`, `ib_write_bw`, `ib_send_lat`
+//! and `ib_write_lat` over UC QPs (`-c UC`).
 //!
 //! Every run must exit 0 with nothing on stderr but perftest's own notices; each end must name the other's QPs and
 //! the functions' GIDs; the client must report its result row (and the server, when it
@@ -110,4 +111,23 @@ perftests! {
     read_lat, read_lat_4_qps: "ib_read_lat", 2.0, 1000.0;
     send_lat, send_lat_4_qps: "ib_send_lat", 2.0, 1000.0;
     atomic_lat, atomic_lat_4_qps: "ib_atomic_lat", 8.0, 1000.0;
+}
+
+/// perftest over a UC QP (`-c UC`), 200 iterations: within the receive depth, so an
+/// `ib_send_bw` server has a receive posted for every message before the first one comes
+/// (a UC message that finds none is dropped, and the server would wait for it for ever).
+macro_rules! uc_perftests {
+    ($($name:ident: $program:literal, $bytes:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            perftest($program, &["-c", "UC", "-n", "200"], 1, $bytes, 200.0);
+        }
+    )*};
+}
+
+uc_perftests! {
+    uc_send_bw: "ib_send_bw", 65536.0;
+    uc_write_bw: "ib_write_bw", 65536.0;
+    uc_send_lat: "ib_send_lat", 2.0;
+    uc_write_lat: "ib_write_lat", 2.0;
 }

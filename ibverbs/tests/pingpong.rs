@@ -1,4 +1,5 @@
-//! Debian's unmodified `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`, run in
+//! Debian's unmodified `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong` and
+//! `ibv_srq_pingpong`, run in
 //! the trixie root against this library, server on VF0 (`rnic_0`) and client on VF1
 //! (`rnic_1`) of one real rnicd, over its RoCE v2 GIDs (`-g 1`). Both ends must exit 0
 //! with nothing on stderr, print each other's QP numbers and the functions' own GIDs,
@@ -64,6 +65,22 @@ fn rc_pingpong_of_one_byte() {
 #[test]
 fn rc_pingpong_of_64_kib_checked() {
     pingpong("ibv_rc_pingpong", &["-s", "65536", "-c"], 65536, 1000, 1);
+}
+
+#[test]
+fn uc_pingpong() {
+    pingpong("ibv_uc_pingpong", &[], 4096, 1000, 1);
+}
+
+#[test]
+fn uc_pingpong_of_64_kib_with_completion_events_checked() {
+    pingpong(
+        "ibv_uc_pingpong",
+        &["-e", "-c", "-s", "65536"],
+        65536,
+        1000,
+        1,
+    );
 }
 
 #[test]

@@ -162,6 +162,8 @@ pub struct Perftest {
     pub remote: BTreeSet<Address>,
     /// The fields of the row after the `#bytes` header, if there is one.
     pub row: Option<Vec<f64>>,
+    /// The fields of every row under the `#bytes` header: one per message size with `-a`.
+    pub rows: Vec<Vec<f64>>,
     /// perftest said it could not time the run ([`PERFTEST_UNTIMED`]).
     pub untimed: bool,
 }
@@ -229,24 +231,53 @@ impl Perftest {
                 .unwrap_or_else(|| panic!("no GID line after {l:?}"));
             set.insert((qpn, perftest_gid(gid)));
         }
-        let row = lines
+        let header = lines
             .iter()
-            .position(|l| l.trim_start().starts_with("#bytes"))
-            .map(|i| {
-                lines
-                    .get(i + 1)
-                    .unwrap_or_else(|| panic!("no row after the header:\n{stdout}"))
-                    .split_whitespace()
-                    .map(|f| f.parse().unwrap_or_else(|_| panic!("{f:?} in the row")))
-                    .collect()
-            });
+            .position(|l| l.trim_start().starts_with("#bytes"));
+        let row = header.map(|i| {
+            lines
+                .get(i + 1)
+                .unwrap_or_else(|| panic!("no row after the header:\n{stdout}"))
+                .split_whitespace()
+                .map(|f| f.parse().unwrap_or_else(|_| panic!("{f:?} in the row")))
+                .collect()
+        });
+        // The rows go on up to the closing line of dashes.
+        let rows = header.map_or_else(Vec::new, |i| {
+            lines[i + 1..]
+                .iter()
+                .map_while(|l| {
+                    let fields: Option<Vec<f64>> =
+                        l.split_whitespace().map(|f| f.parse().ok()).collect();
+                    fields.filter(|f| f.len() > 2)
+                })
+                .collect()
+        });
         Self {
             name: name.to_string(),
             stdout: stdout.clone(),
             local,
             remote,
             row,
+            rows,
             untimed,
+        }
+    }
+
+    /// Checks the rows of a run with `-a`: one for each message size in `sizes`, in
+    /// order, each with `iterations` and a positive figure in column `figure` (as
+    /// [`Perftest::check_row`]).
+    pub fn check_rows(&self, sizes: &[f64], iterations: f64, figure: usize) {
+        let name = &self.name;
+        let got: Vec<f64> = self.rows.iter().map(|r| r[0]).collect();
+        assert_eq!(got, sizes, "the {name}'s message sizes:\n{}", self.stdout);
+        for row in &self.rows {
+            assert_eq!(row[1], iterations, "the {name}'s result:\n{}", self.stdout);
+            assert!(
+                row[figure] > 0.0 || (self.untimed && row[figure] == 0.0),
+                "the {name}'s result:\n{}",
+                self.stdout
+            );
         }
     }
 
@@ -287,6 +318,17 @@ pub fn check_perftest(
     if server.row.is_some() {
         server.check_row(bytes, iterations, figure);
     }
+    check_perftest_addresses(server, client, gids, qps);
+}
+
+/// Checks that both ends of one perftest run (server on GID `gids[0]`, client on
+/// `gids[1]`) have `qps` QPs each, each end talking to the other's.
+pub fn check_perftest_addresses(
+    server: &Perftest,
+    client: &Perftest,
+    gids: [Ipv6Addr; 2],
+    qps: usize,
+) {
     for (end, me, peer) in [(server, gids[0], gids[1]), (client, gids[1], gids[0])] {
         assert_eq!(end.local.len(), qps, "{}:\n{}", end.name, end.stdout);
         assert!(end.local.iter().all(|a| a.1 == me), "{}", end.stdout);

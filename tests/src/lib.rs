@@ -7,6 +7,7 @@ pub mod hostile;
 pub mod ibv_tools;
 pub mod net;
 pub mod ops;
+pub mod rdma_core;
 pub mod tshark;
 pub mod verbs_checks;
 pub mod verbs_pair;

@@ -190,8 +190,8 @@ fn drops_a_user_can_act_on_are_counted_by_reason_and_explained_once() {
     let b_ip = Ipv4Addr::from(b_ip);
     let warnings = [
         format!(
-            "vf0: dropped a UC_SEND_ONLY from {b_ip} for RC QP {qpn:#x}: rnic has no UC QPs \
-             (the peer's QP is UC: create it as RC, as this one is)"
+            "vf0: dropped a UC_SEND_ONLY from {b_ip} for RC QP {qpn:#x}: the peer's QP is UC \
+             and this one is RC (make both QPs RC, or both UC)"
         ),
         format!(
             "vf0: dropped a UD_SEND_ONLY from {b_ip} for RC QP {idle_qpn:#x}: the peer sends \

@@ -63,6 +63,8 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_SHARED_SQ, "shared-sq"),
     (regs::CAP_SESSIONS, "sessions"),
     (regs::CAP_PAGE_TABLES, "page-tables"),
+    (regs::CAP_UC, "uc"),
+    (regs::CAP_MW, "mw"),
 ];
 
 impl Report {

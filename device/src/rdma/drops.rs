@@ -37,9 +37,9 @@ pub enum Drop {
     Address,
     /// No QP with the destination QPN.
     UnknownQp,
-    /// An opcode of another transport than the QP's: UC, RD or XRC (the device has no
-    /// such QPs), UD to a connected QP, RC to a UD QP, a DC connect or disconnect to a QP
-    /// that is no DC target.
+    /// An opcode of another transport than the QP's: RD or XRC (the device has no such
+    /// QPs), UD to a connected QP, RC or UC to a UD QP, UC to an RC or DC QP, RC to a UC
+    /// QP, a DC connect or disconnect to a QP that is no DC target.
     Transport,
     /// P_Key other than the default.
     Pkey,
@@ -58,6 +58,11 @@ pub enum Drop {
     NoReceive,
     /// A DC connect or disconnect with the wrong DC access key (answered with a NAK).
     DcKey,
+    /// A UC request the responder refused: its rkey or the QP's access flags do not allow
+    /// it, or it overruns its receive or its RETH length, or breaks its message's opcode
+    /// sequence. UC answers nothing, so the rest of its message is dropped with it
+    /// ([`super::uc`]).
+    Refused,
 }
 
 impl From<ParseError> for Drop {
@@ -144,6 +149,8 @@ pub struct DropCounters {
     pub no_receive: u64,
     /// [`Drop::DcKey`].
     pub dc_key: u64,
+    /// [`Drop::Refused`].
+    pub refused: u64,
 }
 
 impl DropCounters {
@@ -172,11 +179,12 @@ impl DropCounters {
             Drop::Qkey => &mut self.qkey,
             Drop::NoReceive => &mut self.no_receive,
             Drop::DcKey => &mut self.dc_key,
+            Drop::Refused => &mut self.refused,
         }
     }
 
     /// Every counter with its name (as logged: `name=value`), in check order.
-    pub fn named(&self) -> [(&'static str, u64); 18] {
+    pub fn named(&self) -> [(&'static str, u64); 19] {
         [
             ("length", self.length),
             ("header", self.header),
@@ -196,6 +204,7 @@ impl DropCounters {
             ("qkey", self.qkey),
             ("no_receive", self.no_receive),
             ("dc_key", self.dc_key),
+            ("refused", self.refused),
         ]
     }
 
@@ -222,6 +231,8 @@ impl std::fmt::Display for DropCounters {
 pub enum QpTransport {
     /// Reliable connected.
     Rc,
+    /// Unreliable connected ([`super::uc`]).
+    Uc,
     /// Unreliable datagram ([`super::ud`]).
     Ud,
     /// A DC initiator ([`super::dc`]).
@@ -235,6 +246,7 @@ impl QpTransport {
     pub fn name(self) -> &'static str {
         match self {
             QpTransport::Rc => "RC",
+            QpTransport::Uc => "UC",
             QpTransport::Ud => "UD",
             QpTransport::DcInitiator => "DC initiator",
             QpTransport::DcTarget => "DC target",
@@ -245,6 +257,7 @@ impl QpTransport {
     fn peer(self) -> &'static str {
         match self {
             QpTransport::Rc => "RC",
+            QpTransport::Uc => "UC",
             QpTransport::Ud => "UD",
             QpTransport::DcInitiator | QpTransport::DcTarget => "DC",
         }
@@ -302,6 +315,11 @@ pub fn explain(why: Drop, d: &Dropped) -> Option<String> {
     let foreign = opcode::foreign(d.opcode);
     let datagram = info.is_some_and(|i| i.is_datagram());
     let control = info.is_some_and(|i| i.is_dc_control());
+    let theirs = if info.is_some_and(|i| i.is_uc()) {
+        "UC"
+    } else {
+        "RC"
+    };
     let qp = d.qp.unwrap_or(QpTransport::Rc);
     let cause = match why {
         Drop::Transport => match foreign {
@@ -310,15 +328,23 @@ pub fn explain(why: Drop, d: &Dropped) -> Option<String> {
                 t = f.transport,
                 p = qp.peer()
             ),
-            None if datagram => ": the peer sends datagrams to a connected QP (its QP is UD: \
-                 make both QPs RC, or both UD)"
-                .to_string(),
+            None if datagram => format!(
+                ": the peer sends datagrams to a connected QP (its QP is UD: make both QPs \
+                 {p}, or both UD)",
+                p = qp.peer()
+            ),
             None if control => ": the peer is a DC initiator and this QP is no DC target \
                  (address a DC target QP, with its DC access key)"
                 .to_string(),
-            None => ": the peer's QP is connected and this one takes datagrams (make both \
-                 QPs UD, or both RC)"
-                .to_string(),
+            None if qp == QpTransport::Ud => format!(
+                ": the peer's QP is connected and this one takes datagrams (make both QPs \
+                 UD, or both {theirs})"
+            ),
+            None => format!(
+                ": the peer's QP is {theirs} and this one is {p} (make both QPs {p}, or both \
+                 {theirs})",
+                p = qp.peer()
+            ),
         },
         Drop::Opcode => match foreign {
             Some(f) if f.transport == "CNP" => ": rnic does no congestion control and \
@@ -417,6 +443,7 @@ mod tests {
             Drop::Qkey,
             Drop::NoReceive,
             Drop::DcKey,
+            Drop::Refused,
         ];
         let mut c = DropCounters::default();
         for (i, why) in all.iter().enumerate() {
@@ -428,14 +455,14 @@ mod tests {
         for (i, (_, n)) in named.iter().enumerate() {
             assert_eq!(*n, i as u64 + 1, "{:?}", named[i]);
         }
-        assert_eq!(c.total(), (1..=18).sum::<u64>());
+        assert_eq!(c.total(), (1..=19).sum::<u64>());
         assert!(c.to_string().starts_with("length=1 header=2 "));
         assert!(c.to_string().contains(" opcode=5 "));
         assert!(c.to_string().contains(" unknown_qp=9 transport=10 "));
         assert!(c.to_string().contains(" too_long=14 "));
         assert!(c
             .to_string()
-            .ends_with(" psn=15 qkey=16 no_receive=17 dc_key=18"));
+            .ends_with(" psn=15 qkey=16 no_receive=17 dc_key=18 refused=19"));
     }
 
     #[test]
@@ -451,10 +478,9 @@ mod tests {
                 bth: hdr::Bth::new(opcode, 0x11, 0),
             })
         };
-        // UC, RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are
-        // not taken on any QP.
+        // RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are not
+        // taken on any QP. (UC parses: its QPs are told apart by the receive checks.)
         for (opcode, why) in [
-            (0x24, Drop::Transport),
             (0x44, Drop::Transport),
             (0xA4, Drop::Transport),
             (0x80, Drop::Opcode),
@@ -503,9 +529,20 @@ mod tests {
         let say = |why, qp, opcode| explain(why, &dropped(qp, opcode)).unwrap();
         assert_eq!(
             say(Drop::Transport, Some(Rc), 0x24),
-            "dropped a UC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: rnic has no UC QPs \
-             (the peer's QP is UC: create it as RC, as this one is)"
+            "dropped a UC_SEND_ONLY from 10.0.0.2 for RC QP 0x11: the peer's QP is UC and \
+             this one is RC (make both QPs RC, or both UC)"
         );
+        assert_eq!(
+            say(Drop::Transport, Some(Uc), 0x04),
+            "dropped an RC_SEND_ONLY from 10.0.0.2 for UC QP 0x11: the peer's QP is RC and \
+             this one is UC (make both QPs UC, or both RC)"
+        );
+        assert!(say(Drop::Transport, Some(Uc), 0x64)
+            .ends_with("(its QP is UD: make both QPs UC, or both UD)"));
+        assert!(say(Drop::Transport, Some(Ud), 0x2A)
+            .ends_with("this one takes datagrams (make both QPs UD, or both UC)"));
+        assert!(say(Drop::Transport, Some(Rc), 0x44)
+            .contains("rnic has no RD QPs (the peer's QP is RD: create it as RC, as this one is)"));
         assert_eq!(
             say(Drop::Transport, Some(Rc), 0x64),
             "dropped a UD_SEND_ONLY from 10.0.0.2 for RC QP 0x11: the peer sends datagrams \

@@ -110,15 +110,17 @@ impl RdmaState {
             .ok_or(VerbsError::new(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
         // Nor do SRQs (a PD that has one stays), UD and DC QPs, MMIO windows and keys
-        // reserved for a control queue (rnic 1.4).
+        // reserved for a control queue (rnic 1.4), UC QPs and memory windows (rnic 1.6).
         if pd.users != 1
             || self.mrs.reserved_in_pd(qp.pdn) > 0
             || qp.req.ops.iter().any(|o| o.shared.is_some())
             || self.ud.qkey(qpn).is_some()
+            || self.uc.contains(qpn)
             || self.dc.is_dci(qpn)
             || self.dc.is_dct(qpn)
             || qp.sq.window.is_some()
             || self.mrs.indirect.count_in_pd(qp.pdn) > 0
+            || self.mrs.windows.count_in_pd(qp.pdn) > 0
             || self.srqs.count_in_pd(qp.pdn) > 0
         {
             return Err(busy(qp.pdn));

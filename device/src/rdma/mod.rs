@@ -11,8 +11,8 @@
 //!   [`handover`] moves a QP to another function;
 //! - this module: the state, and what every stage does to it: post a completion or an
 //!   event, take a receive, put a QP in the error state;
-//! - [`requester`]: turns send WQEs into request packets ([`dc`] and [`ud`] for those
-//!   transports); [`wire`] turns packets of a QP into frames;
+//! - [`requester`]: turns send WQEs into request packets ([`dc`], [`uc`] and [`ud`] for
+//!   those transports); [`wire`] turns packets of a QP into frames;
 //! - the objects: [`qp`] (a QP and its transport state), [`wqe`] (work queues and their
 //!   entries; [`mmio`] windows), [`cq`] (completion and event queues), [`mkey`] (memory
 //!   keys), [`srq`], [`shared_sq`], [`ctrlq`], [`session`], [`sched`], [`answers`];
@@ -39,6 +39,7 @@ pub mod session;
 pub mod shared_sq;
 pub mod srq;
 pub mod turn;
+pub mod uc;
 pub mod ud;
 pub mod verbs;
 pub mod wire;
@@ -108,6 +109,7 @@ pub struct RdmaState {
     qps: BTreeMap<u32, Box<Qp>>,
     srqs: srq::SrqTable,
     ud: ud::UdTable,
+    uc: uc::UcTable,
     dc: dc::DcTable,
     ctrlqs: ctrlq::CtrlqTable,
     shared_sqs: shared_sq::SharedSqTable,
@@ -177,6 +179,7 @@ impl RdmaState {
             qps: BTreeMap::new(),
             srqs: Default::default(),
             ud: Default::default(),
+            uc: Default::default(),
             dc: Default::default(),
             ctrlqs: Default::default(),
             shared_sqs: Default::default(),

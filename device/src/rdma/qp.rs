@@ -122,7 +122,12 @@ impl Qp {
         }
         // A receive in progress (a SEND cut short: it was taken, and completes now), then
         // every posted receive; an SRQ's belong to its other QPs too, and stay.
-        if let Some(Inbound::Send { recv, .. }) = self.resp.cur.take() {
+        let in_progress = match self.resp.cur.take() {
+            Some(Inbound::Send { recv, .. }) => Some(recv),
+            _ => None,
+        };
+        // (A UC QP's spare receive was taken too.)
+        for recv in in_progress.into_iter().chain(self.resp.spare.take()) {
             let cqe = Cqe {
                 wr_id: recv.wr_id,
                 qp_num: self.qpn,
@@ -369,6 +374,12 @@ pub struct ResponderState {
     pub(super) ack_due: Option<u32>,
     /// Packets executed since the last ACK was sent.
     pub(super) unacked: u32,
+    /// UC: a receive WQE taken for a SEND that was dropped; the next SEND fills it
+    /// instead of taking another ([`super::responder::on_uc_request`]).
+    pub(super) spare: Option<RecvOp>,
+    /// UC: the message in progress lost a packet or was refused; the rest of it is
+    /// dropped, up to the first packet of the next.
+    pub(super) dropping: bool,
 }
 
 impl ResponderState {

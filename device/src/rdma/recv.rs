@@ -57,16 +57,18 @@ pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refus
 }
 
 /// Checks that a QP of transport `qp` takes packets of `opcode` (one [`opcode_info`]
-/// knows): a UD QP datagrams only, a connected QP no datagram, and only a DC target DC
-/// connects and disconnects.
+/// knows): a UD QP datagrams only, a UC QP UC opcodes only, an RC or DC QP neither, and
+/// only a DC target DC connects and disconnects.
 pub fn check_transport(qp: QpTransport, opcode: u8) -> Result<(), Drop> {
     let Some(info) = opcode_info(opcode) else {
         return Err(Drop::Opcode);
     };
+    let other = info.is_datagram() || info.is_uc();
     let takes = match qp {
         QpTransport::Ud => info.is_datagram(),
-        QpTransport::DcTarget => !info.is_datagram(),
-        QpTransport::Rc | QpTransport::DcInitiator => !info.is_datagram() && !info.is_dc_control(),
+        QpTransport::Uc => info.is_uc(),
+        QpTransport::DcTarget => !other,
+        QpTransport::Rc | QpTransport::DcInitiator => !other && !info.is_dc_control(),
     };
     if takes {
         Ok(())
@@ -184,8 +186,7 @@ impl RdmaState {
         wire: &mut Wire,
         now: Instant,
     ) {
-        let plain_rc =
-            || self.ud.qkey(qp.qpn).is_none() && !self.dc.is_dci(qp.qpn) && !self.dc.is_dct(qp.qpn);
+        let plain_rc = || self.transport_of(qp.qpn) == drops::QpTransport::Rc;
         let request = is_request(run.packet.hdrs.bth.opcode);
         let as_one = || {
             if request {
@@ -249,6 +250,9 @@ impl RdmaState {
         let checked = check_transport(self.transport_of(qp.qpn), pkt.hdrs.bth.opcode);
         let taken = checked.and_then(|()| match self.ud.qkey(qp.qpn) {
             Some(qkey) => responder::on_datagram(self, qp, pkt, frame, env, qkey),
+            None if self.uc.contains(qp.qpn) => check(qp, pkt, pkt.payload.len()).and_then(|()| {
+                responder::on_uc_request(self, qp, pkt, Payload::Bytes(pkt.payload), env, wire)
+            }),
             None => match self.dc.receive(qp, pkt, wire, now) {
                 Some(Ok(dc::DcPacket::Taken)) => Ok(()),
                 Some(Ok(dc::DcPacket::Refused)) => {
@@ -367,6 +371,8 @@ impl RdmaState {
     fn transport_of(&self, qpn: u32) -> drops::QpTransport {
         if self.ud.qkey(qpn).is_some() {
             drops::QpTransport::Ud
+        } else if self.uc.contains(qpn) {
+            drops::QpTransport::Uc
         } else if self.dc.is_dci(qpn) {
             drops::QpTransport::DcInitiator
         } else if self.dc.is_dct(qpn) {
@@ -397,9 +403,18 @@ mod tests {
         }
         for opcode in [op::UD_SEND_ONLY, op::UD_SEND_ONLY_WITH_IMMEDIATE] {
             assert!(takes(Ud, opcode));
-            for qp in [Rc, DcInitiator, DcTarget] {
+            for qp in [Rc, Uc, DcInitiator, DcTarget] {
                 assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
             }
+        }
+        for opcode in [op::UC_SEND_ONLY, op::UC_RDMA_WRITE_MIDDLE] {
+            assert!(takes(Uc, opcode));
+            for qp in [Rc, Ud, DcInitiator, DcTarget] {
+                assert_eq!(check_transport(qp, opcode), Err(Drop::Transport), "{qp:?}");
+            }
+        }
+        for opcode in [op::RC_SEND_ONLY, op::RC_ACKNOWLEDGE, op::UD_SEND_ONLY] {
+            assert_eq!(check_transport(Uc, opcode), Err(Drop::Transport));
         }
         for opcode in [op::DC_CONNECT, op::DC_DISCONNECT] {
             assert!(takes(DcTarget, opcode));
@@ -408,6 +423,6 @@ mod tests {
             }
         }
         // Nothing the table lacks reaches this check; were it to, it is no opcode here.
-        assert_eq!(check_transport(Rc, 0x24), Err(Drop::Opcode));
+        assert_eq!(check_transport(Rc, 0x44), Err(Drop::Opcode));
     }
 }

@@ -12,11 +12,14 @@
 
 use std::time::Instant;
 
+use rnic_abi::mw::BindMwWqe;
 use rnic_abi::verbs::{send_flags, wr, QpState, WcStatus};
+use zerocopy::{FromBytes, IntoBytes};
 
 use super::answers::Answers;
 use super::env::Env;
 use super::mkey::mr::MrTable;
+use super::mkey::mw::BindError;
 use super::mkey::Access;
 use super::qp::{mtu, Qp};
 use super::wire::Wire;
@@ -36,21 +39,28 @@ pub const SEND_WINDOW: u32 = 128;
 /// window opens again before it is full.
 pub const ACK_INTERVAL: u32 = 32;
 
-/// The PSNs that may be unacknowledged: [`SEND_WINDOW`] from the first unacknowledged.
+/// The PSNs that may go out: an RC QP's [`SEND_WINDOW`] from the first unacknowledged,
+/// or a UC QP's budget for a turn ([`super::uc::TURN_PACKETS`]).
 #[derive(Debug, Clone, Copy)]
-struct Window {
-    una: u32,
+pub struct Window {
+    start: u32,
+    size: u32,
 }
 
 impl Window {
+    /// `size` PSNs from `start` on.
+    pub fn from(start: u32, size: u32) -> Self {
+        Self { start, size }
+    }
+
     /// Whether PSN `p` may go out.
-    fn open(self, p: u32) -> bool {
-        psn::diff(p, self.una) < SEND_WINDOW as i32
+    pub fn open(self, p: u32) -> bool {
+        psn::diff(p, self.start) < self.size as i32
     }
 }
 
 /// Packets a SEND or WRITE of `len` bytes takes at `mtu`.
-fn packets(len: u64, mtu: u32) -> u32 {
+pub(super) fn packets(len: u64, mtu: u32) -> u32 {
     len.div_ceil(u64::from(mtu)).max(1).min(u64::from(u32::MAX)) as u32
 }
 
@@ -100,7 +110,7 @@ pub fn run(
     let mtu = mtu(&qp.attr);
     let max_rd_atomic = u32::from(qp.attr.max_rd_atomic).max(1);
     // Nothing is acknowledged while the requester runs: the window's start stays put.
-    let window = Window { una: qp.req.una() };
+    let window = Window::from(qp.req.una(), SEND_WINDOW);
     for i in 0..qp.req.ops.len() {
         let o = &qp.req.ops[i];
         if o.state != OpState::Queued {
@@ -143,23 +153,9 @@ pub fn run(
         {
             break;
         }
-        match opcode {
-            wr::LOCAL_INV => {
-                let key = o.op.wqe.imm_or_inv;
-                let status = match mrs.invalidate(key, qp.pdn) {
-                    Ok(()) => WcStatus::Success,
-                    Err(_) => WcStatus::LocQpOpErr,
-                };
-                qp.req.ops[i].fail(status);
-                progress = true;
-                continue;
-            }
-            wr::BIND_MW => {
-                qp.req.ops[i].fail(WcStatus::MwBindErr);
-                progress = true;
-                continue;
-            }
-            _ => {}
+        if local_operation(qp, i, mrs) {
+            progress = true;
+            continue;
         }
         if !qp.req.ops[i].assigned {
             let o = &mut qp.req.ops[i];
@@ -178,7 +174,7 @@ pub fn run(
         wire.src_port = qp.req.ops[i]
             .session_port
             .filter(|&p| p != super::session::OWN_PORT);
-        progress |= send_op(qp, i, mrs, env, wire, mtu, window);
+        progress |= send_op(qp, i, mrs, env, wire, mtu, window, false);
         wire.src_port = None;
         if qp.req.ops[i].state != OpState::Sent {
             // A local error (nothing after it may go out), or the window is full.
@@ -189,6 +185,39 @@ pub fn run(
         qp.req.rearm(&qp.attr, now);
     }
     progress
+}
+
+/// Runs op `i` of `qp` if it is a local operation (LOCAL_INV, BIND_MW): it changes a key
+/// of the function's and sends nothing, so it is done at once, in send-queue order, with
+/// its status (a failed one then stops the QP, as any failed WR). Returns whether it was
+/// one.
+pub(super) fn local_operation(qp: &mut Qp, i: usize, mrs: &mut MrTable) -> bool {
+    let w = &qp.req.ops[i].op.wqe;
+    let status = match w.opcode {
+        wr::LOCAL_INV => match mrs.invalidate(w.imm_or_inv, qp.pdn) {
+            Ok(()) => WcStatus::Success,
+            Err(e) => {
+                log::debug!("qp {:#x}: LOCAL_INV of {:#x}: {e:?}", qp.qpn, w.imm_or_inv);
+                WcStatus::LocQpOpErr
+            }
+        },
+        wr::BIND_MW => {
+            let inline = w.flags & send_flags::INLINE != 0;
+            let bind = BindMwWqe::read_from_bytes(w.as_bytes())
+                .map_err(|_| BindError::Malformed)
+                .and_then(|b| mrs.bind_mw(&b, (qp.pdn, qp.qpn), inline));
+            match bind {
+                Ok(()) => WcStatus::Success,
+                Err(e) => {
+                    log::debug!("qp {:#x}: BIND_MW of {:#x}: {e:?}", qp.qpn, w.imm_or_inv);
+                    WcStatus::MwBindErr
+                }
+            }
+        }
+        _ => return false,
+    };
+    qp.req.ops[i].fail(status);
+    true
 }
 
 /// Takes the WQEs the driver posted since the last look.
@@ -268,8 +297,10 @@ fn rewind(qp: &mut Qp, from: u32) {
 }
 
 /// Sends op `i` from its `next_pkt`, as far as the window allows; returns whether it
-/// sent anything (or failed: that too is news for the completer).
-fn send_op(
+/// sent anything (or failed: that too is news for the completer). `uc`: the QP is a UC
+/// QP ([`super::uc`]): its packets carry the UC opcodes and never ask for an ACK.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_op(
     qp: &mut Qp,
     i: usize,
     mrs: &MrTable,
@@ -277,6 +308,7 @@ fn send_op(
     wire: &mut Wire,
     mtu: u32,
     window: Window,
+    uc: bool,
 ) -> bool {
     let o = qp.req.ops[i].clone();
     let w = &o.op.wqe;
@@ -302,16 +334,18 @@ fn send_op(
             let is_write = matches!(w.opcode, wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM);
             // Asked for at the end, now and then, and when the window closes, so that an
             // acknowledgement always comes to open it again.
+            // UC asks for none: nothing answers.
             let ack_req = |pkt: u32| {
                 let p = psn::add(o.first_psn, pkt);
-                pkt + 1 == o.npsn
+                !uc && (pkt + 1 == o.npsn
                     || (pkt + 1).is_multiple_of(ACK_INTERVAL)
-                    || !window.open(psn::add(p, 1))
+                    || !window.open(psn::add(p, 1)))
             };
             let headers = |pkt: u32| {
                 let first = pkt == 0;
                 let last = pkt + 1 == o.npsn;
-                let opcode = request_opcode(w.opcode, first, last);
+                let transport = if uc { op::UC_TRANSPORT } else { 0 };
+                let opcode = request_opcode(w.opcode, first, last) | transport;
                 let p = psn::add(o.first_psn, pkt);
                 let mut hdrs = Headers {
                     bth: bth(opcode, p, ack_req(pkt), solicited && last),
@@ -431,7 +465,7 @@ fn ask(qp: &Qp, i: usize, mrs: &MrTable, wire: &mut Wire) -> Result<(), WcStatus
 }
 
 /// The request opcode of packet (first, last) of a SEND or WRITE work request.
-fn request_opcode(wr_opcode: u8, first: bool, last: bool) -> u8 {
+pub(super) fn request_opcode(wr_opcode: u8, first: bool, last: bool) -> u8 {
     let send = matches!(wr_opcode, wr::SEND | wr::SEND_WITH_IMM | wr::SEND_WITH_INV);
     match (send, first, last) {
         (true, true, false) => op::RC_SEND_FIRST,

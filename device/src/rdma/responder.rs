@@ -122,6 +122,72 @@ pub fn on_request(
     Ok(())
 }
 
+/// Handles a request packet for UC QP `qp` ([`super::uc`]): executed as the RC request
+/// of the same operation when it is the expected PSN of a message in sequence; else, or
+/// if it cannot be executed (a bad rkey, too small a receive, none posted), it is dropped
+/// with the rest of its message, and a receive the message took is kept for the next
+/// one. A first packet starts a new message whatever the PSN before it. Nothing is ever
+/// answered.
+pub fn on_uc_request(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    payload: Payload,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), drops::Drop> {
+    let bth = pkt.hdrs.bth;
+    if qp.state == QpState::Rtr && !qp.resp.established {
+        qp.resp.established = true;
+        rdma.post_event(env, event::COMM_EST, qp.qpn);
+    }
+    let first = opcode_info(bth.opcode).is_some_and(|i| i.is_first());
+    if first {
+        // Whatever the last message left unfinished is lost with it.
+        abandon_uc_message(qp);
+        qp.resp.epsn = bth.psn;
+        qp.resp.dropping = false;
+    } else if qp.resp.dropping || psn::diff(bth.psn, qp.resp.epsn) != 0 {
+        abandon_uc_message(qp);
+        qp.resp.dropping = true;
+        return Err(drops::Drop::Psn);
+    }
+    let rc = Packet {
+        hdrs: Headers {
+            bth: Bth {
+                opcode: op::rc_equivalent(bth.opcode),
+                ..bth
+            },
+            ..pkt.hdrs
+        },
+        ..*pkt
+    };
+    let executed = execute(rdma, qp, &rc, payload, 1, env, wire, true);
+    // UC acknowledges nothing.
+    qp.resp.ack_due = None;
+    qp.resp.unacked = 0;
+    match executed {
+        Ok(Some(())) => Ok(()),
+        Ok(None) => {
+            qp.resp.dropping = true;
+            Err(drops::Drop::NoReceive)
+        }
+        Err(_) => {
+            abandon_uc_message(qp);
+            qp.resp.dropping = true;
+            Err(drops::Drop::Refused)
+        }
+    }
+}
+
+/// Drops the UC message in progress: a SEND's receive is kept, unfinished and without a
+/// completion, for the next SEND to fill from its start.
+fn abandon_uc_message(qp: &mut Qp) {
+    if let Some(Inbound::Send { recv, .. }) = qp.resp.cur.take() {
+        qp.resp.spare = Some(recv);
+    }
+}
+
 /// Whether `qp` takes `run` (the MIDDLE packets of a train) as one: it expects the
 /// run's first PSN, is in the middle of a message of the run's kind, and the run's
 /// packets are its MTU long. Executing them one by one would then do the same.
@@ -165,7 +231,7 @@ fn answer(
     wire: &mut Wire,
 ) {
     let bth = pkt.hdrs.bth;
-    match execute(rdma, qp, pkt, payload, count, env, wire) {
+    match execute(rdma, qp, pkt, payload, count, env, wire, false) {
         Ok(Some(())) => {}
         // RNR: nothing was consumed and the PSN stays expected.
         Ok(None) => {}
@@ -199,7 +265,9 @@ fn answer(
 
 /// Executes the expected request: one packet, or `count` MIDDLE packets of a train's
 /// run taken together, whose payload is `payload` (the packet's, or the run's).
-/// `Ok(None)` means RNR (nothing consumed).
+/// `Ok(None)` means RNR (nothing consumed), which `uc` (a UC QP's request, under the RC
+/// opcode of the same operation) does not answer.
+#[allow(clippy::too_many_arguments)]
 fn execute(
     rdma: &mut RdmaState,
     qp: &mut Qp,
@@ -208,6 +276,7 @@ fn execute(
     count: u32,
     env: &Env,
     wire: &mut Wire,
+    uc: bool,
 ) -> Result<Option<()>, Failure> {
     let bth = pkt.hdrs.bth;
     let opcode = bth.opcode;
@@ -262,15 +331,26 @@ fn execute(
     let takes_recv = is_send || info.has_immediate();
     if first && is_send || (last && takes_recv && !is_send && opcode != op::RC_RDMA_WRITE_LAST) {
         // A SEND starts, or a WRITE with immediate ends: both need a receive WQE.
-        // From the QP's receive queue or its SRQ.
-        let Some(recv) = rdma.next_recv(qp, env) else {
-            rdma.counters.rnr_naks_sent += 1;
-            send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
-            return Ok(None);
+        // From the QP's receive queue or its SRQ (or the one a dropped UC SEND left).
+        let spare = qp.resp.spare.take();
+        let from_queue = spare.is_none();
+        let recv = match spare {
+            Some(recv) => recv,
+            None => {
+                let Some(recv) = rdma.next_recv(qp, env) else {
+                    if !uc {
+                        rdma.counters.rnr_naks_sent += 1;
+                        send_ack(qp, wire, bth.psn, Aeth::rnr_nak(qp.attr.min_rnr_timer));
+                    }
+                    return Ok(None);
+                };
+                recv.map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?
+            }
         };
-        let recv = recv.map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
         if is_send {
-            rdma.take_recv(qp, env);
+            if from_queue {
+                rdma.take_recv(qp, env);
+            }
             qp.resp.cur = Some(Inbound::Send { recv, offset: 0 });
         } else {
             // WRITE with immediate: the data went (or goes) to memory; the WQE only
@@ -280,12 +360,19 @@ fn execute(
                 _ => pkt.hdrs.reth.map_or(0, |r| u64::from(r.dma_len)),
             };
             if let Some(Inbound::Write { .. }) | None = &qp.resp.cur {
-                place_write(rdma, qp, pkt, payload, env)?;
+                if let Err(f) = place_write(rdma, qp, pkt, payload, env) {
+                    if !from_queue {
+                        qp.resp.spare = Some(recv);
+                    }
+                    return Err(f);
+                }
             }
             // Taken only once the data is placed: a refused WRITE leaves the receive
             // posted, to be flushed with the rest, instead of consuming it without a
             // completion.
-            rdma.take_recv(qp, env);
+            if from_queue {
+                rdma.take_recv(qp, env);
+            }
             qp.resp.cur = None;
             let cqe = Cqe {
                 wr_id: recv.wr_id,
@@ -329,7 +416,7 @@ fn execute(
                 imm_or_inv = u32::from_le_bytes(imm);
             }
             if let Some(rkey) = pkt.hdrs.ieth {
-                if rdma.mrs.invalidate(rkey, qp.pdn).is_err() {
+                if rdma.mrs.invalidate_remote(rkey, qp.pdn, qp.qpn).is_err() {
                     qp.resp.cur = Some(Inbound::Send { recv, offset });
                     return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
                 }
@@ -451,9 +538,9 @@ fn place_write(
     let check_len = if *offset == 0 { *len } else { n };
     let runs = rdma
         .mrs
-        .check(
+        .check_remote(
             *rkey,
-            qp.pdn,
+            (qp.pdn, qp.qpn),
             Access::RemoteWrite,
             va.wrapping_add(*offset),
             check_len,
@@ -503,9 +590,9 @@ fn read_request(
     // A zero-length READ needs no valid address or rkey (IB C9-88).
     if reth.dma_len != 0 {
         rdma.mrs
-            .check(
+            .check_remote(
                 reth.rkey,
-                qp.pdn,
+                (qp.pdn, qp.qpn),
                 Access::RemoteRead,
                 reth.va,
                 u64::from(reth.dma_len),
@@ -585,9 +672,9 @@ fn send_read_responses(
         // a train's middle, left there for the requester's side to copy.
         let runs = || {
             rdma.mrs
-                .check(
+                .check_remote(
                     rkey,
-                    qp.pdn,
+                    (qp.pdn, qp.qpn),
                     Access::ReadResponse,
                     va.wrapping_add(offset),
                     n,
@@ -636,7 +723,7 @@ fn atomic(
     }
     let mut runs = rdma
         .mrs
-        .check(a.rkey, qp.pdn, Access::RemoteAtomic, a.va, 8)
+        .check_remote(a.rkey, (qp.pdn, qp.qpn), Access::RemoteAtomic, a.va, 8)
         .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
     let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));

@@ -1,7 +1,7 @@
 //! One turn of a function's RDMA engine (docs/hardware-interface.md §7.9): what arrived is
 //! received ([`super::recv`]) and acknowledged, shared send queues hand their WQEs to
 //! their QPs, every QP whose doorbell was rung or that has work or a due timer runs its
-//! requester ([`super::requester`], or the DC and UD ones) and completes what is done
+//! requester ([`super::requester`], or the DC, UC and UD ones) and completes what is done
 //! ([`super::completer`]), and control queues run. The engine's threads give each
 //! function such a turn on every pass ([`crate::function::Function::run`]).
 
@@ -13,7 +13,7 @@ use rnic_abi::verbs::{Cqe, QpState};
 use super::env::Env;
 use super::shared_sq::Taken;
 use super::wire::Wire;
-use super::{completer, dc, requester, responder, ud, RdmaState, SlotOwner};
+use super::{completer, dc, requester, responder, uc, ud, RdmaState, SlotOwner};
 use crate::doorbell::DoorbellBar;
 use crate::fabric::frame::Frame;
 
@@ -77,6 +77,7 @@ impl RdmaState {
             let mut retransmits = 0;
             let ran = match self.ud.qkey(qpn) {
                 Some(qkey) => ud::run_send(&mut qp, &self.mrs, env, wire, qkey),
+                None if self.uc.contains(qpn) => uc::run_send(&mut qp, &mut self.mrs, env, wire),
                 None if self.dc.is_dci(qpn) || self.dc.is_dct(qpn) => dc::run(
                     &mut self.dc,
                     &mut qp,

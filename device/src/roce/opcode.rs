@@ -3,7 +3,8 @@
 //! of packet it is ([`opcode_info`]). Building and parsing both read it, so they cannot
 //! disagree. The constants are the RC, UD and DC opcodes this device takes, named as in
 //! the InfiniBand specification and rdma_rxe (`IB_OPCODE_RC_*`); RC is transport 0b000,
-//! so the RC ones are also the low 5 bits (docs/hardware-interface.md §7.11).
+//! so the RC ones are also the low 5 bits (docs/hardware-interface.md §7.11). UC (0b001)
+//! numbers its SENDs and WRITEs as RC does ([`rc_equivalent`]).
 
 use std::fmt;
 
@@ -55,6 +56,32 @@ pub const RC_FETCH_ADD: u8 = 0x14;
 pub const RC_SEND_LAST_WITH_INVALIDATE: u8 = 0x16;
 /// A single-packet SEND with invalidate (carries the IETH).
 pub const RC_SEND_ONLY_WITH_INVALIDATE: u8 = 0x17;
+/// First packet of a multi-packet UC SEND.
+pub const UC_SEND_FIRST: u8 = 0x20;
+/// Middle packet of a UC SEND.
+pub const UC_SEND_MIDDLE: u8 = 0x21;
+/// Last packet of a UC SEND.
+pub const UC_SEND_LAST: u8 = 0x22;
+/// Last packet of a UC SEND with immediate data (carries ImmDt).
+pub const UC_SEND_LAST_WITH_IMMEDIATE: u8 = 0x23;
+/// A single-packet UC SEND.
+pub const UC_SEND_ONLY: u8 = 0x24;
+/// A single-packet UC SEND with immediate data (carries ImmDt).
+pub const UC_SEND_ONLY_WITH_IMMEDIATE: u8 = 0x25;
+/// First packet of a UC RDMA WRITE (carries the RETH).
+pub const UC_RDMA_WRITE_FIRST: u8 = 0x26;
+/// Middle packet of a UC RDMA WRITE.
+pub const UC_RDMA_WRITE_MIDDLE: u8 = 0x27;
+/// Last packet of a UC RDMA WRITE.
+pub const UC_RDMA_WRITE_LAST: u8 = 0x28;
+/// Last packet of a UC RDMA WRITE with immediate data (carries ImmDt).
+pub const UC_RDMA_WRITE_LAST_WITH_IMMEDIATE: u8 = 0x29;
+/// A single-packet UC RDMA WRITE (carries the RETH).
+pub const UC_RDMA_WRITE_ONLY: u8 = 0x2a;
+/// A single-packet UC RDMA WRITE with immediate data (RETH, then ImmDt).
+pub const UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: u8 = 0x2b;
+/// The UC transport's bits (7:5 = 0b001) in an opcode.
+pub const UC_TRANSPORT: u8 = 0x20;
 /// A UD SEND (carries the DETH; UD messages are one packet).
 pub const UD_SEND_ONLY: u8 = 0x64;
 /// A UD SEND with immediate data (DETH, then ImmDt).
@@ -94,6 +121,8 @@ const F_CONSUMES_RWQE: u16 = 1 << 12;
 const F_DATAGRAM: u16 = 1 << 13;
 /// A DC connection-management packet (DC_CONNECT, DC_DISCONNECT).
 const F_DC_CONTROL: u16 = 1 << 14;
+/// A UC opcode (a SEND or WRITE of the unreliable connected transport).
+const F_UC: u16 = 1 << 15;
 
 /// What one opcode carries and what kind of packet it is; from [`opcode_info`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,9 +224,13 @@ impl OpcodeInfo {
     pub const fn is_ack(&self) -> bool {
         self.has(F_ACK)
     }
-    /// A UD opcode (the others are RC).
+    /// A UD opcode.
     pub const fn is_datagram(&self) -> bool {
         self.has(F_DATAGRAM)
+    }
+    /// A UC opcode.
+    pub const fn is_uc(&self) -> bool {
+        self.has(F_UC)
     }
     /// A DC connect or disconnect.
     pub const fn is_dc_control(&self) -> bool {
@@ -236,12 +269,39 @@ const DETH_IMM: &[ExtHeader] = &[ExtHeader::Deth, ExtHeader::Imm];
 const DCETH: &[ExtHeader] = &[ExtHeader::Dceth];
 
 /// The opcode table: the extension headers (in wire order), payload and classification
-/// of every RC opcode, as in rxe_opcode.c. `None` for opcodes this device does not speak
-/// (other transports, RC FLUSH and ATOMIC WRITE, reserved values), which
+/// of every RC, UC, UD and DC opcode, as in rxe_opcode.c. `None` for opcodes this device
+/// does not speak (RD, XRC, CNPs, RC FLUSH and ATOMIC WRITE, reserved values), which
 /// [`super::parse::parse`] rejects.
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
     OPCODES[usize::from(op)]
 }
+
+/// The RC opcode of the same operation and place in its message as `op`: `op` itself
+/// for RC, the RC one with the same low five bits for UC (IBTA numbers UC's SENDs and
+/// WRITEs as RC's). The responder executes both transports' requests alike.
+pub const fn rc_equivalent(op: u8) -> u8 {
+    if op & 0xE0 == UC_TRANSPORT {
+        op & 0x1F
+    } else {
+        op
+    }
+}
+
+/// The names of the UC opcodes, in opcode order from [`UC_SEND_FIRST`].
+const UC_NAMES: [&str; 12] = [
+    "UC_SEND_FIRST",
+    "UC_SEND_MIDDLE",
+    "UC_SEND_LAST",
+    "UC_SEND_LAST_WITH_IMMEDIATE",
+    "UC_SEND_ONLY",
+    "UC_SEND_ONLY_WITH_IMMEDIATE",
+    "UC_RDMA_WRITE_FIRST",
+    "UC_RDMA_WRITE_MIDDLE",
+    "UC_RDMA_WRITE_LAST",
+    "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    "UC_RDMA_WRITE_ONLY",
+    "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+];
 
 /// [`describe`] of every opcode, worked out at compile time: every packet built or
 /// parsed looks its opcode up.
@@ -262,6 +322,18 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
     const READ_RESP: u16 = F_RESPONSE | F_READ_RESPONSE;
     const ONE: u16 = F_FIRST | F_LAST;
     let (name, ext_headers, has_payload, flags): (&str, &[ExtHeader], bool, u16) = match op {
+        // UC's SENDs and WRITEs carry what RC's of the same low bits carry.
+        UC_SEND_FIRST..=UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => {
+            let Some(rc) = describe(op & 0x1F) else {
+                return None;
+            };
+            (
+                UC_NAMES[(op - UC_SEND_FIRST) as usize],
+                rc.ext_headers,
+                rc.has_payload,
+                rc.flags | F_UC,
+            )
+        }
         RC_SEND_FIRST => (
             "RC_SEND_FIRST",
             NO_EXT,
@@ -387,8 +459,8 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
 /// from a reserved value, which no sender writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Foreign {
-    /// The transport: `"UC"`, `"RD"`, `"XRC"`, `"CNP"`, or `"RC"` for an RC operation
-    /// this device does not do.
+    /// The transport: `"RD"`, `"XRC"`, `"CNP"`, or `"RC"` for an RC operation this
+    /// device does not do.
     pub transport: &'static str,
     /// The operation as the specification names it after the transport (`"SEND_ONLY"`,
     /// `"FLUSH"`); empty for a CNP, which is nothing else.
@@ -396,10 +468,10 @@ pub struct Foreign {
 }
 
 impl Foreign {
-    /// Whether the opcode is of a transport this device has no QPs of (UC, RD, XRC), as
+    /// Whether the opcode is of a transport this device has no QPs of (RD, XRC), as
     /// opposed to something it does on no QP (a CNP, RC FLUSH or ATOMIC WRITE).
     pub fn other_transport(&self) -> bool {
-        matches!(self.transport, "UC" | "RD" | "XRC")
+        matches!(self.transport, "RD" | "XRC")
     }
 }
 
@@ -415,8 +487,8 @@ impl fmt::Display for Foreign {
 /// What `op` is if it is an opcode the specification defines that [`opcode_info`] does
 /// not know; `None` for a known opcode or a reserved one. Bits 7-5 of an opcode are its
 /// transport (RC 0, UC 1, RD 2, UD 3, CNP 4, XRC 5) and bits 4-0 its operation, which UC,
-/// RD and XRC number as RC does: UC has the SENDs and WRITEs, RD the RC set up to
-/// FETCH_ADD and RESYNC (0x15), XRC the whole RC set; the CNP is 0x80 alone.
+/// RD and XRC number as RC does: UC has the SENDs and WRITEs (known here), RD the RC set
+/// up to FETCH_ADD and RESYNC (0x15), XRC the whole RC set; the CNP is 0x80 alone.
 pub fn foreign(op: u8) -> Option<Foreign> {
     if opcode_info(op).is_some() {
         return None;
@@ -427,7 +499,6 @@ pub fn foreign(op: u8) -> Option<Foreign> {
     let (transport, operation) = match (op >> 5, low) {
         (0, 0x1C) => ("RC", "FLUSH"),
         (0, 0x1D) => ("RC", "ATOMIC_WRITE"),
-        (1, 0x00..=0x0B) => ("UC", rc()?),
         (2, 0x00..=0x14) => ("RD", rc()?),
         (2, 0x15) => ("RD", "RESYNC"),
         (4, 0x00) => ("CNP", ""),
@@ -487,6 +558,18 @@ pub(super) mod tests {
             (RC_FETCH_ADD, ATOMIC, false),
             (RC_SEND_LAST_WITH_INVALIDATE, IETH, true),
             (RC_SEND_ONLY_WITH_INVALIDATE, IETH, true),
+            (UC_SEND_FIRST, NO_EXT, true),
+            (UC_SEND_MIDDLE, NO_EXT, true),
+            (UC_SEND_LAST, NO_EXT, true),
+            (UC_SEND_LAST_WITH_IMMEDIATE, IMM, true),
+            (UC_SEND_ONLY, NO_EXT, true),
+            (UC_SEND_ONLY_WITH_IMMEDIATE, IMM, true),
+            (UC_RDMA_WRITE_FIRST, RETH, true),
+            (UC_RDMA_WRITE_MIDDLE, NO_EXT, true),
+            (UC_RDMA_WRITE_LAST, NO_EXT, true),
+            (UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, IMM, true),
+            (UC_RDMA_WRITE_ONLY, RETH, true),
+            (UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, RETH_IMM, true),
             (UD_SEND_ONLY, DETH, true),
             (UD_SEND_ONLY_WITH_IMMEDIATE, DETH_IMM, true),
             (DC_CONNECT, DCETH, false),
@@ -523,8 +606,9 @@ pub(super) mod tests {
         let ack = opcode_info(RC_ATOMIC_ACKNOWLEDGE).unwrap();
         assert_eq!(ack.ext_offset(ExtHeader::AtomicAckEth), Some(16));
         assert_eq!(ack.ext_offset(ExtHeader::Reth), None);
-        // Not spoken: RC 0x15 (reserved), FLUSH, ATOMIC WRITE, UC, UD other than SEND.
-        for op in [0x15, 0x1c, 0x1d, 0x20, 0x66] {
+        // Not spoken: RC 0x15 (reserved), FLUSH, ATOMIC WRITE, UC beyond the WRITEs, RD,
+        // UD other than SEND.
+        for op in [0x15, 0x1c, 0x1d, 0x2c, 0x40, 0x66] {
             assert!(opcode_info(op).is_none(), "{op:#x}");
         }
         let first = opcode_info(RC_SEND_FIRST).unwrap();
@@ -540,23 +624,37 @@ pub(super) mod tests {
             .unwrap()
             .consumes_receive_wqe());
         assert!(!opcode_info(RC_RDMA_WRITE_LAST).unwrap().completes_receive());
+        // UC is RC's SENDs and WRITEs under another transport, as rxe's table has them.
+        for op in UC_SEND_FIRST..=UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE {
+            let (uc, rc) = (opcode_info(op).unwrap(), opcode_info(op & 0x1F).unwrap());
+            assert!(uc.is_uc() && !rc.is_uc() && uc.is_request());
+            assert_eq!(uc.name.strip_prefix("UC_"), rc.name.strip_prefix("RC_"));
+            assert_eq!(uc.flags & !F_UC, rc.flags, "{}", uc.name);
+            assert_eq!(rc_equivalent(op), op & 0x1F);
+            assert_eq!(rc_equivalent(op & 0x1F), op & 0x1F);
+        }
+        assert_eq!(rc_equivalent(UD_SEND_ONLY), UD_SEND_ONLY);
+        assert_eq!(
+            opcode_info(UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+                .unwrap()
+                .header_len(),
+            32
+        );
     }
 
     #[test]
     fn defined_opcodes_of_other_transports_are_told_apart_from_reserved_ones() {
         let name = |op| foreign(op).map(|f| f.to_string());
-        assert_eq!(name(0x24).as_deref(), Some("UC_SEND_ONLY"));
-        assert_eq!(
-            name(0x2B).as_deref(),
-            Some("UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE")
-        );
+        // UC is spoken (ABI 1.6): not foreign.
+        assert_eq!(name(0x24), None);
+        assert_eq!(name(0x2B), None);
         assert_eq!(name(0x4C).as_deref(), Some("RD_RDMA_READ_REQUEST"));
         assert_eq!(name(0x55).as_deref(), Some("RD_RESYNC"));
         assert_eq!(name(0x80).as_deref(), Some("CNP"));
         assert_eq!(name(0xB7).as_deref(), Some("XRC_SEND_ONLY_WITH_INVALIDATE"));
         assert_eq!(name(0x1C).as_deref(), Some("RC_FLUSH"));
         assert_eq!(name(0x1D).as_deref(), Some("RC_ATOMIC_WRITE"));
-        assert!(foreign(0x24).unwrap().other_transport());
+        assert!(foreign(0x44).unwrap().other_transport());
         assert!(!foreign(0x80).unwrap().other_transport());
         assert!(!foreign(0x1C).unwrap().other_transport());
         // Reserved: UC has no READ, RD no SEND with invalidate, the CNP range one opcode;

@@ -217,10 +217,11 @@ fn build_rejects_missing_and_unexpected_headers() {
 
 #[test]
 fn a_sound_frame_of_a_foreign_opcode_says_whom_it_was_for_and_a_damaged_one_does_not() {
-    // A UC SEND is laid out as the RC one: turn an RC SEND into one.
+    // An XRC SEND, whose XRCETH the device never looks at (a BTH and the ICRC are all
+    // it needs to tell it from damage): turn an RC SEND into one.
     let mut f = frame_for(opcode::RC_SEND_ONLY, b"hello");
     let bth = ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
-    f[bth] = 0x24;
+    f[bth] = 0xA4;
     fix_icrc(&mut f);
     let a = addressing();
     let want = Unsupported {
@@ -229,13 +230,13 @@ fn a_sound_frame_of_a_foreign_opcode_says_whom_it_was_for_and_a_damaged_one_does
         dst_ip: a.dst_ip,
         bth: Bth {
             pad: 3,
-            ..Bth::new(0x24, 0x12, 100)
+            ..Bth::new(0xA4, 0x12, 100)
         },
     };
     assert_eq!(parse(&f), Err(ParseError::Unsupported(want)));
     assert_eq!(
         ParseError::Unsupported(want).to_string(),
-        "UC_SEND_ONLY (0x24) is not an opcode this device takes"
+        "XRC_SEND_ONLY (0xa4) is not an opcode this device takes"
     );
     // The ICRC still vouches for it.
     let mut damaged = f.clone();

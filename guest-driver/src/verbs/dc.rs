@@ -7,7 +7,8 @@ use rnic_abi::regs;
 use rnic_abi::verbs::SendWqe;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::qp::{encode_send_wqe, init_attr, rtr_attr, rts_attr};
+use super::qp::encode_send_wqe;
+use super::transition::{init_attr, rtr_attr, rts_attr};
 use super::{invalid, Cq, Pd, Qp, QpCaps, SendWr, WrOpcode};
 use crate::error::{Error, Result};
 
@@ -96,7 +97,7 @@ impl Qp {
 
     /// Posts a send WR (SEND, RDMA WRITE or READ, atomics) on a DCI, to `to`.
     pub fn post_dc_send(&self, wr: &SendWr, to: &DcAddress) -> Result<()> {
-        if matches!(wr.opcode, WrOpcode::LocalInv(_)) {
+        if matches!(wr.opcode, WrOpcode::LocalInv(_) | WrOpcode::BindMw { .. }) {
             return Err(invalid(format!(
                 "post_dc_send: {:?} has no target; post it on an RC QP",
                 wr.opcode

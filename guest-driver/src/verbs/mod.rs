@@ -35,10 +35,12 @@ mod dc;
 mod mkey;
 mod mmio;
 mod mr;
+mod mw;
 mod qp;
 mod ring;
 mod shared_sq;
 mod srq;
+mod transition;
 mod ud;
 
 use std::collections::{HashMap, VecDeque};
@@ -62,13 +64,17 @@ pub use ctrlq::CtrlQueue;
 pub use dc::DcAddress;
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
-pub use qp::{init_attr, mtu, rtr_attr, rts_attr, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
+pub use mw::{inc_rkey, BindInfo, MemoryWindow, MW_KEY_BIT};
+pub use qp::{mtu, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
+pub use rnic_abi::mw::{MW_ACCESS_ALL, MW_TYPE_1, MW_TYPE_2};
 pub use rnic_abi::verbs::{
     attr, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    ACCESS_LOCAL_WRITE, ACCESS_MW_BIND, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE, ACCESS_ZERO_BASED, QPT_RC, QPT_UC,
 };
 pub use shared_sq::SharedSq;
 pub use srq::Srq;
+pub use transition::{init_attr, rtr_attr, rts_attr, uc_rtr_attr, uc_rts_attr};
 pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
 
 use ring::{Doorbells, ListKinds, Ring};

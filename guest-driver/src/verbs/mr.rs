@@ -1,10 +1,11 @@
 //! Protection domains and memory regions.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rnic_abi::cmd::Opcode;
-use rnic_abi::verbs::{ObjectResp, PageList, RegMrReq, RegMrResp, Sge};
+use rnic_abi::verbs::{ObjectReq, ObjectResp, PageList, RegMrReq, RegMrResp, Sge};
 use zerocopy::IntoBytes;
 
 use super::ring::{covered_pages, PageListBuf};
@@ -175,6 +176,7 @@ impl Mr {
             lkey: key,
             rkey: key,
             pages: ManuallyDrop::new(pages),
+            deregistered: AtomicBool::new(false),
         }
     }
 }
@@ -191,6 +193,8 @@ pub struct Mr {
     rkey: u32,
     /// Freed only after DEREG_MR succeeded.
     pages: ManuallyDrop<PageListBuf>,
+    /// Set once [`Mr::dereg`] succeeded: dropping the MR then only frees its memory.
+    deregistered: AtomicBool,
 }
 
 impl std::fmt::Debug for Mr {
@@ -293,6 +297,34 @@ impl Mr {
         self.buf.read(self.offset + offset, out);
     }
 
+    /// Deregisters the region now, and says why the device refused if it did: `BUSY`
+    /// while an indirect or pattern key names the region or a memory window is bound to
+    /// it (ibverbs' `EBUSY` from `ibv_dereg_mr`). The region then stays registered and
+    /// usable. On success its keys are gone at once, and dropping the `Mr` only frees
+    /// its memory; dropping an `Mr` that was not deregistered so deregisters it then,
+    /// logging a failure.
+    pub fn dereg(&self) -> Result<()> {
+        if self.deregistered.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let req = ObjectReq {
+            handle: self.lkey,
+            reserved: 0,
+        };
+        match self
+            .pd
+            .ctx()
+            .command_no_body(Opcode::DeregMr, req.as_bytes())
+        {
+            Ok(()) => {}
+            // A lost function took its regions with it.
+            Err(e) if e.function_lost() => {}
+            Err(e) => return Err(e),
+        }
+        self.deregistered.store(true, Ordering::Release);
+        Ok(())
+    }
+
     fn check(&self, offset: usize, len: usize) {
         assert!(
             offset.checked_add(len).is_some_and(|end| end <= self.len),
@@ -306,11 +338,12 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: `pages` is not used again: this is the last use of `self`.
         let pages = unsafe { ManuallyDrop::take(&mut self.pages) };
-        if self
-            .pd
-            .ctx()
-            .destroy(Opcode::DeregMr, self.lkey, "memory region")
-            .is_err()
+        if !self.deregistered.load(Ordering::Acquire)
+            && self
+                .pd
+                .ctx()
+                .destroy(Opcode::DeregMr, self.lkey, "memory region")
+                .is_err()
         {
             // The device may still reach the region: never free its memory.
             std::mem::forget(pages);

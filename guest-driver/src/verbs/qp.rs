@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
+use rnic_abi::mw::BindMwWqe;
 use rnic_abi::verbs::{
     attr, rq_stride, send_flags, sq_stride, wr, CreateQpReq, CreateQpResp, DoorbellSlot,
-    ModifyQpReq, ObjectReq, QpAttr, QpState, QueryQpResp, RecvWqe, SendWqe, Sge, QPT_RC,
+    ModifyQpReq, ObjectReq, QpAttr, QpState, QueryQpResp, RecvWqe, SendWqe, Sge, QPT_RC, QPT_UC,
 };
 use zerocopy::IntoBytes;
 
@@ -115,6 +116,22 @@ pub enum WrOpcode {
     },
     /// Invalidate this local key.
     LocalInv(u32),
+    /// Bind a memory window ([`rnic_abi::mw::BindMwWqe`]; [`super::MemoryWindow::bind_opcode`]
+    /// and [`Qp::post_bind_mw`] make it). No SGEs, no inline data.
+    BindMw {
+        /// A key of the window (its index names it).
+        mw_key: u32,
+        /// The window's key after the bind: the same index, any tag.
+        new_key: u32,
+        /// The region to bind to (ignored by a type 1 unbind, `length` 0).
+        mr_lkey: u32,
+        /// Where the window starts, in the region's iova space.
+        addr: u64,
+        /// Bytes of the window; 0 unbinds a type 1 window.
+        length: u64,
+        /// Its rights ([`rnic_abi::mw::MW_ACCESS_ALL`] bits).
+        access: u32,
+    },
 }
 
 impl WrOpcode {
@@ -212,6 +229,33 @@ pub(crate) fn encode_send_wqe(wr: &SendWr, caps: &QpCaps) -> Result<Vec<u8>> {
                 (wr::ATOMIC_FETCH_AND_ADD, remote_addr, rkey, add)
         }
         WrOpcode::LocalInv(key) => (w.opcode, w.imm_or_inv) = (wr::LOCAL_INV, key),
+        WrOpcode::BindMw {
+            mw_key,
+            new_key,
+            mr_lkey,
+            addr,
+            length,
+            access,
+        } => {
+            if wr.inline.is_some() || !wr.sges.is_empty() {
+                return Err(invalid(
+                    "post_send: a memory-window bind has no SGEs and no inline data".into(),
+                ));
+            }
+            let b = BindMwWqe {
+                wr_id: wr.wr_id,
+                opcode: wr::BIND_MW,
+                flags,
+                mw_key,
+                addr,
+                new_key,
+                mr_lkey,
+                length,
+                access,
+                ..BindMwWqe::default()
+            };
+            return Ok(b.as_bytes().to_vec());
+        }
     }
     let mut out = Vec::with_capacity(size_of::<SendWqe>());
     match &wr.inline {
@@ -494,12 +538,15 @@ impl QpTrack {
     }
 }
 
-/// A reliable-connected queue pair. Destroyed on drop.
+/// A queue pair: reliable or unreliable connected, unreliable datagram, or a DC
+/// initiator or target. Destroyed on drop.
 pub struct Qp {
     pd: Arc<PdInner>,
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
     qpn: u32,
+    /// `QPT_RC`, `QPT_UC`, `ud::QPT_UD`, `dc::QPT_DCI` or `dc::QPT_DCT`.
+    qp_type: u8,
     caps: QpCaps,
     sq_slot: DoorbellSlot,
     rq_slot: DoorbellSlot,
@@ -557,10 +604,25 @@ impl Pd {
         self.create_qp_of_type(QPT_RC, send_cq, recv_cq, caps, sq_sig_all, Some(srq))
     }
 
-    /// Creates a QP of `qp_type` ([`QPT_RC`], or [`rnic_abi::ud::QPT_UD`]), in RESET, that
-    /// takes its receives from `srq` if one is given: [`Pd::create_qp`],
-    /// [`Pd::create_ud_qp`] and [`Pd::create_qp_with_srq`] in one, as ibverbs'
-    /// `ibv_create_qp` names them all at once.
+    /// Creates an unreliable-connected QP, in RESET, as [`Pd::create_qp`] makes an RC
+    /// one. Connect it with [`uc_rtr_attr`] and [`uc_rts_attr`]. It sends SEND and RDMA
+    /// WRITE (with and without immediate), and posts LOCAL_INV and memory-window binds;
+    /// a send completes once its last packet left, and a message that does not arrive
+    /// whole, or finds no fitting receive, is dropped by the receiver without a word.
+    pub fn create_uc_qp(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        sq_sig_all: bool,
+    ) -> Result<Qp> {
+        self.create_qp_of_type(QPT_UC, send_cq, recv_cq, caps, sq_sig_all, None)
+    }
+
+    /// Creates a QP of `qp_type` ([`QPT_RC`], [`QPT_UC`] or [`rnic_abi::ud::QPT_UD`]), in
+    /// RESET, that takes its receives from `srq` if one is given: [`Pd::create_qp`],
+    /// [`Pd::create_uc_qp`], [`Pd::create_ud_qp`] and [`Pd::create_qp_with_srq`] in one,
+    /// as ibverbs' `ibv_create_qp` names them all at once.
     pub fn create_qp_of_type(
         &self,
         qp_type: u8,
@@ -575,6 +637,11 @@ impl Pd {
         {
             return Err(crate::Error::Unsupported(
                 "UD QPs: the device does not report CAP_UD (an rnicd older than ABI 1.3?)",
+            ));
+        }
+        if qp_type == QPT_UC && self.inner.ctx().attr.caps & rnic_abi::regs::CAP_UC == 0 {
+            return Err(crate::Error::Unsupported(
+                "UC QPs: the device does not report CAP_UC (an rnicd older than ABI 1.6?)",
             ));
         }
         let caps = caps.for_srq(srq.is_some());
@@ -681,6 +748,7 @@ impl Pd {
             send_cq: send_cq.inner.clone(),
             recv_cq: recv_cq.inner.clone(),
             qpn: resp.qpn,
+            qp_type,
             caps,
             sq_slot,
             rq_slot,
@@ -698,6 +766,12 @@ impl Qp {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    /// The QP's type: [`QPT_RC`], [`QPT_UC`], [`rnic_abi::ud::QPT_UD`],
+    /// [`rnic_abi::dc::QPT_DCI`] or [`rnic_abi::dc::QPT_DCT`].
+    pub fn qp_type(&self) -> u8 {
+        self.qp_type
     }
 
     pub(super) fn pd_ctx(&self) -> Arc<super::ContextInner> {
@@ -825,6 +899,14 @@ impl Qp {
     /// Posts send work requests in order with one doorbell. All or nothing: if any WR is
     /// invalid or they do not all fit, nothing is posted.
     pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<()> {
+        if self.qp_type == QPT_UC {
+            if let Some(wr) = wrs.iter().find(|w| !uc_operation(&w.opcode)) {
+                return Err(invalid(format!(
+                    "post_send on UC QP {:#x}: {:?} is not a UC operation (SEND and RDMA WRITE, with and without immediate; LOCAL_INV; BIND_MW)",
+                    self.qpn, wr.opcode
+                )));
+            }
+        }
         let wqes = wrs
             .iter()
             .map(|wr| encode_send_wqe(wr, &self.caps))
@@ -1089,85 +1171,18 @@ impl Drop for Qp {
     }
 }
 
-/// Attributes for RESET -> INIT, as ibv_rc_pingpong sets them: port 1, P_Key index 0,
-/// and the remote accesses (`ACCESS_REMOTE_*`) the QP allows.
-pub fn init_attr(access: u32) -> (QpAttr, u32) {
-    let a = QpAttr {
-        qp_state: QpState::Init as u8,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
-    (
-        a,
-        attr::STATE | attr::PKEY_INDEX | attr::PORT | attr::ACCESS_FLAGS,
-    )
-}
-
-/// Attributes for INIT -> RTR: the remote QP and its GID, the first PSN expected, the path
-/// MTU ([`mtu`]), the READs and atomics accepted at once, and the RNR NAK timer code.
-/// The address vector uses source GID 0, traffic class 0 and a hop limit (TTL) of 64.
-pub fn rtr_attr(
-    dest_qpn: u32,
-    dgid: [u8; 16],
-    rq_psn: u32,
-    path_mtu: u8,
-    max_dest_rd_atomic: u8,
-    min_rnr_timer: u8,
-) -> (QpAttr, u32) {
-    let a = QpAttr {
-        qp_state: QpState::Rtr as u8,
-        path_mtu,
-        dest_qp_num: dest_qpn,
-        rq_psn,
-        max_dest_rd_atomic,
-        min_rnr_timer,
-        dgid,
-        sgid_index: 0,
-        hop_limit: 64,
-        traffic_class: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    (
-        a,
-        attr::STATE
-            | attr::AV
-            | attr::PATH_MTU
-            | attr::DEST_QPN
-            | attr::RQ_PSN
-            | attr::MAX_DEST_RD_ATOMIC
-            | attr::MIN_RNR_TIMER,
-    )
-}
-
-/// Attributes for RTR -> RTS: the first PSN sent, the ACK timeout code, the transport and
-/// RNR retry counts (7 RNR retries: forever), and the READs and atomics in flight at once.
-pub fn rts_attr(
-    sq_psn: u32,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    max_rd_atomic: u8,
-) -> (QpAttr, u32) {
-    let a = QpAttr {
-        qp_state: QpState::Rts as u8,
-        sq_psn,
-        timeout,
-        retry_cnt,
-        rnr_retry,
-        max_rd_atomic,
-        ..QpAttr::default()
-    };
-    (
-        a,
-        attr::STATE
-            | attr::TIMEOUT
-            | attr::RETRY_CNT
-            | attr::RNR_RETRY
-            | attr::SQ_PSN
-            | attr::MAX_QP_RD_ATOMIC,
+/// Whether a UC QP takes `op`: SEND and RDMA WRITE, with and without immediate, and
+/// the local operations (LOCAL_INV, BIND_MW). No READs, atomics or SEND with
+/// invalidate: as in rxe, they have no UC opcode.
+fn uc_operation(op: &WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm(_)
+            | WrOpcode::RdmaWrite { .. }
+            | WrOpcode::RdmaWriteWithImm { .. }
+            | WrOpcode::LocalInv(_)
+            | WrOpcode::BindMw { .. }
     )
 }
 
@@ -1292,6 +1307,77 @@ mod tests {
         );
         let w = enc(WrOpcode::LocalInv(0x99));
         assert_eq!((w.opcode, w.imm_or_inv, w.flags), (wr::LOCAL_INV, 0x99, 0));
+    }
+
+    #[test]
+    fn a_bind_is_one_bind_mw_wqe_without_sges() {
+        let bind = WrOpcode::BindMw {
+            mw_key: 0x4000_0100,
+            new_key: 0x4000_0101,
+            mr_lkey: 0x33,
+            addr: 0x1000,
+            length: 4096,
+            access: rnic_abi::verbs::ACCESS_REMOTE_READ,
+        };
+        let wr = SendWr {
+            wr_id: 5,
+            opcode: bind,
+            signaled: true,
+            fence: true,
+            ..SendWr::default()
+        };
+        let bytes = encode_send_wqe(&wr, &caps()).unwrap();
+        assert_eq!(bytes.len(), size_of::<BindMwWqe>());
+        let b = BindMwWqe::read_from_bytes(&bytes).unwrap();
+        assert_eq!(
+            b,
+            BindMwWqe {
+                wr_id: 5,
+                opcode: wr::BIND_MW,
+                flags: send_flags::SIGNALED | send_flags::FENCE,
+                mw_key: 0x4000_0100,
+                addr: 0x1000,
+                new_key: 0x4000_0101,
+                mr_lkey: 0x33,
+                length: 4096,
+                access: rnic_abi::verbs::ACCESS_REMOTE_READ,
+                ..BindMwWqe::default()
+            }
+        );
+        let with_sge = SendWr {
+            opcode: bind,
+            sges: vec![sge(1)],
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&with_sge, &caps()).is_err());
+        let inline = SendWr {
+            opcode: bind,
+            inline: Some(vec![1]),
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&inline, &caps()).is_err());
+    }
+
+    #[test]
+    fn uc_takes_sends_writes_and_local_operations_only() {
+        assert!(uc_operation(&WrOpcode::Send));
+        assert!(uc_operation(&WrOpcode::SendWithImm(1)));
+        assert!(uc_operation(&WrOpcode::RdmaWriteWithImm {
+            remote_addr: 0,
+            rkey: 0,
+            imm: 0
+        }));
+        assert!(uc_operation(&WrOpcode::LocalInv(1)));
+        assert!(!uc_operation(&WrOpcode::SendWithInv(1)));
+        assert!(!uc_operation(&WrOpcode::RdmaRead {
+            remote_addr: 0,
+            rkey: 0
+        }));
+        assert!(!uc_operation(&WrOpcode::AtomicFetchAdd {
+            remote_addr: 0,
+            rkey: 0,
+            add: 1
+        }));
     }
 
     #[test]
@@ -1475,40 +1561,5 @@ mod tests {
         post(&mut t.sq(), 1, true);
         t.credit(5, &wc(op::SEND, 0, 1));
         assert_eq!(t.sq().free(), 3);
-    }
-
-    #[test]
-    fn pingpong_attributes_and_masks() {
-        let (a, m) = init_attr(rnic_abi::verbs::ACCESS_REMOTE_WRITE);
-        assert_eq!(a.qp_state, QpState::Init as u8);
-        assert_eq!((a.port_num, a.pkey_index), (1, 0));
-        assert_eq!(a.qp_access_flags, rnic_abi::verbs::ACCESS_REMOTE_WRITE);
-        assert_eq!(m, 0x1 | 0x8 | 0x10 | 0x20);
-
-        let gid = [7u8; 16];
-        let (a, m) = rtr_attr(0x123, gid, 0x456, mtu::MTU_1024, 1, 12);
-        assert_eq!(a.qp_state, QpState::Rtr as u8);
-        assert_eq!((a.dest_qp_num, a.rq_psn), (0x123, 0x456));
-        assert_eq!(
-            (a.path_mtu, a.max_dest_rd_atomic, a.min_rnr_timer),
-            (3, 1, 12)
-        );
-        assert_eq!(a.dgid, gid);
-        assert_eq!(rnic_abi::verbs::mtu_bytes(a.path_mtu), Some(1024));
-        // IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
-        // MIN_RNR_TIMER, as ibv_rc_pingpong passes.
-        assert_eq!(
-            m,
-            0x1 | 0x80 | 0x100 | 0x10_0000 | 0x1000 | 0x2_0000 | 0x8000
-        );
-
-        let (a, m) = rts_attr(0x789, 14, 7, 7, 1);
-        assert_eq!(a.qp_state, QpState::Rts as u8);
-        assert_eq!(a.sq_psn, 0x789);
-        assert_eq!(
-            (a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic),
-            (14, 7, 7, 1)
-        );
-        assert_eq!(m, 0x1 | 0x200 | 0x400 | 0x800 | 0x1_0000 | 0x2000);
     }
 }

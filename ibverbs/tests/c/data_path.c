@@ -7,9 +7,9 @@
  * address handles, one made from a received completion's GRH; an SRQ whose limit raises
  * an asynchronous event; a remote access error that raises one on the responder; and
  * what must be refused: memory this process does not have, shared file mappings,
- * read-only memory for writes, dma-buf, UC QPs, addresses without a GRH, destroying
- * what is in use. And a blocking completion wait through two idle seconds, with the CPU
- * time it took.
+ * read-only memory for writes, dma-buf, raw packet QPs, TSO, addresses without a GRH,
+ * destroying what is in use. And a blocking completion wait through two idle seconds,
+ * with the CPU time it took.
  *
  * Every check exits with a message on stderr when it fails; each step that passes
  * prints `ok STEP` for ibverbs/tests/data_path.rs. Buffers come from malloc, unaligned. */
@@ -282,7 +282,7 @@ static void rc_steps(struct end *a, struct end *b)
 	/* A bad WR in a chain: the ones before it are posted, bad_wr names it. */
 	struct ibv_send_wr w4 = w2;
 	w4.wr_id = 23;
-	w4.opcode = IBV_WR_BIND_MW;
+	w4.opcode = IBV_WR_TSO;
 	struct ibv_send_wr w3 = w2;
 	w3.wr_id = 22;
 	w3.next = &w4;
@@ -591,12 +591,12 @@ static void refusals(struct end *a)
 					      0x7000000 + ((uintptr_t)a->buf & 4095), 0);
 	CHECK(imr && ibv_dereg_mr(imr) == 0, "iova with the same page offset");
 	/* QPs rnic lacks, and addresses without a GRH. */
-	struct ibv_qp_init_attr uc = {
-		.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_UC,
+	struct ibv_qp_init_attr raw = {
+		.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_RAW_PACKET,
 		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	errno = 0;
-	CHECK(!ibv_create_qp(a->pd, &uc) && errno == EOPNOTSUPP, "UC");
+	CHECK(!ibv_create_qp(a->pd, &raw) && errno == EOPNOTSUPP, "raw packet QP");
 	struct ibv_ah_attr no_grh = { .port_num = 1 };
 	errno = 0;
 	CHECK(!ibv_create_ah(a->pd, &no_grh) && errno == EINVAL, "AH without GRH");

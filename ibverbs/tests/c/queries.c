@@ -34,8 +34,11 @@ int main(void)
 	/* Each call before the printf that shows its errno: C leaves the order in which
 	 * arguments are evaluated open. */
 	errno = 0;
-	int opened = ibv_open_device(list[0]) != NULL;
+	struct ibv_context *second = ibv_open_device(list[0]);
+	int opened = second != NULL;
 	printf("reopen %d %d\n", opened, errno);
+	if (second)
+		ibv_close_device(second);
 
 	struct ibv_device_attr_ex ex;
 	memset(&ex, 0xa5, sizeof(ex));

@@ -4,6 +4,7 @@
 //! - [`mr`]: the function's table of keys: memory regions, and keys reserved for a
 //!   registration to come; [`mr::MrTable::check`] resolves any key to device memory;
 //! - [`indirect`]: indirect and pattern keys, which map their range onto regions;
+//! - [`mw`]: memory windows, rkeys bound to a range of a region by work requests;
 //! - [`pages`]: the page lists through which the device reaches driver memory (regions,
 //!   rings).
 //!
@@ -12,6 +13,7 @@
 
 pub mod indirect;
 pub mod mr;
+pub mod mw;
 pub mod pages;
 
 use rnic_abi::verbs::{
@@ -66,6 +68,9 @@ pub enum KeyError {
     /// The key was reserved for a registration through a control queue that has not run
     /// yet ([`crate::rdma::ctrlq`]): a local access waits for it.
     Pending,
+    /// A type 2 memory window bound through another QP than the one the request
+    /// arrived on ([`mw`]).
+    OtherQp,
 }
 
 /// Whether a key that is `valid`, of `key_pdn` with `key_access` flags, lets a QP of

@@ -7,13 +7,17 @@
 
 use vm_memory::GuestAddress;
 
+use rnic_abi::mw::BindMwWqe;
+
 use super::indirect::IndirectTable;
+use super::mw::{self, BindError, MwTable, Region};
 use super::pages::{PageRuns, PagedBuffer};
 use super::{admits, Access, KeyError};
 
 /// Slots an MR table may have: MR keys leave bit 31 clear, for indirect keys
-/// (`rnic_abi::mkey::INDIRECT_KEY_BIT`).
-const MAX_SLOTS: usize = 1 << 23;
+/// (`rnic_abi::mkey::INDIRECT_KEY_BIT`), and bit 30, for memory windows
+/// (`rnic_abi::mw::MW_KEY_BIT`).
+const MAX_SLOTS: usize = 1 << 22;
 
 /// A registered region.
 #[derive(Debug, Clone)]
@@ -60,6 +64,8 @@ pub struct MrTable {
     limit: usize,
     /// The function's indirect and pattern keys, which map onto the regions here.
     pub indirect: IndirectTable,
+    /// The function's memory windows, which are bound to regions here.
+    pub windows: MwTable,
 }
 
 impl MrTable {
@@ -69,6 +75,7 @@ impl MrTable {
             slots: Vec::new(),
             limit,
             indirect: IndirectTable::default(),
+            windows: MwTable::default(),
         }
     }
 
@@ -181,11 +188,24 @@ impl MrTable {
         slot.mr.take()
     }
 
-    /// Invalidates `key` for `pdn`; the key stops working until the region is registered
-    /// again.
+    /// Invalidates `key` for `pdn` (LOCAL_INV); the key stops working until the region is
+    /// registered again, or the window bound again.
     pub fn invalidate(&mut self, key: u32, pdn: u32) -> Result<(), KeyError> {
+        self.invalidate_from(key, pdn, None)
+    }
+
+    /// [`MrTable::invalidate`] for a SEND with invalidate that arrived on QP `qpn`: a type
+    /// 2 window must have been bound through it.
+    pub fn invalidate_remote(&mut self, key: u32, pdn: u32, qpn: u32) -> Result<(), KeyError> {
+        self.invalidate_from(key, pdn, Some(qpn))
+    }
+
+    fn invalidate_from(&mut self, key: u32, pdn: u32, qpn: Option<u32>) -> Result<(), KeyError> {
         if IndirectTable::owns(key) {
             return self.indirect.invalidate(key, pdn);
+        }
+        if mw::is_window_key(key) {
+            return self.windows.invalidate(key, pdn, qpn);
         }
         let mr = self.get_mut(key).ok_or(KeyError::NoSuchKey)?;
         if mr.pdn != pdn {
@@ -233,7 +253,8 @@ impl MrTable {
         Ok(())
     }
 
-    /// Regions, indirect and pattern keys included, registered in `pdn`.
+    /// Regions, indirect and pattern keys and memory windows included, registered in
+    /// `pdn`.
     pub fn count_in_pd(&self, pdn: u32) -> usize {
         self.slots
             .iter()
@@ -243,6 +264,7 @@ impl MrTable {
             })
             .count()
             + self.indirect.count_in_pd(pdn)
+            + self.windows.count_in_pd(pdn)
     }
 
     /// Keys reserved in `pdn` that hold no region (pending or failed).
@@ -290,6 +312,55 @@ impl MrTable {
         let offset = addr.checked_sub(mr.iova).ok_or(KeyError::OutOfRange)?;
         let runs = mr.buffer.runs(offset, len).ok_or(KeyError::OutOfRange)?;
         Ok(Runs::Pages(runs))
+    }
+}
+
+impl MrTable {
+    /// [`MrTable::check`] of an rkey in a request that arrived on QP `qpn`: a memory
+    /// window ([`mw`]) resolves to the range of the region it is bound to, which is then
+    /// checked as a local access of the region (its validity, PD and bounds; the window's
+    /// rights stand for the region's remote ones). Every other key is checked as
+    /// [`MrTable::check`] checks it.
+    pub fn check_remote(
+        &self,
+        key: u32,
+        (pdn, qpn): (u32, u32),
+        access: Access,
+        addr: u64,
+        len: u64,
+    ) -> Result<Runs<'_>, KeyError> {
+        if !mw::is_window_key(key) {
+            return self.check(key, pdn, access, addr, len);
+        }
+        let (mr_key, at) = self.windows.resolve(key, (pdn, qpn), access, addr, len)?;
+        let local = match access {
+            Access::RemoteRead | Access::ReadResponse | Access::LocalRead => Access::LocalRead,
+            Access::RemoteWrite | Access::RemoteAtomic | Access::LocalWrite => Access::LocalWrite,
+        };
+        self.check(mr_key, pdn, local, at, len)
+    }
+
+    /// Runs `BIND_MW` WQE `wqe` (`inline`: its `INLINE` flag) of QP `qpn` of `pdn`
+    /// ([`MwTable::bind`]) against the regions of this table.
+    pub fn bind_mw(
+        &mut self,
+        wqe: &BindMwWqe,
+        (pdn, qpn): (u32, u32),
+        inline: bool,
+    ) -> Result<(), BindError> {
+        let slots = &self.slots;
+        let region = |key: u32| {
+            let slot = slots.get((key >> 8) as usize)?;
+            let mr = slot.mr.as_ref().filter(|_| slot.tag == key as u8)?;
+            Some(Region {
+                pdn: mr.pdn,
+                access: mr.access,
+                iova: mr.iova,
+                length: mr.buffer.len(),
+                valid: mr.valid,
+            })
+        };
+        self.windows.bind(wqe, (pdn, qpn), inline, region)
     }
 }
 

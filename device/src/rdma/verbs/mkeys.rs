@@ -14,8 +14,8 @@ use rnic_abi::mkey::{
     MAX_PATTERN_REPEAT,
 };
 use rnic_abi::verbs::{
-    wc, Cqe, DoorbellSlot, ObjectReq, RegMrReq, RegMrResp, Sge, WcStatus, ACCESS_LOCAL_WRITE,
-    ACCESS_REMOTE_READ,
+    wc, Cqe, DoorbellSlot, ObjectReq, RegMrReq, RegMrResp, Sge, WcStatus, ACCESS_ALL,
+    ACCESS_LOCAL_WRITE, ACCESS_REG_MR, ACCESS_REMOTE_READ,
 };
 use zerocopy::{FromBytes, FromZeros};
 
@@ -57,7 +57,7 @@ impl RdmaState {
         if !self.pds.contains_key(&req.pdn) {
             return Err(VerbsError::new(Status::NotFound, req.pdn));
         }
-        check_mr_access(req.access)?;
+        check_mr_access(req.access, ACCESS_REG_MR)?;
         if req.length > self.limits.max_mr_size || req.iova.checked_add(req.length).is_none() {
             return Err(VerbsError::new(Status::BadParam, 0));
         }
@@ -118,8 +118,12 @@ impl RdmaState {
             self.release(Resource::Mr, 1);
             return Ok(Vec::new());
         }
-        // rnic has no memory windows, the only thing that makes a deregistration wait in
-        // the IB spec; in-flight WRs that still name the key fail with an access error.
+        // A memory window is bound to it: as the IB spec and rxe, the windows go first
+        // (they may be invalidated, bound elsewhere, or deallocated). In-flight WRs that
+        // still name the key fail with an access error.
+        if self.mrs.windows.bound_to(req.handle) {
+            return Err(VerbsError::new(Status::Busy, req.handle));
+        }
         let mr = self
             .mrs
             .remove(req.handle)
@@ -192,7 +196,7 @@ impl RdmaState {
         if !self.pds.contains_key(&pdn) {
             return Err(VerbsError::new(Status::NotFound, pdn));
         }
-        check_mr_access(access)
+        check_mr_access(access, ACCESS_ALL)
     }
 
     /// Adds an indirect or pattern key of `pdn` once its entries were checked.

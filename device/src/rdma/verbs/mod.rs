@@ -6,9 +6,10 @@
 //! every other command builds on (the EQ, PDs, CQs) and what creating anything costs
 //! (the quota, doorbell slots). The handlers of each kind of object are in the files
 //! beside: `qp.rs`, `mkeys.rs` (regions, indirect and pattern keys, control queues),
-//! `srq.rs`, `shared_sq.rs`.
+//! `mw.rs` (memory windows), `srq.rs`, `shared_sq.rs`.
 
 mod mkeys;
+mod mw;
 mod qp;
 mod shared_sq;
 mod srq;
@@ -18,7 +19,7 @@ use rnic_abi::doorbell::{self, slot_offset, SLOTS};
 use rnic_abi::regs::NO_VECTOR;
 use rnic_abi::verbs::{
     CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp, DoorbellSlot, ObjectReq, ObjectResp,
-    ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE,
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE,
 };
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -37,11 +38,12 @@ pub(super) fn reply<T: IntoBytes + Immutable>(value: &T) -> Vec<u8> {
     value.as_bytes().to_vec()
 }
 
-/// Checks `ACCESS_*` flags of a memory key: known flags only, and as ibverbs, remote write
-/// or atomic access needs local write too.
-pub(super) fn check_mr_access(access: u32) -> Result<(), VerbsError> {
+/// Checks `ACCESS_*` flags of a memory key: flags of `known` only (`ACCESS_ALL`, and for
+/// a region also `ACCESS_MW_BIND`), and as ibverbs, remote write or atomic access needs
+/// local write too.
+pub(super) fn check_mr_access(access: u32, known: u32) -> Result<(), VerbsError> {
     let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
-    if access & !ACCESS_ALL != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
+    if access & !known != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
         return Err(VerbsError::new(Status::BadParam, access));
     }
     Ok(())
@@ -71,6 +73,8 @@ impl RdmaState {
             Opcode::DeregMr => self.dereg_mr(body),
             Opcode::CreateIndirectKey => self.create_indirect_key(body),
             Opcode::CreatePatternKey => self.create_pattern_key(body),
+            Opcode::AllocMw => self.alloc_mw(body),
+            Opcode::DeallocMw => self.dealloc_mw(body),
             Opcode::CreateCq => self.create_cq(body, env),
             Opcode::DestroyCq => self.destroy_cq(body),
             Opcode::CreateQp => self.create_qp(body, env),

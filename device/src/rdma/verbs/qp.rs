@@ -9,7 +9,7 @@ use rnic_abi::doorbell::{slot_offset, SLOTS};
 use rnic_abi::mmio::{SqWindowResp, WINDOW_SIZE};
 use rnic_abi::verbs::{
     rq_stride, sq_stride, CreateQpReq, CreateQpResp, DoorbellSlot, ModifyQpReq, ObjectReq, QpAttr,
-    QpState, QueryQpResp, FIRST_QPN, QPT_RC,
+    QpState, QueryQpResp, FIRST_QPN, QPT_RC, QPT_UC,
 };
 
 use super::{decode, page_list_error, reply};
@@ -19,16 +19,17 @@ use crate::rdma::mkey::pages::PagedBuffer;
 use crate::rdma::mmio::{self, WINDOW_SLOTS};
 use crate::rdma::qp::{self, Qp};
 use crate::rdma::wqe::{QpCaps, WorkQueue};
-use crate::rdma::{ud, RdmaState, SlotOwner};
+use crate::rdma::{uc, ud, RdmaState, SlotOwner};
 use crate::resources::Resource;
 
 impl RdmaState {
-    /// `CREATE_QP`: an RC, UD or DC QP, its queues, and its doorbell slots.
+    /// `CREATE_QP`: an RC, UC, UD or DC QP, its queues, and its doorbell slots.
     pub(super) fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(VerbsError::new(Status::BadParam, what));
         let known = [
             QPT_RC,
+            QPT_UC,
             rnic_abi::ud::QPT_UD,
             rnic_abi::dc::QPT_DCI,
             rnic_abi::dc::QPT_DCT,
@@ -137,6 +138,7 @@ impl RdmaState {
         self.qps.insert(qpn, Box::new(qp));
         match req.qp_type {
             rnic_abi::ud::QPT_UD => self.ud.add(qpn),
+            QPT_UC => self.uc.add(qpn),
             rnic_abi::dc::QPT_DCI => self.dc.add_dci(qpn),
             rnic_abi::dc::QPT_DCT => self.dc.add_dct(qpn),
             _ => {}
@@ -171,6 +173,8 @@ impl RdmaState {
             .ok_or(VerbsError::new(Status::NotFound, req.qpn))?;
         let table = if is_ud {
             ud::transition
+        } else if self.uc.contains(req.qpn) {
+            uc::transition
         } else {
             qp::transition
         };
@@ -281,7 +285,10 @@ impl RdmaState {
         self.free_slots_of(SlotOwner::Window(qp.qpn));
         self.srqs.detach(qp.qpn);
         self.ud.remove(qp.qpn);
+        self.uc.remove(qp.qpn);
         self.dc.remove(qp.qpn);
+        // No request arrives on it any more: the type 2 windows bound through it are free.
+        self.mrs.windows.release_qp(qp.qpn);
         self.schedule.forget(qp.qpn);
         self.release(Resource::Qp, 1);
         Ok(Vec::new())
