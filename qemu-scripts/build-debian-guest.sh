@@ -2,7 +2,9 @@
 # Builds the Debian trixie guests, each packed as an initramfs (no disk: the whole root lives
 # in the initramfs). Both come from one trixie minbase root ($RXE_ROOT, default
 # /var/cache/rnic/rxe-root) with rdma-core (ibverbs-utils, ibverbs-providers), perftest,
-# iproute2, kmod and busybox:
+# UCX (ucx-utils: ucx_info, ucx_perftest; the ROCm, LLVM, Level Zero and OpenCL runtimes
+# it drags in stay out of the images, 10 MB more per image instead of 80), iproute2, kmod
+# and busybox:
 #
 #   rxe    the Soft-RoCE guest (boot.sh --rxe): Debian's own libibverbs and provider
 #          (librxe) on the kernel's rdma_rxe, `rdma link add rxe0 type rxe netdev eth0` at
@@ -12,7 +14,8 @@
 #   verbs  the verbs guest (boot.sh --verbs): the same userland with rnic's libibverbs.so.1
 #          (ibverbs/, built here: cargo build --release -p rnic-ibverbs) installed as the
 #          system libibverbs in place of Debian's, so Debian's unmodified ibverbs-utils and
-#          perftest drive the rnic functions attached to the guest (through PCI sysfs). No
+#          perftest drive the rnic functions attached to the guest (through PCI sysfs), and
+#          UCX too (/init makes the /dev/infiniband/rnic_N stand-ins it looks for). No
 #          rdma_rxe and no provider plug-ins. Image: $VERBS_KIT/initramfs.img, a cached base
 #          image ($VERBS_KIT/base.zst) followed by a small cpio holding the library (the
 #          kernel unpacks concatenated archives), so a library change repacks only that.
@@ -48,9 +51,9 @@ flavour=${1:-}
     die "usage: build-debian-guest.sh rxe|verbs (the Soft-RoCE guest, or the guest with rnic's libibverbs)"
 
 # What the guests run: rdma-core's verbs tools and providers (librxe; perftest also links
-# libmlx5, libefa and libhns), perftest, iproute2 (ip, rdma), kmod (modprobe), busybox
-# (poweroff and small tools).
-packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox)
+# libmlx5, libefa and libhns), perftest, UCX's tools, iproute2 (ip, rdma), kmod (modprobe),
+# busybox (poweroff and small tools).
+packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils)
 # The busybox rnic guest's NIC: virtio_net and what it depends on.
 net_modules=(virtio_net)
 libdir=usr/lib/x86_64-linux-gnu
@@ -76,6 +79,13 @@ else
     flavour_excludes=(--exclude="./$libdir/libibverbs.so*" --exclude="./$libdir/libibverbs"
         --exclude=./etc/libibverbs.d)
 fi
+# UCX (ucx-utils) without the ROCm, LLVM, Level Zero and OpenCL runtimes libucx0 depends
+# on: only UCX's rocm modules link them, and UCX skips a module that does not load.
+ucx_excludes=()
+for f in 'libLLVM*' 'libamd_comgr*' 'libz3.so*' 'libamdhip64*' 'libhsa-runtime64*' 'libhsakmt*' \
+    'libze_loader*' 'libOpenCL*' 'ucx/libuct_rocm*' 'ucx/libucm_rocm*' 'ucx/libucx_perftest_rocm*'; do
+    ucx_excludes+=(--exclude="./$libdir/$f")
+done
 kernel_pkg=$GUEST_KIT/kernel-pkg
 busybox=$GUEST_KIT/busybox
 
@@ -164,6 +174,7 @@ build_base() {
         --exclude=./usr/lib/apt --exclude='./usr/bin/apt*' --exclude='./usr/lib/x86_64-linux-gnu/libapt-*' \
         --exclude=./var/lib/apt --exclude=./var/cache --exclude=./var/lib/dpkg --exclude=./var/log \
         ${flavour_excludes[@]+"${flavour_excludes[@]}"} \
+        "${ucx_excludes[@]}" \
         --exclude='./.rnic-*' --exclude='./var/tmp/*' --exclude='./proc/*' --exclude='./sys/*' --exclude='./dev/*' . |
         tar -C "$stage" -xf -
     local moddir=$stage/usr/lib/modules/$kver
@@ -284,6 +295,15 @@ setup() {
             [ "$(cat "$dev/vendor" 2>/dev/null)" = 0xf1c0 ] && functions="$functions ${dev##*/}"
         done
         echo "verbs guest: rnic's libibverbs; rnic functions:${functions:- none}"
+        # UCX lists an IB device only where /dev/infiniband/<name> is a character device
+        # it may read and write (it stats it, never opens it): a stand-in (the null
+        # device) for each function, named as the library names them, in PCI order.
+        mkdir -p /dev/infiniband
+        i=0
+        for f in $functions; do
+            mknod -m 666 "/dev/infiniband/rnic_$i" c 1 3
+            i=$((i + 1))
+        done
         return 0
     fi
     netdev=${rnic_rxe_netdev:-eth0}

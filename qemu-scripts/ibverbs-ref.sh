@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Provides the reference material of rnic's libibverbs (ibverbs/), idempotently:
-#   - Debian trixie's ibverbs-utils, perftest and python3-pyverbs (rdma-core's Python
-#     bindings) installed into the trixie root, so their unmodified binaries run there
-#     under chroot (ibverbs/tests/devinfo.rs, libraries.rs, ... run them against rnic's
-#     libibverbs.so.1 through LD_LIBRARY_PATH; UCX, which libraries.rs also runs where
-#     present, is left out: 260 MB with its dependencies);
+#   - Debian trixie's ibverbs-utils, perftest, python3-pyverbs (rdma-core's Python
+#     bindings) and ucx-utils (UCX's ucx_info and ucx_perftest, with libucx0) installed
+#     into the trixie root, so their unmodified binaries run there under chroot
+#     (ibverbs/tests/devinfo.rs, libraries.rs, ... run them against rnic's libibverbs.so.1
+#     through LD_LIBRARY_PATH). ucx-utils is the big one: 34 packages, 64 MB to download
+#     and 278 MB installed (Open MPI, ROCm and Level Zero runtimes come with it; measured
+#     on a trixie root that had the rest), about 6 s on a fast mirror;
 #   - the packages libibverbs-dev, libibverbs1, ibverbs-utils, perftest, ibverbs-providers,
 #     librdmacm1t64 and linux-libc-dev unpacked side by side into $IBVERBS_REF (default
 #     /var/cache/rnic/ibverbs-ref): the headers the layout test compiles its C probe
@@ -25,7 +27,7 @@ log() { echo "[ibverbs-ref] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # What runs in the trixie root, and what is unpacked for reading.
-run_packages=(ibverbs-utils perftest python3-pyverbs)
+run_packages=(ibverbs-utils perftest python3-pyverbs ucx-utils)
 ref_packages=(libibverbs-dev libibverbs1 ibverbs-utils perftest ibverbs-providers librdmacm1t64 linux-libc-dev)
 
 # The host tools the tests read the reference with: gcc compiles the layout probe,
@@ -37,7 +39,8 @@ fresh() {
     [ "$(cat "$IBVERBS_REF/.stamp" 2>/dev/null)" = "$stamp" ] &&
         [ -f "$IBVERBS_REF/usr/include/infiniband/verbs.h" ] &&
         [ -x "$TRIXIE_ROOT/usr/bin/ibv_devinfo" ] && [ -x "$TRIXIE_ROOT/usr/bin/ib_write_bw" ] &&
-        [ -d "$TRIXIE_ROOT/usr/lib/python3/dist-packages/pyverbs" ]
+        [ -d "$TRIXIE_ROOT/usr/lib/python3/dist-packages/pyverbs" ] &&
+        [ -x "$TRIXIE_ROOT/usr/bin/ucx_perftest" ]
 }
 if fresh; then
     echo "$IBVERBS_REF"

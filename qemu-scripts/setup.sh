@@ -7,8 +7,8 @@
 #   - the Soft-RoCE (rdma_rxe) guest image and the virtio_net modules of the busybox guest
 #     (build-debian-guest.sh rxe; its first build takes about two minutes),
 #   - Debian's libibverbs headers and rdma-core/perftest binaries, unpacked as the
-#     reference of rnic's libibverbs, with ibverbs-utils and perftest installed in the
-#     trixie root to run against it (ibverbs-ref.sh);
+#     reference of rnic's libibverbs, with ibverbs-utils, perftest, python3-pyverbs and
+#     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh);
 #   - Python, python3-pyverbs and rdma-core's own test suite for the Debian guests
 #     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.

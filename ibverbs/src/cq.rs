@@ -110,6 +110,26 @@ fn wc_flags(w: &Wc) -> c_uint {
     c_uint::from(w.wc_flags) & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV)
 }
 
+/// What a receive that carried a GRH reports as its service level: the packet type of
+/// RoCE v2 over IPv4 (bit 3, UDP-encapsulated; bits 2:0, `2`, IPv4), which is all rnic
+/// carries.
+///
+/// RoCE has no service levels, and Ethernet RDMA devices put the received packet's type
+/// in `sl` instead, as mlx5's CQEs do; UCX 1.18's UD transport reads it (`sl & 7 == 2`)
+/// to find the destination IPv4 address at the end of the receive buffer's 40-byte GRH
+/// space, and drops the packet as addressed to someone else when it reads anything
+/// else. Receives without a GRH (RC) report 0, as rxe does.
+pub(crate) const ROCE_V2_IPV4_PACKET_TYPE: u8 = 0x8 | 0x2;
+
+/// The `sl` of a completion: see [`ROCE_V2_IPV4_PACKET_TYPE`].
+fn wc_sl(w: &Wc) -> u8 {
+    if c_uint::from(w.wc_flags) & IBV_WC_GRH != 0 {
+        ROCE_V2_IPV4_PACKET_TYPE
+    } else {
+        0
+    }
+}
+
 /// A driver completion as `struct ibv_wc`.
 pub(crate) fn c_wc(w: &Wc) -> ibv_wc {
     let mut c = ibv_wc::zeroed();
@@ -125,6 +145,7 @@ pub(crate) fn c_wc(w: &Wc) -> ibv_wc {
     c.qp_num = w.qp_num;
     c.src_qp = w.src_qp;
     c.wc_flags = wc_flags(w);
+    c.sl = wc_sl(w);
     c
 }
 
@@ -435,13 +456,14 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
     guard("ibv_wc_read_wc_flags", 0, || read(cq, wc_flags))
 }
 
-/// RoCE has no LIDs, service levels or path bits: 0, as rxe reports.
+/// RoCE has no LIDs or path bits: 0, as rxe reports.
 unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 
-unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+/// The packet type in place of a service level, as in `ibv_wc` (see [`wc_sl`]).
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    guard("ibv_wc_read_sl", 0, || read(cq, wc_sl))
 }
 
 unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
@@ -500,6 +522,18 @@ mod tests {
     }
 
     #[test]
+    fn receives_with_a_grh_report_the_roce_v2_ipv4_packet_type_as_their_sl() {
+        // UCX 1.18's UD transport takes sl & 7 == 2 for IPv4 and reads the destination
+        // address from the receive buffer's GRH space accordingly.
+        let ud = c_wc(&cqe(wc::RECV, 0, flags::GRH, 0));
+        assert_eq!(ud.sl & 0x7, 2);
+        assert_eq!(ud.sl, ROCE_V2_IPV4_PACKET_TYPE);
+        // RC receives and sends carry no GRH: 0, as Soft-RoCE reports.
+        assert_eq!(c_wc(&cqe(wc::RECV, 0, 0, 0)).sl, 0);
+        assert_eq!(c_wc(&cqe(wc::SEND, 0, 0, 0)).sl, 0);
+    }
+
+    #[test]
     fn data_path_calls_on_garbage_fail_without_crashing() {
         let not_a_cq = [0u64; 64];
         let p = not_a_cq.as_ptr() as *mut ibv_cq;
@@ -511,6 +545,7 @@ mod tests {
             assert_eq!(req_notify_cq_op(p, 0), libc::EINVAL);
             assert_eq!(start_poll(p.cast(), std::ptr::null_mut()), libc::EINVAL);
             assert_eq!(read_byte_len(p.cast()), 0);
+            assert_eq!(read_sl(p.cast()), 0);
             end_poll(p.cast());
             assert_eq!(ibv_destroy_cq(p), libc::EINVAL);
             assert!(ibv_create_cq(

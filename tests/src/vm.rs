@@ -272,7 +272,8 @@ retry_connect() {
 ///   default) with its standard output, standard error and exit status kept under
 ///   /tmp/tool-LABEL.*; returns its status. `-r`: a client, run again every 0.5 s (up to
 ///   120 s) while it says "Couldn't connect" (rdma-core's and perftest's words when the
-///   server does not listen yet; the guests boot at their own speed).
+///   server does not listen yet; the guests boot at their own speed) or "connect()
+///   failed" (ucx_perftest's).
 /// - `show_tool LABEL...` prints each run as a block: `@@@ TOOL LABEL status N seconds S`,
 ///   its standard output, `@@@ TOOL LABEL stderr`, its standard error, `@@@ TOOL LABEL end`.
 ///   A server run in the background (`run_tool ... &`) is shown after `wait`, so blocks never
@@ -289,7 +290,8 @@ run_tool() {
         timeout -k 5 "${TOOL_TIMEOUT:-180}" "$@" >"/tmp/tool-$rt_label.out" 2>"/tmp/tool-$rt_label.err"
         rt_status=$?
         [ $rt_retry = 1 ] && [ $rt_status != 0 ] && [ $rt_tries -lt 240 ] &&
-            cat "/tmp/tool-$rt_label.out" "/tmp/tool-$rt_label.err" | grep -q "Couldn't connect" || break
+            cat "/tmp/tool-$rt_label.out" "/tmp/tool-$rt_label.err" |
+            grep -q -e "Couldn't connect" -e "connect() failed" || break
         rt_tries=$((rt_tries + 1))
         sleep 0.5
     done

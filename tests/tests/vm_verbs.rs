@@ -32,7 +32,9 @@
 //!   python3-pyverbs: `boot.sh --pyverbs`) runs module by module in the verbs guest on
 //!   rnic_0 and in the Soft-RoCE guest on rxe0, after the pingpongs between them: every
 //!   test that passes on Soft-RoCE passes on rnic, but those tests/rdma-core/expected.txt
-//!   lists with the reason (see [`rnic_tests::rdma_core`]).
+//!   lists with the reason (see [`rnic_tests::rdma_core`]);
+//! - UCX's `ucx_perftest` (tag-matching latency, and bandwidth with 1 MiB messages) runs
+//!   over `rc_verbs` and over `ud_verbs` between the verbs guest and a Soft-RoCE guest.
 //!
 //! Every run must exit 0 with nothing on stderr (perftest: nothing but its own notice),
 //! each end must name the other's QPs and both functions' GIDs, and report the run's bytes
@@ -950,4 +952,93 @@ fn debian_pingpongs_run_against_soft_roce_and_rdma_cores_tests_that_pass_there_p
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn perftest_runs_between_the_verbs_guest_and_soft_roce_both_ways() {
     against_rxe(&PERFTEST, RXE_PERFTEST, false);
+}
+
+/// UCX (Debian's ucx-utils, 1.18, in both guests) between the verbs guest (rnic VF0) and
+/// the rxe guest, which serves: `ucx_perftest`'s `tag_lat` (100 iterations) and `tag_bw`
+/// of 1 MiB messages (4, by rendezvous) over `rc_v` (rc_verbs, wired up over ud_verbs)
+/// and over `ud_verbs`, on the segments of [`against_rxe`]. Each end must exit 0, the
+/// client with its result row, and the library must say nothing but what rnic does not
+/// support. What the ends need (ibverbs/README.md, *Libraries on top*):
+///
+/// - `ucx_perftest` calls `MPI_Init` (stdin is not a terminal): `-P 0` and Open MPI
+///   without its UCX components, whose use of the function makes `MPI_Init` fail;
+/// - on the rxe side `UCX_UD_VERBS_ETH_DGID_CHECK=n`: rxe leaves `wc.sl` 0, from which
+///   UCX 1.18 concludes IPv6 and then drops every IPv4 datagram as misaddressed (rnic
+///   reports the packet type there);
+/// - the rxe guest's RoCE NIC at 4200 bytes: UCX's UD sends datagrams of its own port's
+///   MTU, 4096 on rnic.
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn ucx_perftest_runs_between_the_verbs_guest_and_soft_roce() {
+    let started = Instant::now();
+    let [roce, tcp] = DgramLink::distinct::<2>();
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", roce.a, roce.b);
+    let rnicd = rnicd(1, &["--net", &net]);
+    let (rnic_ip, rxe_ip) = ("10.83.0.1", "10.83.0.2");
+    let runs = [
+        ("rc_v", "tag_lat", "-n 100", 100),
+        ("rc_v", "tag_bw", "-s 1048576 -n 4", 4),
+        ("ud_verbs", "tag_lat", "-n 100", 100),
+        ("ud_verbs", "tag_bw", "-s 1048576 -n 4", 4),
+    ];
+    let common = "export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=self\n";
+    let mut rxe_body =
+        format!("{common}export UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n\n");
+    let mut rnic_body = format!("{common}export UCX_NET_DEVICES=rnic_0:1\n");
+    let label = |tls: &str, test: &str, end: &str| format!("ucx-{tls}-{test}-{end}");
+    for (tls, test, args, _) in runs {
+        let (server, client) = (label(tls, test, "server"), label(tls, test, "client"));
+        rxe_body += &format!(
+            "export UCX_TLS={tls}\nrun_tool {server} ucx_perftest -P 0\nshow_tool {server}\n"
+        );
+        rnic_body += &format!(
+            "export UCX_TLS={tls}\n\
+             run_tool -r {client} ucx_perftest -P 0 {rxe_ip} -t {test} {args}\n\
+             show_tool {client}\n"
+        );
+    }
+    let rnic = Boot::verbs()
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .nic(tcp.nic_a(), &format!("{rnic_ip}/24"))
+        .timeout(900)
+        .spawn(&script(&rnic_body));
+    let rxe = Boot::rxe()
+        .nic(roce.nic_b(), "10.82.0.100/24")
+        .arg("--mtu")
+        .arg("4200")
+        .nic(tcp.nic_b(), &format!("{rxe_ip}/24"))
+        .timeout(900)
+        .spawn(&script(&rxe_body));
+    let rnic = tool_runs(&console_of("verbs guest (rnic VF0)", rnic));
+    let rxe = tool_runs(&console_of("rxe guest", rxe));
+    for (tls, test, _, iterations) in runs {
+        let (server, client) = (label(tls, test, "server"), label(tls, test, "client"));
+        let get = |runs: &BTreeMap<String, ToolRun>, label: &str| -> ToolOutput {
+            runs.get(label)
+                .unwrap_or_else(|| panic!("no run {label}"))
+                .output
+                .clone()
+        };
+        let (s, c) = (get(&rxe, &server), get(&rnic, &client));
+        s.assert_success(&server);
+        c.assert_success(&client);
+        let row = c
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Final:"))
+            .unwrap_or_else(|| panic!("{client}: no result row:\n{}", c.stdout));
+        eprintln!("{client}: Final:{row}");
+        let first: Option<f64> = row.split_whitespace().next().and_then(|f| f.parse().ok());
+        assert_eq!(first, Some(f64::from(iterations)), "{client}: {row}");
+        for line in c.stderr.lines().filter(|l| l.contains("libibverbs (rnic)")) {
+            assert!(
+                line.contains("is not supported by rnic"),
+                "{client}:\n{}",
+                c.stderr
+            );
+        }
+    }
+    eprintln!("done after {:?}", started.elapsed());
 }

@@ -96,6 +96,11 @@ impl Root {
     /// Starts an rnicd with `vfs` VFs whose sockets are inside the root; `program` (in
     /// /usr/bin of the root) must be there.
     pub fn new(vfs: u16, program: &str) -> Self {
+        Self::with_rnicd_args(vfs, program, &[])
+    }
+
+    /// As [`Root::new`], with further arguments for rnicd (`--pcap FILE`, say).
+    pub fn with_rnicd_args(vfs: u16, program: &str, rnicd_args: &[&str]) -> Self {
         let root = trixie_root();
         require(
             &root.join("usr/bin").join(program),
@@ -108,7 +113,7 @@ impl Root {
             "running programs in the trixie root needs root (chroot)"
         );
         let tmp = root.join("tmp");
-        let rnicd = Rnicd::start_in(&tmp, vfs, &[]);
+        let rnicd = Rnicd::start_in(&tmp, vfs, rnicd_args);
         let lib = tempfile::Builder::new()
             .prefix("rnic-ibverbs-")
             .tempdir_in(&tmp)
