@@ -122,11 +122,13 @@ impl<'a> Run<'a> {
 }
 
 /// The MIDDLE opcode of the message a FIRST or MIDDLE packet belongs to: the opcode of
-/// the packets between a train's first and last.
+/// the packets between a train's first and last (RC's, or a UC message's).
 pub fn middle_of(opcode: u8) -> Option<u8> {
     match opcode {
         op::RC_SEND_FIRST | op::RC_SEND_MIDDLE => Some(op::RC_SEND_MIDDLE),
         op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_MIDDLE => Some(op::RC_RDMA_WRITE_MIDDLE),
+        op::UC_SEND_FIRST | op::UC_SEND_MIDDLE => Some(op::UC_SEND_MIDDLE),
+        op::UC_RDMA_WRITE_FIRST | op::UC_RDMA_WRITE_MIDDLE => Some(op::UC_RDMA_WRITE_MIDDLE),
         op::RC_RDMA_READ_RESPONSE_FIRST | op::RC_RDMA_READ_RESPONSE_MIDDLE => {
             Some(op::RC_RDMA_READ_RESPONSE_MIDDLE)
         }
@@ -255,5 +257,31 @@ impl Train {
             + self.held.as_ref().map_or(0, |h| h.len() + self.pad())
             + (self.count as usize - 2) * middle
             + build::frame_len(&self.last, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_train_of_any_message_has_its_transports_middle_opcode() {
+        for (first, middle) in [
+            (op::RC_SEND_FIRST, op::RC_SEND_MIDDLE),
+            (op::RC_RDMA_WRITE_FIRST, op::RC_RDMA_WRITE_MIDDLE),
+            (
+                op::RC_RDMA_READ_RESPONSE_FIRST,
+                op::RC_RDMA_READ_RESPONSE_MIDDLE,
+            ),
+            (op::UC_SEND_FIRST, op::UC_SEND_MIDDLE),
+            (op::UC_RDMA_WRITE_FIRST, op::UC_RDMA_WRITE_MIDDLE),
+        ] {
+            assert_eq!(middle_of(first), Some(middle), "{first:#x}");
+            assert_eq!(middle_of(middle), Some(middle), "{middle:#x}");
+        }
+        // A message's last or only packet never starts a train's middle.
+        for opcode in [op::RC_SEND_ONLY, op::UC_SEND_LAST, op::UD_SEND_ONLY] {
+            assert_eq!(middle_of(opcode), None, "{opcode:#x}");
+        }
     }
 }
