@@ -25,7 +25,7 @@ use super::{invalid, queue_full, Cq};
 use crate::error::Result;
 use rnic_abi::migration::{AdoptQpReq, AdoptQpResp};
 
-/// Path MTU codes for [`rtr_attr`], as `enum ibv_mtu`: the ABI's one table.
+/// Path MTU codes for [`super::rtr_attr`], as `enum ibv_mtu`: the ABI's one table.
 pub use rnic_abi::verbs::mtu;
 
 /// Sizes of a QP's queues, as `struct ibv_qp_cap`.
@@ -605,7 +605,7 @@ impl Pd {
     }
 
     /// Creates an unreliable-connected QP, in RESET, as [`Pd::create_qp`] makes an RC
-    /// one. Connect it with [`uc_rtr_attr`] and [`uc_rts_attr`]. It sends SEND and RDMA
+    /// one. Connect it with [`super::uc_rtr_attr`] and [`super::uc_rts_attr`]. It sends SEND and RDMA
     /// WRITE (with and without immediate), and posts LOCAL_INV and memory-window binds;
     /// a send completes once its last packet left, and a message that does not arrive
     /// whole, or finds no fitting receive, is dropped by the receiver without a word.
