@@ -155,6 +155,7 @@ pub const PERFTEST_UNTIMED: &str = "Correlation coefficient r^2:";
 
 /// What one end of a perftest program printed: its QPs and GIDs, the peer's, and the
 /// result row.
+#[derive(Clone, Debug)]
 pub struct Perftest {
     pub name: String,
     pub stdout: String,
@@ -316,6 +317,12 @@ pub fn check_perftest(
 ) {
     client.check_row(bytes, iterations, figure);
     if server.row.is_some() {
+        // A server that prints a row prints the client's figures (the WRITE and READ
+        // bandwidth tests): zeros when the client could not time its run.
+        let server = Perftest {
+            untimed: server.untimed || client.untimed,
+            ..server.clone()
+        };
         server.check_row(bytes, iterations, figure);
     }
     check_perftest_addresses(server, client, gids, qps);
