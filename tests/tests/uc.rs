@@ -357,6 +357,11 @@ fn the_receiver_counts_what_it_drops_by_reason() {
     };
     // One packet each: no receive; a receive too small; a bad rkey.
     send(&qa, 1, 100);
+    // A UC send completes once sent: an RC SEND behind it on the same link, received,
+    // shows that the receiver took the first before the receive below is posted.
+    post_recv(&b, &b.qp, 7, 4096, 64);
+    send(&a.qp, 7, 8);
+    expect(&b.cq, 7, WcStatus::Success);
     post_recv(&b, &qb, 9, 0, 16);
     send(&qa, 2, 100);
     qa.post_send(&signaled(
