@@ -104,6 +104,19 @@ pub enum Opcode {
     /// Destroy a shared send queue: `verbs::ObjectReq`. WQEs its QPs still hold complete
     /// with nothing.
     DestroySharedSq = 0x0174,
+    /// Create an Ethernet send or receive queue: `eth::CreateEthQueueReq` ->
+    /// `eth::CreateEthQueueResp` (ABI 1.7).
+    CreateEthQueue = 0x0180,
+    /// Destroy an Ethernet queue: `eth::EthQueueReq`. Descriptors it still holds are not
+    /// completed: the driver takes its buffers back.
+    DestroyEthQueue = 0x0181,
+    /// Set the function's MTU, receive mode and multicast filter: `eth::SetEthReq` and its
+    /// `eth::MacEntry`s.
+    SetEth = 0x0182,
+    /// Read the function's Ethernet state and counters: no body -> `eth::QueryEthResp`.
+    QueryEth = 0x0183,
+    /// Read one Ethernet queue's counters: `eth::EthQueueReq` -> `eth::EthQueueStats`.
+    QueryEthQueue = 0x0184,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -130,6 +143,8 @@ pub enum Opcode {
     GetPortStats = 0x1009,
     /// Admin: set a member's sessions (UDP source ports): `session::SetSessionsReq`.
     SetSessions = 0x1010,
+    /// Admin: set a VF's Ethernet spoof check and trust: `eth::SetVfEthReq` (ABI 1.7).
+    SetVfEth = 0x1011,
 }
 
 impl Opcode {
@@ -171,6 +186,11 @@ impl Opcode {
             0x0172 => Self::ReserveMkeys,
             0x0173 => Self::CreateSharedSq,
             0x0174 => Self::DestroySharedSq,
+            0x0180 => Self::CreateEthQueue,
+            0x0181 => Self::DestroyEthQueue,
+            0x0182 => Self::SetEth,
+            0x0183 => Self::QueryEth,
+            0x0184 => Self::QueryEthQueue,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,
@@ -182,6 +202,7 @@ impl Opcode {
             0x1008 => Self::MigrateQp,
             0x1009 => Self::GetPortStats,
             0x1010 => Self::SetSessions,
+            0x1011 => Self::SetVfEth,
             _ => return None,
         })
     }

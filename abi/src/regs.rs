@@ -189,6 +189,9 @@ pub const CAP_UC: u64 = 1 << 18;
 /// Memory windows of types 1 and 2 ([`crate::mw`], ABI 1.6): `ALLOC_MW`, `DEALLOC_MW`,
 /// `BIND_MW` work requests, their invalidation.
 pub const CAP_MW: u64 = 1 << 19;
+/// Ethernet queues ([`crate::eth`], ABI 1.7): send and receive rings of whole Ethernet
+/// frames, `CREATE_ETH_QUEUE` to `QUERY_ETH_QUEUE`, and the admin `SET_VF_ETH`.
+pub const CAP_ETH: u64 = 1 << 20;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

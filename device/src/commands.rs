@@ -81,6 +81,9 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::MigrateQp => size_of::<rnic_abi::migration::MigrateQpResp>(),
         Opcode::AdoptQp => size_of::<rnic_abi::migration::AdoptQpResp>(),
         Opcode::AllocMw => size_of::<rnic_abi::mw::AllocMwResp>(),
+        Opcode::CreateEthQueue => size_of::<rnic_abi::eth::CreateEthQueueResp>(),
+        Opcode::QueryEth => size_of::<rnic_abi::eth::QueryEthResp>(),
+        Opcode::QueryEthQueue => size_of::<rnic_abi::eth::EthQueueStats>(),
         Opcode::SetNumVfs
         | Opcode::SetQuota
         | Opcode::SetAddress
@@ -99,7 +102,10 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::SetDcKey
         | Opcode::DestroyCtrlq
         | Opcode::DestroySharedSq
-        | Opcode::SetSessions => 0,
+        | Opcode::SetSessions
+        | Opcode::SetVfEth
+        | Opcode::DestroyEthQueue
+        | Opcode::SetEth => 0,
     }
 }
 
