@@ -111,7 +111,7 @@ pub struct EthDesc {
     /// Send: bytes of the frame in this buffer, at least 1. Receive: the driver writes the
     /// buffer's size; the device writes the received frame's length.
     pub len: u32,
-    /// Send: [`TX_MORE`]; other bits must be 0. Receive: must be 0.
+    /// Send: [`TX_MORE`]; other bits must be 0. Receive: ignored (write 0).
     pub flags: u16,
     /// Written by the device, last: [`DESC_DONE`], and an error in bits 15:8. The driver
     /// writes 0 when it posts the descriptor.

@@ -63,6 +63,7 @@ impl AdminContext<'_> {
             Some(Opcode::ResetVf) => self.reset_vf(body),
             Some(Opcode::MigrateQp) => self.migrate_qp(body),
             Some(Opcode::SetSessions) => self.set_sessions(body),
+            Some(Opcode::SetVfEth) => self.set_vf_eth(body),
             // The admin queue runs admin commands only.
             _ => Err(Response::error(Status::BadOpcode, u32::from(header.opcode))),
         };
@@ -202,6 +203,23 @@ impl AdminContext<'_> {
             other => return Err(bad_param(other)),
         };
         self.member(req.member)?.set_link(up);
+        Ok(Response::ok(Vec::new()))
+    }
+
+    /// A VF's spoof check and trust (§15.6); the PF's own are fixed.
+    fn set_vf_eth(&mut self, body: &[u8]) -> Result<Response, Response> {
+        use rnic_abi::eth::{SetVfEthReq, VF_SPOOF_CHECK, VF_TRUST};
+        let req: SetVfEthReq = decode(body)?;
+        if req.flags & !(VF_SPOOF_CHECK | VF_TRUST) != 0 {
+            return Err(bad_param(4));
+        }
+        if req.member == rnic_abi::admin::MEMBER_PF {
+            return Err(bad_param(0));
+        }
+        self.member(req.member)?.set_eth_policy(crate::eth::Policy {
+            spoof_check: req.flags & VF_SPOOF_CHECK != 0,
+            trusted: req.flags & VF_TRUST != 0,
+        });
         Ok(Response::ok(Vec::new()))
     }
 

@@ -5,6 +5,7 @@
 use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
 use zerocopy::IntoBytes;
 
+use crate::eth::{EthState, Station};
 use crate::identity::Identity;
 use crate::rdma::env::Env;
 use crate::rdma::error::VerbsError;
@@ -134,12 +135,13 @@ pub fn precheck(header: &CmdHeader, room: usize) -> Result<Option<Opcode>, Respo
 /// are not permitted here, on any function: they run only on the PF's admin queue.
 pub fn execute(
     identity: &Identity,
-    rdma: &mut RdmaState,
+    target: Target,
     env: &Env,
     header: &CmdHeader,
     body: &[u8],
     room: usize,
 ) -> Response {
+    let Target { rdma, eth, station } = target;
     // Refused whatever the rest of the command says: it is not this queue's to run.
     if rnic_abi::admin::is_admin_opcode(header.opcode) {
         return not_permitted(header);
@@ -157,9 +159,40 @@ pub fn execute(
             }
             Response::ok(query_device(identity).as_bytes().to_vec())
         }
+        Some(
+            op @ (Opcode::CreateEthQueue
+            | Opcode::DestroyEthQueue
+            | Opcode::SetEth
+            | Opcode::QueryEth
+            | Opcode::QueryEthQueue),
+        ) => eth
+            .execute(op, body, rdma, env, station)
+            .map_or_else(Response::from, Response::ok),
         Some(opcode) => rdma
             .execute(opcode, body, env)
             .map_or_else(Response::from, Response::ok),
+    }
+}
+
+/// What a command acts on: the function's RDMA objects, its Ethernet queues, and the
+/// function as an Ethernet station.
+pub struct Target<'a> {
+    /// The RDMA objects (and the doorbell slots every queue takes).
+    pub rdma: &'a mut RdmaState,
+    /// The Ethernet queues.
+    pub eth: &'a mut EthState,
+    /// The function's MAC, link, PF policy and vectors.
+    pub station: &'a Station,
+}
+
+impl Target<'_> {
+    /// The same target, borrowed again for one command.
+    pub fn reborrow(&mut self) -> Target<'_> {
+        Target {
+            rdma: self.rdma,
+            eth: self.eth,
+            station: self.station,
+        }
     }
 }
 
@@ -213,7 +246,18 @@ mod tests {
             w: &w,
             doorbells: &doorbells,
         };
-        super::execute(id, &mut RdmaState::new(id.limits), &env, h, body, 4096)
+        let station = Station {
+            mac: id.mac,
+            link_up: true,
+            policy: crate::eth::Policy::VF,
+            msix_vectors: 16,
+        };
+        let target = Target {
+            rdma: &mut RdmaState::new(id.limits),
+            eth: &mut EthState::default(),
+            station: &station,
+        };
+        super::execute(id, target, &env, h, body, 4096)
     }
 
     #[test]

@@ -23,7 +23,9 @@ use crate::cmdq::{QueueBlock, StartContext};
 use crate::commands::Response;
 use crate::dma::DmaSpace;
 use crate::doorbell::DoorbellBar;
-use crate::fabric::frame::{AddressTable, Endpoint, Frame};
+use crate::eth::{EthState, Policy, Station};
+use crate::fabric::frame::{AddressTable, Endpoint, Frame, MAX_SPARE};
+use crate::fabric::route::is_roce;
 use crate::fabric::switch::Switch;
 use crate::identity::{FunctionId, Identity};
 use crate::msix::{InterruptLine, Msix};
@@ -113,6 +115,7 @@ struct State {
     msix: Msix,
     cmdq: QueueBlock,
     rdma: RdmaState,
+    eth: EthState,
     traffic: Traffic,
     /// What the function's counters held at each of its resets, summed: with the
     /// counters since the last one, what it carried since rnicd started. A guest's driver
@@ -205,6 +208,15 @@ pub struct Function {
     enabled: AtomicBool,
     /// Link state the PF set: a function whose link is down sends and receives nothing.
     link_up: AtomicBool,
+    /// What the PF decided about the function's Ethernet traffic (`SET_VF_ETH`); a leaf
+    /// lock, kept across resets.
+    eth_policy: RwLock<Policy>,
+    /// The link or the MAC changed since the driver's event vector was last signalled.
+    eth_event: AtomicBool,
+    /// Whether the function's operating system receives its frames (§15.5), as of its
+    /// last turn, and as last reported to the switch.
+    os_receives: AtomicBool,
+    os_receives_reported: AtomicBool,
     dma: DmaSpace,
     doorbells: DoorbellBar,
     /// The MSI-X messages on their way to the VMM (the same line as `state.msix`'s,
@@ -249,11 +261,13 @@ impl Function {
         let dma = DmaSpace::with_quota(Box::new(PoolQuota::new(pool.clone(), member)));
         let msix = Msix::new(pci::MSIX_VECTORS)?;
         let interrupts = msix.line().clone();
+        let id = identity.id;
         let state = State {
             config: ConfigSpace::new(config_params(&identity)),
             msix,
             cmdq: QueueBlock::new(CMDQ_REGS),
             rdma: RdmaState::with_pool(identity.id, identity.limits, pool.clone(), member),
+            eth: EthState::default(),
             traffic: Traffic::default(),
             before_resets: MemberStats::default(),
         };
@@ -269,6 +283,13 @@ impl Function {
             admin: Mutex::new(QueueBlock::new(ADMINQ_REGS)),
             enabled: AtomicBool::new(true),
             link_up: AtomicBool::new(true),
+            eth_policy: RwLock::new(match id {
+                FunctionId::Pf => Policy::PF,
+                FunctionId::Vf(_) => Policy::VF,
+            }),
+            eth_event: AtomicBool::new(false),
+            os_receives: AtomicBool::new(false),
+            os_receives_reported: AtomicBool::new(false),
             dma,
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
             interrupts,
@@ -569,6 +590,8 @@ impl Function {
         st.rdma = RdmaState::with_pool(id, self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
         st.rdma.sessions.set(&sessions);
+        st.eth = EthState::default();
+        self.os_receives.store(false, Ordering::Release);
         self.pool.release_all(self.member);
         st.cmdq.reset();
         admin.reset();
@@ -626,18 +649,27 @@ impl Function {
         }
         let cmdq_due = st.cmdq.due(&self.doorbells, kicked);
         let link_up = self.link_up();
+        // RoCEv2 for the RDMA engine, the rest for the Ethernet queues (§15.1).
+        let (frames, ethernet): (VecDeque<Frame>, VecDeque<Frame>) = frames
+            .into_iter()
+            .partition(|f| f.train.is_some() || is_roce(&f.bytes));
         if !st.config.bus_master() || !link_up {
             // No DMA without bus mastering, and nothing at all through a pulled cable:
             // whatever arrived is lost, as on a wire.
             st.traffic.rx_lost += frames.iter().map(Frame::packets).sum::<u64>();
+            st.eth.counters.rx_link_down += ethernet.len() as u64;
             if !st.config.bus_master() {
                 return PollOutcome {
-                    progress: !frames.is_empty(),
+                    progress: !frames.is_empty() || !ethernet.is_empty(),
                     deadline: None,
                 };
             }
         }
-        let frames = if link_up { frames } else { Default::default() };
+        let (frames, ethernet) = if link_up {
+            (frames, ethernet)
+        } else {
+            Default::default()
+        };
         st.traffic.rx_bytes += frames.iter().map(|f| f.wire_len() as u64).sum::<u64>();
         let writable = self.dma.writable();
         let readable = self.dma.readable();
@@ -646,12 +678,22 @@ impl Function {
             w: &writable,
             doorbells: &self.doorbells,
         };
+        let station = Station {
+            mac: self.address().mac,
+            link_up,
+            policy: self.eth_policy(),
+            msix_vectors: st.msix.vectors(),
+        };
         let mut progress = false;
         if cmdq_due && st.cmdq.is_running() {
             let identity = self.current_identity();
-            let rdma = &mut st.rdma;
+            let mut target = crate::commands::Target {
+                rdma: &mut st.rdma,
+                eth: &mut st.eth,
+                station: &station,
+            };
             let (done, vector) = st.cmdq.process(&writable, &readable, |h, body, room| {
-                crate::commands::execute(&identity, rdma, &env, h, body, room)
+                crate::commands::execute(&identity, target.reborrow(), &env, h, body, room)
             });
             if let Some(vector) = vector {
                 st.msix.signal(
@@ -679,6 +721,32 @@ impl Function {
             // The QPs sent into a pulled cable: they will time out and retry.
             st.traffic.tx_link_down += wire.packets_since(0);
         }
+        let mut deadline = st.rdma.next_deadline();
+        if st.eth.is_active() || !ethernet.is_empty() {
+            progress |= !ethernet.is_empty();
+            for frame in &ethernet {
+                st.eth.receive(&env, &station, &frame.bytes);
+            }
+            port.spare
+                .extend(ethernet.into_iter().map(|f| f.bytes).take(MAX_SPARE));
+            progress |= st.eth.transmit(&env, &station, &mut port.out);
+            for vector in st.eth.interrupts(&env, now, &mut deadline) {
+                st.msix.signal(
+                    vector,
+                    st.config.msix_enabled(),
+                    st.config.msix_function_masked(),
+                );
+            }
+        }
+        if self.eth_event.swap(false, Ordering::AcqRel) {
+            if let Some(vector) = st.eth.event_vector() {
+                st.msix.signal(
+                    vector,
+                    st.config.msix_enabled(),
+                    st.config.msix_function_masked(),
+                );
+            }
+        }
         if std::mem::take(&mut st.rdma.eq_signal) {
             if let Some(vector) = st.rdma.eq_vector() {
                 st.msix.signal(
@@ -688,10 +756,37 @@ impl Function {
                 );
             }
         }
-        PollOutcome {
-            progress,
-            deadline: st.rdma.next_deadline(),
-        }
+        self.os_receives.store(st.eth.receives(), Ordering::Release);
+        PollOutcome { progress, deadline }
+    }
+
+    /// Whether the function's OS started or stopped receiving its frames since this was
+    /// last asked: `Some(now)` once per change, for the switch, whose port answers ARP
+    /// for the function only while its OS does not (§15.5).
+    pub fn take_os_receives_change(&self) -> Option<bool> {
+        let now = self.os_receives.load(Ordering::Acquire);
+        (self.os_receives_reported.swap(now, Ordering::AcqRel) != now).then_some(now)
+    }
+
+    /// What the PF decided about the function's Ethernet traffic.
+    pub fn eth_policy(&self) -> Policy {
+        *self.eth_policy.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets what the PF decided about the function's Ethernet traffic (`SET_VF_ETH`).
+    pub fn set_eth_policy(&self, policy: Policy) {
+        *self.eth_policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+        log::info!(
+            "{}: spoof check {}, trust {}",
+            self.identity.id,
+            if policy.spoof_check { "on" } else { "off" },
+            if policy.trusted { "on" } else { "off" }
+        );
+    }
+
+    /// The function's Ethernet counters since its last reset.
+    pub fn eth_counters(&self) -> rnic_abi::eth::EthCounters {
+        self.lock().eth.counters
     }
 
     /// Counters of the RDMA engine.
@@ -754,6 +849,7 @@ impl Function {
     /// its QPs time out and retry, as after a cable pull.
     pub fn set_link(&self, up: bool) {
         self.link_up.store(up, Ordering::Release);
+        self.eth_event.store(true, Ordering::Release);
         log::info!(
             "{}: link {}",
             self.identity.id,
@@ -770,6 +866,8 @@ impl Function {
     /// Changes the function's MAC and GID. The caller updates the switch.
     pub fn set_address(&self, address: Address) {
         *self.address.write().unwrap_or_else(|e| e.into_inner()) = address;
+        self.eth_event.store(true, Ordering::Release);
+        self.kick();
     }
 
     /// The function's limits now: the fixed per-object limits, and the counts of its
@@ -1166,7 +1264,8 @@ mod tests {
             | CAP_SESSIONS
             | CAP_PAGE_TABLES
             | CAP_UC
-            | CAP_MW;
+            | CAP_MW
+            | CAP_ETH;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

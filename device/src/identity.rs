@@ -88,6 +88,7 @@ impl Identity {
                 | CAP_PAGE_TABLES
                 | CAP_UC
                 | CAP_MW
+                | CAP_ETH
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

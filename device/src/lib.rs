@@ -25,6 +25,7 @@ pub mod device;
 pub mod dma;
 pub mod doorbell;
 pub mod engine;
+pub mod eth;
 pub mod fabric;
 pub mod function;
 pub mod identity;

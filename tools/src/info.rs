@@ -65,6 +65,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_PAGE_TABLES, "page-tables"),
     (regs::CAP_UC, "uc"),
     (regs::CAP_MW, "mw"),
+    (regs::CAP_ETH, "eth"),
 ];
 
 impl Report {

@@ -247,6 +247,11 @@ impl State {
                 let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 shared.busy[member].fetch_add(ns, Ordering::Relaxed);
             }
+            if let Some(on) = f.take_os_receives_change() {
+                // The port answers ARP for the function only while its OS does not.
+                lock(&shared.switch).set_os_receives(member, on);
+                self.used_switch = true;
+            }
             self.forward(shared, member, out);
             all.progress |= o.progress;
             all.deadline = earliest(all.deadline, o.deadline);
@@ -293,7 +298,7 @@ impl State {
                         self.fresh.push(port);
                     }
                 }
-                Hop::Switch | Hop::Uplink | Hop::Nowhere => through_switch.push(frame),
+                Hop::Switch | Hop::Uplink | Hop::Flood | Hop::Nowhere => through_switch.push(frame),
             }
         }
         if !through_switch.is_empty() {

@@ -16,8 +16,12 @@ pub enum Hop {
     /// Into the switch first: it is for a port, but something watches the switch (the
     /// capture, the fault injector), which then hands it on.
     Switch,
-    /// To the network: its destination IP is no port's.
+    /// To the network: its destination IP is no port's (RoCEv2), or its destination MAC
+    /// (any other frame).
     Uplink,
+    /// To every port but the sender's, and to the network: a broadcast or multicast
+    /// frame (§15.1); through the switch, which knows the sender.
+    Flood,
     /// Nowhere (counted unroutable): an address of a port under a MAC no port has, or no
     /// IPv4 destination at all.
     Nowhere,
@@ -58,9 +62,14 @@ impl Route {
                 Hop::Inbox(port)
             };
         }
-        match frame.get(30..34).and_then(|d| <[u8; 4]>::try_from(d).ok()) {
-            Some(ip) if !self.ips.contains(&ip) => Hop::Uplink,
-            _ => Hop::Nowhere,
+        match roce_destination(frame) {
+            Some((ip, _)) if !self.ips.contains(&ip) => Hop::Uplink,
+            Some(_) => Hop::Nowhere,
+            // Another frame: to every port if it is broadcast or multicast, else, its MAC
+            // being no port's, the network's.
+            None if frame.first().is_some_and(|b| b & 1 != 0) => Hop::Flood,
+            None if frame.len() >= 14 => Hop::Uplink,
+            None => Hop::Nowhere,
         }
     }
 
@@ -100,6 +109,12 @@ impl Route {
     pub fn steers(&self) -> bool {
         !self.steering.is_empty()
     }
+}
+
+/// Whether `frame` is RoCEv2: Ethernet, IPv4, UDP to port 4791. Such frames are the
+/// RDMA engine's; every other frame is the Ethernet queues' (§15.1).
+pub fn is_roce(frame: &[u8]) -> bool {
+    roce_destination(frame).is_some()
 }
 
 /// The destination IPv4 address and QPN of a RoCEv2 frame (Ethernet, IPv4 with any

@@ -59,6 +59,9 @@ pub struct Switch {
     sender: Option<usize>,
     /// Whether [`Switch::send_from`] counts traffic.
     counts_traffic: bool,
+    /// The port whose frames [`Switch::send_from`] is forwarding: a flooded frame goes
+    /// to every port but this one.
+    from: Option<usize>,
     /// Packets forwarded from one port to another since [`Switch::take_traffic`]: what
     /// the engine's balancer keeps together.
     traffic: HashMap<(usize, usize), u64, AddrHash>,
@@ -98,6 +101,7 @@ impl Switch {
             uplink_captures: false,
             spare: Vec::new(),
             sender: None,
+            from: None,
             counts_traffic: false,
             traffic: HashMap::default(),
             fresh: Vec::new(),
@@ -245,6 +249,14 @@ impl Switch {
         self.capture_uplink();
     }
 
+    /// Port `port`'s operating system receives its frames, or stops (§15.5): the uplink
+    /// answers ARP for the port only while it does not.
+    pub fn set_os_receives(&mut self, port: usize, on: bool) {
+        if let Some(u) = &mut self.uplink {
+            u.set_os_receives(port, on);
+        }
+    }
+
     /// Makes every frame sent from now on go through `faults` first.
     pub fn set_faults(&mut self, faults: FaultInjector) {
         self.faults = Some(faults);
@@ -284,8 +296,10 @@ impl Switch {
     /// from `from` to where they go.
     pub fn send_from(&mut self, from: usize, frame: Frame) {
         self.sender = self.counts_traffic.then_some(from);
+        self.from = Some(from);
         self.send(frame);
         self.sender = None;
+        self.from = None;
     }
 
     /// Makes [`Switch::send_from`] count the packets between ports (for
@@ -330,6 +344,16 @@ impl Switch {
         }
         match (hop, &mut self.uplink) {
             (Hop::Inbox(port), _) => self.deliver(port, frame),
+            (Hop::Flood, _) => {
+                let from = self.from;
+                for port in (0..self.inboxes.len()).filter(|&p| Some(p) != from) {
+                    self.deliver(port, frame.clone());
+                }
+                if let Some(uplink) = &mut self.uplink {
+                    uplink.send(&frame.bytes);
+                    self.capture_uplink();
+                }
+            }
             (Hop::Uplink, Some(uplink)) => {
                 frame.seal();
                 uplink.send(&frame.bytes);
@@ -594,7 +618,7 @@ mod tests {
         let ports = two_ports().to_vec();
         let mut s = Switch::new(ports, None);
         // Without an uplink, an unknown destination is unroutable.
-        s.send(Frame::sealed(frame([0xff; 6], [10, 9, 0, 1])));
+        s.send(Frame::sealed(roce([0xff; 6], [10, 9, 0, 1], 1, 0)));
         assert_eq!(s.unroutable, 1);
         let fake = Fake {
             arriving: vec![(1, vec![1]), (0, vec![2]), (1, vec![3])],
@@ -603,9 +627,9 @@ mod tests {
         let sent = fake.sent.clone();
         s.set_uplink(Box::new(fake));
         s.send(Frame::sealed(frame([2, 0, 0, 0, 0, 2], [10, 0, 0, 2])));
-        s.send(Frame::sealed(frame([0xff; 6], [10, 9, 0, 1])));
+        s.send(Frame::sealed(roce([0xff; 6], [10, 9, 0, 1], 1, 0)));
         // A local IP with an unknown MAC is not sent out.
-        s.send(Frame::sealed(frame([0xff; 6], [10, 0, 0, 1])));
+        s.send(Frame::sealed(roce([0xff; 6], [10, 0, 0, 1], 1, 0)));
         assert_eq!(s.unroutable, 2);
         assert_eq!(sent.lock().unwrap().len(), 1);
         assert_eq!(sent.lock().unwrap()[0][30..34], [10, 9, 0, 1]);
@@ -616,5 +640,27 @@ mod tests {
         assert_eq!(s.poll_uplink(8), 1);
         assert_eq!(s.take(1), VecDeque::from([Frame::sealed(vec![3])]));
         assert_eq!(s.poll_uplink(8), 0);
+    }
+
+    #[test]
+    fn a_broadcast_that_is_not_roce_reaches_every_other_port_and_the_network() {
+        let ports = two_ports().to_vec();
+        let mut s = Switch::new(ports, None);
+        let fake = Fake::default();
+        let sent = fake.sent.clone();
+        s.set_uplink(Box::new(fake));
+        let mut arp = vec![0u8; 60];
+        arp[..6].copy_from_slice(&[0xff; 6]);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        s.send_from(0, Frame::sealed(arp.clone()));
+        assert_eq!(s.take(0).len(), 0, "not back to its sender");
+        assert_eq!(s.take(1), VecDeque::from([Frame::sealed(arp.clone())]));
+        assert_eq!(*sent.lock().unwrap(), [arp]);
+        // A frame that is not RoCE, for a MAC no port has: the network's.
+        let mut other = vec![0u8; 60];
+        other[..6].copy_from_slice(&[0x52, 0x54, 0, 0, 0, 1]);
+        s.send_from(1, Frame::sealed(other.clone()));
+        assert_eq!(sent.lock().unwrap()[1], other);
+        assert_eq!(s.unroutable, 0);
     }
 }

@@ -87,6 +87,9 @@ pub trait Uplink: Send {
     }
     /// Port `port` has a new address (the PF's `SET_ADDRESS`).
     fn set_endpoint(&mut self, _port: usize, _endpoint: Endpoint) {}
+    /// Port `port`'s operating system receives the frames for it that are not RoCEv2,
+    /// ARP included, and answers ARP itself (`on`), or stops.
+    fn set_os_receives(&mut self, _port: usize, _on: bool) {}
     /// Asks it to keep, for the capture, every frame it puts on and takes off its wire,
     /// as they are there (its own frames, such as ARP, included); `false` if it cannot,
     /// and the switch then captures the frames it hands over and takes.

@@ -145,6 +145,9 @@ fn received_report(c: &PortStats) -> String {
 enum Verdict {
     /// Whole and for the function at this port, trimmed to this length.
     Deliver(usize, usize),
+    /// For every port whose operating system receives (§15.5): a broadcast or multicast
+    /// frame that is not ARP.
+    DeliverToHosts,
     /// ARP, handled by the port.
     Arp,
     /// Counted in this slot, with this reason for the log (dropped ones only).
@@ -165,6 +168,8 @@ pub struct EthUplink {
     capture: Option<Vec<Vec<u8>>>,
     /// Problems already reported, so that a flood of one is logged once.
     warned: HashSet<&'static str>,
+    /// Per port: its operating system receives its frames and answers ARP (§15.5).
+    os: Vec<bool>,
 }
 
 impl fmt::Debug for EthUplink {
@@ -208,6 +213,7 @@ impl EthUplink {
             counters: PortStats::default(),
             capture: None,
             warned: HashSet::new(),
+            os: vec![false; endpoints.len()],
         }
     }
 
@@ -282,9 +288,16 @@ impl EthUplink {
         if ethertype == ETHERTYPE_ARP && (port.is_some() || eth[..6] == BROADCAST) {
             return Verdict::Arp;
         }
+        if eth[0] & 1 != 0 && self.os.contains(&true) {
+            return Verdict::DeliverToHosts;
+        }
         let Some(port) = port else {
             return Verdict::Count(|c| &mut c.not_for_us, None);
         };
+        if self.os[port] && !crate::fabric::route::is_roce(frame) {
+            // The operating system's: it checks what it takes.
+            return Verdict::Deliver(port, frame.len());
+        }
         if ethertype != ETHERTYPE_IPV4 {
             return Verdict::Count(|c| &mut c.other_protocol, None);
         }
@@ -357,7 +370,18 @@ impl EthUplink {
                 self.inbox[port].push_back(frame);
                 self.stats.rx += 1;
             }
-            Verdict::Arp => self.handle_arp(&frame, now),
+            Verdict::Arp => {
+                self.handle_arp(&frame, now);
+                let hosts: Vec<usize> = match self.port_of_mac(&frame[..6]) {
+                    Some(port) => vec![port],
+                    None => (0..self.ports.len()).collect(),
+                };
+                self.deliver_to_hosts(&frame, &hosts);
+            }
+            Verdict::DeliverToHosts => {
+                let all: Vec<usize> = (0..self.ports.len()).collect();
+                self.deliver_to_hosts(&frame, &all);
+            }
             Verdict::Count(slot, why) => {
                 *slot(&mut self.counters) += 1;
                 if let Some(why) = why {
@@ -366,6 +390,22 @@ impl EthUplink {
                     self.warn_once(why, || format!("dropped a frame from {src}: {why}"));
                 }
             }
+        }
+    }
+
+    /// Gives a copy of `frame` to each of `ports` whose operating system receives.
+    fn deliver_to_hosts(&mut self, frame: &[u8], ports: &[usize]) {
+        for &port in ports {
+            if !self.os[port] {
+                continue;
+            }
+            if self.inbox[port].len() >= INBOX_LIMIT {
+                self.counters.backlog += 1;
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            self.inbox[port].push_back(frame.to_vec());
+            self.stats.rx += 1;
         }
     }
 
@@ -389,7 +429,7 @@ impl EthUplink {
         let released = match self.port_of_ip(arp.tpa) {
             Some(port) => {
                 let released = self.neighbors.learn(arp.spa, arp.sha, now);
-                if arp.op == REQUEST {
+                if arp.op == REQUEST && !self.os[port] {
                     self.neighbors.count_reply();
                     self.transmit_arp(arp.reply(self.ports[port]));
                 }
@@ -414,6 +454,10 @@ pub fn mac_str(mac: &[u8]) -> String {
 
 impl Uplink for EthUplink {
     fn send(&mut self, frame: &[u8]) -> bool {
+        if frame.first_chunk::<6>() != Some(&BROADCAST) || !crate::fabric::route::is_roce(frame) {
+            // A frame the function's operating system addressed (§15.3): as it is.
+            return self.transmit(frame.to_vec());
+        }
         let addrs = frame
             .get(12..ETH_HEADER_LEN + IPV4_HEADER_LEN)
             .filter(|h| h[..2] == ETHERTYPE_IPV4.to_be_bytes());
@@ -512,6 +556,12 @@ impl Uplink for EthUplink {
         self.neighbors.forget(endpoint.ip);
         // A gratuitous ARP: neighbors that cached the address learn its new MAC.
         self.transmit_arp(Arp::request(endpoint, endpoint.ip));
+    }
+
+    fn set_os_receives(&mut self, port: usize, on: bool) {
+        if let Some(os) = self.os.get_mut(port) {
+            *os = on;
+        }
     }
 
     fn capture_wire(&mut self) -> bool {

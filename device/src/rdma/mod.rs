@@ -96,6 +96,9 @@ enum SlotOwner {
     Window(u32),
     Ctrlq(u32),
     SharedSq(u32),
+    /// An Ethernet queue (datasheet §15), by the number [`RdmaState::alloc_eth_slot`] was
+    /// given.
+    Eth(u32),
 }
 
 /// All RDMA objects of one function.

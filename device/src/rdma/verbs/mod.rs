@@ -138,6 +138,17 @@ impl RdmaState {
         Ok((page, slot))
     }
 
+    /// A doorbell slot of page `page` for Ethernet queue `id` (datasheet §15): the
+    /// function's slots are one space, whoever uses them. Returns (page, slot).
+    pub fn alloc_eth_slot(&mut self, page: u32, id: u32) -> Result<(u32, u32), VerbsError> {
+        self.alloc_slot(page, SlotOwner::Eth(id))
+    }
+
+    /// Frees the slot of Ethernet queue `id`.
+    pub fn free_eth_slot(&mut self, id: u32) {
+        self.free_slots_of(SlotOwner::Eth(id));
+    }
+
     /// Whether any slot of doorbell page `page` is taken.
     pub(super) fn page_in_use(&self, page: u32) -> bool {
         self.slots

@@ -1,0 +1,152 @@
+//! The send side (docs/hardware-interface.md §15.3): frames the driver posted on its send
+//! queues, checked and handed to the switch as they are.
+
+use rnic_abi::eth::{self, desc_error, desc_status};
+use vm_memory::{Bytes, GuestAddress};
+
+use super::ring::Ring;
+use super::{EthState, Station};
+use crate::fabric::frame::Frame;
+use crate::rdma::env::Env;
+
+/// Most frames one send queue sends in one turn of the function: a queue's turn is
+/// bounded, as an RDMA queue's is, so one busy driver cannot hold the engine thread.
+pub const BUDGET: usize = 64;
+
+/// One frame's descriptors, as found on the ring.
+enum Found {
+    /// `descs` descriptors making one frame of `len` bytes.
+    Frame { descs: u32, len: u32 },
+    /// `descs` descriptors that cannot make a frame.
+    Malformed { descs: u32 },
+    /// The frame's last descriptor is not posted yet.
+    Incomplete,
+    /// The ring cannot be read.
+    Broken,
+}
+
+impl EthState {
+    /// Sends what the driver posted on the function's send queues, up to [`BUDGET`]
+    /// frames each, into `out`; returns whether any descriptor was taken.
+    pub fn transmit(&mut self, env: &Env, sender: &Station, out: &mut Vec<Frame>) -> bool {
+        let mut progress = false;
+        let mtu = self.mtu;
+        for ring in self.tx.iter_mut().flatten() {
+            let was_broken = ring.broken;
+            for _ in 0..BUDGET {
+                let Some(avail) = ring.outstanding(env.doorbells) else {
+                    break;
+                };
+                if avail == 0 {
+                    break;
+                }
+                let (descs, error) = match find_frame(ring, env, avail) {
+                    Found::Frame { descs, len } => {
+                        let error = send_one(ring, env, sender, descs, len, mtu, out);
+                        (descs, error)
+                    }
+                    Found::Malformed { descs } => (descs, desc_error::MALFORMED),
+                    Found::Incomplete | Found::Broken => break,
+                };
+                let status = desc_status(error);
+                if !(0..descs).all(|k| ring.write_back(env.w, k, None, status)) {
+                    break;
+                }
+                ring.complete(descs);
+                progress = true;
+                count(&mut self.counters, ring, error, out.last());
+            }
+            if ring.broken && !was_broken {
+                self.counters.ring_errors += 1;
+            }
+        }
+        progress
+    }
+}
+
+/// The descriptors of the next frame of `ring`, of which `avail` are posted.
+fn find_frame(ring: &mut Ring, env: &Env, avail: u32) -> Found {
+    let mut len = 0u32;
+    let mut malformed = false;
+    for k in 0..avail {
+        let Some(d) = ring.descriptor(env.w, k) else {
+            return Found::Broken;
+        };
+        if d.len == 0 || d.flags & !eth::TX_MORE != 0 {
+            malformed = true;
+        }
+        len = len.saturating_add(d.len);
+        let descs = k + 1;
+        if d.flags & eth::TX_MORE == 0 {
+            return if malformed || descs > eth::TX_MAX_DESCS {
+                Found::Malformed { descs }
+            } else {
+                Found::Frame { descs, len }
+            };
+        }
+        if descs == eth::TX_MAX_DESCS {
+            // Too many for one frame, whatever follows: all of them go back as one error.
+            return Found::Malformed { descs };
+        }
+    }
+    Found::Incomplete
+}
+
+/// Checks and sends the frame of the next `descs` descriptors, `len` bytes; returns the
+/// error its descriptors carry back.
+fn send_one(
+    ring: &mut Ring,
+    env: &Env,
+    sender: &Station,
+    descs: u32,
+    len: u32,
+    mtu: u32,
+    out: &mut Vec<Frame>,
+) -> u8 {
+    if !(eth::MIN_FRAME..=eth::max_frame(mtu)).contains(&len) {
+        return desc_error::MALFORMED;
+    }
+    let mut bytes = vec![0u8; len as usize];
+    let mut at = 0usize;
+    for k in 0..descs {
+        let Some(d) = ring.descriptor(env.w, k) else {
+            return desc_error::DMA;
+        };
+        let n = d.len as usize;
+        if env
+            .r
+            .read_slice(&mut bytes[at..at + n], GuestAddress(d.addr))
+            .is_err()
+        {
+            return desc_error::DMA;
+        }
+        at += n;
+    }
+    if sender.policy.spoof_check && bytes[6..12] != sender.mac {
+        return desc_error::SPOOFED;
+    }
+    if !sender.link_up {
+        return desc_error::LINK_DOWN;
+    }
+    out.push(Frame::sealed(bytes));
+    desc_error::NONE
+}
+
+/// Counts a frame that went out (the last of `out`) or failed with `error`.
+fn count(c: &mut rnic_abi::eth::EthCounters, ring: &mut Ring, error: u8, sent: Option<&Frame>) {
+    if error == desc_error::NONE {
+        let bytes = sent.map_or(0, |f| f.bytes.len() as u64);
+        c.tx_frames += 1;
+        c.tx_bytes += bytes;
+        ring.stats.frames += 1;
+        ring.stats.bytes += bytes;
+        return;
+    }
+    ring.stats.errors += 1;
+    match error {
+        desc_error::MALFORMED => c.tx_malformed += 1,
+        desc_error::DMA => c.tx_dma_errors += 1,
+        desc_error::SPOOFED => c.tx_spoofed += 1,
+        _ => c.tx_link_down += 1,
+    }
+}
