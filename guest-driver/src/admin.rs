@@ -87,6 +87,13 @@ impl Device {
         call0(self, Opcode::SetAddress, req.as_bytes())
     }
 
+    /// SET_VF_ETH: VF member `member`'s spoof check and trust
+    /// (`rnic_abi::eth::VF_SPOOF_CHECK`, `VF_TRUST`).
+    pub fn set_vf_eth(&self, member: u32, flags: u32) -> Result<()> {
+        let req = rnic_abi::eth::SetVfEthReq { member, flags };
+        call0(self, Opcode::SetVfEth, req.as_bytes())
+    }
+
     /// SET_LINK.
     pub fn set_link(&self, member: u32, up: bool) -> Result<()> {
         let req = SetLinkReq {

@@ -39,6 +39,7 @@ pub mod cmdq;
 pub mod device;
 pub mod dma_pagemap;
 pub mod error;
+pub mod eth;
 pub mod transport;
 pub mod verbs;
 

@@ -546,6 +546,13 @@ impl UdpUplink {
 
 impl Uplink for UdpUplink {
     fn send(&mut self, frame: &[u8]) -> bool {
+        if !crate::fabric::route::is_roce(frame) {
+            // An Ethernet frame of a function's operating system (§15.1): this port
+            // carries RoCEv2 only.
+            return self.drop_tx("not roce", 0, || {
+                "a frame that is not RoCEv2 (a function's Ethernet traffic) cannot cross a udp: port: dropped".into()
+            });
+        }
         let Some(out) = Outgoing::of(frame) else {
             return self.drop_tx("not udp", 0, || {
                 "a frame for the network is not IPv4/UDP: dropped".into()

@@ -37,7 +37,7 @@ mod mmio;
 mod mr;
 mod mw;
 mod qp;
-mod ring;
+pub(crate) mod ring;
 mod shared_sq;
 mod srq;
 mod transition;
