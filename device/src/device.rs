@@ -218,6 +218,15 @@ impl Device {
                 c.rnr_naks_sent
             );
             log::info!("{}: drops {}", f.identity().id, c.drops);
+            let e = f.eth_counters();
+            log::info!(
+                "{}: ethernet tx_frames {} rx_frames {} rx_disabled {} rx_filtered {}",
+                f.identity().id,
+                e.tx_frames,
+                e.rx_frames,
+                e.rx_disabled,
+                e.rx_filtered
+            );
             // Counters since start: the ones above restart at every reset, and the last
             // one is usually the VMM's going away.
             let s = f.stats_since_start();

@@ -113,8 +113,18 @@ impl Route {
 
 /// Whether `frame` is RoCEv2: Ethernet, IPv4, UDP to port 4791. Such frames are the
 /// RDMA engine's; every other frame is the Ethernet queues' (§15.1).
+/// A frame too short to hold a BTH is RoCEv2 still: the RDMA engine counts it, by
+/// reason, as a malformed packet.
 pub fn is_roce(frame: &[u8]) -> bool {
-    roce_destination(frame).is_some()
+    const ETH: usize = 14;
+    let Some(&vihl) = frame.get(ETH) else {
+        return false;
+    };
+    let udp = ETH + usize::from(vihl & 0x0f) * 4;
+    frame.get(12..14) == Some(&[0x08, 0x00])
+        && frame.get(ETH + 9) == Some(&17)
+        && vihl & 0x0f >= 5
+        && frame.get(udp + 2..udp + 4) == Some(&ROCEV2_PORT.to_be_bytes())
 }
 
 /// The destination IPv4 address and QPN of a RoCEv2 frame (Ethernet, IPv4 with any
