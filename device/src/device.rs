@@ -105,7 +105,9 @@ impl Device {
         let (lock, lock_path) = lock_dir(&config.socket_dir)?;
         let ip_base = crate::net::ip_base(config.net.as_ref(), config.net_ip)?;
         crate::net::function_ips(ip_base, config.vfs + 1)?;
-        let ethernet = matches!(config.net, Some(NetSpec::Eth(_)));
+        // With a network port, MACs must be unique beyond this rnicd: the functions'
+        // operating systems address one another by them (§7.16, §15.1).
+        let networked = config.net.is_some();
         // Every function gets the default share of the device's resources (see
         // `crate::resources`); the PF moves them around with SET_QUOTA.
         let pool = Arc::new(ResourcePool::with_defaults(usize::from(config.vfs) + 1));
@@ -114,8 +116,8 @@ impl Device {
             .enumerate()
             .map(|(member, id)| {
                 let mut identity = Identity::new(id, config.vfs, Some(ip_base));
-                if ethernet {
-                    // Unique on the segment, which other rnicd may share.
+                if networked {
+                    // Unique on the segment, or among the rnicd joined by udp:.
                     let mac = mac_for_ip(identity.ipv4());
                     identity = identity.with_mac(mac);
                 }

@@ -275,3 +275,64 @@ fn a_hostile_driver_gets_errors_counted_and_nobody_else_notices() {
     assert_eq!(c.recv(WAIT).unwrap(), Some(frame(mc, ma, 64, 50)));
     assert_eq!(c.query().unwrap().counters.rx_no_buffer, 0);
 }
+
+/// An IPv4 packet (protocol 253, for experiments) from `src` to `dst` at IPv4 `sip` to
+/// `dip`, `len` bytes in all.
+fn ipv4_frame(dst: [u8; 6], src: [u8; 6], sip: [u8; 4], dip: [u8; 4], len: usize) -> Vec<u8> {
+    let mut f = frame(dst, src, len, 0);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 253;
+    f[26..30].copy_from_slice(&sip);
+    f[30..34].copy_from_slice(&dip);
+    f
+}
+
+/// An ARP request from `mac` at `sip` for `tip`, broadcast.
+fn arp_request(mac: [u8; 6], sip: [u8; 4], tip: [u8; 4]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&BROADCAST);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&sip);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&tip);
+    f.resize(60, 0);
+    f
+}
+
+#[test]
+fn ipv4_and_arp_frames_cross_between_two_rnicd_over_udp() {
+    let a_net = "udp:127.0.170.1";
+    let b_net = "udp:127.0.171.1";
+    let ra = Rnicd::start(1, &["--net", a_net]);
+    let rb = Rnicd::start(1, &["--net", b_net]);
+    let (da, db) = (open(&ra, "vf0"), open(&rb, "vf0"));
+    let (ma, mb) = (mac_of(&da), mac_of(&db));
+    let (ipa, ipb) = ([127, 0, 170, 2], [127, 0, 171, 2]);
+    let mut a = EthPort::open(&da, 32, 1500, RX_ENABLE).expect("a's port");
+    let mut b = EthPort::open(&db, 32, 1500, RX_ENABLE).expect("b's port");
+
+    // ARP for b's address reaches b's OS (the broadcast crosses to the address it asks
+    // for); the answer and IPv4 packets of every size cross back and forth.
+    let ask = arp_request(ma, ipa, ipb);
+    a.send(&[&ask]).unwrap();
+    assert_eq!(b.recv(WAIT).unwrap(), Some(ask));
+    for len in [60, 1000, 1514] {
+        let to_b = ipv4_frame(mb, ma, ipa, ipb, len);
+        a.send(&[&to_b]).unwrap();
+        assert_eq!(b.recv(WAIT).unwrap(), Some(to_b));
+        let to_a = ipv4_frame(ma, mb, ipb, ipa, len);
+        b.send(&[&to_a]).unwrap();
+        assert_eq!(a.recv(WAIT).unwrap(), Some(to_a));
+    }
+    // IPv6 cannot cross (nothing names the rnicd it is for): dropped at the port.
+    let mut v6 = frame(mb, ma, 80, 1);
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    a.send(&[&v6]).unwrap();
+    assert_eq!(b.recv(QUIET).unwrap(), None);
+    assert_eq!(b.query().unwrap().counters.rx_frames, 4);
+}

@@ -87,7 +87,8 @@ fn functions_of_two_rnicd_talk_over_udp_and_the_capture_verifies() {
 
     // B's capture: what B sent (as built) and what it received (rebuilt from datagrams).
     let frames = pcap_frames(&std::fs::read(&pcap).expect("pcap written"));
-    let b_mac = [0x02, 0x52, 0x4e, 0x49, 0x43, 1];
+    // 02:52 and B's VF0's address, 127.0.2.2 (§7.13).
+    let b_mac = [0x02, 0x52, 127, 0, 2, 2];
     let mut from_a = 0;
     let mut from_b = 0;
     let mut opcodes = BTreeSet::new();

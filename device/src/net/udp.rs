@@ -351,13 +351,36 @@ fn payload_for_port(out: &Outgoing, port: u16) -> Vec<u8> {
     payload
 }
 
-/// A function's receive socket.
+/// The UDP port whole Ethernet frames cross to the function at `port`'s address: the
+/// next one (4792 by default).
+pub fn eth_port(port: u16) -> u16 {
+    port.wrapping_add(1)
+}
+
+/// The IPv4 address an Ethernet frame of a function's operating system goes to over a
+/// `udp:` port: an IPv4 packet's destination, an ARP packet's target; `None` for other
+/// frames (IPv6, ...), which cannot cross.
+pub fn eth_destination(frame: &[u8]) -> Option<Ipv4Addr> {
+    let at = match frame.get(12..14)? {
+        [0x08, 0x00] => 30,
+        [0x08, 0x06] => 38,
+        _ => return None,
+    };
+    let ip: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
+    Some(Ipv4Addr::from(ip))
+}
+
+/// A function's receive sockets.
 struct RxPort {
     ip: Ipv4Addr,
     mac: [u8; 6],
     socket: UdpSocket,
-    /// What the kernel dropped on the socket.
+    /// Bound to (ip, port + 1): whole Ethernet frames of the functions' operating
+    /// systems, one per datagram, sent and received (§15.1).
+    eth: UdpSocket,
+    /// What the kernel dropped on each socket.
     drops: socket::KernelDrops,
+    eth_drops: socket::KernelDrops,
 }
 
 /// A flow's send socket.
@@ -460,11 +483,19 @@ impl UdpUplink {
                 let addr = SocketAddrV4::new(Ipv4Addr::from(e.ip), port);
                 let socket = bind_socket(addr, Role::Receive)
                     .map_err(|source| NetError::Bind { addr, source })?;
+                let eth_addr = SocketAddrV4::new(*addr.ip(), eth_port(port));
+                let eth =
+                    bind_socket(eth_addr, Role::Receive).map_err(|source| NetError::Bind {
+                        addr: eth_addr,
+                        source,
+                    })?;
                 Ok(RxPort {
                     ip: *addr.ip(),
                     mac: e.mac,
                     socket,
+                    eth,
                     drops: socket::KernelDrops::default(),
+                    eth_drops: socket::KernelDrops::default(),
                 })
             })
             .collect::<Result<Vec<_>, NetError>>()?;
@@ -544,14 +575,92 @@ impl UdpUplink {
     }
 }
 
+impl UdpUplink {
+    /// Sends an Ethernet frame of a function's operating system (§15.1) whole, as one
+    /// datagram from the function's Ethernet socket to the Ethernet port of the address
+    /// it is for ([`eth_destination`]).
+    fn send_ethernet(&mut self, frame: &[u8]) -> bool {
+        let Some(from) = self
+            .ports
+            .iter()
+            .position(|p| frame.get(6..12) == Some(&p.mac))
+        else {
+            return self.drop_tx("eth source", 0, || {
+                "an Ethernet frame from a MAC that is no function's cannot cross a udp: port: dropped".into()
+            });
+        };
+        let Some(dst) = eth_destination(frame) else {
+            return self.drop_tx("eth protocol", 0, || {
+                "an Ethernet frame that is neither IPv4 nor ARP (IPv6, ...) cannot cross a udp: port: dropped".into()
+            });
+        };
+        if self.local(dst) {
+            // A broadcast for a function of this rnicd: the switch gave it its copy.
+            return true;
+        }
+        if dst.is_unspecified() || dst.is_broadcast() || dst.is_multicast() {
+            return self.drop_tx("eth destination", 0, || {
+                format!("an Ethernet frame for {dst}, which is not a unicast address, cannot cross a udp: port: dropped")
+            });
+        }
+        let to = SocketAddrV4::new(dst, eth_port(self.port));
+        match self.ports[from].eth.send_to(frame, to) {
+            Ok(_) => {
+                self.stats.tx += 1;
+                self.stats.tx_bytes += frame.len() as u64;
+                true
+            }
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                self.drop_tx("eth send", errno, || {
+                    format!("cannot send an Ethernet frame to {to}: {e}")
+                })
+            }
+        }
+    }
+
+    /// Reads up to `max` Ethernet frames that arrived for port `port` into `out`.
+    fn receive_ethernet(
+        &mut self,
+        port: usize,
+        max: usize,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> usize {
+        let mut read = 0;
+        while read < max {
+            let Some(p) = self.ports.get(port) else {
+                break;
+            };
+            let r = match recv_one(&p.eth, &mut self.buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            self.stats.rx_kernel_dropped += self.ports[port].eth_drops.update(r.kernel_drops);
+            read += 1;
+            if r.truncated || r.len < 14 {
+                self.stats.rx_dropped += 1;
+                continue;
+            }
+            let payload = &self.buf[..r.len];
+            for d in gso::datagrams(payload, r.segment.unwrap_or(payload.len())) {
+                let mut frame = spare.pop().unwrap_or_default();
+                frame.clear();
+                frame.extend_from_slice(d);
+                self.stats.rx += 1;
+                self.stats.rx_bytes += frame.len() as u64;
+                out.push(frame);
+            }
+        }
+        read
+    }
+}
+
 impl Uplink for UdpUplink {
     fn send(&mut self, frame: &[u8]) -> bool {
         if !crate::fabric::route::is_roce(frame) {
-            // An Ethernet frame of a function's operating system (§15.1): this port
-            // carries RoCEv2 only.
-            return self.drop_tx("not roce", 0, || {
-                "a frame that is not RoCEv2 (a function's Ethernet traffic) cannot cross a udp: port: dropped".into()
-            });
+            return self.send_ethernet(frame);
         }
         let Some(out) = Outgoing::of(frame) else {
             return self.drop_tx("not udp", 0, || {
@@ -733,11 +842,14 @@ impl Uplink for UdpUplink {
             self.stats.rx += n as u64;
             self.stats.rx_bytes += out[before..].iter().map(|f| f.len() as u64).sum::<u64>();
         }
-        read
+        read + self.receive_ethernet(port, max.saturating_sub(read), out, spare)
     }
 
     fn fds(&self) -> Vec<RawFd> {
-        self.ports.iter().map(|p| p.socket.as_raw_fd()).collect()
+        self.ports
+            .iter()
+            .flat_map(|p| [p.socket.as_raw_fd(), p.eth.as_raw_fd()])
+            .collect()
     }
 
     fn stats(&self) -> UplinkStats {
