@@ -22,7 +22,8 @@
 //! **Interrupts.** A queue's MSI-X vector fires when the device completes descriptors while
 //! the queue is armed, and then not again until the driver arms it anew: the NAPI model.
 //! Arming writes the arm word with a new sequence number and the number of completions the
-//! driver has seen; if the device completed more than that, the vector fires at once, so
+//! driver has seen, then follows the notification protocol (full fence, kick if
+//! `NOTIFY_REQUEST`); if the device completed more than that, the vector fires at once, so
 //! no completion is left without an interrupt. `moderation_usecs` holds an interrupt back
 //! until that long after the queue's last one.
 

@@ -26,6 +26,39 @@ use crate::transport::{DmaBuffer, Transport};
 use crate::verbs::ring::{Doorbells, ListKinds, Ring};
 use crate::Device;
 
+/// The MSI-X vector of both queues' completions, when [`EthOptions::interrupts`].
+pub const ETH_VECTOR: u16 = 2;
+/// The MSI-X vector of link and MAC changes, when [`EthOptions::interrupts`].
+pub const ETH_EVENT_VECTOR: u16 = 3;
+
+/// How [`EthPort::open_with`] sets a port up.
+#[derive(Debug, Clone, Copy)]
+pub struct EthOptions {
+    /// Slots of each ring: a power of two, 8 to 4096.
+    pub entries: u32,
+    /// MTU, 68 to 9000.
+    pub mtu: u32,
+    /// `SET_ETH` receive mode ([`rnic_abi::eth::RX_ENABLE`] and friends).
+    pub rx_mode: u32,
+    /// Completions signal [`ETH_VECTOR`] while armed ([`EthPort::arm`]), link changes
+    /// [`ETH_EVENT_VECTOR`]; otherwise the port is polled only.
+    pub interrupts: bool,
+    /// Least time between two interrupts of a queue, µs.
+    pub moderation_usecs: u32,
+}
+
+impl Default for EthOptions {
+    fn default() -> Self {
+        Self {
+            entries: 64,
+            mtu: eth::DEFAULT_MTU,
+            rx_mode: eth::RX_ENABLE,
+            interrupts: false,
+            moderation_usecs: 0,
+        }
+    }
+}
+
 /// The doorbell page the Ethernet queues' slots are asked for.
 const DOORBELL_PAGE: u32 = 1;
 /// Bytes of each slot's buffer.
@@ -45,10 +78,19 @@ struct Queue {
     posted: u32,
     /// Descriptors the driver took back, in all.
     done: u32,
+    /// The arm sequence last written.
+    arm_sequence: u16,
 }
 
 impl Queue {
-    fn create(dev: &Device, kind: u8, entries: u32, buffer_size: usize) -> Result<Self> {
+    fn create(
+        dev: &Device,
+        kind: u8,
+        buffer_size: usize,
+        o: &EthOptions,
+        vector: Option<u16>,
+    ) -> Result<Self> {
+        let entries = o.entries;
         let t = dev.transport();
         let caps = dev.query_device()?.caps;
         let ring = Ring::new(t, entries, DESC as u32, ListKinds::of(caps))?;
@@ -56,10 +98,10 @@ impl Queue {
         let req = CreateEthQueueReq {
             kind,
             reserved0: 0,
-            msix_vector: NO_VECTOR as u16,
+            msix_vector: vector.unwrap_or(NO_VECTOR as u16),
             entries,
             doorbell_page: DOORBELL_PAGE,
-            moderation_usecs: 0,
+            moderation_usecs: o.moderation_usecs,
             ring: ring.page_list(),
         };
         let bytes = dev.command(
@@ -79,7 +121,18 @@ impl Queue {
             slot,
             posted: 0,
             done: 0,
+            arm_sequence: 0,
         })
+    }
+
+    /// Arms the queue: its vector fires at the next completion the driver has not seen
+    /// (at once if there is one already).
+    fn arm(&mut self, t: &dyn Transport) -> Result<()> {
+        self.arm_sequence = self.arm_sequence.wrapping_add(1);
+        let word = eth::arm_word(self.arm_sequence, self.done);
+        Doorbells::write_slot(t, self.slot, 4, word);
+        // A sleeping device must see the arm word, which may ask for an interrupt at once.
+        self.notify(t)
     }
 
     fn entries(&self) -> u32 {
@@ -114,6 +167,12 @@ impl Queue {
     /// device reads Ethernet slots on every pass, §15.2).
     fn ring_doorbell(&self, t: &dyn Transport) -> Result<()> {
         Doorbells::write_slot(t, self.slot, 0, self.posted);
+        self.notify(t)
+    }
+
+    /// The notification protocol after a store into the slot: full fence, then a kick if
+    /// the device asked for one.
+    fn notify(&self, t: &dyn Transport) -> Result<()> {
         fence(Ordering::SeqCst);
         let page = u64::from(self.slot.page) * PAGE_SIZE;
         if t.doorbells().read32(page + NOTIFY_REQUEST) != 0 {
@@ -131,6 +190,8 @@ pub struct SendError(pub u8);
 /// A function's Ethernet port: its send and receive queues, buffers posted.
 pub struct EthPort<'d> {
     dev: &'d Device,
+    /// Whether the queues signal [`ETH_VECTOR`].
+    interrupts: bool,
     tx: Queue,
     rx: Queue,
     /// Errors of sent frames the caller has not taken yet.
@@ -152,6 +213,20 @@ impl<'d> EthPort<'d> {
     /// every receive buffer, and enables reception with MTU `mtu` and `rx_mode`
     /// ([`rnic_abi::eth::RX_ENABLE`] and friends).
     pub fn open(dev: &'d Device, entries: u32, mtu: u32, rx_mode: u32) -> Result<Self> {
+        Self::open_with(
+            dev,
+            &EthOptions {
+                entries,
+                mtu,
+                rx_mode,
+                ..EthOptions::default()
+            },
+        )
+    }
+
+    /// [`EthPort::open`] with every option.
+    pub fn open_with(dev: &'d Device, o: &EthOptions) -> Result<Self> {
+        let (entries, mtu, rx_mode) = (o.entries, o.mtu, o.rx_mode);
         if dev.query_device()?.caps & regs::CAP_ETH == 0 {
             return Err(Error::Unsupported(
                 "Ethernet queues: the device does not report CAP_ETH (an rnicd older than ABI 1.7?)",
@@ -160,8 +235,17 @@ impl<'d> EthPort<'d> {
         // Room for the longest frame of any MTU, and more: a driver may try to send a
         // longer one, which the device refuses (a test of it does).
         let buffer_size = BUFFER_SIZE;
-        let tx = Queue::create(dev, eth::KIND_TX, entries, buffer_size)?;
-        let rx = match Queue::create(dev, eth::KIND_RX, entries, buffer_size) {
+        let interrupts = o.interrupts
+            && dev.interrupts()
+            && dev.transport().enable_interrupts(ETH_EVENT_VECTOR + 1)?;
+        if o.interrupts && !interrupts {
+            return Err(Error::Unsupported(
+                "Ethernet interrupts: this transport delivers no MSI-X interrupts to the driver",
+            ));
+        }
+        let vector = interrupts.then_some(ETH_VECTOR);
+        let tx = Queue::create(dev, eth::KIND_TX, buffer_size, o, vector)?;
+        let rx = match Queue::create(dev, eth::KIND_RX, buffer_size, o, vector) {
             Ok(rx) => rx,
             Err(e) => {
                 let _ = destroy(dev, &tx);
@@ -170,6 +254,7 @@ impl<'d> EthPort<'d> {
         };
         let mut port = Self {
             dev,
+            interrupts,
             tx,
             rx,
             failed: Vec::new(),
@@ -187,7 +272,11 @@ impl<'d> EthPort<'d> {
         let req = SetEthReq {
             mtu,
             rx_mode,
-            event_vector: NO_VECTOR as u16,
+            event_vector: if self.interrupts {
+                ETH_EVENT_VECTOR
+            } else {
+                NO_VECTOR as u16
+            },
             reserved: 0,
             mc_count: multicast.len() as u32,
         };
@@ -202,6 +291,26 @@ impl<'d> EthPort<'d> {
             );
         }
         self.dev.command(Opcode::SetEth, &body, 0).map(drop)
+    }
+
+    /// Arms both queues (NAPI's "done polling"): [`ETH_VECTOR`] fires once at the next
+    /// completion the driver has not taken, at once if there is one.
+    pub fn arm(&mut self) -> Result<()> {
+        let t = self.dev.transport();
+        self.tx.arm(t)?;
+        self.rx.arm(t)
+    }
+
+    /// Waits up to `timeout` for [`ETH_VECTOR`]; false if it did not fire.
+    pub fn wait_interrupt(&self, timeout: Duration) -> Result<bool> {
+        self.dev.transport().wait_interrupt(ETH_VECTOR, timeout)
+    }
+
+    /// Waits up to `timeout` for [`ETH_EVENT_VECTOR`] (a link or MAC change).
+    pub fn wait_event(&self, timeout: Duration) -> Result<bool> {
+        self.dev
+            .transport()
+            .wait_interrupt(ETH_EVENT_VECTOR, timeout)
     }
 
     /// The function's Ethernet state and counters (`QUERY_ETH`).

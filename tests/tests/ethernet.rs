@@ -336,3 +336,48 @@ fn ipv4_and_arp_frames_cross_between_two_rnicd_over_udp() {
     assert_eq!(b.recv(QUIET).unwrap(), None);
     assert_eq!(b.query().unwrap().counters.rx_frames, 4);
 }
+
+#[test]
+fn an_armed_queue_interrupts_once_per_arm_and_link_changes_signal_the_event_vector() {
+    use rnic_driver::eth::EthOptions;
+    let rnicd = Rnicd::start(2, &[]);
+    let (da, db, pf) = (open(&rnicd, "vf0"), open(&rnicd, "vf1"), open(&rnicd, "pf"));
+    let (ma, mb) = (mac_of(&da), mac_of(&db));
+    let mut a = EthPort::open(&da, 16, 1500, RX_ENABLE).expect("vf0 port");
+    let o = EthOptions {
+        entries: 16,
+        interrupts: true,
+        ..EthOptions::default()
+    };
+    let mut b = EthPort::open_with(&db, &o).expect("vf1 port with interrupts");
+
+    // Not armed: a frame arrives, no interrupt.
+    a.send(&[&frame(mb, ma, 64, 1)]).unwrap();
+    assert_eq!(b.recv(WAIT).unwrap(), Some(frame(mb, ma, 64, 1)));
+    assert!(!b.wait_interrupt(QUIET).unwrap(), "not armed");
+    // Armed having seen everything: quiet until the next frame, which interrupts once.
+    b.arm().unwrap();
+    assert!(!b.wait_interrupt(QUIET).unwrap(), "nothing new");
+    a.send(&[&frame(mb, ma, 64, 2)]).unwrap();
+    assert!(b.wait_interrupt(WAIT).unwrap(), "the frame interrupts");
+    a.send(&[&frame(mb, ma, 64, 3)]).unwrap();
+    assert!(!b.wait_interrupt(QUIET).unwrap(), "once per arm");
+    // Armed without taking the two frames (NAPI's race): it fires at once.
+    b.arm().unwrap();
+    assert!(
+        b.wait_interrupt(WAIT).unwrap(),
+        "completions the driver has not seen"
+    );
+    assert_eq!(b.recv(WAIT).unwrap(), Some(frame(mb, ma, 64, 2)));
+    assert_eq!(b.recv(WAIT).unwrap(), Some(frame(mb, ma, 64, 3)));
+    let stats = b.queue_stats(false).unwrap();
+    assert_eq!(stats.interrupts, 2);
+
+    // The PF pulls the link: the event vector fires, and the driver sees it down.
+    pf.set_link(2, false).unwrap();
+    assert!(b.wait_event(WAIT).unwrap(), "link change");
+    assert_eq!(b.query().unwrap().flags & eth::ETH_LINK_UP, 0);
+    pf.set_link(2, true).unwrap();
+    assert!(b.wait_event(WAIT).unwrap(), "link change");
+    assert_ne!(b.query().unwrap().flags & eth::ETH_LINK_UP, 0);
+}
