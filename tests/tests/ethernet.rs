@@ -381,3 +381,45 @@ fn an_armed_queue_interrupts_once_per_arm_and_link_changes_signal_the_event_vect
     assert!(b.wait_event(WAIT).unwrap(), "link change");
     assert_ne!(b.query().unwrap().flags & eth::ETH_LINK_UP, 0);
 }
+
+#[test]
+fn rnic_eth_pings_one_vf_from_another_and_reads_the_counters() {
+    use std::process::Command;
+    let rnicd = Rnicd::start(2, &[]);
+    let tool = rnic_tests::bin("rnic-eth");
+    let sock = |n: &str| rnicd.socket(n).display().to_string();
+    // The VFs' MACs without --net: 02:52:4e:49:43 and the function number.
+    let echo = Command::new(&tool)
+        .args(["--vfio-user", &sock("vf1"), "echo", "--count", "3"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the echo");
+    std::thread::sleep(Duration::from_millis(500));
+    let ping = Command::new(&tool)
+        .args([
+            "--vfio-user",
+            &sock("vf0"),
+            "ping",
+            "02:52:4e:49:43:02",
+            "--count",
+            "3",
+        ])
+        .output()
+        .expect("ping");
+    let out = String::from_utf8_lossy(&ping.stdout);
+    assert!(
+        ping.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&ping.stderr)
+    );
+    assert!(out.contains("3 pings, 3 echoes"), "{out}");
+    let echo = rnic_tests::finish_within(echo, WAIT);
+    assert!(echo.status.success());
+    assert!(String::from_utf8_lossy(&echo.stdout).contains("answered 3 pings"));
+    let stats = Command::new(&tool)
+        .args(["--vfio-user", &sock("vf0"), "stats"])
+        .output()
+        .expect("stats");
+    let out = String::from_utf8_lossy(&stats.stdout);
+    assert!(out.contains("mac 02:52:4e:49:43:01 mtu 1500"), "{out}");
+}
