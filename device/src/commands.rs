@@ -248,6 +248,7 @@ mod tests {
         };
         let station = Station {
             mac: id.mac,
+            ip: [10, 0, 0, 1],
             link_up: true,
             policy: crate::eth::Policy::VF,
             msix_vectors: 16,

@@ -678,8 +678,10 @@ impl Function {
             w: &writable,
             doorbells: &self.doorbells,
         };
+        let endpoint = self.endpoint();
         let station = Station {
-            mac: self.address().mac,
+            mac: endpoint.mac,
+            ip: endpoint.ip,
             link_up,
             policy: self.eth_policy(),
             msix_vectors: st.msix.vectors(),

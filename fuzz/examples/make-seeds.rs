@@ -17,6 +17,7 @@ fn write(target: &str, seeds: &[Vec<u8>]) {
 fn main() {
     write("recv", &rnic_fuzz::seeds::recv_seeds());
     write("eth", &rnic_fuzz::seeds::eth_seeds());
+    write("eth_rings", &rnic_fuzz::seeds::eth_rings_seeds());
     write("ops", &rnic_fuzz::seeds::ops_seeds());
     write("send", &rnic_fuzz::seeds::send_seeds());
     write("vfio", &rnic_fuzz::seeds::vfio_seeds());

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod eth;
 pub mod input;
 pub mod ops;
+pub mod rings;
 pub mod seeds;
 pub mod transport;
 pub mod vfio;

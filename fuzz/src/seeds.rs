@@ -88,6 +88,71 @@ pub fn eth_seeds() -> Vec<Vec<u8>> {
     seeds
 }
 
+/// Seeds of the `eth_rings` target: frames sent whole and gathered, receive buffers
+/// filled by frames from the switch, malformed descriptors, a posted count past the ring,
+/// arm words, `SET_ETH` with a multicast list, queues destroyed, created and queried.
+pub fn eth_rings_seeds() -> Vec<Vec<u8>> {
+    use crate::rings::Action;
+    let desc = |slot: u64, offset: u64, len: u32, flags: u16| {
+        let mut b = (slot << 32 | offset).to_le_bytes().to_vec();
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b
+    };
+    let act = |a: Action, step: bool, relative: bool, bytes: &[u8]| {
+        record(a.flags(step, relative), bytes)
+    };
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&OUTSIDE.mac);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.resize(60, 0x11);
+    let mut ipv4 = vec![0; 12];
+    ipv4.extend_from_slice(&[0x08, 0x00, 0x45]);
+    ipv4.resize(1514, 0x22);
+    let set_eth = {
+        let mut b = 9000u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&7u32.to_le_bytes());
+        b.extend_from_slice(&0xffffu16.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&[0x01, 0x00, 0x5e, 0, 0, 1, 0, 0]);
+        b
+    };
+    vec![
+        [
+            act(Action::PostTx, false, true, &desc(0, 0, 60, 0)),
+            act(Action::PostTx, true, true, &desc(1, 0, 0, 0)),
+            act(Action::PostTx, false, true, &desc(2, 0, 14, 1)),
+            act(Action::PostTx, false, true, &desc(3, 0, 100, 1)),
+            act(Action::PostTx, true, true, &desc(4, 0, 1400, 0)),
+        ]
+        .concat(),
+        [
+            act(Action::PostRx, false, true, &desc(0, 0, 2048, 0)),
+            act(Action::PostRx, true, true, &desc(1, 0, 64, 0)),
+            act(Action::Frame, true, false, &arp),
+            act(Action::Frame, true, false, &ipv4),
+        ]
+        .concat(),
+        [
+            act(Action::WriteSlot, true, false, &[0, 0, 100, 0, 0, 0]),
+            act(Action::Queue, true, false, &[0, 0, 0, 0, 0]),
+            act(Action::Queue, true, false, &[0x81, 0, 0, 0, 0]),
+            act(Action::Create, true, false, &[0; 32]),
+            act(Action::Query, true, false, &[]),
+        ]
+        .concat(),
+        [
+            act(Action::SetEth, true, false, &set_eth),
+            act(Action::WriteSlot, false, false, &[1, 1, 0, 0, 1, 0]),
+            act(Action::PostRx, false, false, &desc(0, 0xdead_0000, 4096, 0)),
+            act(Action::Frame, true, false, &arp),
+        ]
+        .concat(),
+    ]
+}
+
 /// Seeds of the `ops` target: what drivers and VMMs do, and some of what they should not:
 /// queries, a QP moved to ERR with work in flight, objects destroyed while in use (an
 /// MR under a READ, an SRQ under a QP), creations naming another function's numbers,

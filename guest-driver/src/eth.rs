@@ -444,6 +444,33 @@ impl<'d> EthPort<'d> {
         }
     }
 
+    /// The device address of slot `index`'s buffer of the send (`tx`) or receive queue.
+    pub fn buffer_address(&self, tx: bool, index: u32) -> u64 {
+        let q = if tx { &self.tx } else { &self.rx };
+        q.buffer(index).1
+    }
+
+    /// Posts `desc` as it is, whatever it says, on the send (`tx`) or receive queue and
+    /// rings the doorbell: a hostile driver's descriptor, for tests and the fuzzer. The
+    /// port's own bookkeeping follows (the device completes it like any other).
+    pub fn post_raw(&mut self, tx: bool, desc: EthDesc) -> Result<()> {
+        let q = if tx { &mut self.tx } else { &mut self.rx };
+        let at = q.desc_at(q.posted);
+        q.ring.buf().write(at, desc.as_bytes());
+        q.posted = q.posted.wrapping_add(1);
+        q.ring_doorbell(self.dev.transport())
+    }
+
+    /// Writes `value` at `plus` (0: the posted count, 4: the arm word) into the doorbell
+    /// slot of the send (`tx`) or receive queue, as a hostile driver may, and follows the
+    /// notification protocol.
+    pub fn write_slot_raw(&self, tx: bool, plus: u64, value: u32) -> Result<()> {
+        let q = if tx { &self.tx } else { &self.rx };
+        let t = self.dev.transport();
+        Doorbells::write_slot(t, q.slot, plus, value);
+        q.notify(t)
+    }
+
     /// Posts the buffer of the next receive slot (not yet told to the device).
     fn post_rx_buffer(&mut self) {
         let index = self.rx.posted;

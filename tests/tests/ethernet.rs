@@ -154,6 +154,14 @@ fn the_pf_decides_spoof_check_and_link_and_the_mtu_bounds_frames() {
     assert_eq!(a.take_send_errors(), [SendError(desc_error::SPOOFED)]);
     assert_eq!(b.recv(QUIET).unwrap(), None);
     assert_eq!(a.query().unwrap().counters.tx_spoofed, 1);
+    // A RoCEv2 frame from vf0's MAC but another function's IPv4 address: spoofed too (its
+    // RDMA peers know a function by its address).
+    let mut roce = ipv4_frame(mb, ma, [10, 82, 0, 3], [10, 82, 0, 3], 80);
+    roce[23] = 17;
+    roce[36..38].copy_from_slice(&4791u16.to_be_bytes());
+    a.send(&[&roce]).unwrap();
+    a.flush(WAIT).unwrap();
+    assert_eq!(a.take_send_errors(), [SendError(desc_error::SPOOFED)]);
     admin.set_vf_eth(1, 0).expect("spoof check off for vf0");
     a.send(&[&spoofed]).unwrap();
     assert_eq!(b.recv(WAIT).unwrap(), Some(spoofed));

@@ -52,6 +52,9 @@ impl Policy {
 pub struct Station {
     /// The function's MAC.
     pub mac: [u8; 6],
+    /// The function's IPv4 address (its GID's): RoCEv2 frames its driver sends must come
+    /// from it while the PF checks sources (§15.6).
+    pub ip: [u8; 4],
     /// Whether its link is up.
     pub link_up: bool,
     /// What its PF decided.

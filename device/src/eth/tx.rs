@@ -122,7 +122,7 @@ fn send_one(
         }
         at += n;
     }
-    if sender.policy.spoof_check && bytes[6..12] != sender.mac {
+    if sender.policy.spoof_check && spoofed(&bytes, sender) {
         return desc_error::SPOOFED;
     }
     if !sender.link_up {
@@ -130,6 +130,13 @@ fn send_one(
     }
     out.push(Frame::sealed(bytes));
     desc_error::NONE
+}
+
+/// Whether `frame` claims to be from someone else: another source MAC, or, for RoCEv2,
+/// another source IPv4 address (an RDMA peer knows a function by its GID, §15.6).
+fn spoofed(frame: &[u8], sender: &Station) -> bool {
+    frame[6..12] != sender.mac
+        || crate::fabric::route::is_roce(frame) && frame.get(26..30) != Some(&sender.ip[..])
 }
 
 /// Counts a frame that went out (the last of `out`) or failed with `error`.
