@@ -1,6 +1,8 @@
 //! A hostile guest: one VF runs random commands (with the numbers and keys of other
 //! functions' objects among their fields), random work requests on a QP aimed at another
-//! function's QP, random doorbell writes and random register writes, seeded and bounded,
+//! function's QP, random doorbell writes and random register writes, random frames (to
+//! the others, broadcast, of any length) and raw descriptors on its Ethernet queues,
+//! seeded and bounded,
 //! while two other VFs run verified traffic. Those two must see every byte and every
 //! completion right, and rnicd's memory must stay bounded.
 
@@ -9,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::Opcode;
+use rnic_abi::eth::{self, EthDesc};
 use rnic_abi::regs;
+use rnic_driver::eth::EthPort;
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::verbs::{self, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::verbs_pair::{
@@ -26,6 +30,8 @@ struct Victims {
     gid: [u8; 16],
     addr: u64,
     rkey: u32,
+    /// The MACs of the two functions with verified traffic.
+    macs: [[u8; 6]; 2],
 }
 
 /// rnicd's resident memory, in KiB.
@@ -48,6 +54,8 @@ struct Mischief {
     doorbells: u64,
     registers: u64,
     reopened: u64,
+    /// Frames and raw descriptors on its Ethernet queues.
+    ethernet: u64,
 }
 
 /// Opcodes the hostile VF sends: every command the device knows, admin ones (a VF's are
@@ -103,8 +111,10 @@ fn misbehave(
     to_rts(&me.qp, &o, rng.next_u64() as u32 & 0xFF_FFFF);
     let transport = me.ctx.device().transport();
     let bar = transport.doorbells().len() as u64;
+    // Its Ethernet queues too (datasheet §15), with reception on.
+    let mut port = EthPort::open(me.ctx.device(), 16, 9000, eth::RX_ENABLE).ok();
     while Instant::now() < until {
-        match rng.below(10) {
+        match rng.below(12) {
             0..=4 => {
                 let opcode = OPCODES[rng.below(OPCODES.len() as u64) as usize];
                 let mut body = vec![0u8; rng.below(160) as usize];
@@ -186,6 +196,45 @@ fn misbehave(
                 let _ = transport.reg_write32(regs::DOORBELL_KICK, page);
                 m.doorbells += 1;
             }
+            9..=10 => {
+                let Some(port) = port.as_mut() else {
+                    continue;
+                };
+                m.ethernet += 1;
+                if rng.percent(50) {
+                    // A frame to the victims, to everyone, or to no one, of any length.
+                    let dst = match rng.below(4) {
+                        0 => [0xff; 6],
+                        1 => victims.macs[0],
+                        2 => victims.macs[1],
+                        _ => rng.next_u64().to_le_bytes()[..6].try_into().expect("6"),
+                    };
+                    let mut frame: Vec<u8> =
+                        (0..rng.below(9100)).map(|_| rng.next_u64() as u8).collect();
+                    if frame.len() >= 6 {
+                        frame[..6].copy_from_slice(&dst);
+                    }
+                    let _ = port.send(&[&frame]);
+                } else {
+                    let tx = rng.percent(50);
+                    let desc = EthDesc {
+                        addr: if rng.percent(50) {
+                            port.buffer_address(tx, rng.below(16) as u32) + rng.below(20000)
+                        } else {
+                            rng.next_u64()
+                        },
+                        len: rng.below(20000) as u32,
+                        flags: rng.below(4) as u16,
+                        status: 0,
+                    };
+                    let _ = port.post_raw(tx, desc);
+                    if rng.percent(10) {
+                        let _ = port.write_slot_raw(tx, rng.below(2) * 4, rng.next_u64() as u32);
+                    }
+                }
+                let _ = port.take_send_errors();
+                let _ = port.recv(Duration::ZERO);
+            }
             _ => {
                 // Any register, any value; then the next incarnation starts from a reset.
                 let offset = rng.below(regs::REGS_END / 4 + 8) * 4;
@@ -197,6 +246,7 @@ fn misbehave(
     }
     // Whatever it destroyed behind the driver's back, its objects are not torn down
     // politely: it leaves the socket, and the next incarnation's reset takes them all.
+    std::mem::forget(port);
     if let Some(t) = transport.as_any().downcast_ref::<VfioUserTransport>() {
         let _ = t.disconnect();
     }
@@ -309,6 +359,10 @@ fn a_hostile_vf_disturbs_neither_the_traffic_of_two_others_nor_rnicd_memory() {
         gid: b.gid,
         addr: b.mr.addr(0),
         rkey: b.mr.rkey(),
+        macs: [
+            a.ctx.device().query_device().expect("query").mac,
+            b.ctx.device().query_device().expect("query").mac,
+        ],
     };
     // Settle the traffic's own memory first.
     verified_traffic(&a, &b, 1, Instant::now());
@@ -338,6 +392,7 @@ fn a_hostile_vf_disturbs_neither_the_traffic_of_two_others_nor_rnicd_memory() {
     );
     assert!(m.commands > 100 && m.work_requests > 100, "{m:?}");
     assert!(m.commands_refused > 0 && m.registers > 0, "{m:?}");
+    assert!(m.ethernet > 100, "{m:?}");
     assert!(messages > 100, "{messages} messages");
     assert!(
         after < before + 64 * 1024,
