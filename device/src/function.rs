@@ -729,9 +729,12 @@ impl Function {
             for frame in &ethernet {
                 st.eth.receive(&env, &station, &frame.bytes);
             }
+            let room = MAX_SPARE.saturating_sub(port.spare.len());
             port.spare
-                .extend(ethernet.into_iter().map(|f| f.bytes).take(MAX_SPARE));
-            progress |= st.eth.transmit(&env, &station, &mut port.out);
+                .extend(ethernet.into_iter().map(|f| f.bytes).take(room));
+            progress |= st
+                .eth
+                .transmit(&env, &station, &mut port.out, &mut port.spare);
             for vector in st.eth.interrupts(&env, now, &mut deadline) {
                 st.msix.signal(
                     vector,

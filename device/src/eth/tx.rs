@@ -28,7 +28,14 @@ enum Found {
 impl EthState {
     /// Sends what the driver posted on the function's send queues, up to [`BUDGET`]
     /// frames each, into `out`; returns whether any descriptor was taken.
-    pub fn transmit(&mut self, env: &Env, sender: &Station, out: &mut Vec<Frame>) -> bool {
+    /// Frame buffers come from `spare` where it has some.
+    pub fn transmit(
+        &mut self,
+        env: &Env,
+        sender: &Station,
+        out: &mut Vec<Frame>,
+        spare: &mut Vec<Vec<u8>>,
+    ) -> bool {
         let mut progress = false;
         let mtu = self.mtu;
         for ring in self.tx.iter_mut().flatten() {
@@ -42,7 +49,7 @@ impl EthState {
                 }
                 let (descs, error) = match find_frame(ring, env, avail) {
                     Found::Frame { descs, len } => {
-                        let error = send_one(ring, env, sender, descs, len, mtu, out);
+                        let error = send_one(ring, env, sender, (descs, len), mtu, out, spare);
                         (descs, error)
                     }
                     Found::Malformed { descs } => (descs, desc_error::MALFORMED),
@@ -92,21 +99,23 @@ fn find_frame(ring: &mut Ring, env: &Env, avail: u32) -> Found {
     Found::Incomplete
 }
 
-/// Checks and sends the frame of the next `descs` descriptors, `len` bytes; returns the
-/// error its descriptors carry back.
+/// Checks and sends the frame of the next `descs` descriptors, `len` bytes, built in a
+/// buffer of `spare`; returns the error its descriptors carry back.
 fn send_one(
     ring: &mut Ring,
     env: &Env,
     sender: &Station,
-    descs: u32,
-    len: u32,
+    (descs, len): (u32, u32),
     mtu: u32,
     out: &mut Vec<Frame>,
+    spare: &mut Vec<Vec<u8>>,
 ) -> u8 {
     if !(eth::MIN_FRAME..=eth::max_frame(mtu)).contains(&len) {
         return desc_error::MALFORMED;
     }
-    let mut bytes = vec![0u8; len as usize];
+    let mut bytes = spare.pop().unwrap_or_default();
+    bytes.clear();
+    bytes.resize(len as usize, 0);
     let mut at = 0usize;
     for k in 0..descs {
         let Some(d) = ring.descriptor(env.w, k) else {

@@ -77,6 +77,17 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
+    /// Sends FRAMES frames of SIZE bytes to the function at PEER (a second vfio-user
+    /// socket or PCI function this process drives too) and prints the frame rate at which
+    /// they arrived there: the Ethernet queues' benchmark.
+    Rate {
+        /// The receiving function: a vfio-user socket path, or a PCI address.
+        peer: String,
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        #[arg(long, default_value_t = 100_000)]
+        frames: u64,
+    },
     /// Prints the function's Ethernet state and counters.
     Stats,
 }
@@ -177,6 +188,22 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
             let avg = times.iter().sum::<f64>() / times.len().max(1) as f64;
             println!("{count} pings, {count} echoes, average {avg:.0} us");
         }
+        Command::Rate { peer, size, frames } => {
+            let location = if std::path::Path::new(peer).exists() {
+                Location::VfioUser(peer.into())
+            } else {
+                Location::Pci(peer.clone())
+            };
+            let peer_dev = rnic_driver::Device::open(location.open_transport()?)?;
+            let to = peer_dev.query_device()?.mac;
+            let mut rx = EthPort::open(&peer_dev, 256, args.mtu, rnic_abi::eth::RX_ENABLE)?;
+            let (rate, bytes) = rate(&mut port, &mut rx, me, to, *size, *frames)?;
+            println!(
+                "{frames} frames of {size} bytes: {:.0} frames/s, {:.1} Gbit/s",
+                rate,
+                rate * bytes as f64 * 8.0 / 1e9
+            );
+        }
         Command::Stats => {
             let q = port.query()?;
             let c = q.counters;
@@ -207,6 +234,43 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sends `frames` frames of `size` bytes from `tx` to `rx` (at `to`), keeping the send
+/// ring full, and returns the rate at which they arrived (frames/s) and their size.
+fn rate(
+    tx: &mut EthPort,
+    rx: &mut EthPort,
+    me: [u8; 6],
+    to: [u8; 6],
+    size: usize,
+    frames: u64,
+) -> rnic_driver::Result<(f64, usize)> {
+    let f = frame(to, me, size, 0, 0);
+    let start = Instant::now();
+    let (mut sent, mut got) = (0u64, 0u64);
+    let mut idle = Instant::now();
+    while got < frames {
+        // Stay a ring's worth ahead of the receiver at most: it posts 256 buffers.
+        while sent < frames && sent - got < 192 {
+            tx.send(&[&f])?;
+            sent += 1;
+        }
+        let before = got;
+        while rx.recv(Duration::ZERO)?.is_some() {
+            got += 1;
+        }
+        if got > before {
+            idle = Instant::now();
+        } else if idle.elapsed() > Duration::from_secs(2) {
+            report_errors(tx)?;
+            return Err(fail(format!(
+                "{got} of {sent} frames arrived, then none for 2 s (rx_no_buffer: {})",
+                rx.query()?.counters.rx_no_buffer
+            )));
+        }
+    }
+    Ok((frames as f64 / start.elapsed().as_secs_f64(), f.len()))
 }
 
 /// A frame of rnic-eth's EtherType: `kind` and the sequence number `seq` after the header,
