@@ -59,9 +59,6 @@ pub struct Switch {
     sender: Option<usize>,
     /// Whether [`Switch::send_from`] counts traffic.
     counts_traffic: bool,
-    /// The port whose frames [`Switch::send_from`] is forwarding: a flooded frame goes
-    /// to every port but this one.
-    from: Option<usize>,
     /// Packets forwarded from one port to another since [`Switch::take_traffic`]: what
     /// the engine's balancer keeps together.
     traffic: HashMap<(usize, usize), u64, AddrHash>,
@@ -101,7 +98,6 @@ impl Switch {
             uplink_captures: false,
             spare: Vec::new(),
             sender: None,
-            from: None,
             counts_traffic: false,
             traffic: HashMap::default(),
             fresh: Vec::new(),
@@ -296,10 +292,8 @@ impl Switch {
     /// from `from` to where they go.
     pub fn send_from(&mut self, from: usize, frame: Frame) {
         self.sender = self.counts_traffic.then_some(from);
-        self.from = Some(from);
         self.send(frame);
         self.sender = None;
-        self.from = None;
     }
 
     /// Makes [`Switch::send_from`] count the packets between ports (for
@@ -345,8 +339,13 @@ impl Switch {
         match (hop, &mut self.uplink) {
             (Hop::Inbox(port), _) => self.deliver(port, frame),
             (Hop::Flood, _) => {
-                let from = self.from;
-                for port in (0..self.inboxes.len()).filter(|&p| Some(p) != from) {
+                // Every port but the one whose MAC sent it (a frame held by the fault
+                // injector comes back here without its sender).
+                let src = frame.bytes.get(6..12).unwrap_or(&[]);
+                let to: Vec<usize> = (0..self.inboxes.len())
+                    .filter(|&p| self.ports.get(p).is_none_or(|e| e.mac[..] != *src))
+                    .collect();
+                for port in to {
                     self.deliver(port, frame.clone());
                 }
                 if let Some(uplink) = &mut self.uplink {
@@ -651,6 +650,7 @@ mod tests {
         s.set_uplink(Box::new(fake));
         let mut arp = vec![0u8; 60];
         arp[..6].copy_from_slice(&[0xff; 6]);
+        arp[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         s.send_from(0, Frame::sealed(arp.clone()));
         assert_eq!(s.take(0).len(), 0, "not back to its sender");
