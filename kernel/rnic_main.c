@@ -79,12 +79,45 @@ static int rnic_query_device(struct rnic_dev *rd)
 	else
 		strscpy(kind, "PF", sizeof(kind));
 	dev_info(&rd->pdev->dev,
-		 "rnic %s, ABI %u.%u, rnicd %u.%u.%u, caps %#llx, mac %pM, gid %pI6\n",
+		 "rnic %s, ABI %u.%u, rnicd %u.%u.%u, caps %#llx, mac %pM, gid %pI6c\n",
 		 kind, le16_to_cpu(info->abi_major), le16_to_cpu(info->abi_minor),
 		 (fw >> 16) & 0xff, (fw >> 8) & 0xff, fw & 0xff, rd->caps,
 		 info->mac, info->gid);
 	return 0;
 }
+
+/*
+ * The function's default GID as QUERY_DEVICE gave it, and its IPv4 address
+ * when the GID is IPv4-mapped (what RoCEv2 uses, and so what the network
+ * interface should carry).
+ */
+static ssize_t gid_show(struct device *dev, struct device_attribute *attr,
+			char *buf)
+{
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+
+	return sysfs_emit(buf, "%pI6c\n", rd->info.gid);
+}
+static DEVICE_ATTR_RO(gid);
+
+static ssize_t ipv4_show(struct device *dev, struct device_attribute *attr,
+			 char *buf)
+{
+	static const u8 mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+
+	if (memcmp(rd->info.gid, mapped, sizeof(mapped)))
+		return sysfs_emit(buf, "\n");
+	return sysfs_emit(buf, "%pI4\n", &rd->info.gid[12]);
+}
+static DEVICE_ATTR_RO(ipv4);
+
+static struct attribute *rnic_attrs[] = {
+	&dev_attr_gid.attr,
+	&dev_attr_ipv4.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(rnic);
 
 static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
@@ -228,6 +261,7 @@ static struct pci_driver rnic_driver = {
 	.remove = rnic_remove,
 	.shutdown = rnic_shutdown,
 	.err_handler = &rnic_err_handlers,
+	.dev_groups = rnic_groups,
 };
 module_pci_driver(rnic_driver);
 

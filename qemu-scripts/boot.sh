@@ -17,7 +17,7 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe | --verbs] [--pyverbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
+Usage: boot.sh [--rxe | --verbs | --kernel] [--pyverbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
                [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
                [--mem MB] [--smp N] [--timeout S] [--] CMD...
 
@@ -35,6 +35,12 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     ibv_devinfo, ibv_rc_pingpong, ib_write_bw ... drive the attached
                     functions (rnic_0, rnic_1, ... in PCI order; GID index 1); default
                     --mem 1024
+  --kernel          boot the kernel-driver guest instead: Debian trixie with rnic.ko (kernel/,
+                    built by kernel-module.sh) loaded at boot, so every attached function is a
+                    network interface (eth0, eth1, ... in PCI order, when no --nic comes
+                    first), up with its function's IPv4 address (the last 4 bytes of its GID:
+                    VF0 is 10.82.0.2) and prefix /16; iproute2, ping, ethtool and iperf3;
+                    default --mem 1024. --ip then addresses the functions instead (below)
   --pyverbs         with --rxe or --verbs: add Python 3, Debian's python3-pyverbs and
                     rdma-core's own test suite (/opt/rdma-core/tests, the tests/ of the
                     release Debian ships) to the guest, one more archive built by
@@ -57,7 +63,10 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     Repeatable: the first is the guest's eth0, the second eth1. MAC default:
                     52:54:00:<NIC index>:<LPORT as two bytes>
   --ip ADDR/PREFIX  the address of the NIC given by the same-numbered --nic (first --ip for
-                    eth0, ...): the guest's /init brings it up (kernel word rnic_ethN_ip)
+                    eth0, ...): the guest's /init brings it up (kernel word rnic_ethN_ip).
+                    With --kernel: the address of the Nth rnic function's interface in PCI
+                    order (the order of --pf and --vf; kernel word rnic_fnN_ip), `none` for
+                    none; functions without an --ip get their own address
   --mtu N           the MTU of the NIC given by the same-numbered --nic (first --mtu for
                     eth0, ...), set before CMD runs (default 1500). rxe's active MTU
                     follows it: 4200 gives 4096, 2200 gives 2048, 1500 gives 1024
@@ -67,7 +76,7 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     copy the host file HOST into the guest as GUEST (an absolute path;
                     default /root/<its name>, the command's working directory), e.g. a
                     verbs program of your own for --verbs; repeatable
-  --mem MB          guest memory in MiB (default 512; 1024 with --rxe or --verbs)
+  --mem MB          guest memory in MiB (default 512; 1024 with --rxe, --verbs or --kernel)
   --smp N           virtual CPUs (default 1; under TCG each is a host thread, so more than
                     the host's cores minus rnicd's only slows everything)
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
@@ -91,6 +100,7 @@ want_pf=0
 vfs=()
 rxe=0
 verbs=0
+kernel=0
 pyverbs=0
 files=()
 iommu=0
@@ -110,6 +120,7 @@ while [ $# -gt 0 ]; do
     --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
     --vf=*) vfs+=("${1#*=}"); shift ;;
     --verbs) verbs=1; shift ;;
+    --kernel) kernel=1; shift ;;
     --pyverbs) pyverbs=1; shift ;;
     --file) [ $# -ge 2 ] || die "--file needs HOST[:GUEST]"; files+=("$2"); shift 2 ;;
     --file=*) files+=("${1#*=}"); shift ;;
@@ -135,7 +146,7 @@ while [ $# -gt 0 ]; do
     *) cmd=("$@"); break ;;
     esac
 done
-[ -n "$mem" ] || { if [ $rxe = 1 ] || [ $verbs = 1 ]; then mem=1024; else mem=512; fi; }
+[ -n "$mem" ] || { if [ $rxe = 1 ] || [ $verbs = 1 ] || [ $kernel = 1 ]; then mem=1024; else mem=512; fi; }
 [[ $smp =~ ^[1-9][0-9]?$ ]] || die "--smp $smp: give a number of virtual CPUs from 1 to 99, e.g. --smp 2"
 [[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem $mem: give a whole number of MiB, e.g. --mem 1024"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout $timeout_s: give whole seconds (0 for none)"
@@ -148,7 +159,7 @@ fi
 if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
     die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
 fi
-[ $rxe = 0 ] || [ $verbs = 0 ] || die "--rxe and --verbs are two different guests: give one (boot another guest for the other)"
+[ $((rxe + verbs + kernel)) -le 1 ] || die "--rxe, --verbs and --kernel are different guests: give one (boot another guest for the other)"
 [ $pyverbs = 0 ] || [ $rxe = 1 ] || [ $verbs = 1 ] || die "--pyverbs is for the Debian guests: add --rxe or --verbs"
 [ $rxe = 0 ] || [ $iommu = 0 ] || die "--iommu is for the rnic and verbs guests (their vfio modules); the --rxe guest has none"
 # Each NIC as: local port, remote port, MAC.
@@ -167,8 +178,14 @@ for i in "${!nics[@]}"; do
     nic_rports+=("$rport")
     nic_macs+=("${BASH_REMATCH[4]:-$(printf '52:54:00:%02x:%02x:%02x' "$i" $((lport >> 8)) $((lport & 255)))}")
 done
-[ ${#ips[@]} -le ${#nics[@]} ] || die "${#ips[@]} --ip for ${#nics[@]} --nic: each --ip addresses the same-numbered --nic"
+if [ $kernel = 1 ]; then
+    nfuncs=$((want_pf + ${#vfs[@]}))
+    [ ${#ips[@]} -le $nfuncs ] || die "${#ips[@]} --ip for $nfuncs rnic functions: with --kernel each --ip addresses the same-numbered --pf/--vf"
+else
+    [ ${#ips[@]} -le ${#nics[@]} ] || die "${#ips[@]} --ip for ${#nics[@]} --nic: each --ip addresses the same-numbered --nic"
+fi
 for a in ${ips[@]+"${ips[@]}"}; do
+    [ $kernel = 1 ] && [ "$a" = none ] && continue
     [[ $a =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || die "--ip $a: give ADDR/PREFIX, e.g. --ip 10.82.0.100/24"
 done
 [ ${#mtus[@]} -le ${#nics[@]} ] || die "${#mtus[@]} --mtu for ${#nics[@]} --nic: each --mtu sets the same-numbered --nic's"
@@ -204,6 +221,8 @@ if [ $rxe = 1 ]; then
     base_initrd=$(bash "$here/build-debian-guest.sh" rxe)
 elif [ $verbs = 1 ]; then
     base_initrd=$(bash "$here/build-debian-guest.sh" verbs)
+elif [ $kernel = 1 ]; then
+    base_initrd=$(bash "$here/build-debian-guest.sh" kernel)
 else
     base_initrd=$(bash "$here/build-initramfs.sh")
 fi
@@ -399,8 +418,13 @@ for i in "${!nics[@]}"; do
         -netdev "dgram,id=nic$i,local.type=inet,local.host=127.0.0.1,local.port=${nic_lports[$i]},remote.type=inet,remote.host=127.0.0.1,remote.port=${nic_rports[$i]}"
         -device "virtio-net-pci,netdev=nic$i,mac=${nic_macs[$i]},romfile="
     )
-    [ -z "${ips[$i]:-}" ] || append+=" rnic_eth${i}_ip=${ips[$i]}"
+    [ $kernel = 1 ] || [ -z "${ips[$i]:-}" ] || append+=" rnic_eth${i}_ip=${ips[$i]}"
 done
+if [ $kernel = 1 ]; then
+    for i in "${!ips[@]}"; do
+        append+=" rnic_fn${i}_ip=${ips[$i]}"
+    done
+fi
 if [ -n "$nic_dump" ]; then
     qemu_args+=(-object "filter-dump,id=dump0,netdev=nic0,file=$(qemu_path "$run_dir/eth0.pcap")")
 fi

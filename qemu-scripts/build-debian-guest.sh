@@ -3,8 +3,8 @@
 # in the initramfs). Both come from one trixie minbase root ($RXE_ROOT, default
 # /var/cache/rnic/rxe-root) with rdma-core (ibverbs-utils, ibverbs-providers), perftest,
 # UCX (ucx-utils: ucx_info, ucx_perftest; the ROCm, LLVM, Level Zero and OpenCL runtimes
-# it drags in stay out of the images, 10 MB more per image instead of 80), iproute2, kmod
-# and busybox:
+# it drags in stay out of the images, 10 MB more per image instead of 80), iproute2, kmod,
+# iputils-ping, ethtool, iperf3 and busybox:
 #
 #   rxe    the Soft-RoCE guest (boot.sh --rxe): Debian's own libibverbs and provider
 #          (librxe) on the kernel's rdma_rxe, `rdma link add rxe0 type rxe netdev eth0` at
@@ -21,6 +21,15 @@
 #          kernel unpacks concatenated archives), so a library change repacks only that.
 #          Before packing, Debian's ibv_devices runs on the library in the root (chroot), which
 #          proves that trixie's glibc satisfies its imports.
+#   kernel the kernel-driver guest (boot.sh --kernel): the same userland with rnic.ko
+#          (kernel/, built by kernel-module.sh with Debian's headers) loaded at boot, so
+#          each attached function is a network interface; /init gives each one its
+#          function's IPv4 address (the driver's `ipv4` attribute of the PCI device, the
+#          last 4 bytes of the function's GID: VF0 is 10.82.0.2) with prefix /16, or what
+#          the kernel word rnic_fnN_ip=A/P (boot.sh --ip) says for the Nth function in PCI
+#          order (`none`: no address). Image: $KERNEL_KIT/initramfs.img, a cached base
+#          image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod runs
+#          at boot), so a driver change repacks only that.
 #
 # Both /inits mount the usual filesystems, load virtio_net (and, for rxe, rdma_rxe, ib_uverbs
 # and the CRC modules) with their dependencies, bring up each ethN named by a kernel word
@@ -35,7 +44,7 @@
 # its inputs changed (this script, guest-lib.sh, the kernel version); the verbs image's
 # library cpio only when the library changed. Needs root and the guest kit from setup.sh
 # (which builds the rxe image). Prints the image path on stdout.
-# Usage: build-debian-guest.sh rxe|verbs
+# Usage: build-debian-guest.sh rxe|verbs|kernel
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -47,13 +56,14 @@ log() { echo "[build-debian-guest] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 flavour=${1:-}
-[ $# = 1 ] && { [ "$flavour" = rxe ] || [ "$flavour" = verbs ]; } ||
-    die "usage: build-debian-guest.sh rxe|verbs (the Soft-RoCE guest, or the guest with rnic's libibverbs)"
+[ $# = 1 ] && { [ "$flavour" = rxe ] || [ "$flavour" = verbs ] || [ "$flavour" = kernel ]; } ||
+    die "usage: build-debian-guest.sh rxe|verbs|kernel (the Soft-RoCE guest, the guest with rnic's libibverbs, or the guest with rnic.ko)"
 
 # What the guests run: rdma-core's verbs tools and providers (librxe; perftest also links
 # libmlx5, libefa and libhns), perftest, UCX's tools, iproute2 (ip, rdma), kmod (modprobe),
-# busybox (poweroff and small tools).
-packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils)
+# busybox (poweroff and small tools); ping, ethtool and iperf3 for the kernel-driver guest's
+# network interfaces.
+packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3)
 # The busybox rnic guest's NIC: virtio_net and what it depends on.
 net_modules=(virtio_net)
 libdir=usr/lib/x86_64-linux-gnu
@@ -64,6 +74,14 @@ if [ "$flavour" = rxe ]; then
     # with PCLMULQDQ, so failing to load it is fine: crc32_generic then serves rxe's ICRC.
     modules=(virtio_net crc32_generic crc32_pclmul rdma_rxe ib_uverbs)
     optional_modules=" crc32_pclmul "
+    iommu_modules=()
+    flavour_excludes=()
+elif [ "$flavour" = kernel ]; then
+    kit=$KERNEL_KIT
+    base=$KERNEL_KIT/base.zst
+    # virtio_net for a --nic beside the rnic functions; rnic.ko comes in its own cpio.
+    modules=(virtio_net)
+    optional_modules=" "
     iommu_modules=()
     flavour_excludes=()
 else
@@ -271,6 +289,37 @@ flavour=$(cat /etc/rnic/flavour)
 hostname "$flavour-guest"
 ip link set lo up
 
+# The kernel-driver guest: rnic.ko, then an address on each of its interfaces.
+kernel_setup() {
+    depmod -a || { echo "kernel guest: depmod failed"; return 1; }
+    modprobe rnic || { echo "kernel guest: modprobe rnic failed"; return 1; }
+    i=0
+    for dev in /sys/bus/pci/drivers/rnic/0000:*; do
+        [ -e "$dev" ] || continue
+        eval "addr=\${rnic_fn${i}_ip:-}"
+        i=$((i + 1))
+        found=0
+        for n in "$dev"/net/*; do
+            [ -e "$n" ] || continue
+            found=1
+            name=${n##*/}
+            if [ -z "$addr" ]; then
+                ip4=$(cat "$dev/ipv4" 2>/dev/null)
+                addr=${ip4:+$ip4/16}
+            fi
+            ip link set "$name" up || { echo "kernel guest: cannot bring $name up"; return 1; }
+            if [ -n "$addr" ] && [ "$addr" != none ]; then
+                ip addr add "$addr" dev "$name" ||
+                    { echo "kernel guest: cannot give $name the address $addr"; return 1; }
+            fi
+            echo "kernel guest: $name (rnic ${dev##*/}) ${addr:-no address} mac $(cat "$n/address")"
+        done
+        [ $found = 1 ] || echo "kernel guest: rnic ${dev##*/} has no network interface (see dmesg)"
+    done
+    [ $i -gt 0 ] || echo "kernel guest: no rnic function is bound to rnic.ko"
+    return 0
+}
+
 setup() {
     for m in $(cat /etc/rnic/modules); do
         case " $(cat /etc/rnic/optional-modules) " in
@@ -288,6 +337,10 @@ setup() {
             modprobe "$m" $args || { echo "$flavour guest: modprobe $m failed"; return 1; }
         done
         [ -e /dev/vfio/vfio ] || { echo "$flavour guest: no /dev/vfio/vfio after loading the vfio modules"; return 1; }
+    fi
+    if [ "$flavour" = kernel ]; then
+        kernel_setup
+        return
     fi
     if [ "$flavour" = verbs ]; then
         functions=""
@@ -386,6 +439,35 @@ if ! fresh; then
 fi
 if [ "$flavour" = rxe ]; then
     echo "$base"
+    exit 0
+fi
+
+# --- the kernel-driver guest's module ---------------------------------------------------------
+if [ "$flavour" = kernel ]; then
+    need_root
+    ko=$(bash "$here/kernel-module.sh") || die "building rnic.ko failed (see above)"
+    out=$KERNEL_KIT/initramfs.img
+    ko_stamp="$stamp $(sha256sum <"$ko" | cut -d' ' -f1)"
+    if [ -f "$out" ] && [ "$(cat "$KERNEL_KIT/image-stamp" 2>/dev/null)" = "$ko_stamp" ]; then
+        echo "$out"
+        exit 0
+    fi
+    exec 9>"$RNIC_CACHE/.debian-guest.lock"
+    flock 9
+    check_dir=$(mktemp -d "$KERNEL_KIT/.module.XXXXXX")
+    moddir=usr/lib/modules/$kver/extra
+    mkdir -p "$check_dir/$moddir"
+    strip --strip-debug -o "$check_dir/$moddir/rnic.ko" "$ko" || die "strip $ko failed"
+    tmp_out=$(mktemp "$KERNEL_KIT/.initramfs.XXXXXX")
+    {
+        cat "$base"
+        (cd "$check_dir" && printf '%s\n' "$moddir" "$moddir/rnic.ko" | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n -1
+    } >"$tmp_out"
+    chmod 644 "$tmp_out"
+    mv -f "$tmp_out" "$out"
+    echo "$ko_stamp" >"$KERNEL_KIT/image-stamp"
+    log "wrote $out (rnic.ko, $(du -h "$ko" | cut -f1))"
+    echo "$out"
     exit 0
 fi
 

@@ -14,6 +14,10 @@ RXE_ROOT=$RNIC_CACHE/rxe-root
 RXE_KIT=$RNIC_CACHE/rxe-guest
 # shellcheck disable=SC2034
 VERBS_KIT=$RNIC_CACHE/verbs-guest
+# The kernel-driver guest's image (build-debian-guest.sh kernel; boot.sh --kernel) and the
+# rnic.ko it carries (kernel-module.sh).
+# shellcheck disable=SC2034
+KERNEL_KIT=$RNIC_CACHE/kernel-guest
 # Python, pyverbs and rdma-core's tests for either Debian guest (pyverbs-layer.sh;
 # boot.sh --pyverbs).
 # shellcheck disable=SC2034

@@ -10,7 +10,9 @@
 #     reference of rnic's libibverbs, with ibverbs-utils, perftest, python3-pyverbs and
 #     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh);
 #   - Python, python3-pyverbs and rdma-core's own test suite for the Debian guests
-#     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time).
+#     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time);
+#   - Debian's linux-headers for the guest kernel in the trixie root, and rnic.ko built
+#     there from kernel/ (kernel-module.sh; rebuilt when kernel/ changes).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists.
 # Prints nothing on stdout but progress; `source qemu-scripts/env.sh` afterwards to use it.
 set -euo pipefail
@@ -121,6 +123,7 @@ main() {
     bash "$here/pyverbs-layer.sh" >/dev/null
     ensure_trixie_root
     bash "$here/ibverbs-ref.sh" >/dev/null
+    bash "$here/kernel-module.sh" >/dev/null
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"
 }
 

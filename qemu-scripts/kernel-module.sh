@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds rnic.ko (kernel/) for the guest kernel, idempotently: installs Debian's
+# linux-headers-<guest kernel version>, make and perl (kernel-doc, for W=1) into the trixie
+# root ($TRIXIE_ROOT), so the module is built by the compiler Debian built that kernel with,
+# and runs `make W=1` there. Rebuilds only when kernel/'s sources or the kernel version
+# changed; a warning fails the build. Needs root, the trixie root and the guest kit
+# (setup.sh makes both; setup.sh calls this script). Prints the module's path on stdout:
+# $RNIC_CACHE/kernel-module/rnic.ko.
+# Usage: kernel-module.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+# shellcheck source=qemu-scripts/env.sh
+source "$here/env.sh"
+
+log() { echo "[kernel-module] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+out_dir=$RNIC_CACHE/kernel-module
+src=$repo/kernel
+[ -f "$GUEST_KIT/kernel-version" ] || die "no guest kernel yet ($GUEST_KIT/kernel-version); run qemu-scripts/setup.sh"
+[ -x "$TRIXIE_ROOT/usr/bin/apt-get" ] || die "no trixie root at $TRIXIE_ROOT; run qemu-scripts/setup.sh"
+kver=$(cat "$GUEST_KIT/kernel-version")
+sources=("$src"/Kbuild "$src"/Makefile "$src"/*.c "$src"/*.h)
+stamp=$({ echo "$kver"; cat "${sources[@]}" "${BASH_SOURCE[0]}"; } | sha256sum | cut -d' ' -f1)
+
+fresh() { [ -f "$out_dir/rnic.ko" ] && [ "$(cat "$out_dir/stamp" 2>/dev/null)" = "$stamp" ]; }
+if fresh; then
+    echo "$out_dir/rnic.ko"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || die "must run as root (chroot and apt-get need it); re-run with sudo"
+mkdir -p "$out_dir"
+# Two boots may get here at once: one builds, the other then finds the module fresh.
+exec 9>"$RNIC_CACHE/.kernel-module.lock"
+flock 9
+if fresh; then
+    echo "$out_dir/rnic.ko"
+    exit 0
+fi
+
+headers=linux-headers-$kver
+build=/usr/src/$headers
+if [ ! -f "$TRIXIE_ROOT$build/Makefile" ] || ! chroot "$TRIXIE_ROOT" sh -c 'command -v make && command -v perl' >/dev/null; then
+    log "installing $headers, make and perl into $TRIXIE_ROOT"
+    chroot "$TRIXIE_ROOT" apt-get update -qq
+    # The root may hold trixie-backports' QEMU, whose libraries (libelf) are newer than
+    # trixie's: then the headers' tools (pahole) must come from backports as well.
+    chroot_install "$TRIXIE_ROOT" "$headers" make perl 2>/dev/null ||
+        chroot_install "$TRIXIE_ROOT" --release trixie-backports "$headers" make perl ||
+        die "could not install $headers into $TRIXIE_ROOT"
+fi
+
+work=$TRIXIE_ROOT/var/tmp/rnic-kernel-module
+rm -rf --one-file-system "$work"
+mkdir -p "$work"
+cp "${sources[@]}" "$work/"
+log "building rnic.ko for $kver (make W=1)"
+if ! output=$(chroot "$TRIXIE_ROOT" make -C /var/tmp/rnic-kernel-module KDIR="$build" W=1 2>&1); then
+    printf '%s\n' "$output" >&2
+    die "the module did not build (see above)"
+fi
+if grep -Eiq 'warning:|error:' <<<"$output"; then
+    printf '%s\n' "$output" >&2
+    die "the module built with warnings (see above); kernel/ must build warning-free with W=1"
+fi
+cp "$work/rnic.ko" "$out_dir/rnic.ko.tmp"
+mv -f "$out_dir/rnic.ko.tmp" "$out_dir/rnic.ko"
+echo "$stamp" >"$out_dir/stamp"
+rm -rf --one-file-system "$work"
+log "built $out_dir/rnic.ko"
+echo "$out_dir/rnic.ko"
