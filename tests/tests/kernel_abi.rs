@@ -1,0 +1,263 @@
+//! The kernel driver's copy of the hardware interface (kernel/rnic_abi.h) agrees with the
+//! ABI crate: every size, field offset, constant and helper the driver uses is printed by
+//! a small C program that includes the header (compiled here with the host's `cc`, as
+//! userspace C: the header is written to allow that), and compared with what `rnic_abi`
+//! says.
+
+use std::mem::{offset_of, size_of};
+use std::process::Command;
+
+use rnic_abi::cmd::{
+    CmdHeader, Limits, Opcode, QueryDeviceResp, RespHeader, Status, CMDQ_MAX_SIZE, CMD_MAX_LEN,
+    FUNCTION_KIND_PF, FUNCTION_KIND_VF,
+};
+use rnic_abi::eth::{self, *};
+use rnic_abi::verbs::{DoorbellSlot, PageList, PAGE_SHIFT};
+use rnic_abi::{doorbell, pci, regs};
+
+/// One check: a C expression and the value the ABI crate gives it.
+struct Item {
+    c: String,
+    rust: u64,
+}
+
+fn item(c: impl Into<String>, rust: impl TryInto<u64>) -> Item {
+    Item {
+        c: c.into(),
+        rust: rust.try_into().ok().expect("a value that fits a u64"),
+    }
+}
+
+/// The size of `struct $c` and the offset of each field, against the Rust type `$r`
+/// (fields of the same names).
+macro_rules! layout {
+    ($v:ident, $c:literal, $r:ty $(, $f:ident)*) => {
+        $v.push(item(concat!("sizeof(struct ", $c, ")"), size_of::<$r>()));
+        $(
+            $v.push(item(
+                concat!("offsetof(struct ", $c, ", ", stringify!($f), ")"),
+                offset_of!($r, $f),
+            ));
+        )*
+    };
+}
+
+/// A constant of the header against its value in the crate.
+macro_rules! konst {
+    ($v:ident, $( $c:literal = $r:expr ),* $(,)?) => {
+        $( $v.push(item($c, $r)); )*
+    };
+}
+
+fn items() -> Vec<Item> {
+    let mut v = Vec::new();
+    layout!(v, "rnic_cmd_header", CmdHeader, opcode, reserved, token);
+    layout!(v, "rnic_resp_header", RespHeader, status, opcode, token, syndrome, reserved);
+    layout!(
+        v, "rnic_limits", Limits, max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd,
+        max_qp_rd_atom, max_qp_init_rd_atom, max_inline_data, max_mr_size, max_mr_pages,
+        doorbell_pages, msix_vectors, cmdq_max_size
+    );
+    layout!(
+        v, "rnic_query_device_resp", QueryDeviceResp, vendor_id, device_id, abi_major,
+        abi_minor, fw_version, function_kind, vf_index, total_vfs, caps, mac, reserved0, gid,
+        limits
+    );
+    layout!(v, "rnic_page_list", PageList, addr, count, page_shift, levels, reserved);
+    layout!(v, "rnic_doorbell_slot", DoorbellSlot, page, slot);
+    layout!(v, "rnic_eth_desc", EthDesc, addr, len, flags, status);
+    layout!(
+        v, "rnic_create_eth_queue_req", CreateEthQueueReq, kind, reserved0, msix_vector,
+        entries, doorbell_page, moderation_usecs, ring
+    );
+    layout!(v, "rnic_create_eth_queue_resp", CreateEthQueueResp, queue, reserved, doorbell);
+    layout!(v, "rnic_eth_queue_req", EthQueueReq, kind, reserved0, queue);
+    layout!(v, "rnic_set_eth_req", SetEthReq, mtu, rx_mode, event_vector, reserved, mc_count);
+    layout!(v, "rnic_mac_entry", MacEntry, mac, reserved);
+    layout!(
+        v, "rnic_eth_counters", EthCounters, tx_frames, tx_bytes, tx_malformed, tx_dma_errors,
+        tx_spoofed, tx_link_down, rx_frames, rx_bytes, rx_no_buffer, rx_too_long, rx_filtered,
+        rx_disabled, rx_dma_errors, rx_link_down, ring_errors, interrupts
+    );
+    layout!(
+        v, "rnic_query_eth_resp", QueryEthResp, mac, reserved, flags, mtu, rx_mode, max_mtu,
+        counters
+    );
+    layout!(
+        v, "rnic_eth_queue_stats", EthQueueStats, frames, bytes, errors, interrupts, completed,
+        posted
+    );
+    // The virtio descriptor of the command queue (datasheet §6.3): 16 bytes.
+    konst!(v, "sizeof(struct rnic_vring_desc)" = 16u64);
+    konst!(v, "RNIC_ETH_COUNTERS" = size_of::<EthCounters>() / 8);
+
+    konst!(
+        v,
+        "RNIC_ABI_MAJOR" = rnic_abi::ABI_MAJOR,
+        "RNIC_ABI_MINOR" = rnic_abi::ABI_MINOR,
+        "RNIC_PAGE_SIZE" = rnic_abi::PAGE_SIZE,
+        "RNIC_VENDOR_ID" = pci::VENDOR_ID,
+        "RNIC_PF_DEVICE_ID" = pci::PF_DEVICE_ID,
+        "RNIC_VF_DEVICE_ID" = pci::VF_DEVICE_ID,
+        "RNIC_REG_BAR" = pci::REG_BAR,
+        "RNIC_DOORBELL_BAR" = pci::DOORBELL_BAR,
+        "RNIC_MSIX_VECTORS" = pci::MSIX_VECTORS,
+        "RNIC_REG_MAGIC" = regs::MAGIC_REG,
+        "RNIC_REG_ABI_VERSION" = regs::ABI_VERSION,
+        "RNIC_REG_FUNCTION_INFO" = regs::FUNCTION_INFO,
+        "RNIC_REG_CAPS_LO" = regs::CAPS_LO,
+        "RNIC_REG_CAPS_HI" = regs::CAPS_HI,
+        "RNIC_REG_DEVICE_STATUS" = regs::DEVICE_STATUS,
+        "RNIC_REG_DEVICE_CONTROL" = regs::DEVICE_CONTROL,
+        "RNIC_REG_CMDQ_DESC_LO" = regs::CMDQ_DESC_LO,
+        "RNIC_REG_CMDQ_DESC_HI" = regs::CMDQ_DESC_HI,
+        "RNIC_REG_CMDQ_AVAIL_LO" = regs::CMDQ_AVAIL_LO,
+        "RNIC_REG_CMDQ_AVAIL_HI" = regs::CMDQ_AVAIL_HI,
+        "RNIC_REG_CMDQ_USED_LO" = regs::CMDQ_USED_LO,
+        "RNIC_REG_CMDQ_USED_HI" = regs::CMDQ_USED_HI,
+        "RNIC_REG_CMDQ_SIZE" = regs::CMDQ_SIZE,
+        "RNIC_REG_CMDQ_MSIX_VECTOR" = regs::CMDQ_MSIX_VECTOR,
+        "RNIC_REG_CMDQ_CONTROL" = regs::CMDQ_CONTROL,
+        "RNIC_REG_CMDQ_MAX_SIZE" = regs::CMDQ_MAX_SIZE,
+        "RNIC_REG_DOORBELL_KICK" = regs::DOORBELL_KICK,
+        "RNIC_REG_DOORBELL_PAGES" = regs::DOORBELL_PAGES,
+        "RNIC_REG_MSIX_VECTORS" = regs::MSIX_VECTORS,
+        "RNIC_REG_ERROR_CODE" = regs::ERROR_CODE,
+        "RNIC_MAGIC" = regs::MAGIC,
+        "RNIC_FUNCTION_IS_VF" = regs::FUNCTION_IS_VF,
+        "RNIC_CAP_CMDQ" = regs::CAP_CMDQ,
+        "RNIC_CAP_DOORBELL_NOTIFY" = regs::CAP_DOORBELL_NOTIFY,
+        "RNIC_CAP_MSIX" = regs::CAP_MSIX,
+        "RNIC_CAP_FUNCTION_RESET" = regs::CAP_FUNCTION_RESET,
+        "RNIC_CAP_ETH" = regs::CAP_ETH,
+        "RNIC_STATUS_READY" = regs::STATUS_READY,
+        "RNIC_STATUS_CMDQ_RUNNING" = regs::STATUS_CMDQ_RUNNING,
+        "RNIC_STATUS_FATAL" = regs::STATUS_FATAL,
+        "RNIC_STATUS_DISABLED" = regs::STATUS_DISABLED,
+        "RNIC_STATUS_LINK_DOWN" = regs::STATUS_LINK_DOWN,
+        "RNIC_CONTROL_RESET" = regs::CONTROL_RESET,
+        "RNIC_CMDQ_ENABLE" = regs::CMDQ_ENABLE,
+        "RNIC_NO_VECTOR" = regs::NO_VECTOR,
+        "RNIC_DB_NOTIFY_REQUEST" = doorbell::NOTIFY_REQUEST,
+        "RNIC_DB_CMDQ_DOORBELL" = doorbell::CMDQ_DOORBELL,
+        "RNIC_DB_RESET_COUNT" = doorbell::RESET_COUNT,
+        "RNIC_DB_RUNG_BITMAP" = doorbell::RUNG_BITMAP,
+        "RNIC_DB_SLOTS_BASE" = doorbell::SLOTS_BASE,
+        "RNIC_DB_SLOT_SIZE" = doorbell::SLOT_SIZE,
+        "RNIC_DB_SLOTS" = doorbell::SLOTS,
+        "RNIC_DB_PAGES" = doorbell::PAGES,
+        "rnic_db_slot_offset(3, 7)" = doorbell::slot_offset(3, 7),
+        "rnic_db_slot_offset(15, 479)" = doorbell::slot_offset(15, 479),
+        "RNIC_CMDQ_MAX_SIZE" = CMDQ_MAX_SIZE,
+        "RNIC_CMD_MAX_LEN" = CMD_MAX_LEN,
+        "RNIC_CMD_NOP" = Opcode::Nop as u16,
+        "RNIC_CMD_QUERY_DEVICE" = Opcode::QueryDevice as u16,
+        "RNIC_CMD_CREATE_ETH_QUEUE" = Opcode::CreateEthQueue as u16,
+        "RNIC_CMD_DESTROY_ETH_QUEUE" = Opcode::DestroyEthQueue as u16,
+        "RNIC_CMD_SET_ETH" = Opcode::SetEth as u16,
+        "RNIC_CMD_QUERY_ETH" = Opcode::QueryEth as u16,
+        "RNIC_CMD_QUERY_ETH_QUEUE" = Opcode::QueryEthQueue as u16,
+        "RNIC_ST_OK" = Status::Ok as u16,
+        "RNIC_ST_BAD_OPCODE" = Status::BadOpcode as u16,
+        "RNIC_ST_BAD_PARAM" = Status::BadParam as u16,
+        "RNIC_ST_MALFORMED" = Status::Malformed as u16,
+        "RNIC_ST_DMA_ERROR" = Status::DmaError as u16,
+        "RNIC_ST_NO_RESOURCES" = Status::NoResources as u16,
+        "RNIC_ST_NOT_PERMITTED" = Status::NotPermitted as u16,
+        "RNIC_ST_INTERNAL" = Status::Internal as u16,
+        "RNIC_ST_BUSY" = Status::Busy as u16,
+        "RNIC_ST_NOT_FOUND" = Status::NotFound as u16,
+        "RNIC_ST_BAD_STATE" = Status::BadState as u16,
+        "RNIC_FUNCTION_KIND_PF" = FUNCTION_KIND_PF,
+        "RNIC_FUNCTION_KIND_VF" = FUNCTION_KIND_VF,
+        "RNIC_PAGE_SHIFT" = PAGE_SHIFT,
+        "RNIC_ETH_KIND_TX" = KIND_TX,
+        "RNIC_ETH_KIND_RX" = KIND_RX,
+        "RNIC_ETH_MAX_TX_QUEUES" = MAX_TX_QUEUES,
+        "RNIC_ETH_MAX_RX_QUEUES" = MAX_RX_QUEUES,
+        "RNIC_ETH_MIN_ENTRIES" = MIN_ENTRIES,
+        "RNIC_ETH_MAX_ENTRIES" = MAX_ENTRIES,
+        "RNIC_ETH_MAX_MODERATION_USECS" = MAX_MODERATION_USECS,
+        "RNIC_ETH_MIN_MTU" = MIN_MTU,
+        "RNIC_ETH_MAX_MTU" = MAX_MTU,
+        "RNIC_ETH_DEFAULT_MTU" = DEFAULT_MTU,
+        "RNIC_ETH_HLEN" = ETH_HLEN,
+        "RNIC_ETH_VLAN_HLEN" = VLAN_HLEN,
+        "RNIC_ETH_MIN_FRAME" = MIN_FRAME,
+        "RNIC_ETH_TX_MAX_DESCS" = TX_MAX_DESCS,
+        "RNIC_ETH_TX_MORE" = TX_MORE,
+        "RNIC_ETH_DESC_DONE" = DESC_DONE,
+        "RNIC_ETH_DESC_ERROR_SHIFT" = DESC_ERROR_SHIFT,
+        "RNIC_ETH_RX_ENABLE" = RX_ENABLE,
+        "RNIC_ETH_RX_PROMISC" = RX_PROMISC,
+        "RNIC_ETH_RX_ALLMULTI" = RX_ALLMULTI,
+        "RNIC_ETH_MAX_MULTICAST" = MAX_MULTICAST,
+        "RNIC_ETH_LINK_UP" = ETH_LINK_UP,
+        "RNIC_ETH_TRUSTED" = ETH_TRUSTED,
+        "RNIC_ETH_SPOOF_CHECKED" = ETH_SPOOF_CHECKED,
+        "RNIC_ETH_DESC_ERR_NONE" = eth::desc_error::NONE,
+        "RNIC_ETH_DESC_ERR_MALFORMED" = eth::desc_error::MALFORMED,
+        "RNIC_ETH_DESC_ERR_DMA" = eth::desc_error::DMA,
+        "RNIC_ETH_DESC_ERR_SPOOFED" = eth::desc_error::SPOOFED,
+        "RNIC_ETH_DESC_ERR_LINK_DOWN" = eth::desc_error::LINK_DOWN,
+        "rnic_eth_max_frame(1500)" = max_frame(1500),
+        "rnic_eth_max_frame(9000)" = max_frame(9000),
+        "rnic_eth_arm_word(3, 0x10005)" = arm_word(3, 0x1_0005),
+        "rnic_eth_arm_word(0xffff, 0xffffffff)" = arm_word(0xffff, 0xffff_ffff),
+    );
+    v
+}
+
+#[test]
+fn the_kernel_drivers_abi_header_agrees_with_the_abi_crate() {
+    let items = items();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut program = String::from(
+        "#include <stdio.h>\n#include \"rnic_abi.h\"\n\nint main(void)\n{\n",
+    );
+    for it in &items {
+        program.push_str(&format!(
+            "\tprintf(\"%llu\\n\", (unsigned long long)({}));\n",
+            it.c
+        ));
+    }
+    program.push_str("\treturn 0;\n}\n");
+    let source = dir.path().join("abi_dump.c");
+    std::fs::write(&source, program).expect("write the C program");
+    let binary = dir.path().join("abi_dump");
+    let include = rnic_tests::vm::repo().join("kernel");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=gnu11", "-Wall", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .unwrap_or_else(|e| panic!("run the C compiler {cc} (install gcc, or set CC): {e}"));
+    assert!(
+        out.status.success(),
+        "kernel/rnic_abi.h does not compile as userspace C:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&binary).output().expect("run abi_dump");
+    assert!(out.status.success(), "abi_dump failed");
+    let printed = String::from_utf8(out.stdout).expect("UTF-8");
+    let values: Vec<u64> = printed
+        .lines()
+        .map(|l| l.parse().expect("a number"))
+        .collect();
+    assert_eq!(values.len(), items.len(), "abi_dump printed {printed}");
+    let wrong: Vec<String> = items
+        .iter()
+        .zip(&values)
+        .filter(|(it, c)| it.rust != **c)
+        .map(|(it, c)| format!("{}: header {c:#x}, abi crate {:#x}", it.c, it.rust))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "kernel/rnic_abi.h disagrees with abi/src:\n{}",
+        wrong.join("\n")
+    );
+    eprintln!("{} sizes, offsets and constants agree", items.len());
+}
