@@ -14,8 +14,8 @@
 
 #include "rnic.h"
 
-#define RNIC_TX_ENTRIES		256
-#define RNIC_RX_ENTRIES		256
+#define RNIC_TX_ENTRIES		512
+#define RNIC_RX_ENTRIES		512
 /* Room for the largest frame, and one more: wake the queue then. */
 #define RNIC_TX_WAKE		(RNIC_ETH_TX_MAX_DESCS + 1)
 
