@@ -52,39 +52,140 @@ macro_rules! konst {
 fn items() -> Vec<Item> {
     let mut v = Vec::new();
     layout!(v, "rnic_cmd_header", CmdHeader, opcode, reserved, token);
-    layout!(v, "rnic_resp_header", RespHeader, status, opcode, token, syndrome, reserved);
     layout!(
-        v, "rnic_limits", Limits, max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd,
-        max_qp_rd_atom, max_qp_init_rd_atom, max_inline_data, max_mr_size, max_mr_pages,
-        doorbell_pages, msix_vectors, cmdq_max_size
+        v,
+        "rnic_resp_header",
+        RespHeader,
+        status,
+        opcode,
+        token,
+        syndrome,
+        reserved
     );
     layout!(
-        v, "rnic_query_device_resp", QueryDeviceResp, vendor_id, device_id, abi_major,
-        abi_minor, fw_version, function_kind, vf_index, total_vfs, caps, mac, reserved0, gid,
+        v,
+        "rnic_limits",
+        Limits,
+        max_qp,
+        max_qp_wr,
+        max_sge,
+        max_cq,
+        max_cqe,
+        max_mr,
+        max_pd,
+        max_qp_rd_atom,
+        max_qp_init_rd_atom,
+        max_inline_data,
+        max_mr_size,
+        max_mr_pages,
+        doorbell_pages,
+        msix_vectors,
+        cmdq_max_size
+    );
+    layout!(
+        v,
+        "rnic_query_device_resp",
+        QueryDeviceResp,
+        vendor_id,
+        device_id,
+        abi_major,
+        abi_minor,
+        fw_version,
+        function_kind,
+        vf_index,
+        total_vfs,
+        caps,
+        mac,
+        reserved0,
+        gid,
         limits
     );
-    layout!(v, "rnic_page_list", PageList, addr, count, page_shift, levels, reserved);
+    layout!(
+        v,
+        "rnic_page_list",
+        PageList,
+        addr,
+        count,
+        page_shift,
+        levels,
+        reserved
+    );
     layout!(v, "rnic_doorbell_slot", DoorbellSlot, page, slot);
     layout!(v, "rnic_eth_desc", EthDesc, addr, len, flags, status);
     layout!(
-        v, "rnic_create_eth_queue_req", CreateEthQueueReq, kind, reserved0, msix_vector,
-        entries, doorbell_page, moderation_usecs, ring
+        v,
+        "rnic_create_eth_queue_req",
+        CreateEthQueueReq,
+        kind,
+        reserved0,
+        msix_vector,
+        entries,
+        doorbell_page,
+        moderation_usecs,
+        ring
     );
-    layout!(v, "rnic_create_eth_queue_resp", CreateEthQueueResp, queue, reserved, doorbell);
+    layout!(
+        v,
+        "rnic_create_eth_queue_resp",
+        CreateEthQueueResp,
+        queue,
+        reserved,
+        doorbell
+    );
     layout!(v, "rnic_eth_queue_req", EthQueueReq, kind, reserved0, queue);
-    layout!(v, "rnic_set_eth_req", SetEthReq, mtu, rx_mode, event_vector, reserved, mc_count);
+    layout!(
+        v,
+        "rnic_set_eth_req",
+        SetEthReq,
+        mtu,
+        rx_mode,
+        event_vector,
+        reserved,
+        mc_count
+    );
     layout!(v, "rnic_mac_entry", MacEntry, mac, reserved);
     layout!(
-        v, "rnic_eth_counters", EthCounters, tx_frames, tx_bytes, tx_malformed, tx_dma_errors,
-        tx_spoofed, tx_link_down, rx_frames, rx_bytes, rx_no_buffer, rx_too_long, rx_filtered,
-        rx_disabled, rx_dma_errors, rx_link_down, ring_errors, interrupts
+        v,
+        "rnic_eth_counters",
+        EthCounters,
+        tx_frames,
+        tx_bytes,
+        tx_malformed,
+        tx_dma_errors,
+        tx_spoofed,
+        tx_link_down,
+        rx_frames,
+        rx_bytes,
+        rx_no_buffer,
+        rx_too_long,
+        rx_filtered,
+        rx_disabled,
+        rx_dma_errors,
+        rx_link_down,
+        ring_errors,
+        interrupts
     );
     layout!(
-        v, "rnic_query_eth_resp", QueryEthResp, mac, reserved, flags, mtu, rx_mode, max_mtu,
+        v,
+        "rnic_query_eth_resp",
+        QueryEthResp,
+        mac,
+        reserved,
+        flags,
+        mtu,
+        rx_mode,
+        max_mtu,
         counters
     );
     layout!(
-        v, "rnic_eth_queue_stats", EthQueueStats, frames, bytes, errors, interrupts, completed,
+        v,
+        "rnic_eth_queue_stats",
+        EthQueueStats,
+        frames,
+        bytes,
+        errors,
+        interrupts,
+        completed,
         posted
     );
     // The virtio descriptor of the command queue (datasheet §6.3): 16 bytes.
@@ -212,9 +313,8 @@ fn items() -> Vec<Item> {
 fn the_kernel_drivers_abi_header_agrees_with_the_abi_crate() {
     let items = items();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut program = String::from(
-        "#include <stdio.h>\n#include \"rnic_abi.h\"\n\nint main(void)\n{\n",
-    );
+    let mut program =
+        String::from("#include <stdio.h>\n#include \"rnic_abi.h\"\n\nint main(void)\n{\n");
     for it in &items {
         program.push_str(&format!(
             "\tprintf(\"%llu\\n\", (unsigned long long)({}));\n",
