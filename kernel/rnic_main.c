@@ -216,9 +216,14 @@ static void rnic_remove(struct pci_dev *pdev)
 	pci_clear_master(pdev);
 }
 
+/* Power-off or kexec: stop the device's DMA; nothing is freed. */
 static void rnic_shutdown(struct pci_dev *pdev)
 {
-	rnic_remove(pdev);
+	struct rnic_dev *rd = pci_get_drvdata(pdev);
+
+	rnic_netdev_reset_prepare(rd);
+	rnic_hw_stop(rd);
+	pci_clear_master(pdev);
 }
 
 /* FLR (pci_reset_function): quiesce before, set everything up again after. */

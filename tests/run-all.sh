@@ -60,4 +60,7 @@ step "VM tests: Debian's verbs programs on rnic's libibverbs (the verbs guest), 
 cargo build --release -p rnic-device --bin rnicd
 cargo test -p rnic-tests --test vm_verbs -- --ignored --test-threads=1
 
+step "VM test: the Linux driver (kernel/rnic.ko, built warning-free by setup.sh) in two kernel-driver guests: ping, iperf3, MTU 9000, reload, FLR, link and MAC changes"
+cargo test -p rnic-tests --test vm_kernel -- --ignored --test-threads=1
+
 step "all tests passed"

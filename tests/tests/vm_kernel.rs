@@ -3,22 +3,30 @@
 //! functions' addresses (VF0 10.82.0.2, VF1 10.82.0.3, from the GIDs), ping each other,
 //! carry a 10 s iperf3 TCP run, then MTU 9000 on both ends (`ping -s 8000 -M do`); guest
 //! A then unloads and reloads rnic.ko while an iperf3 run goes on, and resets its function
-//! (FLR, through sysfs) while pinging; TCP works again after each. `ethtool -i` and
-//! `ethtool -S` show the driver and the device's counters, and neither kernel logs an oops
-//! or a warning. One boot per guest for all of it.
+//! (FLR, through sysfs); TCP works again after each. The PF then takes B's link down and
+//! up (`rnic-admin link`): B's carrier follows through the event vector, and B reaches
+//! nobody while it is down; and gives B a new MAC (`rnic-admin mac`), which B's interface
+//! takes. `ethtool -i` and `ethtool -S` show the driver and the device's counters, and
+//! neither kernel logs an oops or a warning. One boot per guest for all of it.
 //!
-//! They boot VMs, so they are ignored by default: `cargo build --release -p rnic-device
-//! --bin rnicd && cargo test -p rnic-tests --test vm_kernel -- --ignored` (as root, after
-//! qemu-scripts/setup.sh, which builds rnic.ko).
+//! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
+//! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
+//! vm_kernel -- --ignored` (as root, after qemu-scripts/setup.sh, which builds rnic.ko;
+//! the guests' boots rebuild it when kernel/ changed). About 2 minutes.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use rnic_tests::vm::{release_rnicd, vm_run_base, Boot};
+use std::process::Child;
+use std::time::Duration;
+
+use rnic_tests::vm::{console_lines, release_rnicd, vm_run_base, Boot};
 use rnic_tests::Rnicd;
 
 const A_IP: &str = "10.82.0.2";
 const B_IP: &str = "10.82.0.3";
+/// The MAC the PF gives VF1 at the end.
+const NEW_MAC: &str = "02:52:4e:49:43:99";
 
 /// Shell helpers both guests' scripts start with.
 const HELPERS: &str = r#"
@@ -35,6 +43,15 @@ wait_ping() {
 }
 # The device's and the driver's counters, one `name value` a line.
 counters() { ethtool -S eth0 | awk -F': *' 'NR > 1 { gsub(/ /, "", $1); print "=== counter " $1 " " $2 }'; }
+# wait_carrier 0|1: up to 60 s for eth0's carrier to read that.
+wait_carrier() {
+    i=0
+    while [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != "$1" ]; do
+        i=$((i + 1))
+        [ $i -lt 600 ] || return 1
+        sleep 0.1
+    done
+}
 check_dmesg() {
     # Device messages read `rnic 0000:00:01.0: ...` (not the module loader's `rnic: ...`).
     if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rnic [0-9a-f]{4}:.*(timed out|failed)'; then
@@ -100,6 +117,9 @@ done
 grep receiver /tmp/iperf3.txt | sed 's/^/=== iperf-after /'
 counters
 ip -s link show eth0
+step wait-for-b
+# B's link goes down and up again; then B connects once more, and A is done.
+timeout 400 iperf3 -s -1 || die "B's last connection"
 check_dmesg
 dmesg | grep rnic
 "#
@@ -126,9 +146,50 @@ timeout 200 iperf3 -s -1
 step serve-last
 timeout 300 iperf3 -s -1 || die "iperf3 server 3"
 counters
+step link
+echo "=== waiting for link down"
+wait_carrier 0 || die "the carrier stayed up"
+echo "=== carrier down"
+# With the carrier off, the stack itself holds B's frames back (no qdisc runs).
+ping -c 2 -W 1 {A_IP} && die "B reached A with its link down"
+echo "=== waiting for link up"
+wait_carrier 1 || die "the carrier stayed down"
+echo "=== carrier up"
+wait_ping {A_IP} || die "no answer after the link came back"
+i=0
+until iperf3 -c {A_IP} -t 2 > /tmp/iperf.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 to A after the link came back"; }}
+    sleep 1
+done
+echo "=== link ok"
+step mac
+old=$(cat /sys/class/net/eth0/address)
+echo "=== waiting for a new MAC"
+i=0
+while [ "$(cat /sys/class/net/eth0/address)" = "$old" ]; do
+    i=$((i + 1)); [ $i -lt 600 ] || die "the MAC stayed $old"
+    sleep 0.1
+done
+echo "=== mac now $(cat /sys/class/net/eth0/address)"
 check_dmesg
 "#
     )
+}
+
+/// On a failed check, stops the guests' boot.sh runs (SIGTERM: each stops its QEMU), so
+/// no guest is left waiting for its peer.
+struct StopOnPanic(Vec<u32>);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                // SAFETY: kill(2) with a pid of a child this test started; no memory is
+                // involved.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            }
+        }
+    }
 }
 
 /// `=== counter NAME VALUE` lines of a console.
@@ -143,7 +204,37 @@ fn counters(console: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn console_of(name: &str, child: std::process::Child) -> String {
+/// Guest B's console, read as it comes: the PF takes B's link down when B waits for
+/// that, up again a few seconds after B saw it go, and gives B a new MAC when B waits for
+/// one.
+fn drive_b(rnicd: &Rnicd, mut child: Child) -> String {
+    let (lines, all) = console_lines(&mut child);
+    for line in lines {
+        let line = line.trim_end();
+        if line.ends_with("=== waiting for link down") {
+            rnicd.admin(&["link", "vf1", "down"]);
+        } else if line.ends_with("=== waiting for link up") {
+            std::thread::sleep(Duration::from_secs(3));
+            rnicd.admin(&["link", "vf1", "up"]);
+        } else if line.ends_with("=== waiting for a new MAC") {
+            rnicd.admin(&["mac", "vf1", NEW_MAC]);
+        }
+    }
+    let console = all.join().expect("console reader");
+    let out = child.wait_with_output().expect("wait for guest B");
+    eprintln!(
+        "--- guest B (VF1) ---\n{console}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "guest B failed");
+    assert!(
+        console.contains("=== script done"),
+        "guest B did not finish its script"
+    );
+    console
+}
+
+fn console_of(name: &str, child: Child) -> String {
     let out = child.wait_with_output().expect("wait for the guest");
     let (console, status) = rnic_tests::vm::finished(name, &out);
     assert_eq!(status, Some(0), "{name} failed");
@@ -156,7 +247,7 @@ fn console_of(name: &str, child: std::process::Child) -> String {
 
 #[test]
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
-fn two_kernel_guests_ping_iperf_jumbo_reload_and_reset_over_their_vfs() {
+fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs() {
     let started = Instant::now();
     let base = vm_run_base();
     std::fs::create_dir_all(&base).expect("the VM run directory");
@@ -171,8 +262,11 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_and_reset_over_their_vfs() {
     };
     let a = guest(0, script_a());
     let b = guest(1, script_b());
-    let a = console_of("guest A (VF0)", a);
-    let b = console_of("guest B (VF1)", b);
+    let _stop = StopOnPanic(vec![a.id(), b.id()]);
+    // A's console is read beside B's, so neither guest waits on a full pipe.
+    let a = std::thread::spawn(move || console_of("guest A (VF0)", a));
+    let b = drive_b(&rnicd, b);
+    let a = a.join().expect("guest A's reader");
 
     for (name, console) in [("A", &a), ("B", &b)] {
         assert!(console.contains("=== jumbo ok"), "{name}: jumbo pings");
@@ -209,6 +303,8 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_and_reset_over_their_vfs() {
         a.contains("=== iperf-after "),
         "iperf3 after reload and FLR"
     );
+    assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
+    assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
     let b_rx = counters(&b)["rx_frames"];
     assert!(b_rx > 10_000, "B received only {b_rx} frames");
