@@ -1,7 +1,7 @@
 //! The Linux kernel driver (kernel/, rnic.ko) in two kernel-driver guests (`boot.sh
 //! --kernel`), one VF each of one rnicd: their rnic interfaces come up with their
-//! functions' addresses (VF0 10.82.0.2, VF1 10.82.0.3, from the GIDs), ping each other,
-//! carry a 10 s iperf3 TCP run, then MTU 9000 on both ends (`ping -s 8000 -M do`); guest
+//! functions' addresses (VF0 10.82.0.2, VF1 10.82.0.3, from the GIDs), ping each other
+//! (IPv4, and IPv6 through the multicast filter), carry a 10 s iperf3 TCP run, then MTU 9000 on both ends (`ping -s 8000 -M do`); guest
 //! A then unloads and reloads rnic.ko while an iperf3 run goes on, and resets its function
 //! (FLR, through sysfs); TCP works again after each. The PF then takes B's link down and
 //! up (`rnic-admin link`): B's carrier follows through the event vector, and B reaches
@@ -72,6 +72,14 @@ ethtool -i eth0 | sed 's/^/=== drvinfo /'
 wait_ping {B_IP} || die "B never answered"
 step ping
 ping -c 5 -i 0.2 {B_IP} || die "ping"
+step multicast
+# IPv6 reaches B only through B's multicast list (SET_ETH): the all-nodes group answers
+# the first ping, neighbour discovery to B's solicited-node group the second.
+own=$(ip -6 -o addr show dev eth0 scope link | awk '{{ sub(/\/.*/, "", $4); print $4 }}')
+peer=$(ping -6 -c 3 -I eth0 ff02::1 | awk '/bytes from fe80/ {{ sub(/%.*/, "", $4); sub(/:$/, "", $4); print $4 }}' | grep -vx "$own" | head -n 1)
+[ -n "$peer" ] || die "no answer from ff02::1 but our own ($own)"
+ping -6 -c 3 "$peer%eth0" || die "IPv6 ping to $peer"
+echo "=== ipv6 ok $peer"
 step iperf3
 i=0
 until iperf3 -c {B_IP} -t 10 > /tmp/iperf.txt 2>&1; do
@@ -299,6 +307,10 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
     );
     assert!(a.contains("=== iperf "), "the 10 s iperf3 run");
     assert!(a.contains("=== reload ok") && a.contains("=== flr ok"));
+    assert!(
+        a.contains("=== ipv6 ok fe80:"),
+        "IPv6 through B's multicast list"
+    );
     assert!(
         a.contains("=== iperf-after "),
         "iperf3 after reload and FLR"
