@@ -30,7 +30,7 @@ enum rnic_vector {
 	RNIC_NUM_VECS,
 };
 
-/* Doorbell pages of the driver's Ethernet queues: one writer per page. */
+/* Doorbell pages of the driver's Ethernet queues. */
 #define RNIC_DB_PAGE_TX		1
 #define RNIC_DB_PAGE_RX		2
 
@@ -134,6 +134,8 @@ struct rnic_priv {
 	struct rnic_tx_buf *tx_bufs;
 	struct rnic_rx_buf *rx_bufs;
 	u32 rx_buf_len;
+	u32 tx_usecs;		/* interrupt moderation of each queue */
+	u32 rx_usecs;
 	struct rnic_sw_stats tx_stats;
 	struct rnic_sw_stats rx_stats;
 	struct mutex cfg_lock;	/* SET_ETH and the datapath's state */
@@ -144,6 +146,8 @@ struct rnic_priv {
 };
 
 int rnic_netdev_create(struct rnic_dev *rd);
+int rnic_netdev_set_moderation(struct rnic_priv *p, u32 tx_usecs,
+			       u32 rx_usecs);
 void rnic_netdev_destroy(struct rnic_dev *rd);
 void rnic_netdev_reset_prepare(struct rnic_dev *rd);
 void rnic_netdev_reset_done(struct rnic_dev *rd, bool ok);

@@ -113,12 +113,41 @@ static void rnic_get_ethtool_stats(struct net_device *nd,
 	kfree(q);
 }
 
+static int rnic_get_coalesce(struct net_device *nd, struct ethtool_coalesce *ec,
+			     struct kernel_ethtool_coalesce *kec,
+			     struct netlink_ext_ack *extack)
+{
+	struct rnic_priv *p = netdev_priv(nd);
+
+	ec->tx_coalesce_usecs = p->tx_usecs;
+	ec->rx_coalesce_usecs = p->rx_usecs;
+	return 0;
+}
+
+static int rnic_set_coalesce(struct net_device *nd, struct ethtool_coalesce *ec,
+			     struct kernel_ethtool_coalesce *kec,
+			     struct netlink_ext_ack *extack)
+{
+	struct rnic_priv *p = netdev_priv(nd);
+
+	if (ec->tx_coalesce_usecs > RNIC_ETH_MAX_MODERATION_USECS ||
+	    ec->rx_coalesce_usecs > RNIC_ETH_MAX_MODERATION_USECS) {
+		NL_SET_ERR_MSG_MOD(extack, "at most 100000 usecs");
+		return -EINVAL;
+	}
+	return rnic_netdev_set_moderation(p, ec->tx_coalesce_usecs,
+					  ec->rx_coalesce_usecs);
+}
+
 static const struct ethtool_ops rnic_ethtool_ops = {
+	.supported_coalesce_params = ETHTOOL_COALESCE_USECS,
 	.get_drvinfo = rnic_get_drvinfo,
 	.get_link = ethtool_op_get_link,
 	.get_sset_count = rnic_get_sset_count,
 	.get_strings = rnic_get_strings,
 	.get_ethtool_stats = rnic_get_ethtool_stats,
+	.get_coalesce = rnic_get_coalesce,
+	.set_coalesce = rnic_set_coalesce,
 };
 
 void rnic_set_ethtool_ops(struct net_device *netdev)

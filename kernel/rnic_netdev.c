@@ -79,7 +79,7 @@ static void rnic_ring_free_mem(struct rnic_priv *p, struct rnic_ring *r)
 }
 
 static int rnic_queue_create(struct rnic_priv *p, struct rnic_ring *r, u8 kind,
-			     u32 db_page)
+			     u32 db_page, u32 usecs)
 {
 	struct rnic_create_eth_queue_req req = {};
 	struct rnic_create_eth_queue_resp resp;
@@ -89,6 +89,7 @@ static int rnic_queue_create(struct rnic_priv *p, struct rnic_ring *r, u8 kind,
 	req.msix_vector = cpu_to_le16(RNIC_VEC_QUEUES);
 	req.entries = cpu_to_le32(r->entries);
 	req.doorbell_page = cpu_to_le32(db_page);
+	req.moderation_usecs = cpu_to_le32(usecs);
 	req.ring.addr = cpu_to_le64(r->pages_dma);
 	req.ring.count = cpu_to_le32(rnic_ring_pages(r->entries));
 	req.ring.page_shift = RNIC_PAGE_SHIFT;
@@ -132,27 +133,26 @@ static void __iomem *rnic_slot(struct rnic_priv *p, struct rnic_ring *r)
 	return p->rd->db + rnic_db_slot_offset(r->db_page, r->db_slot);
 }
 
-/* Publishes r->posted: count, rung bit, then the notification protocol. */
+/*
+ * Publishes r->posted: the count, then the notification protocol. The device
+ * reads every Ethernet queue's count on each pass: no RUNG_BITMAP bit.
+ */
 static void rnic_ring_doorbell(struct rnic_priv *p, struct rnic_ring *r)
 {
-	void __iomem *bitmap = p->rd->db + r->db_page * RNIC_PAGE_SIZE +
-			       RNIC_DB_RUNG_BITMAP + 4 * (r->db_slot / 32);
-
 	wmb();	/* descriptors before the posted count */
 	iowrite32(r->posted, rnic_slot(p, r));
-	/*
-	 * Each queue has a doorbell page of its own (RNIC_DB_PAGE_*) and one
-	 * writer, so a plain read-modify-write of the bitmap word is safe.
-	 */
-	iowrite32(ioread32(bitmap) | BIT(r->db_slot % 32), bitmap);
 	rnic_notify(p->rd, r->db_page);
 }
 
-/* Asks for an interrupt once the device completes more than r->done. */
+/*
+ * Asks for an interrupt once the device completes more than r->done, and
+ * wakes the device if it sleeps, so that it sees the arm word (15.5).
+ */
 static void rnic_ring_arm(struct rnic_priv *p, struct rnic_ring *r)
 {
 	r->arm_seq++;
 	iowrite32(rnic_eth_arm_word(r->arm_seq, r->done), rnic_slot(p, r) + 4);
+	rnic_notify(p->rd, r->db_page);
 }
 
 /* Whether the next descriptor to complete is complete. */
@@ -487,10 +487,10 @@ static int rnic_poll(struct napi_struct *napi, int budget)
 		rnic_ring_arm(p, &p->tx);
 		rnic_ring_arm(p, &p->rx);
 		/*
-		 * The arm words before the look at the rings: a completion the
-		 * device wrote before it saw them is found here.
+		 * rnic_notify fenced the arm words before this look at the
+		 * rings: a completion the device wrote before it saw them is
+		 * found here (the device fires at once for it too).
 		 */
-		mb();
 		if (rnic_ring_pending(&p->tx) || rnic_ring_pending(&p->rx))
 			napi_schedule(napi);
 	}
@@ -544,10 +544,12 @@ static int rnic_up(struct rnic_priv *p)
 	ret = rnic_ring_alloc(p, &p->rx, RNIC_RX_ENTRIES);
 	if (ret)
 		goto err_free;
-	ret = rnic_queue_create(p, &p->tx, RNIC_ETH_KIND_TX, RNIC_DB_PAGE_TX);
+	ret = rnic_queue_create(p, &p->tx, RNIC_ETH_KIND_TX, RNIC_DB_PAGE_TX,
+				p->tx_usecs);
 	if (ret)
 		goto err_queues;
-	ret = rnic_queue_create(p, &p->rx, RNIC_ETH_KIND_RX, RNIC_DB_PAGE_RX);
+	ret = rnic_queue_create(p, &p->rx, RNIC_ETH_KIND_RX, RNIC_DB_PAGE_RX,
+				p->rx_usecs);
 	if (ret)
 		goto err_queues;
 	rnic_rx_refill(p);
@@ -637,6 +639,41 @@ static int rnic_change_mtu(struct net_device *nd, int new_mtu)
 		else if (!was_up)
 			rnic_set_eth(p);
 	}
+	mutex_unlock(&p->cfg_lock);
+	return ret;
+}
+
+/*
+ * Interrupt moderation is fixed when a queue is created: a change on a running
+ * interface creates the queues again. The caller holds the RTNL.
+ */
+int rnic_netdev_set_moderation(struct rnic_priv *p, u32 tx_usecs,
+			       u32 rx_usecs)
+{
+	u32 old_tx = p->tx_usecs, old_rx = p->rx_usecs;
+	int ret = 0;
+
+	if (tx_usecs > RNIC_ETH_MAX_MODERATION_USECS ||
+	    rx_usecs > RNIC_ETH_MAX_MODERATION_USECS)
+		return -EINVAL;
+	mutex_lock(&p->cfg_lock);
+	if (tx_usecs == old_tx && rx_usecs == old_rx)
+		goto out;
+	p->tx_usecs = tx_usecs;
+	p->rx_usecs = rx_usecs;
+	if (!p->up)
+		goto out;
+	rnic_down(p);
+	ret = rnic_up(p);
+	if (ret) {
+		netdev_err(p->netdev, "cannot restart with new moderation: %d\n",
+			   ret);
+		p->tx_usecs = old_tx;
+		p->rx_usecs = old_rx;
+		if (rnic_up(p))
+			netdev_err(p->netdev, "cannot restart the queues\n");
+	}
+out:
 	mutex_unlock(&p->cfg_lock);
 	return ret;
 }

@@ -3,7 +3,8 @@
 //! functions' addresses (VF0 10.82.0.2, VF1 10.82.0.3, from the GIDs), ping each other
 //! (IPv4, and IPv6 through the multicast filter), carry a 10 s iperf3 TCP run, then MTU 9000 on both ends (`ping -s 8000 -M do`); guest
 //! A then unloads and reloads rnic.ko while an iperf3 run goes on, and resets its function
-//! (FLR, through sysfs); TCP works again after each. The PF then takes B's link down and
+//! (FLR, through sysfs), and sets interrupt moderation (`ethtool -C`); TCP works again
+//! after each. The PF then takes B's link down and
 //! up (`rnic-admin link`): B's carrier follows through the event vector, and B reaches
 //! nobody while it is down; and gives B a new MAC (`rnic-admin mac`), which B's interface
 //! takes. `ethtool -i` and `ethtool -S` show the driver and the device's counters, and
@@ -15,12 +16,12 @@
 //! the guests' boots rebuild it when kernel/ changed). About 2 minutes.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
-
+use std::io::{BufRead, BufReader, Read};
 use std::process::Child;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use rnic_tests::vm::{console_lines, release_rnicd, vm_run_base, Boot};
+use rnic_tests::vm::{release_rnicd, vm_run_base, Boot};
 use rnic_tests::Rnicd;
 
 const A_IP: &str = "10.82.0.2";
@@ -116,6 +117,11 @@ echo 1 > /sys/bus/pci/devices/$pci/reset || die "FLR of $pci"
 wait_ping {B_IP} || die "no answer after FLR"
 ping -c 3 {B_IP} || die "ping after FLR"
 echo "=== flr ok"
+step coalesce
+ethtool -C eth0 rx-usecs 50 tx-usecs 50 || die "ethtool -C"
+ethtool -c eth0
+[ "$(ethtool -c eth0 | awk '$1 == "rx-usecs:" {{ print $2 }}')" = 50 ] || die "rx-usecs not 50"
+echo "=== coalesce ok"
 step last-iperf3
 i=0
 until iperf3 -c {B_IP} -t 3 > /tmp/iperf3.txt 2>&1; do
@@ -184,17 +190,66 @@ check_dmesg
     )
 }
 
-/// On a failed check, stops the guests' boot.sh runs (SIGTERM: each stops its QEMU), so
-/// no guest is left waiting for its peer.
-struct StopOnPanic(Vec<u32>);
+/// A guest's boot.sh run. It is stopped (SIGTERM: boot.sh then stops its QEMU) only
+/// while it has not been reaped, under the lock that reaping takes, so its pid names it.
+struct Guest(Mutex<Child>);
+
+impl Guest {
+    fn new(child: Child) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(child)))
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the run if it still goes on.
+    fn stop(&self) {
+        let mut child = self.child();
+        if let Ok(None) = child.try_wait() {
+            // SAFETY: kill(2) of a child of this test that has not been reaped (its
+            // lock is held); no memory is involved.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+
+    /// Reads the console to its end, calling `on_line` for each line as it comes, and the
+    /// messages beside it; waits; prints both under `name`: the console and the status.
+    fn finish(&self, name: &str, mut on_line: impl FnMut(&str)) -> (String, Option<i32>) {
+        let (stdout, mut stderr) = {
+            let mut child = self.child();
+            (
+                child.stdout.take().expect("guest stdout"),
+                child.stderr.take().expect("guest stderr"),
+            )
+        };
+        let messages = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut console = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            on_line(line.trim_end());
+            console += &line;
+            console.push('\n');
+        }
+        let messages = messages.join().unwrap_or_default();
+        let status = self.child().wait().expect("wait for the guest").code();
+        eprintln!("--- {name} ---\n{console}\n{messages}");
+        (console, status)
+    }
+}
+
+/// On a failed check, stops the guests that still run, so none is left waiting for its
+/// peer.
+struct StopOnPanic(Vec<Arc<Guest>>);
 
 impl Drop for StopOnPanic {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for &pid in &self.0 {
-                // SAFETY: kill(2) with a pid of a child this test started; no memory is
-                // involved.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            for guest in &self.0 {
+                guest.stop();
             }
         }
     }
@@ -212,45 +267,9 @@ fn counters(console: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Guest B's console, read as it comes: the PF takes B's link down when B waits for
-/// that, up again a few seconds after B saw it go, and gives B a new MAC when B waits for
-/// one.
-fn drive_b(rnicd: &Rnicd, mut child: Child) -> String {
-    let (lines, all) = console_lines(&mut child);
-    for line in lines {
-        let line = line.trim_end();
-        if line.ends_with("=== waiting for link down") {
-            rnicd.admin(&["link", "vf1", "down"]);
-        } else if line.ends_with("=== waiting for link up") {
-            std::thread::sleep(Duration::from_secs(3));
-            rnicd.admin(&["link", "vf1", "up"]);
-        } else if line.ends_with("=== waiting for a new MAC") {
-            rnicd.admin(&["mac", "vf1", NEW_MAC]);
-        }
-    }
-    let console = all.join().expect("console reader");
-    let out = child.wait_with_output().expect("wait for guest B");
-    eprintln!(
-        "--- guest B (VF1) ---\n{console}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(0), "guest B failed");
-    assert!(
-        console.contains("=== script done"),
-        "guest B did not finish its script"
-    );
-    console
-}
-
-fn console_of(name: &str, child: Child) -> String {
-    let out = child.wait_with_output().expect("wait for the guest");
-    let (console, status) = rnic_tests::vm::finished(name, &out);
-    assert_eq!(status, Some(0), "{name} failed");
-    assert!(
-        console.contains("=== script done"),
-        "{name} did not finish its script"
-    );
-    console
+/// Whether a guest ran its whole script and exited 0.
+fn succeeded(console: &str, status: Option<i32>) -> bool {
+    status == Some(0) && console.contains("=== script done")
 }
 
 #[test]
@@ -268,13 +287,45 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
             .timeout(900)
             .spawn(&format!("{script}\necho '=== script done'\n"))
     };
-    let a = guest(0, script_a());
-    let b = guest(1, script_b());
-    let _stop = StopOnPanic(vec![a.id(), b.id()]);
-    // A's console is read beside B's, so neither guest waits on a full pipe.
-    let a = std::thread::spawn(move || console_of("guest A (VF0)", a));
-    let b = drive_b(&rnicd, b);
-    let a = a.join().expect("guest A's reader");
+    let a = Guest::new(guest(0, script_a()));
+    let b = Guest::new(guest(1, script_b()));
+    let _stop = StopOnPanic(vec![a.clone(), b.clone()]);
+    // A's console is read beside B's, so neither guest waits on a full pipe; a failed
+    // guest stops the other, which would otherwise wait for it.
+    let reader = {
+        let (a, b) = (a.clone(), b.clone());
+        std::thread::spawn(move || {
+            let (console, status) = a.finish("guest A (VF0)", |_| {});
+            if !succeeded(&console, status) {
+                b.stop();
+            }
+            (console, status)
+        })
+    };
+    // B's console drives the PF: B's link goes down when B waits for that, up again a
+    // few seconds after B saw it go, and B gets a new MAC when it waits for one.
+    let (b, b_status) = b.finish("guest B (VF1)", |line| {
+        if line.ends_with("=== waiting for link down") {
+            rnicd.admin(&["link", "vf1", "down"]);
+        } else if line.ends_with("=== waiting for link up") {
+            std::thread::sleep(Duration::from_secs(3));
+            rnicd.admin(&["link", "vf1", "up"]);
+        } else if line.ends_with("=== waiting for a new MAC") {
+            rnicd.admin(&["mac", "vf1", NEW_MAC]);
+        }
+    });
+    if !succeeded(&b, b_status) {
+        a.stop();
+    }
+    let (a, a_status) = reader.join().expect("guest A's reader");
+    assert!(
+        succeeded(&a, a_status),
+        "guest A failed (status {a_status:?})"
+    );
+    assert!(
+        succeeded(&b, b_status),
+        "guest B failed (status {b_status:?})"
+    );
 
     for (name, console) in [("A", &a), ("B", &b)] {
         assert!(console.contains("=== jumbo ok"), "{name}: jumbo pings");
@@ -307,6 +358,7 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
     );
     assert!(a.contains("=== iperf "), "the 10 s iperf3 run");
     assert!(a.contains("=== reload ok") && a.contains("=== flr ok"));
+    assert!(a.contains("=== coalesce ok"), "ethtool -C");
     assert!(
         a.contains("=== ipv6 ok fe80:"),
         "IPv6 through B's multicast list"
