@@ -80,6 +80,20 @@ enum Command {
         #[arg(value_parser = ["up", "down"])]
         state: String,
     },
+    /// Sets a VF's Ethernet spoof check and trust, as `ip link set PF vf N spoofchk
+    /// on|off trust on|off` does on hardware (datasheet §15.6). VFs start with spoof
+    /// check on and trust off.
+    VfEth {
+        /// The member (a VF).
+        #[arg(value_parser = member)]
+        member: u32,
+        /// Drop frames from other source MACs (and RoCEv2 from other IPv4 addresses).
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        spoofchk: String,
+        /// Allow promiscuous and all-multicast reception.
+        #[arg(long, value_parser = ["on", "off"], default_value = "off")]
+        trust: String,
+    },
     /// Gives a member its sessions: UDP source ports its messages may leave from
     /// (multipath; none removes them).
     Sessions {
@@ -355,6 +369,27 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
         Command::Link { member, state } => {
             device.set_link(*member, state == "up")?;
             done(json, format!("link of {} {state}", member_name(*member)))
+        }
+        Command::VfEth {
+            member,
+            spoofchk,
+            trust,
+        } => {
+            let mut flags = 0;
+            if spoofchk == "on" {
+                flags |= rnic_abi::eth::VF_SPOOF_CHECK;
+            }
+            if trust == "on" {
+                flags |= rnic_abi::eth::VF_TRUST;
+            }
+            device.set_vf_eth(*member, flags)?;
+            done(
+                json,
+                format!(
+                    "{}: spoof check {spoofchk}, trust {trust}",
+                    member_name(*member)
+                ),
+            )
         }
         Command::Sessions { member, ports } => {
             device.set_sessions(*member, ports)?;
