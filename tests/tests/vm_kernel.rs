@@ -21,7 +21,7 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rnic_tests::vm::{release_rnicd, vm_run_base, Boot};
+use rnic_tests::vm::{release_rnicd, vm_run_base, Boot, DgramLink};
 use rnic_tests::Rnicd;
 
 const A_IP: &str = "10.82.0.2";
@@ -373,4 +373,503 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
     let b_rx = counters(&b)["rx_frames"];
     assert!(b_rx > 10_000, "B received only {b_rx} frames");
     eprintln!("done after {:?}", started.elapsed());
+}
+
+/// Runs two guests' boot.sh runs to their ends, reading both consoles at once (neither
+/// waits on a full pipe) and calling `on_a`, `on_b` for each of their lines as it comes;
+/// a guest that fails stops the other, which would otherwise wait for it. Returns each
+/// console and exit status.
+fn run_pair(
+    (a_name, a): (&str, Child),
+    (b_name, b): (&str, Child),
+    on_a: impl FnMut(&str) + Send,
+    on_b: impl FnMut(&str),
+) -> [(String, Option<i32>); 2] {
+    let (a, b) = (Guest::new(a), Guest::new(b));
+    let _stop = StopOnPanic(vec![a.clone(), b.clone()]);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let (console, status) = a.finish(a_name, on_a);
+            if !succeeded(&console, status) {
+                b.stop();
+            }
+            (console, status)
+        });
+        let (b_console, b_status) = b.finish(b_name, on_b);
+        if !succeeded(&b_console, b_status) {
+            a.stop();
+        }
+        let a_result = reader.join().expect("guest A's reader");
+        [a_result, (b_console, b_status)]
+    })
+}
+
+/// Fails unless both guests ran their whole scripts.
+fn assert_both_succeeded(results: &[(String, Option<i32>); 2], names: [&str; 2]) {
+    for ((console, status), name) in results.iter().zip(names) {
+        assert!(
+            succeeded(console, *status),
+            "{name} failed (status {status:?})"
+        );
+    }
+}
+
+/// Checks the counters a guest's `counters` printed: traffic both ways, and no error.
+fn assert_clean_counters(name: &str, console: &str) -> BTreeMap<String, u64> {
+    let c = counters(console);
+    for counter in ["tx_frames", "rx_frames"] {
+        assert!(
+            c.get(counter).copied().unwrap_or(0) > 0,
+            "{name}: ethtool -S shows no {counter}: {c:?}"
+        );
+    }
+    for counter in [
+        "tx_malformed",
+        "tx_dma_errors",
+        "rx_dma_errors",
+        "ring_errors",
+    ] {
+        assert_eq!(c.get(counter), Some(&0), "{name}: {counter} in {c:?}");
+    }
+    c
+}
+
+/// The Gbit/s of the `=== iperf LABEL` receiver line a guest printed.
+fn iperf_gbits(console: &str, label: &str) -> f64 {
+    let prefix = format!("=== iperf {label} ");
+    let line = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line: iperf3 did not report"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words
+        .iter()
+        .position(|w| w.ends_with("bits/sec"))
+        .unwrap_or_else(|| panic!("no rate in `{line}`"));
+    let value: f64 = words[i - 1].parse().expect("a rate");
+    let scale = match words[i] {
+        "Gbits/sec" => 1.0,
+        "Mbits/sec" => 1e-3,
+        "Kbits/sec" => 1e-6,
+        _ => 1e-9,
+    };
+    value * scale
+}
+
+// --- two kernel guests on two rnicd joined by `--net udp:` ---------------------------------
+
+/// rnicd A's and rnicd B's networks: two loopback addresses of this host, so the two
+/// rnicd form one fabric (§7.13). 127.0.91/92 are used by no other test.
+const UDP_NET_A: &str = "udp:127.0.91.1";
+const UDP_NET_B: &str = "udp:127.0.92.1";
+/// VF0 of each: the network's address + 1, its MAC `02:52` + that address (§15.1).
+const UDP_A_IP: &str = "127.0.91.2";
+const UDP_B_IP: &str = "127.0.92.2";
+const UDP_A_MAC: &str = "02:52:7f:00:5b:02";
+const UDP_B_MAC: &str = "02:52:7f:00:5c:02";
+
+/// Lets eth0 carry the loopback addresses the functions have over `--net udp:127.0.X.1`
+/// (the guest's init gives eth0 its function's address with prefix /16: 127.0.91.2/16).
+/// Linux keeps 127/8 off its NICs twice: the local table routes all of 127.0.0.0/8 to lo
+/// (a ping to 127.0.92.2 would be answered by the guest itself), and eth0 drops 127/8
+/// sources and destinations as martians. route_localnet lifts the second (ARP included);
+/// removing the local 127.0.0.0/8 route (127.0.0.1 stays local) lifts the first, so
+/// 127.0.0.0/16 goes out through eth0.
+fn udp_loopback_routes(own: &str, peer: &str) -> String {
+    format!(
+        r#"step loopback-addresses
+ip -br addr
+ip -br addr show eth0 | grep -q "{own}/16" || die "eth0 lacks {own}/16"
+echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet || die "route_localnet"
+echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet || die "route_localnet on eth0"
+ip route del local 127.0.0.0/8 dev lo table local || die "the local 127/8 route"
+route=$(ip route get {peer})
+echo "=== route $route"
+echo "$route" | grep -q "dev eth0" || die "{peer} is not routed through eth0"
+"#
+    )
+}
+
+/// Guest A of the udp pair: the iperf3 client.
+fn udp_script_a() -> String {
+    let routes = udp_loopback_routes(UDP_A_IP, UDP_B_IP);
+    format!(
+        r#"{HELPERS}
+{routes}
+wait_ping {UDP_B_IP} || die "B never answered"
+step ping
+ping -c 5 -i 0.2 {UDP_B_IP} || die "ping"
+ip neigh show {UDP_B_IP} dev eth0 | sed 's/^/=== neigh /'
+step iperf3
+i=0
+until iperf3 -c {UDP_B_IP} -t 10 > /tmp/iperf.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 30 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
+    sleep 1
+done
+cat /tmp/iperf.txt
+grep receiver /tmp/iperf.txt | sed 's/^/=== iperf tcp /'
+step mtu
+ip link set eth0 mtu 9000 || die "MTU 9000"
+wait_ping {UDP_B_IP} -s 8000 -M do || die "no jumbo answer"
+ping -c 3 -s 8000 -M do {UDP_B_IP} || die "jumbo ping"
+echo "=== jumbo ok"
+step last-iperf3
+i=0
+until iperf3 -c {UDP_B_IP} -t 2 > /tmp/iperf2.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf2.txt; die "the last iperf3 run"; }}
+    sleep 1
+done
+counters
+check_dmesg
+"#
+    )
+}
+
+/// Guest B of the udp pair: serves two iperf3 runs and answers.
+fn udp_script_b() -> String {
+    let routes = udp_loopback_routes(UDP_B_IP, UDP_A_IP);
+    format!(
+        r#"{HELPERS}
+{routes}
+wait_ping {UDP_A_IP} || die "A never answered"
+ip neigh show {UDP_A_IP} dev eth0 | sed 's/^/=== neigh /'
+step serve
+timeout 300 iperf3 -s -1 || die "iperf3 server 1"
+step mtu
+ip link set eth0 mtu 9000 || die "MTU 9000"
+wait_ping {UDP_A_IP} -s 8000 -M do || die "no jumbo answer"
+ping -c 3 -s 8000 -M do {UDP_A_IP} || die "jumbo ping"
+echo "=== jumbo ok"
+step serve-last
+timeout 300 iperf3 -s -1 || die "iperf3 server 2"
+counters
+check_dmesg
+"#
+    )
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn two_kernel_guests_on_two_rnicd_joined_over_udp_ping_iperf_and_jumbo() {
+    let started = Instant::now();
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let rnicd_a = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &["--net", UDP_NET_A]);
+    let rnicd_b = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &["--net", UDP_NET_B]);
+    let guest = |rnicd: &Rnicd, script: String| {
+        Boot::rnic()
+            .arg("--kernel")
+            .socket_dir(&rnicd.socket_dir())
+            .vf(0)
+            .timeout(600)
+            .spawn(&format!("{script}\necho '=== script done'\n"))
+    };
+    let results = run_pair(
+        ("guest A (rnicd A's VF0)", guest(&rnicd_a, udp_script_a())),
+        ("guest B (rnicd B's VF0)", guest(&rnicd_b, udp_script_b())),
+        |_| {},
+        |_| {},
+    );
+    assert_both_succeeded(&results, ["guest A", "guest B"]);
+    let [(a, _), (b, _)] = &results;
+    for (name, console) in [("A", a), ("B", b)] {
+        assert!(console.contains("=== jumbo ok"), "{name}: jumbo pings");
+        assert_clean_counters(name, console);
+    }
+    assert!(
+        a.contains(&format!("lladdr {UDP_B_MAC}")),
+        "A resolved B to B's function MAC (ARP crossed)"
+    );
+    assert!(
+        b.contains(&format!("lladdr {UDP_A_MAC}")),
+        "B resolved A to A's function MAC"
+    );
+    let rate = iperf_gbits(a, "tcp");
+    assert!(rate > 0.0, "the 10 s iperf3 run carried nothing");
+    let b_rx = counters(b)["rx_frames"];
+    assert!(b_rx > 10_000, "B received only {b_rx} frames");
+    // Everything crossed between the two rnicd as datagrams: each port sent and received.
+    for (name, mut rnicd) in [("A", rnicd_a), ("B", rnicd_b)] {
+        rnicd.stop_with(libc::SIGTERM);
+        let log = rnicd.log();
+        for counter in ["tx_frames", "rx_frames"] {
+            let n = rnic_tests::logged_count(&log, "port (udp):", counter);
+            assert!(n > 1000, "rnicd {name}'s udp port: {counter} {n}");
+        }
+    }
+    eprintln!(
+        "udp pair: iperf3 {rate:.3} Gbit/s; done after {:?}",
+        started.elapsed()
+    );
+}
+
+// --- a kernel guest and a Soft-RoCE guest on an `eth:` segment ------------------------------
+
+/// The kernel guest's function (VF0 of an rnicd with `--net eth:`, default `--net-ip`).
+const ETH_K_IP: &str = "10.82.0.2";
+const ETH_K_MAC: &str = "02:52:0a:52:00:02";
+/// The Soft-RoCE guest's virtio-net NIC.
+const ETH_R_IP: &str = "10.82.1.10";
+/// The source MAC the kernel guest puts on frames it has no right to.
+const SPOOF_MAC: &str = "02:52:0a:52:00:99";
+
+/// The kernel guest on the segment: pings and serves the Soft-RoCE guest, sends to it,
+/// then spoofs.
+fn eth_script_k() -> String {
+    format!(
+        r#"{HELPERS}
+step addresses
+ip -br addr
+ip -br addr show eth0 | grep -q "{ETH_K_IP}/16" || die "eth0 lacks {ETH_K_IP}/16"
+echo "=== mac $(cat /sys/class/net/eth0/address)"
+# Our ARP requests teach the Soft-RoCE guest our MAC; it then asks again itself.
+wait_ping {ETH_R_IP} || die "the Soft-RoCE guest never answered"
+step ping
+ping -c 5 -i 0.2 {ETH_R_IP} || die "ping"
+step serve
+timeout 300 iperf3 -s -1 || die "iperf3 server"
+step iperf3
+i=0
+until iperf3 -c {ETH_R_IP} -t 5 > /tmp/iperf.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
+    sleep 1
+done
+cat /tmp/iperf.txt
+grep receiver /tmp/iperf.txt | sed 's/^/=== iperf k-to-r /'
+step spoof
+peer=$(ip neigh show {ETH_R_IP} dev eth0 | awk '{{ for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i + 1) }}')
+[ -n "$peer" ] || die "no neighbour entry for {ETH_R_IP}"
+spoofed() {{ ethtool -S eth0 | awk '$1 == "tx_spoofed:" {{ print $2 }}'; }}
+# Echo requests built whole (raw socket): first from eth0's own MAC, answered; then
+# from another MAC, which the VF's spoof check drops and counts.
+./spoof_echo eth0 {ETH_K_MAC} "$peer" {ETH_K_IP} {ETH_R_IP} 5 | sed 's/^/=== own-mac /'
+before=$(spoofed)
+./spoof_echo eth0 {SPOOF_MAC} "$peer" {ETH_K_IP} {ETH_R_IP} 5 | sed 's/^/=== spoofed /'
+echo "=== tx_spoofed $before $(spoofed)"
+echo "=== waiting for spoofchk off"
+i=0
+until ./spoof_echo eth0 {SPOOF_MAC} "$peer" {ETH_K_IP} {ETH_R_IP} 5 > /tmp/spoof.txt &&
+    grep -q "replies 5" /tmp/spoof.txt; do
+    i=$((i + 1)); [ $i -lt 30 ] || {{ cat /tmp/spoof.txt; die "spoofed frames still dropped"; }}
+done
+sed 's/^/=== unchecked /' /tmp/spoof.txt
+echo "=== tx_spoofed-after $(spoofed)"
+step last-iperf3
+i=0
+until iperf3 -c {ETH_R_IP} -t 2 > /tmp/iperf2.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf2.txt; die "the last iperf3 run"; }}
+    sleep 1
+done
+counters
+check_dmesg
+"#
+    )
+}
+
+/// The Soft-RoCE guest: asks for the kernel guest's address itself (ARP), sends to it,
+/// serves it.
+fn eth_script_r() -> String {
+    format!(
+        r#"{HELPERS}
+step arp
+# The kernel guest's first request for us leaves an entry for it here; drop it, so that
+# our ping asks for {ETH_K_IP} (by then the kernel guest's OS receives, and answers).
+i=0
+until ip neigh show {ETH_K_IP} dev eth0 | grep -q lladdr; do
+    i=$((i + 1)); [ $i -lt 3000 ] || die "the kernel guest never asked for us"
+    sleep 0.1
+done
+ip neigh del {ETH_K_IP} dev eth0 || die "ip neigh del"
+ping -c 3 -i 0.2 {ETH_K_IP} || die "ping"
+ip neigh show {ETH_K_IP} dev eth0 | sed 's/^/=== neigh /'
+step iperf3
+i=0
+until iperf3 -c {ETH_K_IP} -t 5 > /tmp/iperf.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
+    sleep 1
+done
+cat /tmp/iperf.txt
+grep receiver /tmp/iperf.txt | sed 's/^/=== iperf r-to-k /'
+step serve
+timeout 300 iperf3 -s -1 || die "iperf3 server 1"
+step serve-last
+timeout 300 iperf3 -s -1 || die "iperf3 server 2"
+"#
+    )
+}
+
+/// `=== LABEL spoof_echo: sent N replies M` of a console: (N, M).
+fn spoof_echo_run(console: &str, label: &str) -> (u64, u64) {
+    let prefix = format!("=== {label} spoof_echo: sent ");
+    let line = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    (
+        words[0].parse().expect("sent"),
+        words[2].parse().expect("replies"),
+    )
+}
+
+/// tests/guest/spoof_echo.c, built static in `dir` for boot.sh --file.
+fn spoof_echo_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("spoof_echo");
+    let out = std::process::Command::new("gcc")
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-static",
+        ])
+        .arg(rnic_tests::vm::repo().join("tests/guest/spoof_echo.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "spoof_echo.c does not build:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// The ARP replies in a pcap file: (Ethernet source, sender MAC, sender IPv4), read
+/// record by record (the capture holds the iperf3 runs too).
+fn arp_replies(pcap: &[u8]) -> Vec<([u8; 6], [u8; 6], [u8; 4])> {
+    let mut replies = Vec::new();
+    let mut at = 24;
+    while at + 16 <= pcap.len() {
+        let len = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &pcap[at + 16..(at + 16 + len).min(pcap.len())];
+        at += 16 + len;
+        if frame.len() >= 42 && frame[12..14] == [8, 6] && frame[20..22] == [0, 2] {
+            replies.push((
+                frame[6..12].try_into().unwrap(),
+                frame[22..28].try_into().unwrap(),
+                frame[28..32].try_into().unwrap(),
+            ));
+        }
+    }
+    replies
+}
+
+fn mac_text(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spoof_check() {
+    let started = Instant::now();
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let programs = tempfile::tempdir().expect("a directory for spoof_echo");
+    let spoof_echo = spoof_echo_program(programs.path());
+    // End A: rnicd's Ethernet port; end B: the Soft-RoCE guest's eth0.
+    let link = DgramLink::new();
+    let pcap = programs.path().join("rnicd-port.pcap");
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", link.a, link.b);
+    let mut rnicd = Rnicd::start_binary_in(
+        &release_rnicd(),
+        &base,
+        1,
+        &["--net", &net, "--pcap", pcap.to_str().expect("UTF-8 path")],
+    );
+    let kernel_guest = Boot::rnic()
+        .arg("--kernel")
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .arg("--file")
+        .arg(spoof_echo.to_str().expect("UTF-8 path"))
+        .timeout(600)
+        .spawn(&format!("{}\necho '=== script done'\n", eth_script_k()));
+    let rxe_guest = Boot::rxe()
+        .nic(link.nic_b(), &format!("{ETH_R_IP}/16"))
+        .timeout(600)
+        .spawn(&format!("{}\necho '=== script done'\n", eth_script_r()));
+    let results = run_pair(
+        ("kernel guest (VF0)", kernel_guest),
+        ("Soft-RoCE guest", rxe_guest),
+        // The PF turns the spoof check of the kernel guest's VF off when it waits for that.
+        |line| {
+            if line.ends_with("=== waiting for spoofchk off") {
+                rnicd.admin(&["vf-eth", "vf0", "--spoofchk", "off"]);
+            }
+        },
+        |_| {},
+    );
+    assert_both_succeeded(&results, ["the kernel guest", "the Soft-RoCE guest"]);
+    let [(k, _), (r, _)] = &results;
+    assert!(
+        k.contains(&format!("=== mac {ETH_K_MAC}")),
+        "the kernel guest's MAC"
+    );
+    let c = assert_clean_counters("the kernel guest", k);
+    let k_to_r = iperf_gbits(k, "k-to-r");
+    let r_to_k = iperf_gbits(r, "r-to-k");
+    assert!(k_to_r > 0.0 && r_to_k > 0.0, "iperf3 both ways");
+
+    // Spoof check: the same requests from the guest's own MAC are answered; from another
+    // MAC they are dropped at the VF and counted, until the PF turns the check off.
+    assert_eq!(spoof_echo_run(k, "own-mac"), (5, 5), "the guest's own MAC");
+    assert_eq!(spoof_echo_run(k, "spoofed"), (5, 0), "a spoofed MAC");
+    let line = k
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("=== tx_spoofed "))
+        .expect("tx_spoofed before and after");
+    let [before, after]: [u64; 2] = line
+        .split_whitespace()
+        .map(|w| w.parse().expect("a count"))
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("two counts");
+    assert_eq!(after - before, 5, "tx_spoofed counts the 5 spoofed frames");
+    assert_eq!(spoof_echo_run(k, "unchecked"), (5, 5), "spoof check off");
+    assert!(c["tx_spoofed"] >= after, "tx_spoofed at the end");
+
+    // ARP: the Soft-RoCE guest resolved the kernel guest's address to its MAC; the
+    // replies for that address came from the kernel guest's OS, not from rnicd's port.
+    assert!(
+        r.contains(&format!("=== neigh {ETH_K_IP} lladdr {ETH_K_MAC}")),
+        "the Soft-RoCE guest's neighbour entry for the kernel guest"
+    );
+    rnicd.stop_with(libc::SIGTERM);
+    let log = rnicd.log();
+    let port_replies = rnic_tests::logged_count(&log, "replies sent", "sent");
+    let capture = std::fs::read(&pcap).expect("rnicd's capture");
+    let replies = arp_replies(&capture);
+    let k_ip: [u8; 4] = ETH_K_IP
+        .split('.')
+        .map(|b| b.parse().unwrap())
+        .collect::<Vec<u8>>()
+        .try_into()
+        .unwrap();
+    let for_k: Vec<_> = replies.iter().filter(|(_, _, ip)| *ip == k_ip).collect();
+    assert!(
+        !for_k.is_empty(),
+        "the capture holds no ARP reply for {ETH_K_IP}: {replies:?}"
+    );
+    for (source, sender, _) in &for_k {
+        assert_eq!(mac_text(source), ETH_K_MAC, "the reply's Ethernet source");
+        assert_eq!(mac_text(sender), ETH_K_MAC, "the reply's sender MAC");
+    }
+    assert_eq!(
+        port_replies, 0,
+        "rnicd's port answered ARP itself although the guest's OS receives"
+    );
+    eprintln!(
+        "eth segment: iperf3 kernel->rxe {k_to_r:.3} Gbit/s, rxe->kernel {r_to_k:.3} Gbit/s; \
+         {} ARP replies for {ETH_K_IP} from the guest, 0 from the port; tx_spoofed {before} \
+         -> {after}; capture {} MB; done after {:?}",
+        for_k.len(),
+        capture.len() >> 20,
+        started.elapsed()
+    );
 }
