@@ -52,6 +52,15 @@ fn rnic_features_indirect_keys_passes_on_pf_and_vf0() {
 }
 
 #[test]
+fn rnic_features_ethernet_passes_on_pf_and_vf0() {
+    let out = run("ethernet");
+    assert_eq!(passed(&out), 4);
+    assert!(
+        out.contains("ok: ethernet: no RoCE packet (the WRITEs' ACKs) reached A's receive ring")
+    );
+}
+
+#[test]
 fn rnic_features_refuses_one_function_and_reports_a_missing_one() {
     let rnicd = Rnicd::start(1, &[]);
     let out = Command::new(bin("rnic-features"))

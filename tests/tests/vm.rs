@@ -615,10 +615,12 @@ exit 1";
 
 #[test]
 #[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
-fn a_guest_with_vf0_and_vf1_runs_rnic_features_dc_and_indirect_keys() {
+fn a_guest_with_vf0_and_vf1_runs_rnic_features_dc_indirect_keys_and_ethernet() {
     // One guest, two VFs of one rnicd: the DC initiator and the requester on the first,
-    // the DC targets and the keyed regions on the second, all in guest memory.
-    let script = "set -e\nrnic-features dc\nrnic-features indirect-keys\n";
+    // the DC targets and the keyed regions on the second, all in guest memory; then on
+    // the same two functions, frames through their Ethernet queues beside RDMA WRITEs
+    // (datasheet §15: IP and RoCE on one function at once, each to its own side).
+    let script = "set -e\nrnic-features dc\nrnic-features indirect-keys\nrnic-features ethernet\n";
     let (console, status) = boot(&["--vf", "0", "--vf", "1"], script);
     eprintln!("{console}");
     assert_eq!(status, Some(0), "rnic-features failed in the guest");
@@ -630,6 +632,10 @@ fn a_guest_with_vf0_and_vf1_runs_rnic_features_dc_and_indirect_keys() {
         (
             "ok: indirect-keys: the refused WRITE touched no byte, guards intact",
             8,
+        ),
+        (
+            "ok: ethernet: no RoCE packet (the WRITEs' ACKs) reached A's receive ring",
+            4,
         ),
     ] {
         assert!(console.contains(line), "missing {line:?}");

@@ -883,9 +883,83 @@ pub enum Functions {
     VfioUser(std::path::PathBuf, std::path::PathBuf),
 }
 
+/// The Ethernet scenario: on each function, the Ethernet queues (datasheet §15) open
+/// beside the RDMA objects of the same driver; frames from A to B and RDMA WRITEs from A
+/// to B interleaved, each checked where it must arrive (a frame in B's receive ring, a
+/// WRITE's bytes in B's region) and nowhere else (no frame in A's ring: the WRITEs'
+/// acknowledgements stay with the RDMA engine).
+pub fn ethernet_exercise(a: &Endpoint, b: &Endpoint, checks: &mut Checks) -> Result<()> {
+    use rnic_abi::eth::RX_ENABLE;
+    use rnic_driver::eth::EthPort;
+    const ROUNDS: u32 = 20;
+    let (da, db) = (a.ctx.device(), b.ctx.device());
+    let mac = |d: &Device| d.query_device().map(|q| q.mac);
+    let (ma, mb) = (
+        mac(da).map_err(drv("query A"))?,
+        mac(db).map_err(drv("query B"))?,
+    );
+    let mut ea = EthPort::open(da, 32, 1500, RX_ENABLE).map_err(drv("open A's Ethernet queues"))?;
+    let mut eb = EthPort::open(db, 32, 1500, RX_ENABLE).map_err(drv("open B's Ethernet queues"))?;
+    let (qa, _qb) = rc_pair(a, b)?;
+    let (mut frames, mut writes) = (0, 0);
+    for i in 0..ROUNDS {
+        let mut frame = mb.to_vec();
+        frame.extend_from_slice(&ma);
+        frame.extend_from_slice(&[0x88, 0xb5]);
+        frame.extend((0..200u32).map(|k| (k + i) as u8));
+        ea.send(&[&frame]).map_err(drv("send a frame"))?;
+        let data = pattern(4096, u64::from(i) + 7);
+        a.mr.write(0, &data);
+        let wc = complete(
+            &qa,
+            a.cq,
+            &rdma(
+                u64::from(i),
+                true,
+                b.mr.rkey(),
+                b.mr.addr(0),
+                a.mr.sge(0, 4096),
+            ),
+        )?;
+        if wc.status == Ok(WcStatus::Success) && read_mr(b.mr, 0, 4096) == data {
+            writes += 1;
+        }
+        if eb.recv(T).map_err(drv("receive a frame"))? == Some(frame) {
+            frames += 1;
+        }
+    }
+    checks.check(
+        "ethernet: every frame reached B's receive ring whole, beside the RDMA traffic",
+        frames == ROUNDS,
+        || format!("{frames} of {ROUNDS} frames"),
+    )?;
+    checks.check(
+        "ethernet: every RDMA WRITE completed and placed its bytes, beside the frames",
+        writes == ROUNDS,
+        || format!("{writes} of {ROUNDS} WRITEs"),
+    )?;
+    let stray = ea
+        .recv(Duration::from_millis(200))
+        .map_err(drv("look at A's ring"))?;
+    checks.check(
+        "ethernet: no RoCE packet (the WRITEs' ACKs) reached A's receive ring",
+        stray.is_none(),
+        || format!("A received a frame: {stray:02x?}"),
+    )?;
+    let counters = eb.query().map_err(drv("QUERY_ETH"))?.counters;
+    checks.check(
+        "ethernet: B's counters say the same (rx_frames, no drops)",
+        counters.rx_frames == u64::from(ROUNDS) && counters.rx_no_buffer == 0,
+        || format!("{counters:?}"),
+    )?;
+    Ok(())
+}
+
 /// Which scenario to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scenario {
+    /// [`ethernet_exercise`].
+    Ethernet,
     /// [`dc_exercise`] and [`dc_wrong_key`].
     Dc,
     /// [`indirect_keys_exercise`].
@@ -977,6 +1051,7 @@ pub fn run(functions: &Functions, scenario: Scenario, say: &mut dyn FnMut(&str))
         Scenario::IndirectKeys => {
             indirect_keys_exercise(&a.endpoint(0), &b.endpoint(0), &mut checks)?
         }
+        Scenario::Ethernet => ethernet_exercise(&a.endpoint(0), &b.endpoint(0), &mut checks)?,
         Scenario::DmaIsolation(exe) => {
             dma_isolation_exercise(&a.endpoint(0), &b.endpoint(0), &exe, &mut checks)?
         }

@@ -15,6 +15,8 @@ use rnic_tools::features::{self, Functions, Scenario};
 /// key completes REM_ACCESS_ERR. indirect-keys: an indirect key over three regions of B is
 /// the rkey of a WRITE (scatter) and a READ (gather), a pattern key gathers strided data,
 /// and a WRITE past the indirect key's end completes REM_ACCESS_ERR touching nothing.
+/// ethernet: each function's Ethernet queues beside its RDMA objects: frames and RDMA
+/// WRITEs from A to B interleaved, each arriving where it belongs and nowhere else.
 /// dma-isolation (in a guest with an IOMMU, where the functions are driven through VFIO):
 /// registering a page at an IOVA this process never mapped fails with DMA_ERROR; a heap
 /// buffer registered in place takes an RDMA WRITE, and once deregistered its IOVA is
@@ -52,6 +54,8 @@ enum Which {
     IndirectKeys,
     /// What the IOMMU keeps from the device (a guest with an IOMMU, VFIO transport).
     DmaIsolation,
+    /// The Ethernet queues beside RDMA on the same functions.
+    Ethernet,
     /// The dma-isolation scenario's child process: holds a page of secret bytes.
     #[value(hide = true)]
     HoldSecret,
@@ -100,6 +104,7 @@ fn run(args: &Args) -> Result<usize, String> {
     let scenario = match args.scenario {
         Which::Dc => Scenario::Dc,
         Which::IndirectKeys => Scenario::IndirectKeys,
+        Which::Ethernet => Scenario::Ethernet,
         Which::DmaIsolation => Scenario::DmaIsolation(
             std::env::current_exe().map_err(|e| format!("find this program's path: {e}"))?,
         ),
