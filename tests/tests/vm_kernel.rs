@@ -61,6 +61,15 @@ wait_ping() {
         [ $i -lt 120 ] || return 1
     done
 }
+# iperf_to IP SECONDS FILE TRIES WHAT: an iperf3 TCP run of SECONDS to IP, tried again
+# once a second (up to TRIES times) until the server answers; its report in FILE.
+iperf_to() {
+    i=0
+    until iperf3 -c "$1" -t "$2" > "$3" 2>&1; do
+        i=$((i + 1)); [ $i -lt "$4" ] || { cat "$3"; die "$5"; }
+        sleep 1
+    done
+}
 # The device's and the driver's counters, one `name value` a line.
 counters() { ethtool -S eth0 | awk -F': *' 'NR > 1 { gsub(/ /, "", $1); print "=== counter " $1 " " $2 }'; }
 # wait_carrier 0|1: up to 60 s for eth0's carrier to read that.
@@ -101,11 +110,7 @@ peer=$(ping -6 -c 3 -I eth0 ff02::1 | awk '/bytes from fe80/ {{ sub(/%.*/, "", $
 ping -6 -c 3 "$peer%eth0" || die "IPv6 ping to $peer"
 echo "=== ipv6 ok $peer"
 step iperf3
-i=0
-until iperf3 -c {B_IP} -t 10 > /tmp/iperf.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 30 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
-    sleep 1
-done
+iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
 grep receiver /tmp/iperf.txt | sed 's/^/=== iperf /'
 step mtu
@@ -142,11 +147,7 @@ ethtool -c eth0
 [ "$(ethtool -c eth0 | awk '$1 == "rx-usecs:" {{ print $2 }}')" = 50 ] || die "rx-usecs not 50"
 echo "=== coalesce ok"
 step last-iperf3
-i=0
-until iperf3 -c {B_IP} -t 3 > /tmp/iperf3.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf3.txt; die "iperf3 after reload and FLR"; }}
-    sleep 1
-done
+iperf_to {B_IP} 3 /tmp/iperf3.txt 60 "iperf3 after reload and FLR"
 grep receiver /tmp/iperf3.txt | sed 's/^/=== iperf-after /'
 counters
 ip -s link show eth0
@@ -189,11 +190,7 @@ echo "=== waiting for link up"
 wait_carrier 1 || die "the carrier stayed down"
 echo "=== carrier up"
 wait_ping {A_IP} || die "no answer after the link came back"
-i=0
-until iperf3 -c {A_IP} -t 2 > /tmp/iperf.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 to A after the link came back"; }}
-    sleep 1
-done
+iperf_to {A_IP} 2 /tmp/iperf.txt 60 "iperf3 to A after the link came back"
 echo "=== link ok"
 step mac
 old=$(cat /sys/class/net/eth0/address)
@@ -520,11 +517,7 @@ step ping
 ping -c 5 -i 0.2 {UDP_B_IP} || die "ping"
 ip neigh show {UDP_B_IP} dev eth0 | sed 's/^/=== neigh /'
 step iperf3
-i=0
-until iperf3 -c {UDP_B_IP} -t 10 > /tmp/iperf.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 30 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
-    sleep 1
-done
+iperf_to {UDP_B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
 grep receiver /tmp/iperf.txt | sed 's/^/=== iperf tcp /'
 step mtu
@@ -533,11 +526,7 @@ wait_ping {UDP_B_IP} -s 8000 -M do || die "no jumbo answer"
 ping -c 3 -s 8000 -M do {UDP_B_IP} || die "jumbo ping"
 echo "=== jumbo ok"
 step last-iperf3
-i=0
-until iperf3 -c {UDP_B_IP} -t 2 > /tmp/iperf2.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf2.txt; die "the last iperf3 run"; }}
-    sleep 1
-done
+iperf_to {UDP_B_IP} 2 /tmp/iperf2.txt 60 "the last iperf3 run"
 counters
 check_dmesg
 "#
@@ -648,11 +637,7 @@ ping -c 5 -i 0.2 {ETH_R_IP} || die "ping"
 step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server"
 step iperf3
-i=0
-until iperf3 -c {ETH_R_IP} -t 5 > /tmp/iperf.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
-    sleep 1
-done
+iperf_to {ETH_R_IP} 5 /tmp/iperf.txt 60 "iperf3 run"
 cat /tmp/iperf.txt
 grep receiver /tmp/iperf.txt | sed 's/^/=== iperf k-to-r /'
 step spoof
@@ -674,11 +659,7 @@ done
 sed 's/^/=== unchecked /' /tmp/spoof.txt
 echo "=== tx_spoofed-after $(spoofed)"
 step last-iperf3
-i=0
-until iperf3 -c {ETH_R_IP} -t 2 > /tmp/iperf2.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf2.txt; die "the last iperf3 run"; }}
-    sleep 1
-done
+iperf_to {ETH_R_IP} 2 /tmp/iperf2.txt 60 "the last iperf3 run"
 counters
 check_dmesg
 "#
@@ -702,11 +683,7 @@ ip neigh del {ETH_K_IP} dev eth0 || die "ip neigh del"
 ping -c 3 -i 0.2 {ETH_K_IP} || die "ping"
 ip neigh show {ETH_K_IP} dev eth0 | sed 's/^/=== neigh /'
 step iperf3
-i=0
-until iperf3 -c {ETH_K_IP} -t 5 > /tmp/iperf.txt 2>&1; do
-    i=$((i + 1)); [ $i -lt 60 ] || {{ cat /tmp/iperf.txt; die "iperf3 run"; }}
-    sleep 1
-done
+iperf_to {ETH_K_IP} 5 /tmp/iperf.txt 60 "iperf3 run"
 cat /tmp/iperf.txt
 grep receiver /tmp/iperf.txt | sed 's/^/=== iperf r-to-k /'
 step serve

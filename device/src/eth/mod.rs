@@ -110,17 +110,11 @@ impl EthState {
         env: &Env,
         station: &Station,
     ) -> Result<Vec<u8>, VerbsError> {
-        let (msix_vectors, mac, link_up, policy) = (
-            station.msix_vectors,
-            station.mac,
-            station.link_up,
-            station.policy,
-        );
         match op {
             Opcode::CreateEthQueue => {
                 let req = CreateEthQueueReq::read_from_bytes(body)
                     .map_err(|_| VerbsError::new(Status::Malformed, 0))?;
-                self.create(&req, rdma, env, msix_vectors)
+                self.create(&req, rdma, env, station.msix_vectors)
                     .map(|r| r.as_bytes().to_vec())
             }
             Opcode::DestroyEthQueue => {
@@ -130,27 +124,27 @@ impl EthState {
                 rdma.free_eth_slot(slot_id(req.kind, req.queue));
                 Ok(Vec::new())
             }
-            Opcode::SetEth => self.set(body, msix_vectors).map(|()| Vec::new()),
+            Opcode::SetEth => self.set(body, station.msix_vectors).map(|()| Vec::new()),
             Opcode::QueryEth => {
                 if !body.is_empty() {
                     return Err(bad(0));
                 }
                 let mut flags = 0;
-                if link_up {
+                if station.link_up {
                     flags |= eth::ETH_LINK_UP;
                 }
-                if policy.trusted {
+                if station.policy.trusted {
                     flags |= eth::ETH_TRUSTED;
                 }
-                if policy.spoof_check {
+                if station.policy.spoof_check {
                     flags |= eth::ETH_SPOOF_CHECKED;
                 }
                 let resp = QueryEthResp {
-                    mac,
+                    mac: station.mac,
                     reserved: 0,
                     flags,
                     mtu: self.mtu,
-                    rx_mode: self.effective_rx_mode(policy),
+                    rx_mode: self.effective_rx_mode(station.policy),
                     max_mtu: eth::MAX_MTU,
                     counters: self.counters,
                 };
