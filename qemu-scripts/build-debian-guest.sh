@@ -4,7 +4,7 @@
 # /var/cache/rnic/rxe-root) with rdma-core (ibverbs-utils, ibverbs-providers), perftest,
 # UCX (ucx-utils: ucx_info, ucx_perftest; the ROCm, LLVM, Level Zero and OpenCL runtimes
 # it drags in stay out of the images, 10 MB more per image instead of 80), iproute2, kmod,
-# iputils-ping, ethtool, iperf3 and busybox:
+# iputils-ping, ethtool, iperf3, nvme-cli and busybox:
 #
 #   rxe    the Soft-RoCE guest (boot.sh --rxe): Debian's own libibverbs and provider
 #          (librxe) on the kernel's rdma_rxe, `rdma link add rxe0 type rxe netdev eth0` at
@@ -27,7 +27,8 @@
 #          function's IPv4 address (the driver's `ipv4` attribute of the PCI device, the
 #          last 4 bytes of the function's GID: VF0 is 10.82.0.2) with prefix /16, or what
 #          the kernel word rnic_fnN_ip=A/P (boot.sh --ip) says for the Nth function in PCI
-#          order (`none`: no address). Image: $KERNEL_KIT/initramfs.img, a cached base
+#          order (`none`: no address). ib_core, rdma_ucm, nvme_rdma, nvmet_rdma and null_blk
+#          are in the image, loaded when asked (the rxe image has the last four). Image: $KERNEL_KIT/initramfs.img, a cached base
 #          image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod runs
 #          at boot), so a driver change repacks only that.
 #
@@ -62,8 +63,8 @@ flavour=${1:-}
 # What the guests run: rdma-core's verbs tools and providers (librxe; perftest also links
 # libmlx5, libefa and libhns), perftest, UCX's tools, iproute2 (ip, rdma), kmod (modprobe),
 # busybox (poweroff and small tools); ping, ethtool and iperf3 for the kernel-driver guest's
-# network interfaces.
-packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3)
+# network interfaces; nvme-cli for NVMe over Fabrics on RDMA.
+packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3 nvme-cli)
 # The busybox rnic guest's NIC: virtio_net and what it depends on.
 net_modules=(virtio_net)
 libdir=usr/lib/x86_64-linux-gnu
@@ -74,6 +75,7 @@ if [ "$flavour" = rxe ]; then
     # with PCLMULQDQ, so failing to load it is fine: crc32_generic then serves rxe's ICRC.
     modules=(virtio_net crc32_generic crc32_pclmul rdma_rxe ib_uverbs)
     optional_modules=" crc32_pclmul "
+    shelf_modules=(rdma_ucm nvme_rdma nvmet_rdma null_blk)
     iommu_modules=()
     flavour_excludes=()
 elif [ "$flavour" = kernel ]; then
@@ -82,6 +84,8 @@ elif [ "$flavour" = kernel ]; then
     # virtio_net for a --nic beside the rnic functions; rnic.ko comes in its own cpio.
     modules=(virtio_net)
     optional_modules=" "
+    # In the image for rnic.ko (ib_core) and its users, loaded by modprobe when asked.
+    shelf_modules=(ib_core ib_uverbs rdma_ucm nvme_rdma nvmet_rdma null_blk)
     iommu_modules=()
     flavour_excludes=()
 else
@@ -89,6 +93,7 @@ else
     base=$VERBS_KIT/base.zst
     modules=(virtio_net)
     optional_modules=" "
+    shelf_modules=()
     # Loaded only with a virtual IOMMU (boot.sh --iommu, kernel word rnic_iommu=1): the
     # library then reaches the functions through VFIO, with interrupts.
     iommu_modules=(vfio_iommu_type1 vfio_pci)
@@ -157,9 +162,10 @@ build_base() {
         chroot "$RXE_ROOT" depmod "$kver"
     fi
     local guest_files net_files f m name rel
-    mapfile -t guest_files < <(module_files "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"})
+    mapfile -t guest_files < <(module_files "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"} \
+        ${shelf_modules[@]+"${shelf_modules[@]}"})
     [ ${#guest_files[@]} -gt 0 ] || die "modprobe found none of ${modules[*]} for kernel $kver"
-    for m in "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"}; do
+    for m in "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"} ${shelf_modules[@]+"${shelf_modules[@]}"}; do
         printf '%s\n' "${guest_files[@]}" | grep -q "/${m//_/[_-]}\.ko" || [[ $optional_modules == *" $m "* ]] ||
             die "module $m is not in kernel $kver's tree"
     done

@@ -62,6 +62,12 @@ pub enum Opcode {
     /// Free a memory window, bound or not: `verbs::ObjectReq` with a key of the window
     /// (its index counts, not its tag).
     DeallocMw = 0x0125,
+    /// Register the DMA key of a PD: `fast_reg::RegDmaMrReq` -> `verbs::RegMrResp`
+    /// (ABI 1.8). `DEREG_MR` destroys it.
+    RegDmaMr = 0x0126,
+    /// Allocate a fast-registration MR, free: `fast_reg::AllocFastRegMrReq` ->
+    /// `verbs::RegMrResp` (ABI 1.8). `DEREG_MR` destroys it.
+    AllocFastRegMr = 0x0127,
     /// Create a completion queue: `verbs::CreateCqReq` -> `verbs::CreateCqResp`.
     CreateCq = 0x0130,
     /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
@@ -168,6 +174,8 @@ impl Opcode {
             0x0123 => Self::CreatePatternKey,
             0x0124 => Self::AllocMw,
             0x0125 => Self::DeallocMw,
+            0x0126 => Self::RegDmaMr,
+            0x0127 => Self::AllocFastRegMr,
             0x0130 => Self::CreateCq,
             0x0131 => Self::DestroyCq,
             0x0140 => Self::CreateQp,

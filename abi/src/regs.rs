@@ -192,6 +192,12 @@ pub const CAP_MW: u64 = 1 << 19;
 /// Ethernet queues ([`crate::eth`], ABI 1.7): send and receive rings of whole Ethernet
 /// frames, `CREATE_ETH_QUEUE` to `QUERY_ETH_QUEUE`, and the admin `SET_VF_ETH`.
 pub const CAP_ETH: u64 = 1 << 20;
+/// Kernel memory keys ([`crate::fast_reg`], ABI 1.8): `REG_DMA_MR`, `ALLOC_FAST_REG_MR`
+/// and `REG_MR` work requests.
+pub const CAP_FAST_REG: u64 = 1 << 21;
+/// The GSI QP ([`crate::ud::QPT_GSI`], ABI 1.8): QP 1 of each function, for the
+/// management datagrams of a communication manager.
+pub const CAP_GSI: u64 = 1 << 22;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

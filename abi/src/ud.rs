@@ -22,6 +22,16 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Queue pair type: unreliable datagram (`IBV_QPT_UD`).
 pub const QPT_UD: u8 = 4;
+/// Queue pair type: the function's GSI QP (the kernel's `IB_QPT_GSI`; ABI 1.8,
+/// [`crate::regs::CAP_GSI`]). It is a UD QP in every way but its number, [`GSI_QPN`]:
+/// a function has at most one (a second `CREATE_QP` of this type fails with `BUSY`), and
+/// packets for QP 1 at the function's address reach it. A communication manager sets
+/// its Q_Key to [`GSI_QKEY`] and sends its MADs to QP 1 of the peer with that Q_Key.
+pub const QPT_GSI: u8 = 1;
+/// The GSI QP's number.
+pub const GSI_QPN: u32 = 1;
+/// The Q_Key of every GSI QP (IBTA 13.4.6.1, the kernel's `IB_QP1_QKEY`).
+pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// Bytes of GRH space at the start of every UD receive buffer.
 pub const GRH_LEN: u32 = 40;

@@ -182,6 +182,9 @@ pub mod wr {
     pub const BIND_MW: u8 = 8;
     /// SEND with invalidate.
     pub const SEND_WITH_INV: u8 = 9;
+    /// Fast-register memory under a fast-registration MR's key
+    /// (`crate::fast_reg::FastRegWqe`, ABI 1.8; the kernel's `IB_WR_REG_MR`).
+    pub const REG_MR: u8 = 10;
 }
 
 /// Send flags in [`SendWqe::flags`], as `enum ibv_send_flags`.
@@ -212,7 +215,8 @@ pub mod wc {
     pub const BIND_MW: u8 = 5;
     /// Local invalidate completed.
     pub const LOCAL_INV: u8 = 6;
-    /// A control queue's memory registration completed (as the kernel's `IB_WC_REG_MR`).
+    /// A memory registration completed: a control queue's, or a REG_MR work request's (as
+    /// the kernel's `IB_WC_REG_MR`).
     pub const REG_MR: u8 = 8;
     /// A receive completed (SEND in).
     pub const RECV: u8 = 128;
