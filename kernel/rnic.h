@@ -2,7 +2,8 @@
 /*
  * rnic: the contract between the driver's files. rnic_main.c owns the PCI
  * function (BARs, MSI-X, reset), rnic_cmdq.c the command queue,
- * rnic_netdev.c the Ethernet function, rnic_ethtool.c its ethtool view.
+ * rnic_netdev.c the Ethernet function, rnic_ethtool.c its ethtool view,
+ * rnic_ib*.c the RDMA device (their own contract is rnic_ib.h).
  */
 #ifndef RNIC_H
 #define RNIC_H
@@ -20,19 +21,22 @@
 
 #define RNIC_DRV_NAME		"rnic"
 /* The driver's version: the ABI level it implements. */
-#define RNIC_DRV_VERSION	"1.7"
+#define RNIC_DRV_VERSION	"1.8"
 
 /* MSI-X vectors the driver uses. */
 enum rnic_vector {
 	RNIC_VEC_CMDQ,		/* command completions */
 	RNIC_VEC_EVENT,		/* Ethernet link and MAC changes */
 	RNIC_VEC_QUEUES,	/* Ethernet send and receive completions */
+	RNIC_VEC_EQ,		/* the RDMA event queue */
 	RNIC_NUM_VECS,
 };
 
 /* Doorbell pages of the driver's Ethernet queues. */
 #define RNIC_DB_PAGE_TX		1
 #define RNIC_DB_PAGE_RX		2
+/* The first doorbell page of the RDMA objects; they spill to later ones. */
+#define RNIC_DB_PAGE_IB		3
 
 struct rnic_cmdq {
 	struct mutex lock;	/* one command at a time */
@@ -47,6 +51,8 @@ struct rnic_cmdq {
 	struct completion done;
 };
 
+struct rnic_ib;
+
 struct rnic_dev {
 	struct pci_dev *pdev;
 	void __iomem *regs;	/* BAR0 */
@@ -57,6 +63,7 @@ struct rnic_dev {
 	u32 reset_count;	/* RESET_COUNT after our own reset */
 	bool lost;		/* reset by someone else: commands fail */
 	struct net_device *netdev;
+	struct rnic_ib *ib;	/* the RDMA device, if registered */
 };
 
 static inline u32 rnic_rd(struct rnic_dev *rd, u32 reg)
@@ -153,6 +160,10 @@ void rnic_netdev_reset_prepare(struct rnic_dev *rd);
 void rnic_netdev_reset_done(struct rnic_dev *rd, bool ok);
 irqreturn_t rnic_event_irq(int irq, void *data);
 irqreturn_t rnic_queue_irq(int irq, void *data);
+
+/* rnic_ib.c */
+int rnic_ib_add(struct rnic_dev *rd);
+void rnic_ib_remove(struct rnic_dev *rd);
 
 /* rnic_ethtool.c */
 void rnic_set_ethtool_ops(struct net_device *netdev);

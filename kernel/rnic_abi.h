@@ -20,7 +20,7 @@
 
 /* abi/src/lib.rs */
 #define RNIC_ABI_MAJOR			1
-#define RNIC_ABI_MINOR			7
+#define RNIC_ABI_MINOR			8
 #define RNIC_PAGE_SIZE			4096
 
 /* abi/src/pci.rs */
@@ -61,7 +61,12 @@
 #define RNIC_CAP_DOORBELL_NOTIFY	0x2ULL
 #define RNIC_CAP_MSIX			0x4ULL
 #define RNIC_CAP_FUNCTION_RESET		0x8ULL
+#define RNIC_CAP_RDMA_RC		0x10ULL
+#define RNIC_CAP_SEND_VARIANTS		0x100ULL
+#define RNIC_CAP_UD			0x400ULL
 #define RNIC_CAP_ETH			0x100000ULL
+#define RNIC_CAP_FAST_REG		0x200000ULL
+#define RNIC_CAP_GSI			0x400000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -106,6 +111,20 @@ struct rnic_vring_desc {
 /* Opcodes (abi/src/cmd.rs Opcode) */
 #define RNIC_CMD_NOP			0x0000
 #define RNIC_CMD_QUERY_DEVICE		0x0001
+#define RNIC_CMD_CREATE_EQ		0x0100
+#define RNIC_CMD_DESTROY_EQ		0x0101
+#define RNIC_CMD_ALLOC_PD		0x0110
+#define RNIC_CMD_DEALLOC_PD		0x0111
+#define RNIC_CMD_REG_MR			0x0120
+#define RNIC_CMD_DEREG_MR		0x0121
+#define RNIC_CMD_REG_DMA_MR		0x0126
+#define RNIC_CMD_ALLOC_FAST_REG_MR	0x0127
+#define RNIC_CMD_CREATE_CQ		0x0130
+#define RNIC_CMD_DESTROY_CQ		0x0131
+#define RNIC_CMD_CREATE_QP		0x0140
+#define RNIC_CMD_MODIFY_QP		0x0141
+#define RNIC_CMD_QUERY_QP		0x0142
+#define RNIC_CMD_DESTROY_QP		0x0143
 #define RNIC_CMD_CREATE_ETH_QUEUE	0x0180
 #define RNIC_CMD_DESTROY_ETH_QUEUE	0x0181
 #define RNIC_CMD_SET_ETH		0x0182
@@ -191,6 +210,340 @@ struct rnic_doorbell_slot {
 	__le32 page;
 	__le32 slot;
 };
+
+/* Access flags */
+#define RNIC_ACCESS_LOCAL_WRITE		0x1
+#define RNIC_ACCESS_REMOTE_WRITE	0x2
+#define RNIC_ACCESS_REMOTE_READ		0x4
+#define RNIC_ACCESS_REMOTE_ATOMIC	0x8
+
+/* QP types (verbs.rs, ud.rs) */
+#define RNIC_QPT_GSI			1
+#define RNIC_QPT_RC			2
+#define RNIC_QPT_UD			4
+#define RNIC_GSI_QPN			1
+#define RNIC_GSI_QKEY			0x80010000U
+#define RNIC_GRH_LEN			40
+#define RNIC_UD_MAX_PAYLOAD		4096
+#define RNIC_QKEY_USE_OWN		0x80000000U
+#define RNIC_FIRST_QPN			0x11
+
+/* QP states, as ibverbs */
+#define RNIC_QPS_RESET			0
+#define RNIC_QPS_INIT			1
+#define RNIC_QPS_RTR			2
+#define RNIC_QPS_RTS			3
+#define RNIC_QPS_SQD			4
+#define RNIC_QPS_SQE			5
+#define RNIC_QPS_ERR			6
+
+/* ModifyQpReq.attr_mask (verbs.rs attr) */
+#define RNIC_ATTR_STATE			0x1
+#define RNIC_ATTR_CUR_STATE		0x2
+#define RNIC_ATTR_EN_SQD_ASYNC_NOTIFY	0x4
+#define RNIC_ATTR_ACCESS_FLAGS		0x8
+#define RNIC_ATTR_PKEY_INDEX		0x10
+#define RNIC_ATTR_PORT			0x20
+#define RNIC_ATTR_QKEY			0x40
+#define RNIC_ATTR_AV			0x80
+#define RNIC_ATTR_PATH_MTU		0x100
+#define RNIC_ATTR_TIMEOUT		0x200
+#define RNIC_ATTR_RETRY_CNT		0x400
+#define RNIC_ATTR_RNR_RETRY		0x800
+#define RNIC_ATTR_RQ_PSN		0x1000
+#define RNIC_ATTR_MAX_QP_RD_ATOMIC	0x2000
+#define RNIC_ATTR_MIN_RNR_TIMER		0x8000
+#define RNIC_ATTR_SQ_PSN		0x10000
+#define RNIC_ATTR_MAX_DEST_RD_ATOMIC	0x20000
+#define RNIC_ATTR_DEST_QPN		0x100000
+
+/* Send WQE opcodes (verbs.rs wr) */
+#define RNIC_WR_RDMA_WRITE		0
+#define RNIC_WR_RDMA_WRITE_WITH_IMM	1
+#define RNIC_WR_SEND			2
+#define RNIC_WR_SEND_WITH_IMM		3
+#define RNIC_WR_RDMA_READ		4
+#define RNIC_WR_ATOMIC_CMP_AND_SWP	5
+#define RNIC_WR_ATOMIC_FETCH_AND_ADD	6
+#define RNIC_WR_LOCAL_INV		7
+#define RNIC_WR_BIND_MW			8
+#define RNIC_WR_SEND_WITH_INV		9
+#define RNIC_WR_REG_MR			10
+
+/* Send WQE flags */
+#define RNIC_SEND_FENCE			0x1
+#define RNIC_SEND_SIGNALED		0x2
+#define RNIC_SEND_SOLICITED		0x4
+#define RNIC_SEND_INLINE		0x8
+
+/* CQE opcodes (verbs.rs wc) */
+#define RNIC_WC_SEND			0
+#define RNIC_WC_RDMA_WRITE		1
+#define RNIC_WC_RDMA_READ		2
+#define RNIC_WC_COMP_SWAP		3
+#define RNIC_WC_FETCH_ADD		4
+#define RNIC_WC_BIND_MW			5
+#define RNIC_WC_LOCAL_INV		6
+#define RNIC_WC_REG_MR			8
+#define RNIC_WC_RECV			128
+#define RNIC_WC_RECV_RDMA_WITH_IMM	129
+
+/* CQE flags */
+#define RNIC_WC_F_GRH			0x1
+#define RNIC_WC_F_WITH_IMM		0x2
+#define RNIC_WC_F_WITH_INV		0x8
+#define RNIC_WC_F_SOLICITED		0x80
+
+/* Completion statuses: as ibverbs, 0 (success) to 21 (general error) */
+#define RNIC_WC_SUCCESS			0
+#define RNIC_WC_WR_FLUSH_ERR		5
+#define RNIC_WC_GENERAL_ERR		21
+
+/* EQE types (verbs.rs event) */
+#define RNIC_EV_CQ_ERR			0
+#define RNIC_EV_QP_FATAL		1
+#define RNIC_EV_QP_REQ_ERR		2
+#define RNIC_EV_QP_ACCESS_ERR		3
+#define RNIC_EV_COMM_EST		4
+#define RNIC_EV_SQ_DRAINED		5
+#define RNIC_EV_COMPLETION		0x80
+
+/* abi/src/fast_reg.rs (ABI 1.8) */
+#define RNIC_MAX_FAST_REG_PAGES		512
+
+struct rnic_create_eq_req {
+	struct rnic_page_list ring;
+	__le32 entries;
+	__le32 vector;
+	__le32 doorbell_page;
+	__le32 reserved;
+};
+
+struct rnic_create_eq_resp {
+	__le32 eqn;
+	__le32 reserved;
+	struct rnic_doorbell_slot doorbell;
+};
+
+struct rnic_eqe {
+	__le32 object;
+	__le32 data;
+	__u8 event_type;
+	__u8 reserved[6];
+	__u8 owner;
+};
+
+struct rnic_object_req {
+	__le32 handle;
+	__le32 reserved;
+};
+
+struct rnic_object_resp {
+	__le32 handle;
+	__le32 reserved;
+};
+
+struct rnic_reg_mr_resp {
+	__le32 lkey;
+	__le32 rkey;
+};
+
+struct rnic_reg_dma_mr_req {
+	__le32 pdn;
+	__le32 access;
+};
+
+struct rnic_alloc_fast_reg_mr_req {
+	__le32 pdn;
+	__le32 max_pages;
+};
+
+struct rnic_create_cq_req {
+	struct rnic_page_list ring;
+	__le32 entries;
+	__le32 doorbell_page;
+};
+
+struct rnic_create_cq_resp {
+	__le32 cqn;
+	__le32 reserved;
+	struct rnic_doorbell_slot doorbell;
+};
+
+/* imm_or_inv: immediate data as on the wire (big-endian), or a key. */
+struct rnic_cqe {
+	__le64 wr_id;
+	__le32 byte_len;
+	__le32 imm_or_inv;
+	__le32 qp_num;
+	__le32 src_qp;
+	__u8 opcode;
+	__u8 status;
+	__u8 wc_flags;
+	__u8 owner;
+	__le32 vendor_err;
+};
+
+struct rnic_create_qp_req {
+	__le32 pdn;
+	__le32 send_cqn;
+	__le32 recv_cqn;
+	__le32 sq_entries;
+	__le32 rq_entries;
+	__le32 max_send_sge;
+	__le32 max_recv_sge;
+	__le32 max_inline_data;
+	__le32 doorbell_page;
+	__u8 qp_type;
+	__u8 sq_sig_all;
+	__le16 srqn;
+	struct rnic_page_list sq;
+	struct rnic_page_list rq;
+};
+
+struct rnic_create_qp_resp {
+	__le32 qpn;
+	__le32 reserved;
+	struct rnic_doorbell_slot sq_doorbell;
+	struct rnic_doorbell_slot rq_doorbell;
+};
+
+struct rnic_qp_attr {
+	__u8 qp_state;
+	__u8 cur_qp_state;
+	__u8 path_mtu;
+	__u8 timeout;
+	__u8 retry_cnt;
+	__u8 rnr_retry;
+	__u8 min_rnr_timer;
+	__u8 max_rd_atomic;
+	__u8 max_dest_rd_atomic;
+	__u8 port_num;
+	__u8 sgid_index;
+	__u8 hop_limit;
+	__u8 traffic_class;
+	__u8 reserved0[1];
+	__le16 pkey_index;
+	__le32 qp_access_flags;
+	__le32 dest_qp_num;
+	__le32 rq_psn;
+	__le32 sq_psn;
+	__le32 flow_label;
+	__u8 dgid[16];
+};
+
+struct rnic_modify_qp_req {
+	__le32 qpn;
+	__le32 attr_mask;
+	struct rnic_qp_attr attr;
+};
+
+/* Follows a rnic_modify_qp_req whose mask has RNIC_ATTR_QKEY (ud.rs). */
+struct rnic_modify_qp_qkey {
+	__le32 qkey;
+	__le32 reserved;
+};
+
+struct rnic_query_qp_resp {
+	struct rnic_qp_attr attr;
+	__le32 sq_consumed;
+	__le32 rq_consumed;
+};
+
+struct rnic_send_wqe {
+	__le64 wr_id;
+	__u8 opcode;
+	__u8 flags;
+	__u8 num_sge;
+	__u8 session_group;
+	__le32 imm_or_inv;
+	__le64 remote_addr;
+	__le32 rkey;
+	__le32 inline_len;
+	__le64 compare_add;
+	__le64 swap;
+	__u8 reserved1[16];
+};
+
+struct rnic_ud_send_wqe {
+	__le64 wr_id;
+	__u8 opcode;
+	__u8 flags;
+	__u8 num_sge;
+	__u8 reserved0;
+	__le32 imm;
+	__le32 remote_qkey;
+	__le32 remote_qpn;
+	__le32 reserved1;
+	__le32 inline_len;
+	__u8 dgid[16];
+	__u8 hop_limit;
+	__u8 traffic_class;
+	__u8 reserved2[14];
+};
+
+struct rnic_fast_reg_wqe {
+	__le64 wr_id;
+	__u8 opcode;
+	__u8 flags;
+	__u8 num_sge;
+	__u8 page_shift;
+	__le32 key;
+	__le64 iova;
+	__le32 access;
+	__le32 page_count;
+	__le64 page_list;
+	__le64 length;
+	__u8 reserved[16];
+};
+
+struct rnic_recv_wqe {
+	__le64 wr_id;
+	__le32 num_sge;
+	__le32 reserved;
+};
+
+struct rnic_sge {
+	__le64 addr;
+	__le32 length;
+	__le32 lkey;
+};
+
+static inline __u32 rnic_pow2_roundup(__u32 v)
+{
+	__u32 p = 1;
+
+	while (p < v && p)
+		p <<= 1;
+	return p;
+}
+
+/* Bytes between send WQEs (verbs.rs sq_stride). */
+static inline __u32 rnic_sq_stride(__u32 max_send_sge, __u32 max_inline_data)
+{
+	__u32 sges = max_send_sge * 16;
+	__u32 inl = (max_inline_data + 15) / 16 * 16;
+
+	return rnic_pow2_roundup(64 + (sges > inl ? sges : inl));
+}
+
+/* Bytes between receive WQEs (verbs.rs rq_stride). */
+static inline __u32 rnic_rq_stride(__u32 max_recv_sge)
+{
+	return rnic_pow2_roundup(16 + max_recv_sge * 16);
+}
+
+/* The owner bit the device writes into entry @index of a ring of @entries. */
+static inline __u8 rnic_owner_phase(__u32 index, __u32 entries)
+{
+	return ((index / entries) & 1) ^ 1;
+}
+
+/* The arm word of a CQ for arm sequence @seq (31 bits). */
+static inline __u32 rnic_cq_arm_word(__u32 seq, int solicited_only)
+{
+	return seq << 1 | (solicited_only ? 1 : 0);
+}
 
 /* abi/src/eth.rs: Ethernet queues (ABI 1.7) */
 #define RNIC_ETH_KIND_TX		0
@@ -329,6 +682,32 @@ static_assert(offsetof(struct rnic_query_device_resp, mac) == 24);
 static_assert(offsetof(struct rnic_query_device_resp, gid) == 32);
 static_assert(sizeof(struct rnic_page_list) == 16);
 static_assert(sizeof(struct rnic_doorbell_slot) == 8);
+static_assert(sizeof(struct rnic_create_eq_req) == 32);
+static_assert(sizeof(struct rnic_create_eq_resp) == 16);
+static_assert(sizeof(struct rnic_eqe) == 16);
+static_assert(sizeof(struct rnic_object_req) == 8);
+static_assert(sizeof(struct rnic_reg_mr_resp) == 8);
+static_assert(sizeof(struct rnic_reg_dma_mr_req) == 8);
+static_assert(sizeof(struct rnic_alloc_fast_reg_mr_req) == 8);
+static_assert(sizeof(struct rnic_create_cq_req) == 24);
+static_assert(sizeof(struct rnic_create_cq_resp) == 16);
+static_assert(sizeof(struct rnic_cqe) == 32);
+static_assert(offsetof(struct rnic_cqe, owner) == 27);
+static_assert(sizeof(struct rnic_create_qp_req) == 72);
+static_assert(offsetof(struct rnic_create_qp_req, sq) == 40);
+static_assert(sizeof(struct rnic_create_qp_resp) == 24);
+static_assert(sizeof(struct rnic_qp_attr) == 52);
+static_assert(offsetof(struct rnic_qp_attr, dgid) == 36);
+static_assert(sizeof(struct rnic_modify_qp_req) == 60);
+static_assert(sizeof(struct rnic_modify_qp_qkey) == 8);
+static_assert(sizeof(struct rnic_query_qp_resp) == 60);
+static_assert(sizeof(struct rnic_send_wqe) == 64);
+static_assert(sizeof(struct rnic_ud_send_wqe) == 64);
+static_assert(offsetof(struct rnic_ud_send_wqe, dgid) == 32);
+static_assert(sizeof(struct rnic_fast_reg_wqe) == 64);
+static_assert(offsetof(struct rnic_fast_reg_wqe, page_list) == 32);
+static_assert(sizeof(struct rnic_recv_wqe) == 16);
+static_assert(sizeof(struct rnic_sge) == 16);
 static_assert(sizeof(struct rnic_eth_desc) == 16);
 static_assert(sizeof(struct rnic_create_eth_queue_req) == 32);
 static_assert(offsetof(struct rnic_create_eth_queue_req, ring) == 16);

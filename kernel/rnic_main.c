@@ -3,7 +3,7 @@
  * rnic: PCI driver of the rnic software RDMA NIC's functions, the PF
  * (0xf1c0:0x0001) and its VFs (0xf1c0:0x0002). This file owns the PCI side:
  * BARs, identification, the function reset, MSI-X and FLR. The Ethernet
- * function lives in rnic_netdev.c.
+ * function lives in rnic_netdev.c, the RDMA device in rnic_ib*.c.
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
@@ -190,6 +190,10 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	} else {
 		dev_info(dev, "the device has no Ethernet queues (CAP_ETH): no network interface\n");
 	}
+	/* The RDMA device is an extra: without it the interface still works. */
+	ret = rnic_ib_add(rd);
+	if (ret)
+		dev_err(dev, "no RDMA device: %d\n", ret);
 	return 0;
 
 err_hw:
@@ -208,6 +212,7 @@ static void rnic_remove(struct pci_dev *pdev)
 {
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 
+	rnic_ib_remove(rd);
 	rnic_netdev_destroy(rd);
 	rnic_hw_stop(rd);
 	free_irq(pci_irq_vector(pdev, RNIC_VEC_CMDQ), rd);
@@ -226,11 +231,16 @@ static void rnic_shutdown(struct pci_dev *pdev)
 	pci_clear_master(pdev);
 }
 
-/* FLR (pci_reset_function): quiesce before, set everything up again after. */
+/*
+ * FLR (pci_reset_function): quiesce before, set everything up again after.
+ * The RDMA device is unregistered (its users let go of it while the
+ * function still runs) and registered anew afterwards.
+ */
 static void rnic_reset_prepare(struct pci_dev *pdev)
 {
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 
+	rnic_ib_remove(rd);
 	rnic_netdev_reset_prepare(rd);
 	rnic_cmdq_stop(rd);
 }
@@ -245,6 +255,12 @@ static void rnic_reset_done(struct pci_dev *pdev)
 	if (ret)
 		dev_err(&pdev->dev, "set-up after reset failed: %d\n", ret);
 	rnic_netdev_reset_done(rd, !ret);
+	if (!ret) {
+		ret = rnic_ib_add(rd);
+		if (ret)
+			dev_err(&pdev->dev, "no RDMA device after reset: %d\n",
+				ret);
+	}
 }
 
 static const struct pci_error_handlers rnic_err_handlers = {
@@ -270,5 +286,5 @@ static struct pci_driver rnic_driver = {
 };
 module_pci_driver(rnic_driver);
 
-MODULE_DESCRIPTION("rnic software RDMA NIC: PCI and Ethernet driver");
+MODULE_DESCRIPTION("rnic software RDMA NIC: PCI, Ethernet and RDMA driver");
 MODULE_LICENSE("GPL");

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic: the RDMA device of a function. Registers one ib_device (rnic%d) per
+ * function over its network interface: one RoCEv2 port whose state follows
+ * the interface's carrier, one P_Key, a GID table the core fills from the
+ * interface's addresses. Kernel verbs only: no user contexts yet.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/etherdevice.h>
+#include <linux/module.h>
+#include <net/addrconf.h>
+#include <rdma/ib_addr.h>
+#include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
+
+#include "rnic_ib.h"
+
+/* A zeroed coherent buffer of @size bytes and the flat list of its pages. */
+int rnic_ib_buf_alloc(struct rnic_ib *rib, struct rnic_ib_buf *buf,
+		      size_t size)
+{
+	struct device *dev = &rib->rd->pdev->dev;
+	u32 i;
+
+	buf->size = ALIGN(size, RNIC_PAGE_SIZE);
+	buf->npages = buf->size / RNIC_PAGE_SIZE;
+	buf->va = dma_alloc_coherent(dev, buf->size, &buf->dma, GFP_KERNEL);
+	if (!buf->va)
+		return -ENOMEM;
+	buf->pages = dma_alloc_coherent(dev, buf->npages * sizeof(__le64),
+					&buf->pages_dma, GFP_KERNEL);
+	if (!buf->pages) {
+		dma_free_coherent(dev, buf->size, buf->va, buf->dma);
+		buf->va = NULL;
+		return -ENOMEM;
+	}
+	for (i = 0; i < buf->npages; i++)
+		buf->pages[i] = cpu_to_le64(buf->dma + (u64)i * RNIC_PAGE_SIZE);
+	return 0;
+}
+
+void rnic_ib_buf_free(struct rnic_ib *rib, struct rnic_ib_buf *buf)
+{
+	struct device *dev = &rib->rd->pdev->dev;
+
+	if (buf->pages)
+		dma_free_coherent(dev, buf->npages * sizeof(__le64), buf->pages,
+				  buf->pages_dma);
+	if (buf->va)
+		dma_free_coherent(dev, buf->size, buf->va, buf->dma);
+	buf->pages = NULL;
+	buf->va = NULL;
+}
+
+void rnic_ib_page_list(const struct rnic_ib_buf *buf,
+		       struct rnic_page_list *pl)
+{
+	pl->addr = cpu_to_le64(buf->pages_dma);
+	pl->count = cpu_to_le32(buf->npages);
+	pl->page_shift = RNIC_PAGE_SHIFT;
+	pl->levels = 0;
+	pl->reserved = 0;
+}
+
+/*
+ * Announces a queue whose posted count was just stored in slot @slot of
+ * doorbell page @page: its RUNG_BITMAP bit, then the notification protocol
+ * (datasheet 7.5). The bitmap's read-modify-write is serialised.
+ */
+void rnic_ib_ring(struct rnic_ib *rib, u32 page, u32 slot)
+{
+	void __iomem *word = rib->rd->db + page * RNIC_PAGE_SIZE +
+			     RNIC_DB_RUNG_BITMAP + 4 * (slot / 32);
+	unsigned long flags;
+
+	wmb();	/* the posted count before the bit */
+	spin_lock_irqsave(&rib->db_lock, flags);
+	iowrite32(ioread32(word) | BIT(slot % 32), word);
+	spin_unlock_irqrestore(&rib->db_lock, flags);
+	rnic_notify(rib->rd, page);
+}
+
+/*
+ * rnic sends from the function's own address: the only source GID a QP or
+ * an AH may name is that one, as RoCEv2 (the device's sgid_index 0).
+ */
+int rnic_ib_check_sgid(struct rnic_ib *rib, const struct ib_gid_attr *attr)
+{
+	if (!attr || attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP ||
+	    memcmp(attr->gid.raw, rib->rd->info.gid, sizeof(attr->gid.raw))) {
+		ibdev_dbg(&rib->ibdev, "source GID %pI6c is not the function's %pI6c\n",
+			  attr ? attr->gid.raw : NULL, rib->rd->info.gid);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int rnic_query_device_attr(struct ib_device *ibdev,
+				  struct ib_device_attr *a,
+				  struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibdev);
+	struct rnic_dev *rd = rib->rd;
+	const struct rnic_limits *l = &rd->info.limits;
+	u32 fw = le32_to_cpu(rd->info.fw_version);
+
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+	memset(a, 0, sizeof(*a));
+	a->fw_ver = fw;
+	a->sys_image_guid = ibdev->node_guid;
+	a->max_mr_size = le64_to_cpu(l->max_mr_size);
+	a->page_size_cap = RNIC_PAGE_SIZE;
+	a->vendor_id = le16_to_cpu(rd->info.vendor_id);
+	a->vendor_part_id = le16_to_cpu(rd->info.device_id);
+	a->hw_ver = le16_to_cpu(rd->info.abi_minor);
+	a->max_qp = le32_to_cpu(l->max_qp);
+	a->max_qp_wr = le32_to_cpu(l->max_qp_wr);
+	a->device_cap_flags = IB_DEVICE_SYS_IMAGE_GUID |
+			      IB_DEVICE_RC_RNR_NAK_GEN |
+			      IB_DEVICE_PORT_ACTIVE_EVENT;
+	if (rd->caps & RNIC_CAP_FAST_REG)
+		a->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+	a->max_send_sge = le32_to_cpu(l->max_sge);
+	a->max_recv_sge = le32_to_cpu(l->max_sge);
+	a->max_sge_rd = le32_to_cpu(l->max_sge);
+	a->max_cq = le32_to_cpu(l->max_cq);
+	a->max_cqe = le32_to_cpu(l->max_cqe);
+	a->max_mr = le32_to_cpu(l->max_mr);
+	a->max_pd = le32_to_cpu(l->max_pd);
+	a->max_qp_rd_atom = le32_to_cpu(l->max_qp_rd_atom);
+	a->max_qp_init_rd_atom = le32_to_cpu(l->max_qp_init_rd_atom);
+	a->max_res_rd_atom = a->max_qp_rd_atom * a->max_qp;
+	a->atomic_cap = IB_ATOMIC_HCA;
+	a->max_ah = RNIC_IB_MAX_AH;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 15;
+	if (rd->caps & RNIC_CAP_FAST_REG)
+		a->max_fast_reg_page_list_len = RNIC_MAX_FAST_REG_PAGES;
+	a->max_pi_fast_reg_page_list_len = 0;
+	return 0;
+}
+
+static int rnic_query_port(struct ib_device *ibdev, u32 port,
+			   struct ib_port_attr *a)
+{
+	struct rnic_ib *rib = to_rib(ibdev);
+	struct net_device *ndev = rib->netdev;
+	bool up;
+
+	/* The core zeroed *a. */
+	up = netif_running(ndev) && netif_carrier_ok(ndev);
+	a->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	a->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP :
+			     IB_PORT_PHYS_STATE_DISABLED;
+	a->max_mtu = IB_MTU_4096;
+	a->active_mtu = iboe_get_mtu(READ_ONCE(ndev->mtu));
+	if (!a->active_mtu)
+		a->active_mtu = IB_MTU_256;
+	a->gid_tbl_len = RNIC_IB_GID_TABLE;
+	a->port_cap_flags = IB_PORT_CM_SUP;
+	a->max_msg_sz = 0x80000000;
+	a->pkey_tbl_len = 1;
+	a->max_vl_num = 1;
+	return ib_get_eth_speed(ibdev, port, &a->active_speed,
+				&a->active_width);
+}
+
+static int rnic_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
+			   u16 *pkey)
+{
+	if (index)
+		return -EINVAL;
+	*pkey = IB_DEFAULT_PKEY_FULL;
+	return 0;
+}
+
+static int rnic_get_port_immutable(struct ib_device *ibdev, u32 port,
+				   struct ib_port_immutable *im)
+{
+	struct ib_port_attr attr;
+	int ret;
+
+	im->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+	ret = ib_query_port(ibdev, port, &attr);
+	if (ret)
+		return ret;
+	im->pkey_tbl_len = attr.pkey_tbl_len;
+	im->gid_tbl_len = attr.gid_tbl_len;
+	im->max_mad_size = IB_MGMT_MAD_SIZE;
+	return 0;
+}
+
+static enum rdma_link_layer rnic_get_link_layer(struct ib_device *ibdev,
+						u32 port)
+{
+	return IB_LINK_LAYER_ETHERNET;
+}
+
+/* The core keeps the GID table; the driver records it for diagnostics. */
+static int rnic_add_gid(const struct ib_gid_attr *attr, void **context)
+{
+	struct rnic_ib *rib = to_rib(attr->device);
+
+	if (attr->index >= RNIC_IB_GID_TABLE)
+		return -EINVAL;
+	mutex_lock(&rib->gid_lock);
+	rib->gids[attr->index] = attr->gid;
+	mutex_unlock(&rib->gid_lock);
+	ibdev_dbg(&rib->ibdev, "GID %u: %pI6c\n", attr->index, attr->gid.raw);
+	return 0;
+}
+
+static int rnic_del_gid(const struct ib_gid_attr *attr, void **context)
+{
+	struct rnic_ib *rib = to_rib(attr->device);
+
+	if (attr->index >= RNIC_IB_GID_TABLE)
+		return -EINVAL;
+	mutex_lock(&rib->gid_lock);
+	memset(&rib->gids[attr->index], 0, sizeof(rib->gids[0]));
+	mutex_unlock(&rib->gid_lock);
+	return 0;
+}
+
+static void rnic_get_dev_fw_str(struct ib_device *ibdev, char *str)
+{
+	u32 fw = le32_to_cpu(to_rib(ibdev)->rd->info.fw_version);
+
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%u.%u.%u", (fw >> 16) & 0xff,
+		 (fw >> 8) & 0xff, fw & 0xff);
+}
+
+static const struct ib_device_ops rnic_ib_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+
+	.add_gid = rnic_add_gid,
+	.alloc_mr = rnic_alloc_mr,
+	.alloc_pd = rnic_alloc_pd,
+	.create_ah = rnic_create_ah,
+	.create_cq = rnic_create_cq,
+	.create_qp = rnic_create_qp,
+	.dealloc_pd = rnic_dealloc_pd,
+	.del_gid = rnic_del_gid,
+	.dereg_mr = rnic_dereg_mr,
+	.destroy_ah = rnic_destroy_ah,
+	.destroy_cq = rnic_destroy_cq,
+	.destroy_qp = rnic_destroy_qp,
+	.get_dev_fw_str = rnic_get_dev_fw_str,
+	.get_dma_mr = rnic_get_dma_mr,
+	.get_link_layer = rnic_get_link_layer,
+	.get_port_immutable = rnic_get_port_immutable,
+	.map_mr_sg = rnic_map_mr_sg,
+	.modify_qp = rnic_modify_qp,
+	.poll_cq = rnic_poll_cq,
+	.post_recv = rnic_post_recv,
+	.post_send = rnic_post_send,
+	.query_device = rnic_query_device_attr,
+	.query_pkey = rnic_query_pkey,
+	.query_port = rnic_query_port,
+	.query_qp = rnic_query_qp,
+	.req_notify_cq = rnic_req_notify_cq,
+
+	INIT_RDMA_OBJ_SIZE(ib_ah, rnic_ah, ibah),
+	INIT_RDMA_OBJ_SIZE(ib_cq, rnic_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_pd, rnic_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_qp, rnic_qp, ibqp),
+};
+
+static void rnic_ib_port_event(struct rnic_ib *rib, enum ib_event_type type)
+{
+	struct ib_event ev = {
+		.device = &rib->ibdev,
+		.element.port_num = 1,
+		.event = type,
+	};
+
+	ib_dispatch_event(&ev);
+}
+
+/* The port follows the interface: up with a carrier is ACTIVE. */
+static int rnic_ib_netdev_event(struct notifier_block *nb, unsigned long event,
+				void *ptr)
+{
+	struct net_device *ndev = netdev_notifier_info_to_dev(ptr);
+	struct rnic_ib *rib = container_of(nb, struct rnic_ib, nb);
+
+	if (ndev != rib->netdev)
+		return NOTIFY_DONE;
+	switch (event) {
+	case NETDEV_UP:
+	case NETDEV_DOWN:
+	case NETDEV_CHANGE:
+		if (netif_running(ndev) && netif_carrier_ok(ndev))
+			rnic_ib_port_event(rib, IB_EVENT_PORT_ACTIVE);
+		else
+			rnic_ib_port_event(rib, IB_EVENT_PORT_ERR);
+		break;
+	default:
+		break;
+	}
+	return NOTIFY_DONE;
+}
+
+/**
+ * rnic_ib_add - register the function's RDMA device
+ * @rd: the function, its command queue running and its netdev created
+ *
+ * Without CAP_RDMA_RC or a network interface there is no RDMA device (and
+ * that is no error). Without CAP_FAST_REG the device is registered but
+ * kernel ULPs cannot allocate PDs (the core's ib_alloc_pd needs the DMA key);
+ * without CAP_GSI the MAD layer cannot open QP 1, so there is no connection
+ * manager.
+ */
+int rnic_ib_add(struct rnic_dev *rd)
+{
+	struct device *dev = &rd->pdev->dev;
+	struct rnic_ib *rib;
+	struct ib_device *ibdev;
+	int ret;
+
+	if (!(rd->caps & RNIC_CAP_RDMA_RC) || !rd->netdev)
+		return 0;
+	if (!(rd->caps & RNIC_CAP_FAST_REG))
+		dev_info(dev, "the device has no kernel memory keys (CAP_FAST_REG): the RDMA device serves no kernel ULP\n");
+	if (!(rd->caps & RNIC_CAP_GSI))
+		dev_info(dev, "the device has no GSI QP (CAP_GSI): no connection manager on the RDMA device\n");
+
+	rib = ib_alloc_device(rnic_ib, ibdev);
+	if (!rib)
+		return -ENOMEM;
+	rib->rd = rd;
+	rib->netdev = rd->netdev;
+	xa_init(&rib->cqs);
+	xa_init(&rib->qps);
+	spin_lock_init(&rib->db_lock);
+	mutex_init(&rib->gid_lock);
+	atomic_set(&rib->ahs, 0);
+	rib->db_pages = min_t(u32, le32_to_cpu(rd->info.limits.doorbell_pages),
+			      RNIC_DB_PAGES);
+
+	ibdev = &rib->ibdev;
+	ibdev->node_type = RDMA_NODE_IB_CA;
+	ibdev->phys_port_cnt = 1;
+	ibdev->num_comp_vectors = 1;
+	addrconf_addr_eui48((u8 *)&ibdev->node_guid, rd->info.mac);
+	strscpy(ibdev->node_desc, "rnic", sizeof(ibdev->node_desc));
+	ib_set_device_ops(ibdev, &rnic_ib_ops);
+
+	ret = rnic_ib_eq_create(rib);
+	if (ret)
+		goto err_dealloc;
+	ret = request_irq(pci_irq_vector(rd->pdev, RNIC_VEC_EQ),
+			  rnic_ib_eq_irq, 0, "rnic-eq", rib);
+	if (ret)
+		goto err_eq;
+	ret = ib_device_set_netdev(ibdev, rd->netdev, 1);
+	if (ret)
+		goto err_irq;
+	ret = ib_register_device(ibdev, "rnic%d", dev);
+	if (ret) {
+		dev_err(dev, "cannot register the RDMA device: %d\n", ret);
+		goto err_irq;
+	}
+	rib->nb.notifier_call = rnic_ib_netdev_event;
+	ret = register_netdevice_notifier(&rib->nb);
+	if (ret)
+		goto err_unregister;
+	rd->ib = rib;
+	dev_info(dev, "RDMA device %s on %s\n", dev_name(&ibdev->dev),
+		 netdev_name(rd->netdev));
+	return 0;
+
+err_unregister:
+	ib_unregister_device(ibdev);
+err_irq:
+	free_irq(pci_irq_vector(rd->pdev, RNIC_VEC_EQ), rib);
+err_eq:
+	rnic_ib_eq_destroy(rib);
+err_dealloc:
+	ib_dealloc_device(ibdev);
+	return ret;
+}
+
+/*
+ * Unregisters the RDMA device: the core has every client (kernel ULPs) let
+ * go and destroys what is left through the driver's destroy calls, which
+ * still reach the device. Then the event queue goes.
+ */
+void rnic_ib_remove(struct rnic_dev *rd)
+{
+	struct rnic_ib *rib = rd->ib;
+
+	if (!rib)
+		return;
+	unregister_netdevice_notifier(&rib->nb);
+	ib_unregister_device(&rib->ibdev);
+	free_irq(pci_irq_vector(rd->pdev, RNIC_VEC_EQ), rib);
+	rnic_ib_eq_destroy(rib);
+	WARN_ON(!xa_empty(&rib->cqs) || !xa_empty(&rib->qps));
+	xa_destroy(&rib->cqs);
+	xa_destroy(&rib->qps);
+	rd->ib = NULL;
+	ib_dealloc_device(&rib->ibdev);
+}

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rnic: the contract between the RDMA device's files. rnic_ib.c registers
+ * the ib_device and owns its port, rnic_ib_cq.c the event queue and the CQs,
+ * rnic_ib_mr.c PDs and memory keys, rnic_ib_qp.c QPs and the datapath,
+ * rnic_ib_ah.c address handles.
+ */
+#ifndef RNIC_IB_H
+#define RNIC_IB_H
+
+#include <linux/spinlock.h>
+#include <linux/xarray.h>
+#include <rdma/ib_verbs.h>
+
+#include "rnic.h"
+
+#define RNIC_IB_GID_TABLE	16
+#define RNIC_IB_EQ_ENTRIES	1024
+#define RNIC_IB_MAX_AH		4096
+
+/* A ring or page list in coherent DMA memory, named by a flat page list. */
+struct rnic_ib_buf {
+	void *va;
+	dma_addr_t dma;
+	size_t size;
+	__le64 *pages;
+	dma_addr_t pages_dma;
+	u32 npages;
+};
+
+struct rnic_ib_eq {
+	struct rnic_ib_buf buf;
+	u32 entries;
+	u32 consumed;
+	u32 eqn;
+	void __iomem *db;	/* consumer-index slot */
+	bool created;
+};
+
+struct rnic_ib {
+	struct ib_device ibdev;
+	struct rnic_dev *rd;
+	struct net_device *netdev;
+	struct notifier_block nb;
+	struct rnic_ib_eq eq;
+	struct xarray cqs;	/* CQN -> struct rnic_cq */
+	struct xarray qps;	/* QPN -> struct rnic_qp */
+	spinlock_t db_lock;	/* RUNG_BITMAP read-modify-writes */
+	struct mutex gid_lock;	/* gids */
+	union ib_gid gids[RNIC_IB_GID_TABLE];	/* what add_gid recorded */
+	atomic_t ahs;
+	u32 db_pages;		/* doorbell pages of the function */
+};
+
+struct rnic_pd {
+	struct ib_pd ibpd;
+	u32 pdn;
+};
+
+struct rnic_mr {
+	struct ib_mr ibmr;
+	u32 key;
+	bool fast_reg;
+	__le64 *pages;		/* fast registration: the page list */
+	dma_addr_t pages_dma;
+	u32 max_pages;
+	u32 npages;
+};
+
+struct rnic_cq {
+	struct ib_cq ibcq;
+	spinlock_t lock;	/* polling and arming */
+	struct rnic_ib_buf buf;
+	u32 entries;
+	u32 consumed;
+	u32 arm_seq;
+	u32 cqn;
+	void __iomem *db;	/* consumer index at +0, arm word at +4 */
+};
+
+struct rnic_wq {
+	spinlock_t lock;	/* posting */
+	struct rnic_ib_buf buf;
+	u64 *wr_ids;		/* the consumer's wr_id of each entry */
+	u32 entries;
+	u32 stride;
+	u32 max_sge;
+	u32 posted;		/* free-running */
+	u32 done;		/* completed, free-running (set by polling) */
+	u32 db_page;
+	u32 db_slot;
+	void __iomem *db;
+};
+
+struct rnic_qp {
+	struct ib_qp ibqp;
+	struct rnic_wq sq;
+	struct rnic_wq rq;
+	struct mutex state_lock;	/* modify_qp */
+	u32 qpn;
+	u8 qp_type;		/* RNIC_QPT_* */
+	u8 state;		/* RNIC_QPS_* as last set */
+	u32 max_inline;
+	bool sig_all;
+};
+
+struct rnic_ah {
+	struct ib_ah ibah;
+	u8 dgid[16];
+	u8 hop_limit;
+	u8 traffic_class;
+};
+
+static inline struct rnic_ib *to_rib(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct rnic_ib, ibdev);
+}
+
+static inline struct rnic_pd *to_rpd(struct ib_pd *pd)
+{
+	return container_of(pd, struct rnic_pd, ibpd);
+}
+
+static inline struct rnic_mr *to_rmr(struct ib_mr *mr)
+{
+	return container_of(mr, struct rnic_mr, ibmr);
+}
+
+static inline struct rnic_cq *to_rcq(struct ib_cq *cq)
+{
+	return container_of(cq, struct rnic_cq, ibcq);
+}
+
+static inline struct rnic_qp *to_rqp(struct ib_qp *qp)
+{
+	return container_of(qp, struct rnic_qp, ibqp);
+}
+
+static inline struct rnic_ah *to_rah(struct ib_ah *ah)
+{
+	return container_of(ah, struct rnic_ah, ibah);
+}
+
+/* rnic_ib.c */
+int rnic_ib_buf_alloc(struct rnic_ib *rib, struct rnic_ib_buf *buf,
+		      size_t size);
+void rnic_ib_buf_free(struct rnic_ib *rib, struct rnic_ib_buf *buf);
+void rnic_ib_page_list(const struct rnic_ib_buf *buf,
+		       struct rnic_page_list *pl);
+void rnic_ib_ring(struct rnic_ib *rib, u32 page, u32 slot);
+int rnic_ib_check_sgid(struct rnic_ib *rib, const struct ib_gid_attr *attr);
+
+/* rnic_ib_cq.c */
+int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
+			   u32 req_len, __le32 *page_field, void *resp,
+			   u32 resp_len);
+int rnic_ib_eq_create(struct rnic_ib *rib);
+void rnic_ib_eq_destroy(struct rnic_ib *rib);
+irqreturn_t rnic_ib_eq_irq(int irq, void *data);
+int rnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		   struct uverbs_attr_bundle *attrs);
+int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int rnic_poll_cq(struct ib_cq *ibcq, int num_entries, struct ib_wc *wc);
+int rnic_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+
+/* rnic_ib_mr.c */
+int rnic_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int rnic_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+struct ib_mr *rnic_get_dma_mr(struct ib_pd *ibpd, int access);
+struct ib_mr *rnic_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
+			    u32 max_num_sg);
+int rnic_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		   unsigned int *sg_offset);
+int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+u32 rnic_ib_access(int ib_access);
+
+/* rnic_ib_qp.c */
+int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
+		   struct ib_udata *udata);
+int rnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		   struct ib_udata *udata);
+int rnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		  struct ib_qp_init_attr *init);
+int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int rnic_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		   const struct ib_send_wr **bad_wr);
+int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		   const struct ib_recv_wr **bad_wr);
+
+/* rnic_ib_ah.c */
+int rnic_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
+		   struct ib_udata *udata);
+int rnic_destroy_ah(struct ib_ah *ibah, u32 flags);
+int rnic_ib_av_from_ah_attr(struct rnic_ib *rib,
+			    const struct rdma_ah_attr *ah_attr, u8 *dgid,
+			    u8 *hop_limit, u8 *traffic_class, u32 *flow_label);
+
+#endif /* RNIC_IB_H */

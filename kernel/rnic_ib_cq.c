@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic: the event queue and the completion queues. The function's one EQ
+ * (EQN 1) signals RNIC_VEC_EQ; its completion events call the CQs'
+ * comp_handler, its async events the QPs' and CQs' event handlers. CQ and
+ * EQ rings are coherent memory named by page lists, their entries owned by
+ * phase bits (datasheet 7.6, 7.7).
+ */
+#include <linux/dma-mapping.h>
+#include <linux/log2.h>
+
+#include "rnic_ib.h"
+
+#define RNIC_ARM_SEQ_MASK	0x7fffffff
+
+/* Creates a CQ or a QP on the first doorbell page with room. */
+int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
+			   u32 req_len, __le32 *page_field, void *resp,
+			   u32 resp_len)
+{
+	u32 page;
+	int ret = -ENOSPC;
+
+	for (page = RNIC_DB_PAGE_IB; page < rib->db_pages; page++) {
+		*page_field = cpu_to_le32(page);
+		ret = rnic_cmd(rib->rd, opcode, req, req_len, resp, resp_len);
+		if (ret != -ENOSPC)
+			break;
+	}
+	return ret;
+}
+
+int rnic_ib_eq_create(struct rnic_ib *rib)
+{
+	struct rnic_ib_eq *eq = &rib->eq;
+	struct rnic_create_eq_req req = {};
+	struct rnic_create_eq_resp resp;
+	u32 entries;
+	int ret;
+
+	entries = min_t(u32, RNIC_IB_EQ_ENTRIES,
+			rounddown_pow_of_two(le32_to_cpu(rib->rd->info.limits.max_cqe)));
+	ret = rnic_ib_buf_alloc(rib, &eq->buf, entries * sizeof(struct rnic_eqe));
+	if (ret)
+		return ret;
+	eq->entries = entries;
+	eq->consumed = 0;
+	rnic_ib_page_list(&eq->buf, &req.ring);
+	req.entries = cpu_to_le32(entries);
+	req.vector = cpu_to_le32(RNIC_VEC_EQ);
+	req.doorbell_page = cpu_to_le32(RNIC_DB_PAGE_IB);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_CREATE_EQ, &req, sizeof(req), &resp,
+		       sizeof(resp));
+	if (ret) {
+		rnic_ib_buf_free(rib, &eq->buf);
+		return ret;
+	}
+	eq->eqn = le32_to_cpu(resp.eqn);
+	eq->db = rib->rd->db +
+		 rnic_db_slot_offset(le32_to_cpu(resp.doorbell.page),
+				     le32_to_cpu(resp.doorbell.slot));
+	eq->created = true;
+	return 0;
+}
+
+/* After the vector is freed: nothing reads the ring any more. */
+void rnic_ib_eq_destroy(struct rnic_ib *rib)
+{
+	struct rnic_ib_eq *eq = &rib->eq;
+	struct rnic_object_req req = {};
+
+	if (eq->created) {
+		req.handle = cpu_to_le32(eq->eqn);
+		rnic_cmd(rib->rd, RNIC_CMD_DESTROY_EQ, &req, sizeof(req), NULL,
+			 0);
+	}
+	eq->created = false;
+	rnic_ib_buf_free(rib, &eq->buf);
+}
+
+static void rnic_ib_qp_event(struct rnic_ib *rib, u32 qpn, u8 type)
+{
+	struct ib_event ev = { .device = &rib->ibdev };
+	struct rnic_qp *qp = xa_load(&rib->qps, qpn);
+
+	if (!qp || !qp->ibqp.event_handler)
+		return;
+	switch (type) {
+	case RNIC_EV_QP_FATAL:
+		ev.event = IB_EVENT_QP_FATAL;
+		break;
+	case RNIC_EV_QP_REQ_ERR:
+		ev.event = IB_EVENT_QP_REQ_ERR;
+		break;
+	case RNIC_EV_QP_ACCESS_ERR:
+		ev.event = IB_EVENT_QP_ACCESS_ERR;
+		break;
+	case RNIC_EV_COMM_EST:
+		ev.event = IB_EVENT_COMM_EST;
+		break;
+	case RNIC_EV_SQ_DRAINED:
+		ev.event = IB_EVENT_SQ_DRAINED;
+		break;
+	default:
+		return;
+	}
+	ev.element.qp = &qp->ibqp;
+	qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
+}
+
+static void rnic_ib_eqe(struct rnic_ib *rib, const struct rnic_eqe *eqe)
+{
+	u32 object = le32_to_cpu(eqe->object);
+	struct ib_event ev = { .device = &rib->ibdev };
+	struct rnic_cq *cq;
+
+	switch (eqe->event_type) {
+	case RNIC_EV_COMPLETION:
+		cq = xa_load(&rib->cqs, object);
+		if (cq && cq->ibcq.comp_handler)
+			cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+		break;
+	case RNIC_EV_CQ_ERR:
+		cq = xa_load(&rib->cqs, object);
+		ibdev_err(&rib->ibdev, "CQ %u overran\n", object);
+		if (cq && cq->ibcq.event_handler) {
+			ev.event = IB_EVENT_CQ_ERR;
+			ev.element.cq = &cq->ibcq;
+			cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
+		}
+		break;
+	default:
+		rnic_ib_qp_event(rib, object, eqe->event_type);
+		break;
+	}
+}
+
+/*
+ * The EQ's vector. CQs and QPs leave the xarrays before they are destroyed,
+ * and their destroy waits for this handler (synchronize_irq).
+ */
+irqreturn_t rnic_ib_eq_irq(int irq, void *data)
+{
+	struct rnic_ib *rib = data;
+	struct rnic_ib_eq *eq = &rib->eq;
+	struct rnic_eqe *eqe;
+	u32 start = eq->consumed;
+
+	for (;;) {
+		eqe = eq->buf.va + (eq->consumed & (eq->entries - 1)) *
+				   sizeof(*eqe);
+		if ((READ_ONCE(eqe->owner) & 1) !=
+		    rnic_owner_phase(eq->consumed, eq->entries))
+			break;
+		dma_rmb();	/* the owner before the rest of the entry */
+		rnic_ib_eqe(rib, eqe);
+		eq->consumed++;
+	}
+	if (eq->consumed == start)
+		return IRQ_NONE;
+	mb();	/* the entries read before the consumer index */
+	iowrite32(eq->consumed, eq->db);
+	return IRQ_HANDLED;
+}
+
+int rnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		   struct uverbs_attr_bundle *attrs)
+{
+	struct rnic_ib *rib = to_rib(ibcq->device);
+	struct rnic_cq *cq = to_rcq(ibcq);
+	struct rnic_create_cq_req req = {};
+	struct rnic_create_cq_resp resp;
+	u32 max = le32_to_cpu(rib->rd->info.limits.max_cqe);
+	u32 entries;
+	int ret;
+
+	if (attr->flags || attrs)
+		return -EOPNOTSUPP;
+	if (!attr->cqe || attr->cqe > max)
+		return -EINVAL;
+	entries = max_t(u32, 2, roundup_pow_of_two(attr->cqe));
+	if (entries > max)
+		entries = rounddown_pow_of_two(max);
+	spin_lock_init(&cq->lock);
+	ret = rnic_ib_buf_alloc(rib, &cq->buf, entries * sizeof(struct rnic_cqe));
+	if (ret)
+		return ret;
+	cq->entries = entries;
+	cq->consumed = 0;
+	cq->arm_seq = 0;
+	rnic_ib_page_list(&cq->buf, &req.ring);
+	req.entries = cpu_to_le32(entries);
+	ret = rnic_ib_create_on_page(rib, RNIC_CMD_CREATE_CQ, &req, sizeof(req),
+				     &req.doorbell_page, &resp, sizeof(resp));
+	if (ret)
+		goto err_buf;
+	cq->cqn = le32_to_cpu(resp.cqn);
+	cq->db = rib->rd->db +
+		 rnic_db_slot_offset(le32_to_cpu(resp.doorbell.page),
+				     le32_to_cpu(resp.doorbell.slot));
+	ibcq->cqe = entries;
+	ret = xa_insert(&rib->cqs, cq->cqn, cq, GFP_KERNEL);
+	if (ret)
+		goto err_destroy;
+	return 0;
+
+err_destroy:
+	{
+		struct rnic_object_req oreq = { .handle = cpu_to_le32(cq->cqn) };
+
+		rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &oreq, sizeof(oreq),
+			 NULL, 0);
+	}
+err_buf:
+	rnic_ib_buf_free(rib, &cq->buf);
+	return ret;
+}
+
+int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibcq->device);
+	struct rnic_cq *cq = to_rcq(ibcq);
+	struct rnic_object_req req = { .handle = cpu_to_le32(cq->cqn) };
+
+	xa_erase(&rib->cqs, cq->cqn);
+	synchronize_irq(pci_irq_vector(rib->rd->pdev, RNIC_VEC_EQ));
+	/* A function reset under us has destroyed it already. */
+	rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &req, sizeof(req), NULL, 0);
+	rnic_ib_buf_free(rib, &cq->buf);
+	return 0;
+}
+
+static enum ib_wc_opcode rnic_wc_opcode(u8 op)
+{
+	switch (op) {
+	case RNIC_WC_SEND:
+		return IB_WC_SEND;
+	case RNIC_WC_RDMA_WRITE:
+		return IB_WC_RDMA_WRITE;
+	case RNIC_WC_RDMA_READ:
+		return IB_WC_RDMA_READ;
+	case RNIC_WC_COMP_SWAP:
+		return IB_WC_COMP_SWAP;
+	case RNIC_WC_FETCH_ADD:
+		return IB_WC_FETCH_ADD;
+	case RNIC_WC_BIND_MW:
+		return IB_WC_BIND_MW;
+	case RNIC_WC_LOCAL_INV:
+		return IB_WC_LOCAL_INV;
+	case RNIC_WC_REG_MR:
+		return IB_WC_REG_MR;
+	case RNIC_WC_RECV_RDMA_WITH_IMM:
+		return IB_WC_RECV_RDMA_WITH_IMM;
+	default:
+		return IB_WC_RECV;
+	}
+}
+
+/* Translates one CQE; false for one of a QP that is gone. */
+static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
+			   struct ib_wc *wc)
+{
+	u32 qpn = le32_to_cpu(cqe->qp_num);
+	u32 idx = (u32)le64_to_cpu(cqe->wr_id);
+	bool recv = cqe->opcode & RNIC_WC_RECV;
+	struct rnic_qp *qp;
+	struct rnic_wq *wq;
+
+	qp = xa_load(&rib->qps, qpn);
+	if (!qp)
+		return false;
+	wq = recv ? &qp->rq : &qp->sq;
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = wq->wr_ids[idx & (wq->entries - 1)];
+	/* Completions come in queue order; an unsignaled WR before is done. */
+	WRITE_ONCE(wq->done, idx + 1);
+	wc->status = cqe->status <= RNIC_WC_GENERAL_ERR ?
+		     (enum ib_wc_status)cqe->status : IB_WC_GENERAL_ERR;
+	wc->opcode = rnic_wc_opcode(cqe->opcode);
+	wc->vendor_err = le32_to_cpu(cqe->vendor_err);
+	wc->byte_len = le32_to_cpu(cqe->byte_len);
+	wc->qp = &qp->ibqp;
+	wc->src_qp = le32_to_cpu(cqe->src_qp);
+	wc->port_num = 1;
+	if (cqe->wc_flags & RNIC_WC_F_WITH_IMM) {
+		wc->wc_flags |= IB_WC_WITH_IMM;
+		/* As it was on the wire. */
+		wc->ex.imm_data = (__force __be32)cqe->imm_or_inv;
+	} else if (cqe->wc_flags & RNIC_WC_F_WITH_INV) {
+		wc->wc_flags |= IB_WC_WITH_INVALIDATE;
+		wc->ex.invalidate_rkey = le32_to_cpu(cqe->imm_or_inv);
+	}
+	if (cqe->wc_flags & RNIC_WC_F_GRH) {
+		/* 20 zero bytes, then the packet's IPv4 header. */
+		wc->wc_flags |= IB_WC_GRH | IB_WC_WITH_NETWORK_HDR_TYPE;
+		wc->network_hdr_type = RDMA_NETWORK_IPV4;
+	}
+	return true;
+}
+
+static struct rnic_cqe *rnic_cq_next(struct rnic_cq *cq)
+{
+	struct rnic_cqe *cqe = cq->buf.va +
+			       (cq->consumed & (cq->entries - 1)) * sizeof(*cqe);
+
+	if ((READ_ONCE(cqe->owner) & 1) !=
+	    rnic_owner_phase(cq->consumed, cq->entries))
+		return NULL;
+	dma_rmb();	/* the owner before the rest of the entry */
+	return cqe;
+}
+
+int rnic_poll_cq(struct ib_cq *ibcq, int num_entries, struct ib_wc *wc)
+{
+	struct rnic_ib *rib = to_rib(ibcq->device);
+	struct rnic_cq *cq = to_rcq(ibcq);
+	struct rnic_cqe *cqe;
+	unsigned long flags;
+	u32 start;
+	int n = 0;
+
+	spin_lock_irqsave(&cq->lock, flags);
+	start = cq->consumed;
+	while (n < num_entries) {
+		cqe = rnic_cq_next(cq);
+		if (!cqe)
+			break;
+		if (rnic_cqe_to_wc(rib, cqe, &wc[n]))
+			n++;
+		cq->consumed++;
+	}
+	if (cq->consumed != start) {
+		mb();	/* the entries read before the consumer index */
+		iowrite32(cq->consumed, cq->db);
+	}
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return n;
+}
+
+int rnic_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
+{
+	struct rnic_cq *cq = to_rcq(ibcq);
+	bool solicited = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED;
+	unsigned long irqflags;
+	int ret = 0;
+
+	spin_lock_irqsave(&cq->lock, irqflags);
+	cq->arm_seq = (cq->arm_seq + 1) & RNIC_ARM_SEQ_MASK;
+	iowrite32(rnic_cq_arm_word(cq->arm_seq, solicited), cq->db + 4);
+	if (flags & IB_CQ_REPORT_MISSED_EVENTS) {
+		mb();	/* the arm word before looking at the ring again */
+		if (rnic_cq_next(cq))
+			ret = 1;
+	}
+	spin_unlock_irqrestore(&cq->lock, irqflags);
+	return ret;
+}

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic: protection domains and the memory keys of kernel verbs (ABI 1.8,
+ * datasheet 16): the DMA key of a PD (REG_DMA_MR), which the core takes as
+ * the PD's local_dma_lkey through get_dma_mr, and fast-registration MRs
+ * (ALLOC_FAST_REG_MR) whose pages map_mr_sg gathers into a coherent page
+ * list that an IB_WR_REG_MR work request names.
+ */
+#include <linux/dma-mapping.h>
+
+#include "rnic_ib.h"
+
+int rnic_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibpd->device);
+	struct rnic_object_resp resp;
+	int ret;
+
+	ret = rnic_cmd(rib->rd, RNIC_CMD_ALLOC_PD, NULL, 0, &resp,
+		       sizeof(resp));
+	if (ret)
+		return ret;
+	to_rpd(ibpd)->pdn = le32_to_cpu(resp.handle);
+	return 0;
+}
+
+int rnic_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibpd->device);
+	struct rnic_object_req req = {
+		.handle = cpu_to_le32(to_rpd(ibpd)->pdn),
+	};
+
+	/* A function reset under us has freed it already. */
+	rnic_cmd(rib->rd, RNIC_CMD_DEALLOC_PD, &req, sizeof(req), NULL, 0);
+	return 0;
+}
+
+/* IB access flags to rnic's (the same bits as ibverbs). */
+u32 rnic_ib_access(int ib_access)
+{
+	u32 access = 0;
+
+	if (ib_access & IB_ACCESS_LOCAL_WRITE)
+		access |= RNIC_ACCESS_LOCAL_WRITE;
+	if (ib_access & IB_ACCESS_REMOTE_WRITE)
+		access |= RNIC_ACCESS_REMOTE_WRITE;
+	if (ib_access & IB_ACCESS_REMOTE_READ)
+		access |= RNIC_ACCESS_REMOTE_READ;
+	if (ib_access & IB_ACCESS_REMOTE_ATOMIC)
+		access |= RNIC_ACCESS_REMOTE_ATOMIC;
+	return access;
+}
+
+/*
+ * The PD's DMA key: byte a of it is device address a. The core asks for it
+ * in ib_alloc_pd and makes it the PD's local_dma_lkey (rnic's key belongs to
+ * a PD, so the device has no IBK_LOCAL_DMA_LKEY).
+ */
+struct ib_mr *rnic_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct rnic_ib *rib = to_rib(ibpd->device);
+	struct rnic_reg_dma_mr_req req = {};
+	struct rnic_reg_mr_resp resp;
+	struct rnic_mr *mr;
+	int ret;
+
+	if (!(rib->rd->caps & RNIC_CAP_FAST_REG))
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	req.pdn = cpu_to_le32(to_rpd(ibpd)->pdn);
+	req.access = cpu_to_le32(rnic_ib_access(access) |
+				 RNIC_ACCESS_LOCAL_WRITE);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_REG_DMA_MR, &req, sizeof(req), &resp,
+		       sizeof(resp));
+	if (ret) {
+		kfree(mr);
+		return ERR_PTR(ret);
+	}
+	mr->key = le32_to_cpu(resp.lkey);
+	mr->ibmr.lkey = mr->key;
+	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
+	return &mr->ibmr;
+}
+
+struct ib_mr *rnic_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
+			    u32 max_num_sg)
+{
+	struct rnic_ib *rib = to_rib(ibpd->device);
+	struct device *dev = &rib->rd->pdev->dev;
+	struct rnic_alloc_fast_reg_mr_req req = {};
+	struct rnic_reg_mr_resp resp;
+	struct rnic_mr *mr;
+	int ret;
+
+	if (!(rib->rd->caps & RNIC_CAP_FAST_REG) || type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > RNIC_MAX_FAST_REG_PAGES)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->fast_reg = true;
+	mr->max_pages = max_num_sg;
+	mr->pages = dma_alloc_coherent(dev, max_num_sg * sizeof(__le64),
+				       &mr->pages_dma, GFP_KERNEL);
+	if (!mr->pages) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	req.pdn = cpu_to_le32(to_rpd(ibpd)->pdn);
+	req.max_pages = cpu_to_le32(max_num_sg);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_ALLOC_FAST_REG_MR, &req, sizeof(req),
+		       &resp, sizeof(resp));
+	if (ret)
+		goto err_pages;
+	mr->key = le32_to_cpu(resp.lkey);
+	mr->ibmr.lkey = mr->key;
+	mr->ibmr.rkey = mr->key;
+	return &mr->ibmr;
+
+err_pages:
+	dma_free_coherent(dev, max_num_sg * sizeof(__le64), mr->pages,
+			  mr->pages_dma);
+err_free:
+	kfree(mr);
+	return ERR_PTR(ret);
+}
+
+static int rnic_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct rnic_mr *mr = to_rmr(ibmr);
+
+	if (mr->npages >= mr->max_pages)
+		return -ENOMEM;
+	mr->pages[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+int rnic_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		   unsigned int *sg_offset)
+{
+	struct rnic_mr *mr = to_rmr(ibmr);
+
+	if (ibmr->page_size != RNIC_PAGE_SIZE)
+		return -EINVAL;
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, rnic_set_page);
+}
+
+int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibmr->device);
+	struct rnic_mr *mr = to_rmr(ibmr);
+	struct rnic_object_req req = { .handle = cpu_to_le32(ibmr->lkey) };
+
+	/*
+	 * DEREG_MR takes the key exactly: a fast-registration MR's is the one
+	 * of its last registration (the consumer's tag), or the key it was
+	 * allocated with if none ran.
+	 */
+	if (rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL,
+		     0) == -ENOENT && ibmr->lkey != mr->key) {
+		req.handle = cpu_to_le32(mr->key);
+		rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL,
+			 0);
+	}
+	if (mr->pages)
+		dma_free_coherent(&rib->rd->pdev->dev,
+				  mr->max_pages * sizeof(__le64), mr->pages,
+				  mr->pages_dma);
+	kfree(mr);
+	return 0;
+}
