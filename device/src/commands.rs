@@ -63,9 +63,11 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::QueryDevice => size_of::<QueryDeviceResp>(),
         Opcode::CreateEq => size_of::<CreateEqResp>(),
         Opcode::AllocPd => size_of::<ObjectResp>(),
-        Opcode::RegMr | Opcode::CreateIndirectKey | Opcode::CreatePatternKey => {
-            size_of::<RegMrResp>()
-        }
+        Opcode::RegMr
+        | Opcode::CreateIndirectKey
+        | Opcode::CreatePatternKey
+        | Opcode::RegDmaMr
+        | Opcode::AllocFastRegMr => size_of::<RegMrResp>(),
         Opcode::CreateCq => size_of::<CreateCqResp>(),
         Opcode::CreateQp => size_of::<CreateQpResp>(),
         Opcode::QueryQp => size_of::<QueryQpResp>(),

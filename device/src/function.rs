@@ -1270,7 +1270,9 @@ mod tests {
             | CAP_PAGE_TABLES
             | CAP_UC
             | CAP_MW
-            | CAP_ETH;
+            | CAP_ETH
+            | CAP_FAST_REG
+            | CAP_GSI;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

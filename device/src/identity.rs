@@ -89,6 +89,8 @@ impl Identity {
                 | CAP_UC
                 | CAP_MW
                 | CAP_ETH
+                | CAP_FAST_REG
+                | CAP_GSI
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

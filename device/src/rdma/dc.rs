@@ -344,7 +344,7 @@ pub fn run(
         progress |= requester::fetch(qp, env);
         progress |= step(link, qp, wire, now);
     }
-    progress | requester::run(qp, mrs, env, wire, now, retransmits)
+    progress | requester::run(qp, mrs, env, wire, now, retransmits, false)
 }
 
 /// What [`DcTable::receive`] did with a packet.

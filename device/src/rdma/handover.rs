@@ -110,7 +110,8 @@ impl RdmaState {
             .ok_or(VerbsError::new(Status::Internal, qp.pdn))?;
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
         // Nor do SRQs (a PD that has one stays), UD and DC QPs, MMIO windows and keys
-        // reserved for a control queue (rnic 1.4), UC QPs and memory windows (rnic 1.6).
+        // reserved for a control queue (rnic 1.4), UC QPs and memory windows (rnic 1.6),
+        // DMA keys and fast-registration MRs (rnic 1.8; the GSI QP is a UD QP).
         if pd.users != 1
             || self.mrs.reserved_in_pd(qp.pdn) > 0
             || qp.req.ops.iter().any(|o| o.shared.is_some())
@@ -121,6 +122,7 @@ impl RdmaState {
             || qp.sq.window.is_some()
             || self.mrs.indirect.count_in_pd(qp.pdn) > 0
             || self.mrs.windows.count_in_pd(qp.pdn) > 0
+            || self.mrs.kernel_keys_in_pd(qp.pdn) > 0
             || self.srqs.count_in_pd(qp.pdn) > 0
         {
             return Err(busy(qp.pdn));
@@ -414,6 +416,10 @@ impl RdmaState {
         let req: AdoptQpReq = decode(body)?;
         if req.reserved != 0 {
             return Err(VerbsError::new(Status::BadParam, req.reserved));
+        }
+        // The GSI QP never migrates (it is a UD QP): it is its function's own.
+        if req.qpn == rnic_abi::ud::GSI_QPN {
+            return Err(VerbsError::new(Status::BadParam, req.qpn));
         }
         let qp = self
             .qps

@@ -12,12 +12,14 @@
 
 use std::time::Instant;
 
+use rnic_abi::fast_reg::FastRegWqe;
 use rnic_abi::mw::BindMwWqe;
 use rnic_abi::verbs::{send_flags, wr, QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::answers::Answers;
 use super::env::Env;
+use super::mkey::fast_reg::{self, FastRegError};
 use super::mkey::mr::MrTable;
 use super::mkey::mw::BindError;
 use super::mkey::Access;
@@ -65,6 +67,8 @@ pub(super) fn packets(len: u64, mtu: u32) -> u32 {
 }
 
 /// Takes new WQEs, then sends what may be sent. Returns whether anything happened.
+/// `rc`: the QP is an RC QP (a DC initiator's requester runs here too, and takes no
+/// REG_MR WQEs).
 pub fn run(
     qp: &mut Qp,
     mrs: &mut MrTable,
@@ -72,6 +76,7 @@ pub fn run(
     wire: &mut Wire,
     now: Instant,
     retransmits: &mut u64,
+    rc: bool,
 ) -> bool {
     // The send queue is read from RTS on (and flushed in ERR). WQEs announced in RESET,
     // INIT or RTR are posted against the rules (ibverbs refuses such posts): they are
@@ -153,7 +158,7 @@ pub fn run(
         {
             break;
         }
-        if local_operation(qp, i, mrs) {
+        if local_operation(qp, i, mrs, env, rc) {
             progress = true;
             continue;
         }
@@ -187,13 +192,32 @@ pub fn run(
     progress
 }
 
-/// Runs op `i` of `qp` if it is a local operation (LOCAL_INV, BIND_MW): it changes a key
-/// of the function's and sends nothing, so it is done at once, in send-queue order, with
-/// its status (a failed one then stops the QP, as any failed WR). Returns whether it was
-/// one.
-pub(super) fn local_operation(qp: &mut Qp, i: usize, mrs: &mut MrTable) -> bool {
+/// Runs op `i` of `qp` if it is a local operation (LOCAL_INV, BIND_MW, REG_MR): it
+/// changes a key of the function's and sends nothing, so it is done at once, in
+/// send-queue order, with its status (a failed one then stops the QP, as any failed WR).
+/// `connected`: the QP is an RC or UC QP, which alone take REG_MR WQEs. Returns whether
+/// it was one.
+pub(super) fn local_operation(
+    qp: &mut Qp,
+    i: usize,
+    mrs: &mut MrTable,
+    env: &Env,
+    connected: bool,
+) -> bool {
     let w = &qp.req.ops[i].op.wqe;
     let status = match w.opcode {
+        wr::REG_MR => {
+            let reg = FastRegWqe::read_from_bytes(w.as_bytes())
+                .map_err(|_| FastRegError::Malformed)
+                .and_then(|f| fast_reg::register(mrs, &f, (qp.pdn, connected), env.r));
+            match reg {
+                Ok(()) => WcStatus::Success,
+                Err(e) => {
+                    log::debug!("qp {:#x}: REG_MR: {e:?}", qp.qpn);
+                    WcStatus::LocQpOpErr
+                }
+            }
+        }
         wr::LOCAL_INV => match mrs.invalidate(w.imm_or_inv, qp.pdn) {
             Ok(()) => WcStatus::Success,
             Err(e) => {

@@ -64,8 +64,9 @@ impl Sessions {
 pub const OWN_PORT: u16 = 0;
 
 /// Whether `o` waits for [`Sessions::assign`] before its first packet.
+/// A local operation sends nothing (and a REG_MR WQE's byte there is its page shift).
 pub fn needs_session(o: &Op) -> bool {
-    o.op.wqe.session_group != 0 && o.session_port.is_none() && !o.assigned
+    o.op.wqe.session_group != 0 && o.session_port.is_none() && !o.assigned && !o.is_local()
 }
 
 #[cfg(test)]

@@ -87,7 +87,15 @@ impl RdmaState {
                     now,
                     &mut retransmits,
                 ),
-                None => requester::run(&mut qp, &mut self.mrs, env, wire, now, &mut retransmits),
+                None => requester::run(
+                    &mut qp,
+                    &mut self.mrs,
+                    env,
+                    wire,
+                    now,
+                    &mut retransmits,
+                    true,
+                ),
             };
             self.counters.retransmits += retransmits;
             self.counters.tx_packets += wire.packets_since(before);

@@ -96,7 +96,7 @@ pub fn run_send(qp: &mut Qp, mrs: &mut MrTable, env: &Env, wire: &mut Wire) -> b
         if !o.assigned && super::ctrlq::waits_for_key(&o.op, mrs) {
             break;
         }
-        if requester::local_operation(qp, i, mrs) {
+        if requester::local_operation(qp, i, mrs, env, true) {
             progress = true;
             if qp.req.ops[i].status != WcStatus::Success {
                 break;

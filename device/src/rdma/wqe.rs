@@ -166,8 +166,21 @@ pub fn decode_send(
     let wqe =
         SendWqe::read_from_bytes(&head[..64]).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
     let malformed = WqeError::Malformed { wr_id: wqe.wr_id };
-    if wqe.opcode > wr::SEND_WITH_INV {
+    if wqe.opcode > wr::REG_MR {
         return Err(malformed);
+    }
+    if wqe.opcode == wr::REG_MR {
+        // The registration is where the RDMA fields are (`rnic_abi::fast_reg`): no SGEs,
+        // no inline data; the requester reads the rest when it runs it.
+        let flags = send_flags::SIGNALED | send_flags::FENCE;
+        if wqe.num_sge != 0 || wqe.flags & !flags != 0 {
+            return Err(malformed);
+        }
+        return Ok(SendOp {
+            wqe,
+            sges: Vec::new(),
+            inline: None,
+        });
     }
     if wqe.flags & send_flags::INLINE != 0 {
         if wqe.inline_len > caps.max_inline_data || u64::from(wqe.inline_len) + 64 > u64::from(room)
@@ -320,6 +333,12 @@ impl Op {
         self.assigned && psn::diff(p, self.first_psn) >= 0 && psn::diff(p, self.last_psn()) <= 0
     }
 
+    /// Whether it is a local operation (LOCAL_INV, BIND_MW, REG_MR): it changes a key
+    /// and sends nothing.
+    pub fn is_local(&self) -> bool {
+        matches!(self.op.wqe.opcode, wr::LOCAL_INV | wr::BIND_MW | wr::REG_MR)
+    }
+
     /// Whether it is a READ or an atomic (answered by responses, limited in number).
     pub fn is_rd_atomic(&self) -> bool {
         matches!(
@@ -355,6 +374,7 @@ pub fn send_completion(opcode: u8) -> u8 {
         wr::ATOMIC_FETCH_AND_ADD => wc::FETCH_ADD,
         wr::LOCAL_INV => wc::LOCAL_INV,
         wr::BIND_MW => wc::BIND_MW,
+        wr::REG_MR => wc::REG_MR,
         _ => wc::SEND,
     }
 }

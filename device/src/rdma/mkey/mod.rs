@@ -5,12 +5,14 @@
 //!   registration to come; [`mr::MrTable::check`] resolves any key to device memory;
 //! - [`indirect`]: indirect and pattern keys, which map their range onto regions;
 //! - [`mw`]: memory windows, rkeys bound to a range of a region by work requests;
+//! - [`fast_reg`]: the kernel's keys: the DMA key, and MRs registered by work requests;
 //! - [`pages`]: the page lists through which the device reaches driver memory (regions,
 //!   rings).
 //!
 //! Here are what every kind of key shares: the access asked for ([`Access`]), why one
 //! is refused ([`KeyError`]) and the checks of a key's own flags ([`admits`]).
 
+pub mod fast_reg;
 pub mod indirect;
 pub mod mr;
 pub mod mw;
@@ -71,6 +73,14 @@ pub enum KeyError {
     /// A type 2 memory window bound through another QP than the one the request
     /// arrived on ([`mw`]).
     OtherQp,
+}
+
+/// Whether `access` is a valid set of `ACCESS_*` flags for a key that takes the flags of
+/// `known`: none other, and (as ibverbs) remote write or atomic access only with local
+/// write.
+pub fn valid_access(access: u32, known: u32) -> bool {
+    let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+    access & !known == 0 && (!needs_local_write || access & ACCESS_LOCAL_WRITE != 0)
 }
 
 /// Whether a key that is `valid`, of `key_pdn` with `key_access` flags, lets a QP of

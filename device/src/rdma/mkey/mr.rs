@@ -9,6 +9,7 @@ use vm_memory::GuestAddress;
 
 use rnic_abi::mw::BindMwWqe;
 
+use super::fast_reg::{DmaKey, FastRegError, FastRegSlot};
 use super::indirect::IndirectTable;
 use super::mw::{self, BindError, MwTable, Region};
 use super::pages::{PageRuns, PagedBuffer};
@@ -46,14 +47,32 @@ pub struct Reservation {
 #[derive(Debug, Default)]
 struct Slot {
     tag: u8,
+    /// The region; of a fast-registration MR, its registration while it is valid.
     mr: Option<Mr>,
     /// Set while the slot is reserved and holds no region.
     reserved: Option<Reservation>,
+    /// Set while the slot is a PD's DMA key ([`super::fast_reg`]).
+    dma: Option<DmaKey>,
+    /// Set from `ALLOC_FAST_REG_MR` to `DEREG_MR` ([`super::fast_reg`]).
+    fast_reg: Option<FastRegSlot>,
 }
 
 impl Slot {
     fn is_free(&self) -> bool {
-        self.mr.is_none() && self.reserved.is_none()
+        self.mr.is_none()
+            && self.reserved.is_none()
+            && self.dma.is_none()
+            && self.fast_reg.is_none()
+    }
+
+    /// The PD the slot is in use by, if it is.
+    fn pdn(&self) -> Option<u32> {
+        self.mr
+            .as_ref()
+            .map(|m| m.pdn)
+            .or(self.reserved.map(|r| r.pdn))
+            .or(self.dma.map(|d| d.pdn))
+            .or(self.fast_reg.map(|f| f.pdn))
     }
 }
 
@@ -88,7 +107,16 @@ impl MrTable {
 
     /// Reserves a slot under a fresh key (a new tag), or `None` when the table is full.
     fn take_slot(&mut self) -> Option<u32> {
-        let index = match self.slots.iter().position(Slot::is_free) {
+        self.take_slot_from(0)
+    }
+
+    /// [`MrTable::take_slot`] among the slots from index `first` on.
+    fn take_slot_from(&mut self, first: usize) -> Option<u32> {
+        if self.slots.len() < first {
+            self.slots.resize_with(first, Slot::default);
+        }
+        let free = self.slots.iter().skip(first).position(Slot::is_free);
+        let index = match free.map(|i| i + first) {
             Some(i) => i,
             None if self.slots.len() < self.limit && self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Slot::default());
@@ -154,29 +182,24 @@ impl MrTable {
         true
     }
 
+    /// The slot `key` names, if its tag is the key's.
+    fn slot_mut(&mut self, key: u32) -> Option<&mut Slot> {
+        self.slots
+            .get_mut((key >> 8) as usize)
+            .filter(|s| s.tag == key as u8)
+    }
+
     /// Releases the reservation of `key` (a pending or failed key); true if there was one.
     pub fn unreserve(&mut self, key: u32) -> bool {
-        match self.slots.get_mut((key >> 8) as usize) {
-            Some(slot) if slot.tag == key as u8 && slot.reserved.is_some() => {
-                slot.reserved = None;
-                true
-            }
-            _ => false,
-        }
+        self.slot_mut(key)
+            .and_then(|slot| slot.reserved.take())
+            .is_some()
     }
 
     /// The region with `key`, whatever its state.
     pub fn get(&self, key: u32) -> Option<&Mr> {
         let slot = self.slots.get((key >> 8) as usize)?;
         (slot.tag == key as u8).then_some(slot.mr.as_ref()?)
-    }
-
-    fn get_mut(&mut self, key: u32) -> Option<&mut Mr> {
-        let slot = self.slots.get_mut((key >> 8) as usize)?;
-        if slot.tag != key as u8 {
-            return None;
-        }
-        slot.mr.as_mut()
     }
 
     /// Removes the region with `key`.
@@ -207,7 +230,20 @@ impl MrTable {
         if mw::is_window_key(key) {
             return self.windows.invalidate(key, pdn, qpn);
         }
-        let mr = self.get_mut(key).ok_or(KeyError::NoSuchKey)?;
+        let slot = self.slot_mut(key).ok_or(KeyError::NoSuchKey)?;
+        if slot.dma.is_some() {
+            // The DMA key is every kernel user's: nothing invalidates it.
+            return Err(KeyError::NoAccess);
+        }
+        if let Some(f) = slot.fast_reg {
+            if f.pdn != pdn {
+                return Err(KeyError::OtherPd);
+            }
+            // A fast-registration MR is free again, for the next REG_MR WQE.
+            slot.mr = None;
+            return Ok(());
+        }
+        let mr = slot.mr.as_mut().ok_or(KeyError::NoSuchKey)?;
         if mr.pdn != pdn {
             return Err(KeyError::OtherPd);
         }
@@ -253,16 +289,10 @@ impl MrTable {
         Ok(())
     }
 
-    /// Regions, indirect and pattern keys and memory windows included, registered in
-    /// `pdn`.
+    /// Regions, reserved keys, DMA keys, fast-registration MRs, indirect and pattern keys
+    /// and memory windows of `pdn`.
     pub fn count_in_pd(&self, pdn: u32) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| {
-                s.mr.as_ref().is_some_and(|m| m.pdn == pdn)
-                    || s.reserved.is_some_and(|r| r.pdn == pdn)
-            })
-            .count()
+        self.slots.iter().filter(|s| s.pdn() == Some(pdn)).count()
             + self.indirect.count_in_pd(pdn)
             + self.windows.count_in_pd(pdn)
     }
@@ -275,9 +305,12 @@ impl MrTable {
             .count()
     }
 
-    /// Number of registered regions.
+    /// Number of registered regions, DMA keys and fast-registration MRs.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.mr.is_some()).count()
+        self.slots
+            .iter()
+            .filter(|s| s.mr.is_some() || s.dma.is_some() || s.fast_reg.is_some())
+            .count()
     }
 
     /// Whether no region is registered.
@@ -301,6 +334,10 @@ impl MrTable {
                 .indirect
                 .check(key, pdn, access, addr, len, direct)
                 .map(|runs| Runs::Listed(runs.into_iter()));
+        }
+        if let Some(dma) = self.dma_key(key) {
+            admits(true, dma.pdn, dma.access, pdn, access)?;
+            return DmaKey::runs(addr, len).ok_or(KeyError::OutOfRange);
         }
         let Some(mr) = self.get(key) else {
             return Err(match self.reservation(key) {
@@ -364,6 +401,92 @@ impl MrTable {
     }
 }
 
+/// The kernel memory keys ([`super::fast_reg`]): the DMA key and fast-registration MRs.
+impl MrTable {
+    /// The DMA key `key` names, if it names one.
+    pub fn dma_key(&self, key: u32) -> Option<DmaKey> {
+        let slot = self.slots.get((key >> 8) as usize)?;
+        (slot.tag == key as u8).then_some(slot.dma?)
+    }
+
+    /// Adds DMA key `dma`; returns its key, or `None` when the table is full.
+    pub fn insert_dma(&mut self, dma: DmaKey) -> Option<u32> {
+        let key = self.take_slot()?;
+        self.slots[(key >> 8) as usize].dma = Some(dma);
+        Some(key)
+    }
+
+    /// Removes DMA key `key`; whether it was one.
+    pub fn remove_dma(&mut self, key: u32) -> bool {
+        self.slot_mut(key)
+            .and_then(|slot| slot.dma.take())
+            .is_some()
+    }
+
+    /// Adds fast-registration MR `f`, free; returns its key (tag 0), or `None` when the
+    /// table is full. Never slot 0: key 0 never names a valid key, whatever tag a REG_MR
+    /// WQE chooses.
+    pub fn insert_fast_reg(&mut self, f: FastRegSlot) -> Option<u32> {
+        let key = self.take_slot_from(1)?;
+        let slot = &mut self.slots[(key >> 8) as usize];
+        slot.tag = 0;
+        slot.fast_reg = Some(f);
+        Some(key & !0xff)
+    }
+
+    /// The fast-registration MR whose index `key` names (any tag): its current key, and
+    /// the MR.
+    pub fn fast_reg(&self, key: u32) -> Option<(u32, FastRegSlot)> {
+        let slot = self.slots.get((key >> 8) as usize)?;
+        Some(((key & !0xff) | u32::from(slot.tag), slot.fast_reg?))
+    }
+
+    /// Removes the fast-registration MR whose index `key` names (any tag), with its
+    /// registration.
+    pub fn remove_fast_reg(&mut self, key: u32) -> Option<FastRegSlot> {
+        let slot = self.slots.get_mut((key >> 8) as usize)?;
+        let f = slot.fast_reg.take()?;
+        slot.mr = None;
+        Some(f)
+    }
+
+    /// The fast-registration MR a REG_MR WQE of a QP of `pdn` may register under `key`:
+    /// the one whose index `key` names, of `pdn`, free.
+    pub fn fast_reg_target(&self, key: u32, pdn: u32) -> Result<FastRegSlot, FastRegError> {
+        let slot = self
+            .slots
+            .get((key >> 8) as usize)
+            .ok_or(FastRegError::NotFastReg)?;
+        let f = slot
+            .fast_reg
+            .filter(|f| f.pdn == pdn)
+            .ok_or(FastRegError::NotFastReg)?;
+        if slot.mr.is_some() {
+            return Err(FastRegError::NotFree);
+        }
+        Ok(f)
+    }
+
+    /// Makes the fast-registration MR `key` names valid under `key` (its tag) with `mr`,
+    /// once [`MrTable::fast_reg_target`] passed.
+    pub fn fast_register(&mut self, key: u32, mr: Mr) {
+        let slot = self.slots.get_mut((key >> 8) as usize);
+        if let Some(slot) = slot.filter(|s| s.fast_reg.is_some() && s.mr.is_none()) {
+            slot.tag = key as u8;
+            slot.mr = Some(mr);
+        }
+    }
+
+    /// DMA keys and fast-registration MRs of `pdn` (they stay with their function).
+    pub fn kernel_keys_in_pd(&self, pdn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.dma.is_some() || s.fast_reg.is_some())
+            .filter(|s| s.pdn() == Some(pdn))
+            .count()
+    }
+}
+
 /// The device-address runs of a checked range, in order (see [`MrTable::check`]).
 #[derive(Debug, Clone)]
 pub enum Runs<'a> {
@@ -371,6 +494,8 @@ pub enum Runs<'a> {
     Pages(PageRuns<'a>),
     /// Of an indirect key: gathered from the regions it names.
     Listed(std::vec::IntoIter<(GuestAddress, usize)>),
+    /// Of the DMA key: the range itself, one run (none if empty).
+    Identity(Option<(GuestAddress, usize)>),
 }
 
 /// Two run lists are equal if they yield the same runs.
@@ -387,6 +512,7 @@ impl Iterator for Runs<'_> {
         match self {
             Runs::Pages(runs) => runs.next(),
             Runs::Listed(runs) => runs.next(),
+            Runs::Identity(run) => run.take(),
         }
     }
 }

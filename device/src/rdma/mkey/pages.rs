@@ -142,15 +142,8 @@ impl PagedBuffer {
         mem: &GuestMemoryMmap,
     ) -> Result<Self, PageListError> {
         check_fields(list)?;
-        if offset >= PAGE_SIZE {
-            return Err(PageListError::Invalid);
-        }
-        let needed = offset.checked_add(len).ok_or(PageListError::TooSmall)?;
-        if u64::from(list.count) * PAGE_SIZE < needed {
-            return Err(PageListError::TooSmall);
-        }
-        let pages = page_addresses(list, mem)?;
-        let buffer = Self { pages, offset, len };
+        Self::fits(list.count as usize, offset, len)?;
+        let buffer = Self::on_pages(page_addresses(list, mem)?, offset, len)?;
         // Every page must be reachable now; later unmaps fail the access that meets them.
         for &p in &buffer.pages {
             if mem.read_slice(&mut [0u8; 1], GuestAddress(p)).is_err()
@@ -162,6 +155,26 @@ impl PagedBuffer {
             }
         }
         Ok(buffer)
+    }
+
+    /// `len` bytes on `pages` (4 KiB aligned device addresses), from `offset` in the
+    /// first: the pages must hold `offset + len` bytes. Whether they are reachable is
+    /// left to each access (a fast-registration's pages, [`super::fast_reg`]).
+    pub fn on_pages(pages: Vec<u64>, offset: u64, len: u64) -> Result<Self, PageListError> {
+        Self::fits(pages.len(), offset, len)?;
+        Ok(Self { pages, offset, len })
+    }
+
+    /// Checks that `count` pages hold `len` bytes from `offset` (less than a page) on.
+    fn fits(count: usize, offset: u64, len: u64) -> Result<(), PageListError> {
+        if offset >= PAGE_SIZE {
+            return Err(PageListError::Invalid);
+        }
+        let needed = offset.checked_add(len).ok_or(PageListError::TooSmall)?;
+        if count as u64 * PAGE_SIZE < needed {
+            return Err(PageListError::TooSmall);
+        }
+        Ok(())
     }
 
     /// Length in bytes.

@@ -112,6 +112,9 @@ impl RdmaState {
         if self.mrs.indirect.references(req.handle) {
             return Err(VerbsError::new(Status::Busy, req.handle));
         }
+        if self.dereg_kernel_key(req.handle)? {
+            return Ok(Vec::new());
+        }
         // A reserved key without a region (pending or failed): release the reservation;
         // WRs waiting for it fail with an access error.
         if self.mrs.unreserve(req.handle) {

@@ -5,9 +5,11 @@
 //! [`RdmaState::execute`] dispatches an opcode to its handler; here are the objects
 //! every other command builds on (the EQ, PDs, CQs) and what creating anything costs
 //! (the quota, doorbell slots). The handlers of each kind of object are in the files
-//! beside: `qp.rs`, `mkeys.rs` (regions, indirect and pattern keys, control queues),
+//! beside: `qp.rs`, `mkeys.rs` (regions, indirect and pattern keys, control queues, the
+//! DMA key and fast-registration MRs),
 //! `mw.rs` (memory windows), `srq.rs`, `shared_sq.rs`.
 
+mod kernel_keys;
 mod mkeys;
 mod mw;
 mod qp;
@@ -19,7 +21,6 @@ use rnic_abi::doorbell::{self, slot_offset, SLOTS};
 use rnic_abi::regs::NO_VECTOR;
 use rnic_abi::verbs::{
     CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp, DoorbellSlot, ObjectReq, ObjectResp,
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE,
 };
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -42,8 +43,7 @@ pub(super) fn reply<T: IntoBytes + Immutable>(value: &T) -> Vec<u8> {
 /// a region also `ACCESS_MW_BIND`), and as ibverbs, remote write or atomic access needs
 /// local write too.
 pub(super) fn check_mr_access(access: u32, known: u32) -> Result<(), VerbsError> {
-    let needs_local_write = access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
-    if access & !known != 0 || (needs_local_write && access & ACCESS_LOCAL_WRITE == 0) {
+    if !super::mkey::valid_access(access, known) {
         return Err(VerbsError::new(Status::BadParam, access));
     }
     Ok(())
@@ -75,6 +75,8 @@ impl RdmaState {
             Opcode::CreatePatternKey => self.create_pattern_key(body),
             Opcode::AllocMw => self.alloc_mw(body),
             Opcode::DeallocMw => self.dealloc_mw(body),
+            Opcode::RegDmaMr => self.reg_dma_mr(body),
+            Opcode::AllocFastRegMr => self.alloc_fast_reg_mr(body),
             Opcode::CreateCq => self.create_cq(body, env),
             Opcode::DestroyCq => self.destroy_cq(body),
             Opcode::CreateQp => self.create_qp(body, env),

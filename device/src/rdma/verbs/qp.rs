@@ -7,6 +7,7 @@ use rnic_abi::cmd::Status;
 use rnic_abi::dc::SetDcKeyReq;
 use rnic_abi::doorbell::{slot_offset, SLOTS};
 use rnic_abi::mmio::{SqWindowResp, WINDOW_SIZE};
+use rnic_abi::ud::{GSI_QPN, QPT_GSI};
 use rnic_abi::verbs::{
     rq_stride, sq_stride, CreateQpReq, CreateQpResp, DoorbellSlot, ModifyQpReq, ObjectReq, QpAttr,
     QpState, QueryQpResp, FIRST_QPN, QPT_RC, QPT_UC,
@@ -23,7 +24,8 @@ use crate::rdma::{uc, ud, RdmaState, SlotOwner};
 use crate::resources::Resource;
 
 impl RdmaState {
-    /// `CREATE_QP`: an RC, UC, UD or DC QP, its queues, and its doorbell slots.
+    /// `CREATE_QP`: an RC, UC, UD or DC QP, or the function's GSI QP (a UD QP numbered
+    /// [`GSI_QPN`]), its queues, and its doorbell slots.
     pub(super) fn create_qp(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
         let req: CreateQpReq = decode(body)?;
         let bad = |what: u32| Err(VerbsError::new(Status::BadParam, what));
@@ -31,6 +33,7 @@ impl RdmaState {
             QPT_RC,
             QPT_UC,
             rnic_abi::ud::QPT_UD,
+            QPT_GSI,
             rnic_abi::dc::QPT_DCI,
             rnic_abi::dc::QPT_DCT,
         ];
@@ -81,10 +84,15 @@ impl RdmaState {
         } else {
             PagedBuffer::default()
         };
+        let gsi = req.qp_type == QPT_GSI;
+        // The GSI QP is QP 1 (below FIRST_QPN, so no other QP ever has it), once.
+        if gsi && self.qps.contains_key(&GSI_QPN) {
+            return Err(VerbsError::new(Status::Busy, GSI_QPN));
+        }
         // After a wrap, numbers still in use are skipped (there are fewer QPs than numbers).
         let next = |q: u32| if q >= 0xFF_FFFF { FIRST_QPN } else { q + 1 };
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || self.departed.contains(&qpn) {
+        let mut qpn = if gsi { GSI_QPN } else { self.next_qpn };
+        while !gsi && (self.qps.contains_key(&qpn) || self.departed.contains(&qpn)) {
             qpn = next(qpn);
         }
         self.charge(Resource::Qp, 1)?;
@@ -99,7 +107,9 @@ impl RdmaState {
                 return Err(e);
             }
         };
-        self.next_qpn = next(qpn);
+        if !gsi {
+            self.next_qpn = next(qpn);
+        }
         for (page, slot) in [sq_slot, rq_slot] {
             env.doorbells.write32(slot_offset(page, slot), 0);
         }
@@ -137,7 +147,7 @@ impl RdmaState {
         }
         self.qps.insert(qpn, Box::new(qp));
         match req.qp_type {
-            rnic_abi::ud::QPT_UD => self.ud.add(qpn),
+            rnic_abi::ud::QPT_UD | QPT_GSI => self.ud.add(qpn),
             QPT_UC => self.uc.add(qpn),
             rnic_abi::dc::QPT_DCI => self.dc.add_dci(qpn),
             rnic_abi::dc::QPT_DCT => self.dc.add_dct(qpn),
