@@ -162,8 +162,10 @@ static int rnic_query_port(struct ib_device *ibdev, u32 port,
 	a->max_msg_sz = 0x80000000;
 	a->pkey_tbl_len = 1;
 	a->max_vl_num = 1;
-	return ib_get_eth_speed(ibdev, port, &a->active_speed,
-				&a->active_width);
+	/* A software device has no line rate; ib_get_eth_speed would warn. */
+	a->active_speed = IB_SPEED_EDR;
+	a->active_width = IB_WIDTH_1X;
+	return 0;
 }
 
 static int rnic_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
@@ -260,6 +262,7 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.query_pkey = rnic_query_pkey,
 	.query_port = rnic_query_port,
 	.query_qp = rnic_query_qp,
+	.reg_user_mr = rnic_reg_user_mr,
 	.req_notify_cq = rnic_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, rnic_ah, ibah),

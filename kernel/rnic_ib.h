@@ -169,6 +169,9 @@ int rnic_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 struct ib_mr *rnic_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *rnic_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
 			    u32 max_num_sg);
+struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			       u64 virt_addr, int access,
+			       struct ib_udata *udata);
 int rnic_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		   unsigned int *sg_offset);
 int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);

@@ -129,6 +129,17 @@ err_free:
 	return ERR_PTR(ret);
 }
 
+/*
+ * No user verbs yet (no ucontext), so no user memory: the op is there
+ * because the core counts a device without it as no kernel verbs provider.
+ */
+struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			       u64 virt_addr, int access,
+			       struct ib_udata *udata)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
 static int rnic_set_page(struct ib_mr *ibmr, u64 addr)
 {
 	struct rnic_mr *mr = to_rmr(ibmr);
