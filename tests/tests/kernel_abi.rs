@@ -12,7 +12,14 @@ use rnic_abi::cmd::{
     FUNCTION_KIND_PF, FUNCTION_KIND_VF,
 };
 use rnic_abi::eth::{self, *};
-use rnic_abi::verbs::{DoorbellSlot, PageList, PAGE_SHIFT};
+use rnic_abi::fast_reg::{AllocFastRegMrReq, FastRegWqe, RegDmaMrReq, MAX_FAST_REG_PAGES};
+use rnic_abi::ud::{self, ModifyQpQkey, UdSendWqe};
+use rnic_abi::verbs::{
+    self, attr, event, owner_phase, rq_stride, send_flags, sq_stride, wc, wc_flags, wr, Cqe,
+    CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp, CreateQpReq, CreateQpResp, DoorbellSlot,
+    Eqe, ModifyQpReq, ObjectReq, ObjectResp, PageList, QpAttr, QpState, QueryQpResp, RecvWqe,
+    RegMrResp, SendWqe, Sge, WcStatus, PAGE_SHIFT,
+};
 use rnic_abi::{doorbell, pci, regs};
 
 /// One check: a C expression and the value the ABI crate gives it.
@@ -188,6 +195,176 @@ fn items() -> Vec<Item> {
         completed,
         posted
     );
+    // The verbs of the RDMA device (rnic_ib*.c, ABI 1.1 to 1.8).
+    layout!(
+        v,
+        "rnic_create_eq_req",
+        CreateEqReq,
+        ring,
+        entries,
+        vector,
+        doorbell_page,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_create_eq_resp",
+        CreateEqResp,
+        eqn,
+        reserved,
+        doorbell
+    );
+    layout!(v, "rnic_eqe", Eqe, object, data, event_type, reserved, owner);
+    layout!(v, "rnic_object_req", ObjectReq, handle, reserved);
+    layout!(v, "rnic_object_resp", ObjectResp, handle, reserved);
+    layout!(v, "rnic_reg_mr_resp", RegMrResp, lkey, rkey);
+    layout!(v, "rnic_reg_dma_mr_req", RegDmaMrReq, pdn, access);
+    layout!(
+        v,
+        "rnic_alloc_fast_reg_mr_req",
+        AllocFastRegMrReq,
+        pdn,
+        max_pages
+    );
+    layout!(
+        v,
+        "rnic_create_cq_req",
+        CreateCqReq,
+        ring,
+        entries,
+        doorbell_page
+    );
+    layout!(
+        v,
+        "rnic_create_cq_resp",
+        CreateCqResp,
+        cqn,
+        reserved,
+        doorbell
+    );
+    layout!(
+        v, "rnic_cqe", Cqe, wr_id, byte_len, imm_or_inv, qp_num, src_qp, opcode, status, wc_flags,
+        owner, vendor_err
+    );
+    layout!(
+        v,
+        "rnic_create_qp_req",
+        CreateQpReq,
+        pdn,
+        send_cqn,
+        recv_cqn,
+        sq_entries,
+        rq_entries,
+        max_send_sge,
+        max_recv_sge,
+        max_inline_data,
+        doorbell_page,
+        qp_type,
+        sq_sig_all,
+        srqn,
+        sq,
+        rq
+    );
+    layout!(
+        v,
+        "rnic_create_qp_resp",
+        CreateQpResp,
+        qpn,
+        reserved,
+        sq_doorbell,
+        rq_doorbell
+    );
+    layout!(
+        v,
+        "rnic_qp_attr",
+        QpAttr,
+        qp_state,
+        cur_qp_state,
+        path_mtu,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        min_rnr_timer,
+        max_rd_atomic,
+        max_dest_rd_atomic,
+        port_num,
+        sgid_index,
+        hop_limit,
+        traffic_class,
+        reserved0,
+        pkey_index,
+        qp_access_flags,
+        dest_qp_num,
+        rq_psn,
+        sq_psn,
+        flow_label,
+        dgid
+    );
+    layout!(v, "rnic_modify_qp_req", ModifyQpReq, qpn, attr_mask, attr);
+    layout!(v, "rnic_modify_qp_qkey", ModifyQpQkey, qkey, reserved);
+    layout!(
+        v,
+        "rnic_query_qp_resp",
+        QueryQpResp,
+        attr,
+        sq_consumed,
+        rq_consumed
+    );
+    layout!(
+        v,
+        "rnic_send_wqe",
+        SendWqe,
+        wr_id,
+        opcode,
+        flags,
+        num_sge,
+        session_group,
+        imm_or_inv,
+        remote_addr,
+        rkey,
+        inline_len,
+        compare_add,
+        swap,
+        reserved1
+    );
+    layout!(
+        v,
+        "rnic_ud_send_wqe",
+        UdSendWqe,
+        wr_id,
+        opcode,
+        flags,
+        num_sge,
+        reserved0,
+        imm,
+        remote_qkey,
+        remote_qpn,
+        reserved1,
+        inline_len,
+        dgid,
+        hop_limit,
+        traffic_class,
+        reserved2
+    );
+    layout!(
+        v,
+        "rnic_fast_reg_wqe",
+        FastRegWqe,
+        wr_id,
+        opcode,
+        flags,
+        num_sge,
+        page_shift,
+        key,
+        iova,
+        access,
+        page_count,
+        page_list,
+        length,
+        reserved
+    );
+    layout!(v, "rnic_recv_wqe", RecvWqe, wr_id, num_sge, reserved);
+    layout!(v, "rnic_sge", Sge, addr, length, lkey);
     // The virtio descriptor of the command queue (datasheet §6.3): 16 bytes.
     konst!(v, "sizeof(struct rnic_vring_desc)" = 16u64);
     konst!(v, "RNIC_ETH_COUNTERS" = size_of::<EthCounters>() / 8);
@@ -305,6 +482,117 @@ fn items() -> Vec<Item> {
         "rnic_eth_max_frame(9000)" = max_frame(9000),
         "rnic_eth_arm_word(3, 0x10005)" = arm_word(3, 0x1_0005),
         "rnic_eth_arm_word(0xffff, 0xffffffff)" = arm_word(0xffff, 0xffff_ffff),
+        "RNIC_CAP_RDMA_RC" = regs::CAP_RDMA_RC,
+        "RNIC_CAP_SEND_VARIANTS" = regs::CAP_SEND_VARIANTS,
+        "RNIC_CAP_UD" = regs::CAP_UD,
+        "RNIC_CAP_FAST_REG" = regs::CAP_FAST_REG,
+        "RNIC_CAP_GSI" = regs::CAP_GSI,
+        "RNIC_CMD_CREATE_EQ" = Opcode::CreateEq as u16,
+        "RNIC_CMD_DESTROY_EQ" = Opcode::DestroyEq as u16,
+        "RNIC_CMD_ALLOC_PD" = Opcode::AllocPd as u16,
+        "RNIC_CMD_DEALLOC_PD" = Opcode::DeallocPd as u16,
+        "RNIC_CMD_REG_MR" = Opcode::RegMr as u16,
+        "RNIC_CMD_DEREG_MR" = Opcode::DeregMr as u16,
+        "RNIC_CMD_REG_DMA_MR" = Opcode::RegDmaMr as u16,
+        "RNIC_CMD_ALLOC_FAST_REG_MR" = Opcode::AllocFastRegMr as u16,
+        "RNIC_CMD_CREATE_CQ" = Opcode::CreateCq as u16,
+        "RNIC_CMD_DESTROY_CQ" = Opcode::DestroyCq as u16,
+        "RNIC_CMD_CREATE_QP" = Opcode::CreateQp as u16,
+        "RNIC_CMD_MODIFY_QP" = Opcode::ModifyQp as u16,
+        "RNIC_CMD_QUERY_QP" = Opcode::QueryQp as u16,
+        "RNIC_CMD_DESTROY_QP" = Opcode::DestroyQp as u16,
+        "RNIC_ACCESS_LOCAL_WRITE" = verbs::ACCESS_LOCAL_WRITE,
+        "RNIC_ACCESS_REMOTE_WRITE" = verbs::ACCESS_REMOTE_WRITE,
+        "RNIC_ACCESS_REMOTE_READ" = verbs::ACCESS_REMOTE_READ,
+        "RNIC_ACCESS_REMOTE_ATOMIC" = verbs::ACCESS_REMOTE_ATOMIC,
+        "RNIC_QPT_GSI" = ud::QPT_GSI,
+        "RNIC_QPT_RC" = verbs::QPT_RC,
+        "RNIC_QPT_UD" = ud::QPT_UD,
+        "RNIC_GSI_QPN" = ud::GSI_QPN,
+        "RNIC_GSI_QKEY" = ud::GSI_QKEY,
+        "RNIC_GRH_LEN" = ud::GRH_LEN,
+        "RNIC_UD_MAX_PAYLOAD" = ud::UD_MAX_PAYLOAD,
+        "RNIC_QKEY_USE_OWN" = ud::QKEY_USE_OWN,
+        "RNIC_FIRST_QPN" = verbs::FIRST_QPN,
+        "RNIC_QPS_RESET" = QpState::Reset as u8,
+        "RNIC_QPS_INIT" = QpState::Init as u8,
+        "RNIC_QPS_RTR" = QpState::Rtr as u8,
+        "RNIC_QPS_RTS" = QpState::Rts as u8,
+        "RNIC_QPS_SQD" = QpState::Sqd as u8,
+        "RNIC_QPS_SQE" = QpState::Sqe as u8,
+        "RNIC_QPS_ERR" = QpState::Err as u8,
+        "RNIC_ATTR_STATE" = attr::STATE,
+        "RNIC_ATTR_CUR_STATE" = attr::CUR_STATE,
+        "RNIC_ATTR_EN_SQD_ASYNC_NOTIFY" = attr::EN_SQD_ASYNC_NOTIFY,
+        "RNIC_ATTR_ACCESS_FLAGS" = attr::ACCESS_FLAGS,
+        "RNIC_ATTR_PKEY_INDEX" = attr::PKEY_INDEX,
+        "RNIC_ATTR_PORT" = attr::PORT,
+        "RNIC_ATTR_QKEY" = attr::QKEY,
+        "RNIC_ATTR_AV" = attr::AV,
+        "RNIC_ATTR_PATH_MTU" = attr::PATH_MTU,
+        "RNIC_ATTR_TIMEOUT" = attr::TIMEOUT,
+        "RNIC_ATTR_RETRY_CNT" = attr::RETRY_CNT,
+        "RNIC_ATTR_RNR_RETRY" = attr::RNR_RETRY,
+        "RNIC_ATTR_RQ_PSN" = attr::RQ_PSN,
+        "RNIC_ATTR_MAX_QP_RD_ATOMIC" = attr::MAX_QP_RD_ATOMIC,
+        "RNIC_ATTR_MIN_RNR_TIMER" = attr::MIN_RNR_TIMER,
+        "RNIC_ATTR_SQ_PSN" = attr::SQ_PSN,
+        "RNIC_ATTR_MAX_DEST_RD_ATOMIC" = attr::MAX_DEST_RD_ATOMIC,
+        "RNIC_ATTR_DEST_QPN" = attr::DEST_QPN,
+        "RNIC_WR_RDMA_WRITE" = wr::RDMA_WRITE,
+        "RNIC_WR_RDMA_WRITE_WITH_IMM" = wr::RDMA_WRITE_WITH_IMM,
+        "RNIC_WR_SEND" = wr::SEND,
+        "RNIC_WR_SEND_WITH_IMM" = wr::SEND_WITH_IMM,
+        "RNIC_WR_RDMA_READ" = wr::RDMA_READ,
+        "RNIC_WR_ATOMIC_CMP_AND_SWP" = wr::ATOMIC_CMP_AND_SWP,
+        "RNIC_WR_ATOMIC_FETCH_AND_ADD" = wr::ATOMIC_FETCH_AND_ADD,
+        "RNIC_WR_LOCAL_INV" = wr::LOCAL_INV,
+        "RNIC_WR_BIND_MW" = wr::BIND_MW,
+        "RNIC_WR_SEND_WITH_INV" = wr::SEND_WITH_INV,
+        "RNIC_WR_REG_MR" = wr::REG_MR,
+        "RNIC_SEND_FENCE" = send_flags::FENCE,
+        "RNIC_SEND_SIGNALED" = send_flags::SIGNALED,
+        "RNIC_SEND_SOLICITED" = send_flags::SOLICITED,
+        "RNIC_SEND_INLINE" = send_flags::INLINE,
+        "RNIC_WC_SEND" = wc::SEND,
+        "RNIC_WC_RDMA_WRITE" = wc::RDMA_WRITE,
+        "RNIC_WC_RDMA_READ" = wc::RDMA_READ,
+        "RNIC_WC_COMP_SWAP" = wc::COMP_SWAP,
+        "RNIC_WC_FETCH_ADD" = wc::FETCH_ADD,
+        "RNIC_WC_BIND_MW" = wc::BIND_MW,
+        "RNIC_WC_LOCAL_INV" = wc::LOCAL_INV,
+        "RNIC_WC_REG_MR" = wc::REG_MR,
+        "RNIC_WC_RECV" = wc::RECV,
+        "RNIC_WC_RECV_RDMA_WITH_IMM" = wc::RECV_RDMA_WITH_IMM,
+        "RNIC_WC_F_GRH" = wc_flags::GRH,
+        "RNIC_WC_F_WITH_IMM" = wc_flags::WITH_IMM,
+        "RNIC_WC_F_WITH_INV" = wc_flags::WITH_INV,
+        "RNIC_WC_F_SOLICITED" = wc_flags::SOLICITED,
+        "RNIC_WC_SUCCESS" = WcStatus::Success as u8,
+        "RNIC_WC_WR_FLUSH_ERR" = WcStatus::WrFlushErr as u8,
+        "RNIC_WC_GENERAL_ERR" = WcStatus::GeneralErr as u8,
+        "RNIC_EV_CQ_ERR" = event::CQ_ERR,
+        "RNIC_EV_QP_FATAL" = event::QP_FATAL,
+        "RNIC_EV_QP_REQ_ERR" = event::QP_REQ_ERR,
+        "RNIC_EV_QP_ACCESS_ERR" = event::QP_ACCESS_ERR,
+        "RNIC_EV_COMM_EST" = event::COMM_EST,
+        "RNIC_EV_SQ_DRAINED" = event::SQ_DRAINED,
+        "RNIC_EV_COMPLETION" = event::EVENT_COMPLETION,
+        "RNIC_MAX_FAST_REG_PAGES" = MAX_FAST_REG_PAGES,
+        "rnic_sq_stride(0, 0)" = sq_stride(0, 0),
+        "rnic_sq_stride(1, 0)" = sq_stride(1, 0),
+        "rnic_sq_stride(4, 200)" = sq_stride(4, 200),
+        "rnic_sq_stride(16, 256)" = sq_stride(16, 256),
+        "rnic_sq_stride(2, 17)" = sq_stride(2, 17),
+        "rnic_rq_stride(0)" = rq_stride(0),
+        "rnic_rq_stride(1)" = rq_stride(1),
+        "rnic_rq_stride(16)" = rq_stride(16),
+        "rnic_owner_phase(0, 4)" = owner_phase(0, 4),
+        "rnic_owner_phase(4, 4)" = owner_phase(4, 4),
+        "rnic_owner_phase(0xffffffff, 1024)" = owner_phase(0xffff_ffff, 1024),
+        // §7.5: the arm word is the 31-bit sequence above the solicited-only bit.
+        "rnic_cq_arm_word(1, 0)" = 2u32,
+        "rnic_cq_arm_word(0x7fffffff, 1)" = 0xffff_ffffu32,
     );
     v
 }

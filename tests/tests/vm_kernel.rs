@@ -10,6 +10,14 @@
 //! takes. `ethtool -i` and `ethtool -S` show the driver and the device's counters, and
 //! neither kernel logs an oops or a warning. One boot per guest for all of it.
 //!
+//! The same pair checks the RDMA device (kernel verbs, ABI 1.8): each guest's `rnic0` is
+//! ACTIVE on eth0 (`rdma link show`); B serves a null_blk namespace with nvmet-rdma on
+//! 10.82.0.3:4420, and A, with nvme-rdma, connects (the kernel's CM over the GSI QP),
+//! writes 16 MiB of random data, reads it back and compares, and disconnects: once
+//! before A's reload, and once more after A's FLR (the RDMA device unregistered and
+//! registered anew each time). At its end B unloads rnic.ko while nvmet-rdma still
+//! listens on it.
+//!
 //! Two more topologies, one boot per guest each:
 //!
 //! - Two kernel guests on VF0 of two rnicd joined by `--net udp:127.0.91.1` and
@@ -47,6 +55,8 @@ const A_IP: &str = "10.82.0.2";
 const B_IP: &str = "10.82.0.3";
 /// The MAC the PF gives VF1 at the end.
 const NEW_MAC: &str = "02:52:4e:49:43:99";
+/// The NVMe subsystem B serves over RDMA.
+const NQN: &str = "nqn.2026-11.rnic:vm-kernel";
 
 /// Shell helpers both guests' scripts start with.
 const HELPERS: &str = r#"
@@ -81,6 +91,38 @@ wait_carrier() {
         sleep 0.1
     done
 }
+# nvme_roundtrip LABEL IP NQN: nvme-rdma connects to subsystem NQN at IP:4420 (retried
+# for up to a minute while the target comes up), 16 MiB of random data go to the namespace
+# and come back the same, and it disconnects.
+nvme_roundtrip() {
+    i=0
+    until nvme connect -t rdma -a "$2" -s 4420 -n "$3" > /tmp/nvme-connect.txt 2>&1; do
+        i=$((i + 1)); [ $i -lt 60 ] || { cat /tmp/nvme-connect.txt; die "nvme connect ($1)"; }
+        sleep 1
+    done
+    i=0
+    until dev=$(ls /dev/nvme[0-9]*n1 2>/dev/null | head -n 1) && [ -b "$dev" ]; do
+        i=$((i + 1)); [ $i -lt 300 ] || die "no namespace after nvme connect ($1)"
+        sleep 0.1
+    done
+    rdma res show | sed "s/^/=== rdma-res $1 /"
+    dd if=/dev/urandom of=/tmp/pat bs=1M count=16 2>/dev/null
+    dd if=/tmp/pat of="$dev" bs=1M oflag=direct 2>&1 || die "write to $dev ($1)"
+    dd if="$dev" of=/tmp/back bs=1M count=16 iflag=direct 2>&1 || die "read from $dev ($1)"
+    cmp /tmp/pat /tmp/back || die "$dev gave back other data ($1)"
+    echo "=== nvme $1 ok $dev $(md5sum < /tmp/back | cut -c1-32)"
+    nvme disconnect -n "$3" || die "nvme disconnect ($1)"
+    rm -f /tmp/pat /tmp/back
+}
+# rdma_link LABEL: rnic0's port, as `=== rdma LABEL link ...` lines (up to 30 s for ACTIVE).
+rdma_link() {
+    i=0
+    until rdma link show | grep -q 'state ACTIVE'; do
+        i=$((i + 1)); [ $i -lt 300 ] || break
+        sleep 0.1
+    done
+    rdma link show | sed "s/^/=== rdma $1 /"
+}
 check_dmesg() {
     # Device messages read `rnic 0000:00:01.0: ...` (not the module loader's `rnic: ...`).
     if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rnic [0-9a-f]{4}:.*(timed out|failed)'; then
@@ -109,6 +151,13 @@ peer=$(ping -6 -c 3 -I eth0 ff02::1 | awk '/bytes from fe80/ {{ sub(/%.*/, "", $
 [ -n "$peer" ] || die "no answer from ff02::1 but our own ($own)"
 ping -6 -c 3 "$peer%eth0" || die "IPv6 ping to $peer"
 echo "=== ipv6 ok $peer"
+step rdma
+rdma_link boot
+rdma dev show | sed 's/^/=== rdma dev /'
+modprobe nvme-rdma || die "modprobe nvme-rdma"
+step nvme
+nvme_roundtrip first {B_IP} {NQN}
+rdma res show | sed 's/^/=== rdma-res after /'
 step iperf3
 iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
@@ -134,12 +183,15 @@ echo "=== iperf during reload: status $?"
 cat /tmp/iperf2.txt | tail -n 5
 wait_ping {B_IP} || die "no answer after the reload"
 ping -c 3 {B_IP} || die "ping after the reload"
+rdma_link reload
 echo "=== reload ok"
 step flr
 pci=$(basename "$(readlink /sys/class/net/eth0/device)")
 echo 1 > /sys/bus/pci/devices/$pci/reset || die "FLR of $pci"
 wait_ping {B_IP} || die "no answer after FLR"
 ping -c 3 {B_IP} || die "ping after FLR"
+rdma_link flr
+nvme_roundtrip after-flr {B_IP} {NQN}
 echo "=== flr ok"
 step coalesce
 ethtool -C eth0 rx-usecs 50 tx-usecs 50 || die "ethtool -C"
@@ -167,6 +219,27 @@ fn script_b() -> String {
 step addresses
 ip -br addr
 ip -br addr show eth0 | grep -q "{B_IP}/16" || die "eth0 lacks {B_IP}/16"
+step nvmet
+rdma_link boot
+modprobe null_blk nr_devices=1 memory_backed=1 gb=1 || die "modprobe null_blk"
+modprobe nvmet-rdma || die "modprobe nvmet-rdma"
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config || die "configfs"
+t=/sys/kernel/config/nvmet
+mkdir $t/subsystems/{NQN} $t/subsystems/{NQN}/namespaces/1 $t/ports/1 || die "nvmet objects"
+echo 1 > $t/subsystems/{NQN}/attr_allow_any_host
+echo -n /dev/nullb0 > $t/subsystems/{NQN}/namespaces/1/device_path
+echo 1 > $t/subsystems/{NQN}/namespaces/1/enable || die "nvmet namespace on /dev/nullb0"
+echo rdma > $t/ports/1/addr_trtype
+echo ipv4 > $t/ports/1/addr_adrfam
+echo {B_IP} > $t/ports/1/addr_traddr
+echo 4420 > $t/ports/1/addr_trsvcid
+# The port binds to rnic0 once the core has B's address in its GID table.
+i=0
+until ln -s $t/subsystems/{NQN} $t/ports/1/subsystems/{NQN} 2>/dev/null; do
+    i=$((i + 1)); [ $i -lt 60 ] || die "nvmet-rdma port on {B_IP}:4420"
+    sleep 1
+done
+echo "=== nvmet listening"
 wait_ping {A_IP} || die "A never answered"
 step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server 1"
@@ -201,6 +274,12 @@ while [ "$(cat /sys/class/net/eth0/address)" = "$old" ]; do
     sleep 0.1
 done
 echo "=== mac now $(cat /sys/class/net/eth0/address)"
+step unload
+rdma res show | sed 's/^/=== rdma-res before-unload /'
+# nvmet-rdma still listens on rnic0: the core takes it off the device being removed.
+rmmod rnic || die "rmmod rnic under nvmet-rdma"
+[ ! -e /sys/class/infiniband/rnic0 ] || die "rnic0 outlived rmmod"
+echo "=== unload ok"
 check_dmesg
 "#
     )
@@ -383,6 +462,33 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         a.contains("=== iperf-after "),
         "iperf3 after reload and FLR"
     );
+    for (name, console) in [("A", &a), ("B", &b)] {
+        assert!(
+            console.contains(
+                "=== rdma boot link rnic0/1 state ACTIVE physical_state LINK_UP netdev eth0"
+            ),
+            "{name}: rnic0 not ACTIVE on eth0"
+        );
+    }
+    for label in ["reload", "flr"] {
+        assert!(
+            a.contains(&format!("=== rdma {label} link rnic0/1 state ACTIVE")),
+            "A: rnic0 not back after the {label}"
+        );
+    }
+    assert!(
+        a.contains("=== nvme first ok /dev/nvme"),
+        "NVMe/RDMA round trip"
+    );
+    assert!(
+        a.contains("=== nvme after-flr ok /dev/nvme"),
+        "NVMe/RDMA round trip after FLR"
+    );
+    assert!(
+        a.contains("=== rdma-res first 0: rnic0: pd "),
+        "rdma res show while connected"
+    );
+    assert!(b.contains("=== nvmet listening") && b.contains("=== unload ok"));
     assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
     assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
