@@ -233,11 +233,43 @@ static void rnic_get_dev_fw_str(struct ib_device *ibdev, char *str)
 		 (fw >> 8) & 0xff, fw & 0xff);
 }
 
+static const struct rdma_stat_desc rnic_ib_stat_descs[] = {
+	[RNIC_STAT_SEND_WRS].name = "send_wrs",
+	[RNIC_STAT_RECV_WRS].name = "recv_wrs",
+	[RNIC_STAT_COMPLETIONS].name = "completions",
+	[RNIC_STAT_COMPLETION_ERRORS].name = "completion_errors",
+	[RNIC_STAT_COMPLETION_EVENTS].name = "completion_events",
+	[RNIC_STAT_ASYNC_EVENTS].name = "async_events",
+	[RNIC_STAT_EQ_INTERRUPTS].name = "eq_interrupts",
+	[RNIC_STAT_POSTS_REFUSED].name = "posts_refused",
+};
+
+static_assert(ARRAY_SIZE(rnic_ib_stat_descs) == RNIC_NUM_STATS);
+
+static struct rdma_hw_stats *rnic_alloc_hw_port_stats(struct ib_device *ibdev,
+						      u32 port)
+{
+	return rdma_alloc_hw_stats_struct(rnic_ib_stat_descs, RNIC_NUM_STATS,
+					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
+}
+
+static int rnic_get_hw_stats(struct ib_device *ibdev,
+			     struct rdma_hw_stats *stats, u32 port, int index)
+{
+	struct rnic_ib *rib = to_rib(ibdev);
+	int i;
+
+	for (i = 0; i < RNIC_NUM_STATS; i++)
+		stats->value[i] = atomic64_read(&rib->stats[i]);
+	return RNIC_NUM_STATS;
+}
+
 static const struct ib_device_ops rnic_ib_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 
 	.add_gid = rnic_add_gid,
+	.alloc_hw_port_stats = rnic_alloc_hw_port_stats,
 	.alloc_mr = rnic_alloc_mr,
 	.alloc_pd = rnic_alloc_pd,
 	.create_ah = rnic_create_ah,
@@ -251,6 +283,7 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.destroy_qp = rnic_destroy_qp,
 	.get_dev_fw_str = rnic_get_dev_fw_str,
 	.get_dma_mr = rnic_get_dma_mr,
+	.get_hw_stats = rnic_get_hw_stats,
 	.get_link_layer = rnic_get_link_layer,
 	.get_port_immutable = rnic_get_port_immutable,
 	.map_mr_sg = rnic_map_mr_sg,

@@ -37,6 +37,19 @@ struct rnic_ib_eq {
 	bool created;
 };
 
+/* The driver's counters, `rdma statistic` (port 1). */
+enum rnic_ib_stat {
+	RNIC_STAT_SEND_WRS,		/* send work requests posted */
+	RNIC_STAT_RECV_WRS,		/* receive work requests posted */
+	RNIC_STAT_COMPLETIONS,		/* CQEs polled */
+	RNIC_STAT_COMPLETION_ERRORS,	/* of them, not successful */
+	RNIC_STAT_COMPLETION_EVENTS,	/* EQEs of armed CQs */
+	RNIC_STAT_ASYNC_EVENTS,		/* EQEs of QP and CQ errors and states */
+	RNIC_STAT_EQ_INTERRUPTS,	/* the EQ's vector */
+	RNIC_STAT_POSTS_REFUSED,	/* work requests refused (full queue...) */
+	RNIC_NUM_STATS,
+};
+
 struct rnic_ib {
 	struct ib_device ibdev;
 	struct rnic_dev *rd;
@@ -49,6 +62,7 @@ struct rnic_ib {
 	struct mutex gid_lock;	/* gids */
 	union ib_gid gids[RNIC_IB_GID_TABLE];	/* what add_gid recorded */
 	atomic_t ahs;
+	atomic64_t stats[RNIC_NUM_STATS];
 	u32 db_pages;		/* doorbell pages of the function */
 };
 
@@ -139,6 +153,12 @@ static inline struct rnic_qp *to_rqp(struct ib_qp *qp)
 static inline struct rnic_ah *to_rah(struct ib_ah *ah)
 {
 	return container_of(ah, struct rnic_ah, ibah);
+}
+
+static inline void rnic_ib_count(struct rnic_ib *rib, enum rnic_ib_stat stat,
+				 u32 n)
+{
+	atomic64_add(n, &rib->stats[stat]);
 }
 
 /* rnic_ib.c */

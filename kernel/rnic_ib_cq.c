@@ -114,6 +114,8 @@ static void rnic_ib_eqe(struct rnic_ib *rib, const struct rnic_eqe *eqe)
 	struct ib_event ev = { .device = &rib->ibdev };
 	struct rnic_cq *cq;
 
+	rnic_ib_count(rib, eqe->event_type == RNIC_EV_COMPLETION ?
+		      RNIC_STAT_COMPLETION_EVENTS : RNIC_STAT_ASYNC_EVENTS, 1);
 	switch (eqe->event_type) {
 	case RNIC_EV_COMPLETION:
 		cq = xa_load(&rib->cqs, object);
@@ -146,6 +148,7 @@ irqreturn_t rnic_ib_eq_irq(int irq, void *data)
 	struct rnic_eqe *eqe;
 	u32 start = eq->consumed;
 
+	rnic_ib_count(rib, RNIC_STAT_EQ_INTERRUPTS, 1);
 	for (;;) {
 		eqe = eq->buf.va + (eq->consumed & (eq->entries - 1)) *
 				   sizeof(*eqe);
@@ -276,6 +279,8 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	WRITE_ONCE(wq->done, idx + 1);
 	wc->status = cqe->status <= RNIC_WC_GENERAL_ERR ?
 		     (enum ib_wc_status)cqe->status : IB_WC_GENERAL_ERR;
+	if (wc->status != IB_WC_SUCCESS)
+		rnic_ib_count(rib, RNIC_STAT_COMPLETION_ERRORS, 1);
 	wc->opcode = rnic_wc_opcode(cqe->opcode);
 	wc->vendor_err = le32_to_cpu(cqe->vendor_err);
 	wc->byte_len = le32_to_cpu(cqe->byte_len);
@@ -330,6 +335,7 @@ int rnic_poll_cq(struct ib_cq *ibcq, int num_entries, struct ib_wc *wc)
 		cq->consumed++;
 	}
 	if (cq->consumed != start) {
+		rnic_ib_count(rib, RNIC_STAT_COMPLETIONS, cq->consumed - start);
 		mb();	/* the entries read before the consumer index */
 		iowrite32(cq->consumed, cq->db);
 	}

@@ -579,10 +579,14 @@ int rnic_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		sq->posted++;
 	}
 out:
-	if (ret)
+	if (ret) {
 		*bad_wr = wr;
-	if (sq->posted != start)
+		rnic_ib_count(rib, RNIC_STAT_POSTS_REFUSED, 1);
+	}
+	if (sq->posted != start) {
+		rnic_ib_count(rib, RNIC_STAT_SEND_WRS, sq->posted - start);
 		rnic_wq_ring(rib, sq);
+	}
 	spin_unlock_irqrestore(&sq->lock, flags);
 	return ret;
 }
@@ -625,10 +629,14 @@ int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		rq->wr_ids[idx] = wr->wr_id;
 		rq->posted++;
 	}
-	if (ret)
+	if (ret) {
 		*bad_wr = wr;
-	if (rq->posted != start)
+		rnic_ib_count(rib, RNIC_STAT_POSTS_REFUSED, 1);
+	}
+	if (rq->posted != start) {
+		rnic_ib_count(rib, RNIC_STAT_RECV_WRS, rq->posted - start);
 		rnic_wq_ring(rib, rq);
+	}
 	spin_unlock_irqrestore(&rq->lock, flags);
 	return ret;
 }

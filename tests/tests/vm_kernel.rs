@@ -158,6 +158,7 @@ modprobe nvme-rdma || die "modprobe nvme-rdma"
 step nvme
 nvme_roundtrip first {B_IP} {NQN}
 rdma res show | sed 's/^/=== rdma-res after /'
+rdma statistic show link rnic0/1 | sed 's/^/=== rdma-stat /'
 step iperf3
 iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
@@ -489,6 +490,20 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         "rdma res show while connected"
     );
     assert!(b.contains("=== nvmet listening") && b.contains("=== unload ok"));
+    // The driver's counters (`rdma statistic`) saw the round trip's work requests.
+    let stat = a
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("=== rdma-stat "))
+        .expect("no `rdma statistic` line");
+    for counter in ["send_wrs", "recv_wrs", "completions", "completion_events"] {
+        let value: u64 = stat
+            .split_whitespace()
+            .skip_while(|w| *w != counter)
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(value > 0, "rdma statistic: no {counter} in `{stat}`");
+    }
     assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
     assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
