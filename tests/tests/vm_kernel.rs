@@ -15,8 +15,9 @@
 //! 10.82.0.3:4420, and A, with nvme-rdma, connects (the kernel's CM over the GSI QP),
 //! writes 16 MiB of random data, reads it back and compares, and disconnects: once
 //! before A's reload, and once more after A's FLR (the RDMA device unregistered and
-//! registered anew each time). At its end B unloads rnic.ko while nvmet-rdma still
-//! listens on it.
+//! registered anew each time). Late in its run A unloads rnic.ko with a live NVMe
+//! controller on it (nvme-rdma lets go, the driver destroys what it held) and loads it
+//! again; at its end B unloads rnic.ko while nvmet-rdma still listens on it.
 //!
 //! Two more topologies, one boot per guest each:
 //!
@@ -91,10 +92,9 @@ wait_carrier() {
         sleep 0.1
     done
 }
-# nvme_roundtrip LABEL IP NQN: nvme-rdma connects to subsystem NQN at IP:4420 (retried
-# for up to a minute while the target comes up), 16 MiB of random data go to the namespace
-# and come back the same, and it disconnects.
-nvme_roundtrip() {
+# nvme_connect LABEL IP NQN: nvme-rdma connects to subsystem NQN at IP:4420 (retried for
+# up to a minute while the target comes up); $dev is then its namespace.
+nvme_connect() {
     i=0
     until nvme connect -t rdma -a "$2" -s 4420 -n "$3" > /tmp/nvme-connect.txt 2>&1; do
         i=$((i + 1)); [ $i -lt 60 ] || { cat /tmp/nvme-connect.txt; die "nvme connect ($1)"; }
@@ -105,6 +105,12 @@ nvme_roundtrip() {
         i=$((i + 1)); [ $i -lt 300 ] || die "no namespace after nvme connect ($1)"
         sleep 0.1
     done
+}
+# nvme_roundtrip LABEL IP NQN: nvme-rdma connects to subsystem NQN at IP:4420 (retried
+# for up to a minute while the target comes up), 16 MiB of random data go to the namespace
+# and come back the same, and it disconnects.
+nvme_roundtrip() {
+    nvme_connect "$@"
     rdma res show | sed "s/^/=== rdma-res $1 /"
     dd if=/dev/urandom of=/tmp/pat bs=1M count=16 2>/dev/null
     dd if=/tmp/pat of="$dev" bs=1M oflag=direct 2>&1 || die "write to $dev ($1)"
@@ -204,6 +210,17 @@ iperf_to {B_IP} 3 /tmp/iperf3.txt 60 "iperf3 after reload and FLR"
 grep receiver /tmp/iperf3.txt | sed 's/^/=== iperf-after /'
 counters
 ip -s link show eth0
+step unload-connected
+# rmmod with a live NVMe controller on rnic0: the core has nvme-rdma delete it, which
+# destroys its QPs, CQs, MRs and PDs through the driver, before the device goes.
+nvme_connect unload {B_IP} {NQN}
+rdma res show | sed 's/^/=== rdma-res connected /'
+rmmod rnic || die "rmmod rnic under an NVMe controller"
+[ -z "$(ls /dev/nvme[0-9]*n1 2>/dev/null)" ] || die "the namespace outlived rmmod"
+modprobe rnic || die "modprobe rnic"
+ip link set eth0 up && ip addr add {A_IP}/16 dev eth0 || die "eth0 after the reload"
+wait_ping {B_IP} || die "no answer after the reload"
+echo "=== unload-connected ok"
 step wait-for-b
 # B's link goes down and up again; then B connects once more, and A is done.
 timeout 400 iperf3 -s -1 || die "B's last connection"
@@ -282,6 +299,7 @@ rmmod rnic || die "rmmod rnic under nvmet-rdma"
 [ ! -e /sys/class/infiniband/rnic0 ] || die "rnic0 outlived rmmod"
 echo "=== unload ok"
 check_dmesg
+dmesg | grep -E 'rnic|nvmet' | tail -n 20
 "#
     )
 }
@@ -490,6 +508,10 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         "rdma res show while connected"
     );
     assert!(b.contains("=== nvmet listening") && b.contains("=== unload ok"));
+    assert!(
+        a.contains("=== unload-connected ok"),
+        "A: rmmod under an NVMe controller"
+    );
     // The driver's counters (`rdma statistic`) saw the round trip's work requests.
     // One counter a line: `    send_wrs 112`.
     let stat = a
