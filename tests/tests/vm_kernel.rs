@@ -15,7 +15,8 @@
 //! 10.82.0.3:4420, and A, with nvme-rdma, connects (the kernel's CM over the GSI QP),
 //! writes 16 MiB of random data, reads it back and compares, and disconnects: once
 //! before A's reload, and once more after A's FLR (the RDMA device unregistered and
-//! registered anew each time). Late in its run A unloads rnic.ko with a live NVMe
+//! registered anew each time; the FLR comes with a controller connected, which nvme-rdma
+//! gives up). Late in its run A unloads rnic.ko with a live NVMe
 //! controller on it (nvme-rdma lets go, the driver destroys what it held) and loads it
 //! again; at its end B unloads rnic.ko while nvmet-rdma still listens on it.
 //!
@@ -193,8 +194,12 @@ ping -c 3 {B_IP} || die "ping after the reload"
 rdma_link reload
 echo "=== reload ok"
 step flr
+# With a live NVMe controller on rnic0: reset_prepare unregisters the RDMA device, and
+# nvme-rdma lets go of it while the function still runs.
+nvme_connect flr {B_IP} {NQN}
 pci=$(basename "$(readlink /sys/class/net/eth0/device)")
 echo 1 > /sys/bus/pci/devices/$pci/reset || die "FLR of $pci"
+[ -z "$(ls /dev/nvme[0-9]*n1 2>/dev/null)" ] || die "the namespace outlived the FLR"
 wait_ping {B_IP} || die "no answer after FLR"
 ping -c 3 {B_IP} || die "ping after FLR"
 rdma_link flr
