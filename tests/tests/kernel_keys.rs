@@ -4,7 +4,7 @@
 //! invalidated locally and by SEND with invalidate and registered again; every REG_MR
 //! WQE that must fail completes once with `LOC_QP_OP_ERR`; memory outside what the VMM
 //! mapped fails the access, never rnicd; and two functions' GSI QPs exchange datagrams on
-//! QP 1 with the GSI Q_Key.
+//! QP 1 with the GSI Q_Key; a QP whose PD has kernel keys does not migrate.
 
 use rnic_abi::cmd::Status;
 use rnic_abi::regs::{CAP_FAST_REG, CAP_GSI};
@@ -550,4 +550,37 @@ fn two_functions_gsi_qps_exchange_datagrams_on_qp_1_with_the_gsi_qkey() {
         let again = a.pd.create_gsi_qp(&a.cq, &a.cq, caps).unwrap();
         assert_eq!(again.qp_num(), GSI_QPN);
     });
+}
+
+#[test]
+fn a_qp_whose_pd_has_kernel_keys_stays_with_its_function() {
+    use rnic_abi::migration::MigrateQpReq;
+    use rnic_driver::transport::vfio_user::VfioUserTransport;
+    use rnic_driver::Device;
+    // To vf2, which has no QP of that number.
+    let rnicd = Rnicd::start(3, &[]);
+    let pf = Device::open(Box::new(
+        VfioUserTransport::connect(&rnicd.socket("pf")).unwrap(),
+    ))
+    .unwrap();
+    let (a, _b) = pair(&rnicd, "vf0", "vf1", &PairOptions::default());
+    let req = MigrateQpReq {
+        from: 1,
+        to: 3,
+        qpn: a.qp.qp_num(),
+        doorbell_page: rnic_driver::verbs::DOORBELL_PAGE,
+        ..MigrateQpReq::default()
+    };
+    let refusal = |pf: &Device| match pf.migrate_qp(&req) {
+        Err(rnic_driver::Error::Command { status, .. }) => status,
+        other => panic!("MIGRATE_QP: {other:?}"),
+    };
+    let dma = a.pd.reg_dma_mr(LW).unwrap();
+    assert_eq!(refusal(&pf), Status::Busy as u16, "with a DMA key");
+    drop(dma);
+    let fr = a.pd.alloc_fast_reg_mr(1).unwrap();
+    assert_eq!(refusal(&pf), Status::Busy as u16, "with a fast-reg MR");
+    drop(fr);
+    // Without them, the next check speaks: vf2 does not reach vf0's memory.
+    assert_eq!(refusal(&pf), Status::DmaError as u16);
 }
