@@ -57,9 +57,10 @@ fn two_pages(b: &Side) -> FastReg {
 /// Posts a REG_MR of `fr` with `reg` on `qp` and expects it to succeed; returns the key.
 fn register(b: &Side, qp: &Qp, wr_id: u64, fr: &FastRegMr, reg: &FastReg) -> u32 {
     let key = qp.post_reg_mr(wr_id, fr, reg, true).unwrap();
+    let wc = expect(&b.cq, wr_id, WcStatus::Success);
     assert_eq!(
-        expect(&b.cq, wr_id, WcStatus::Success).opcode,
-        WcOpcode::RegMr
+        (wc.opcode, wc.qp_num, wc.reg_key),
+        (WcOpcode::RegMr, qp.qp_num(), None)
     );
     key
 }
