@@ -267,10 +267,15 @@ fn signaled_sge(lkey: u32, addr: u64, len: u32) -> rnic_abi::verbs::Sge {
 }
 
 /// Posts `op` (a REG_MR that must fail) and a SEND behind it on a fresh QP of `b`:
-/// the REG_MR completes with `LOC_QP_OP_ERR`, the SEND is flushed, and nothing more
-/// completes.
+/// the REG_MR completes with `LOC_QP_OP_ERR`, the SEND is flushed without going out
+/// (the peer's receive stays posted), and nothing more completes.
 fn fails(a: &Side, b: &Side, op: WrOpcode, what: &str) {
-    let (_qa, qb) = fresh_qps(a, b);
+    let (qa, qb) = fresh_qps(a, b);
+    qa.post_recv(&RecvWr {
+        wr_id: 3,
+        sges: vec![a.mr.sge(0, 64)],
+    })
+    .unwrap();
     qb.post_send(&signaled(1, op, vec![])).unwrap();
     qb.post_send(&signaled(2, WrOpcode::Send, vec![b.mr.sge(0, 8)]))
         .unwrap();
@@ -280,6 +285,10 @@ fn fails(a: &Side, b: &Side, op: WrOpcode, what: &str) {
     assert!(
         poll_n(&b.cq, 1, QUIET).is_empty(),
         "{what}: one completion per WR"
+    );
+    assert!(
+        poll_n(&a.cq, 1, QUIET).is_empty(),
+        "{what}: the SEND behind the failed REG_MR went out"
     );
 }
 
