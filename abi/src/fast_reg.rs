@@ -10,7 +10,8 @@
 //!   every DMA of the device is; nothing else bounds it. A driver gives it only to code
 //!   it trusts with all of its memory (an OS kernel, never a user process). Its rights
 //!   are [`crate::verbs::ACCESS_LOCAL_WRITE`] and, if asked for, the remote ones (Linux's
-//!   `IB_PD_UNSAFE_GLOBAL_RKEY`). `DEREG_MR` destroys it.
+//!   `IB_PD_UNSAFE_GLOBAL_RKEY`). `DEREG_MR` destroys it; nothing invalidates it
+//!   (`LOCAL_INV` and SEND with invalidate of it fail).
 //! - **A fast-registration MR** (`ALLOC_FAST_REG_MR`, [`AllocFastRegMrReq`]) is an MR
 //!   slot of a PD with room for `max_pages` pages and no memory: it starts *free*, its key
 //!   grants nothing. A send WQE with opcode [`crate::verbs::wr::REG_MR`], laid out as
@@ -23,14 +24,17 @@
 //! fixed from `ALLOC_FAST_REG_MR` to `DEREG_MR`; the tag (the low byte) is the
 //! consumer's, chosen by each REG_MR WQE ([`FastRegWqe::key`], Linux's
 //! `ib_update_fast_reg_key`), so a peer that kept the key of an earlier registration is
-//! refused.
+//! refused. `DEREG_MR` takes any key of the index (its tag does not count, as
+//! `DEALLOC_MW`'s), valid or free.
 //!
 //! **A REG_MR WQE fails** (completion status `LOC_QP_OP_ERR`, the QP to the error state,
 //! as rxe) when its key's index is not a fast-registration MR of the QP's PD, the MR is
 //! not free, `page_count` exceeds its `max_pages`, `page_shift` is not 12, a page address
 //! is not 4 KiB aligned, the page list cannot be read, `iova % 4096 + length` exceeds
 //! `page_count` pages, the access flags are not a valid combination (remote write or
-//! atomic without local write), or the QP is not RC or UC.
+//! atomic without local write), or the QP is not RC or UC. The pages themselves are not
+//! checked then: an access that meets one the function's DMA does not reach fails, as
+//! every DMA of the device does.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

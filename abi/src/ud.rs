@@ -30,7 +30,9 @@ pub const QPT_UD: u8 = 4;
 pub const QPT_GSI: u8 = 1;
 /// The GSI QP's number.
 pub const GSI_QPN: u32 = 1;
-/// The Q_Key of every GSI QP (IBTA 13.4.6.1, the kernel's `IB_QP1_QKEY`).
+/// The Q_Key of every GSI QP (IBTA 13.4.6.1, the kernel's `IB_QP1_QKEY`). Its bit 31 is
+/// [`QKEY_USE_OWN`]'s: a send that names it sends the sending QP's own Q_Key, which is
+/// this one for a GSI QP that was given it.
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// Bytes of GRH space at the start of every UD receive buffer.

@@ -192,6 +192,7 @@ pub(crate) fn takes(qp_type: u8, op: &WrOpcode) -> bool {
                 | WrOpcode::RdmaWriteWithImm { .. }
                 | WrOpcode::LocalInv(_)
                 | WrOpcode::BindMw { .. }
+                | WrOpcode::RegMr { .. }
         ),
         _ => true,
     }

@@ -66,6 +66,8 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_UC, "uc"),
     (regs::CAP_MW, "mw"),
     (regs::CAP_ETH, "eth"),
+    (regs::CAP_FAST_REG, "fast-reg"),
+    (regs::CAP_GSI, "gsi"),
 ];
 
 impl Report {

@@ -160,6 +160,10 @@ pub fn run(
         }
         if local_operation(qp, i, mrs, env, rc) {
             progress = true;
+            if qp.req.ops[i].status != WcStatus::Success {
+                // A failed one stops the QP: nothing after it may go out.
+                break;
+            }
             continue;
         }
         if !qp.req.ops[i].assigned {

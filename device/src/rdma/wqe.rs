@@ -404,6 +404,35 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_reg_mr_wqe_has_no_sges_no_inline_data_and_only_its_two_flags() {
+        let good = SendWqe {
+            wr_id: 7,
+            opcode: wr::REG_MR,
+            flags: send_flags::SIGNALED | send_flags::FENCE,
+            session_group: 12, // FastRegWqe::page_shift
+            inline_len: 2,     // FastRegWqe::page_count
+            ..SendWqe::default()
+        };
+        let mut bytes = good.as_bytes().to_vec();
+        bytes.resize(128, 0);
+        let op = decode(&bytes).unwrap();
+        assert_eq!((op.wqe, op.sges.len(), op.inline), (good, 0, None));
+        assert_eq!(send_completion(wr::REG_MR), wc::REG_MR);
+        for bad in [
+            SendWqe { num_sge: 1, ..good },
+            SendWqe {
+                flags: send_flags::INLINE,
+                ..good
+            },
+            SendWqe { opcode: 11, ..good },
+        ] {
+            let mut bytes = bad.as_bytes().to_vec();
+            bytes.resize(128, 0);
+            assert_eq!(decode(&bytes), Err(WqeError::Malformed { wr_id: 7 }));
+        }
+    }
+
     /// Found by the `send` fuzz target: a malformed WQE completed with wr_id 0, so the
     /// driver could not tell which of its WRs had failed.
     #[test]

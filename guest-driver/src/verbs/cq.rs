@@ -4,6 +4,7 @@ use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
+use rnic_abi::ctrlq::CTRLQ_CQE_QPN_BIT;
 use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -102,7 +103,9 @@ impl Wc {
             byte_len: c.byte_len,
             imm_data: (c.wc_flags & wc_flags::WITH_IMM != 0).then_some(c.imm_or_inv),
             invalidated_rkey: (c.wc_flags & wc_flags::WITH_INV != 0).then_some(c.imm_or_inv),
-            reg_key: (c.opcode == wc::REG_MR).then_some(c.imm_or_inv),
+            // A control queue's (a REG_MR work request's completion names no key).
+            reg_key: (c.opcode == wc::REG_MR && c.qp_num & CTRLQ_CQE_QPN_BIT != 0)
+                .then_some(c.imm_or_inv),
             qp_num: c.qp_num,
             src_qp: c.src_qp,
             wc_flags: c.wc_flags,

@@ -97,7 +97,10 @@ impl Qp {
 
     /// Posts a send WR (SEND, RDMA WRITE or READ, atomics) on a DCI, to `to`.
     pub fn post_dc_send(&self, wr: &SendWr, to: &DcAddress) -> Result<()> {
-        if matches!(wr.opcode, WrOpcode::LocalInv(_) | WrOpcode::BindMw { .. }) {
+        if matches!(
+            wr.opcode,
+            WrOpcode::LocalInv(_) | WrOpcode::BindMw { .. } | WrOpcode::RegMr { .. }
+        ) {
             return Err(invalid(format!(
                 "post_dc_send: {:?} has no target; post it on an RC QP",
                 wr.opcode

@@ -32,6 +32,7 @@
 mod cq;
 mod ctrlq;
 mod dc;
+mod fast_reg;
 mod mkey;
 mod mmio;
 mod mr;
@@ -62,6 +63,7 @@ use crate::transport::Transport;
 pub use cq::{Cq, Wc, WcOpcode};
 pub use ctrlq::CtrlQueue;
 pub use dc::DcAddress;
+pub use fast_reg::{DmaKey, FastReg, FastRegMr, GSI_QPN, MAX_FAST_REG_PAGES};
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use mw::{inc_rkey, BindInfo, MemoryWindow, MW_KEY_BIT};

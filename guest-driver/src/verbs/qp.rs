@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
+use rnic_abi::fast_reg::FastRegWqe;
 use rnic_abi::mw::BindMwWqe;
 use rnic_abi::verbs::{
     attr, rq_stride, send_flags, sq_stride, wr, CreateQpReq, CreateQpResp, DoorbellSlot,
@@ -132,6 +133,23 @@ pub enum WrOpcode {
         /// Its rights ([`rnic_abi::mw::MW_ACCESS_ALL`] bits).
         access: u32,
     },
+    /// Register memory under a fast-registration MR's key ([`rnic_abi::fast_reg::FastRegWqe`];
+    /// [`super::FastRegMr::reg_opcode`] and [`Qp::post_reg_mr`] make it). No SGEs, no
+    /// inline data; RC and UC QPs only.
+    RegMr {
+        /// The key to register under: the MR's index, any tag.
+        key: u32,
+        /// The region's address in work requests and at remote peers.
+        iova: u64,
+        /// Bytes of the region.
+        length: u64,
+        /// `ACCESS_*` flags.
+        access: u32,
+        /// Device address of the page list (little-endian u64 page addresses).
+        page_list: u64,
+        /// Pages in the list.
+        page_count: u32,
+    },
 }
 
 impl WrOpcode {
@@ -237,11 +255,7 @@ pub(crate) fn encode_send_wqe(wr: &SendWr, caps: &QpCaps) -> Result<Vec<u8>> {
             length,
             access,
         } => {
-            if wr.inline.is_some() || !wr.sges.is_empty() {
-                return Err(invalid(
-                    "post_send: a memory-window bind has no SGEs and no inline data".into(),
-                ));
-            }
+            no_data(wr, "a memory-window bind")?;
             let b = BindMwWqe {
                 wr_id: wr.wr_id,
                 opcode: wr::BIND_MW,
@@ -255,6 +269,30 @@ pub(crate) fn encode_send_wqe(wr: &SendWr, caps: &QpCaps) -> Result<Vec<u8>> {
                 ..BindMwWqe::default()
             };
             return Ok(b.as_bytes().to_vec());
+        }
+        WrOpcode::RegMr {
+            key,
+            iova,
+            length,
+            access,
+            page_list,
+            page_count,
+        } => {
+            no_data(wr, "a REG_MR")?;
+            let r = FastRegWqe {
+                wr_id: wr.wr_id,
+                opcode: wr::REG_MR,
+                flags,
+                page_shift: rnic_abi::PAGE_SIZE.trailing_zeros() as u8,
+                key,
+                iova,
+                access,
+                page_count,
+                page_list,
+                length,
+                ..FastRegWqe::default()
+            };
+            return Ok(r.as_bytes().to_vec());
         }
     }
     let mut out = Vec::with_capacity(size_of::<SendWqe>());
@@ -1171,8 +1209,18 @@ impl Drop for Qp {
     }
 }
 
+/// Fails unless `wr` (`what`, a local operation) has no SGEs and no inline data.
+fn no_data(wr: &SendWr, what: &str) -> Result<()> {
+    if wr.inline.is_some() || !wr.sges.is_empty() {
+        return Err(invalid(format!(
+            "post_send: {what} has no SGEs and no inline data"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether a UC QP takes `op`: SEND and RDMA WRITE, with and without immediate, and
-/// the local operations (LOCAL_INV, BIND_MW). No READs, atomics or SEND with
+/// the local operations (LOCAL_INV, BIND_MW, REG_MR). No READs, atomics or SEND with
 /// invalidate: as in rxe, they have no UC opcode.
 fn uc_operation(op: &WrOpcode) -> bool {
     matches!(
@@ -1183,6 +1231,7 @@ fn uc_operation(op: &WrOpcode) -> bool {
             | WrOpcode::RdmaWriteWithImm { .. }
             | WrOpcode::LocalInv(_)
             | WrOpcode::BindMw { .. }
+            | WrOpcode::RegMr { .. }
     )
 }
 
@@ -1356,6 +1405,48 @@ mod tests {
             ..SendWr::default()
         };
         assert!(encode_send_wqe(&inline, &caps()).is_err());
+    }
+
+    #[test]
+    fn a_reg_mr_is_one_fast_reg_wqe_with_4_kib_pages_and_no_sges() {
+        let reg = WrOpcode::RegMr {
+            key: 0x305,
+            iova: 0x1_0000_0800,
+            length: 4096,
+            access: rnic_abi::verbs::ACCESS_LOCAL_WRITE,
+            page_list: 0x7000,
+            page_count: 2,
+        };
+        let wr = SendWr {
+            wr_id: 9,
+            opcode: reg,
+            signaled: true,
+            ..SendWr::default()
+        };
+        let bytes = encode_send_wqe(&wr, &caps()).unwrap();
+        assert_eq!(
+            FastRegWqe::read_from_bytes(&bytes).unwrap(),
+            FastRegWqe {
+                wr_id: 9,
+                opcode: wr::REG_MR,
+                flags: send_flags::SIGNALED,
+                page_shift: 12,
+                key: 0x305,
+                iova: 0x1_0000_0800,
+                access: rnic_abi::verbs::ACCESS_LOCAL_WRITE,
+                page_count: 2,
+                page_list: 0x7000,
+                length: 4096,
+                ..FastRegWqe::default()
+            }
+        );
+        let with_sge = SendWr {
+            opcode: reg,
+            sges: vec![sge(1)],
+            ..SendWr::default()
+        };
+        assert!(encode_send_wqe(&with_sge, &caps()).is_err());
+        assert!(uc_operation(&reg));
     }
 
     #[test]
