@@ -165,19 +165,11 @@ int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct rnic_ib *rib = to_rib(ibmr->device);
 	struct rnic_mr *mr = to_rmr(ibmr);
-	struct rnic_object_req req = { .handle = cpu_to_le32(ibmr->lkey) };
+	/* A fast-registration MR goes by any key of its index (fast_reg.rs). */
+	struct rnic_object_req req = { .handle = cpu_to_le32(mr->key) };
 
-	/*
-	 * DEREG_MR takes the key exactly: a fast-registration MR's is the one
-	 * of its last registration (the consumer's tag), or the key it was
-	 * allocated with if none ran.
-	 */
-	if (rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL,
-		     0) == -ENOENT && ibmr->lkey != mr->key) {
-		req.handle = cpu_to_le32(mr->key);
-		rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL,
-			 0);
-	}
+	/* A function reset under us has freed it already. */
+	rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL, 0);
 	if (mr->pages)
 		dma_free_coherent(&rib->rd->pdev->dev,
 				  mr->max_pages * sizeof(__le64), mr->pages,
