@@ -15,6 +15,8 @@
 
 #include "rnic_ib.h"
 
+#define RNIC_KVERBS_CAPS	(RNIC_CAP_FAST_REG | RNIC_CAP_GSI)
+
 /* A zeroed coherent buffer of @size bytes and the flat list of its pages. */
 int rnic_ib_buf_alloc(struct rnic_ib *rib, struct rnic_ib_buf *buf,
 		      size_t size)
@@ -295,13 +297,21 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.query_pkey = rnic_query_pkey,
 	.query_port = rnic_query_port,
 	.query_qp = rnic_query_qp,
-	.reg_user_mr = rnic_reg_user_mr,
 	.req_notify_cq = rnic_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, rnic_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, rnic_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_pd, rnic_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_qp, rnic_qp, ibqp),
+};
+
+/*
+ * The core lets its kernel clients (MAD, CM, ULPs) onto a device only when it
+ * has every op of a kernel verbs provider, reg_user_mr among them; rnic's
+ * kernel users need the DMA key and the GSI QP besides.
+ */
+static const struct ib_device_ops rnic_ib_kverbs_ops = {
+	.reg_user_mr = rnic_reg_user_mr,
 };
 
 static void rnic_ib_port_event(struct rnic_ib *rib, enum ib_event_type type)
@@ -344,10 +354,10 @@ static int rnic_ib_netdev_event(struct notifier_block *nb, unsigned long event,
  * @rd: the function, its command queue running and its netdev created
  *
  * Without CAP_RDMA_RC or a network interface there is no RDMA device (and
- * that is no error). Without CAP_FAST_REG the device is registered but
- * kernel ULPs cannot allocate PDs (the core's ib_alloc_pd needs the DMA key);
- * without CAP_GSI the MAD layer cannot open QP 1, so there is no connection
- * manager.
+ * that is no error). Without CAP_FAST_REG (the core's ib_alloc_pd needs the
+ * DMA key) or CAP_GSI (the MAD layer and so the CMs need QP 1) the device is
+ * registered without reg_user_mr, which keeps the core's kernel clients off
+ * it: `rdma link` shows it, nothing uses it, nothing fails.
  */
 int rnic_ib_add(struct rnic_dev *rd)
 {
@@ -358,10 +368,6 @@ int rnic_ib_add(struct rnic_dev *rd)
 
 	if (!(rd->caps & RNIC_CAP_RDMA_RC) || !rd->netdev)
 		return 0;
-	if (!(rd->caps & RNIC_CAP_FAST_REG))
-		dev_info(dev, "the device has no kernel memory keys (CAP_FAST_REG): the RDMA device serves no kernel ULP\n");
-	if (!(rd->caps & RNIC_CAP_GSI))
-		dev_info(dev, "the device has no GSI QP (CAP_GSI): no connection manager on the RDMA device\n");
 
 	rib = ib_alloc_device(rnic_ib, ibdev);
 	if (!rib)
@@ -383,6 +389,11 @@ int rnic_ib_add(struct rnic_dev *rd)
 	addrconf_addr_eui48((u8 *)&ibdev->node_guid, rd->info.mac);
 	strscpy(ibdev->node_desc, "rnic", sizeof(ibdev->node_desc));
 	ib_set_device_ops(ibdev, &rnic_ib_ops);
+	if ((rd->caps & RNIC_KVERBS_CAPS) == RNIC_KVERBS_CAPS)
+		ib_set_device_ops(ibdev, &rnic_ib_kverbs_ops);
+	else
+		dev_info(dev, "the device lacks caps %#llx (kernel memory keys, GSI QP): kernel RDMA users do not see the RDMA device\n",
+			 RNIC_KVERBS_CAPS & ~rd->caps);
 
 	ret = rnic_ib_eq_create(rib);
 	if (ret)
