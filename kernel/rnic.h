@@ -95,6 +95,8 @@ void rnic_cmdq_stop(struct rnic_dev *rd);
 irqreturn_t rnic_cmdq_irq(int irq, void *data);
 int rnic_cmd(struct rnic_dev *rd, u16 opcode, const void *req, u32 req_len,
 	     void *resp, u32 resp_len);
+int rnic_cmd_quiet(struct rnic_dev *rd, u16 opcode, const void *req,
+		   u32 req_len, void *resp, u32 resp_len, u16 quiet);
 
 /* rnic_netdev.c */
 struct rnic_ring {

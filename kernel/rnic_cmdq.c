@@ -173,19 +173,21 @@ static void rnic_set_desc(struct rnic_vring_desc *d, dma_addr_t addr, u32 len,
 }
 
 /**
- * rnic_cmd - run one command and wait for its response
+ * rnic_cmd_quiet - run one command and wait for its response
  * @rd: the function
  * @opcode: RNIC_CMD_*
  * @req: the request body (after the CmdHeader), @req_len bytes
  * @req_len: its length
  * @resp: where the response body (after the RespHeader) goes, or NULL
  * @resp_len: bytes of response body expected
+ * @quiet: a device status the caller expects and handles: not logged
  *
  * Sleeps. Returns 0, a negative errno for a device status other than OK
- * (logged), -ETIMEDOUT, or -ENODEV when the function was reset under us.
+ * (logged unless it is @quiet or BAD_OPCODE), -ETIMEDOUT, or -ENODEV when
+ * the function was reset under us.
  */
-int rnic_cmd(struct rnic_dev *rd, u16 opcode, const void *req, u32 req_len,
-	     void *resp, u32 resp_len)
+int rnic_cmd_quiet(struct rnic_dev *rd, u16 opcode, const void *req,
+		   u32 req_len, void *resp, u32 resp_len, u16 quiet)
 {
 	struct rnic_cmdq *q = &rd->cmdq;
 	struct rnic_vring_desc *desc = q->ring;
@@ -268,7 +270,7 @@ int rnic_cmd(struct rnic_dev *rd, u16 opcode, const void *req, u32 req_len,
 	}
 	if (status != RNIC_ST_OK) {
 		/* BAD_OPCODE is how an older device says it lacks a command. */
-		if (status != RNIC_ST_BAD_OPCODE)
+		if (status != RNIC_ST_BAD_OPCODE && status != quiet)
 			dev_err(&rd->pdev->dev,
 				"command %#06x failed: %s (syndrome %#x)\n",
 				opcode, rnic_status_name(status),
@@ -288,4 +290,12 @@ int rnic_cmd(struct rnic_dev *rd, u16 opcode, const void *req, u32 req_len,
 out:
 	mutex_unlock(&q->lock);
 	return ret;
+}
+
+/* rnic_cmd_quiet() that logs every failure but BAD_OPCODE. */
+int rnic_cmd(struct rnic_dev *rd, u16 opcode, const void *req, u32 req_len,
+	     void *resp, u32 resp_len)
+{
+	return rnic_cmd_quiet(rd, opcode, req, req_len, resp, resp_len,
+			      RNIC_ST_OK);
 }

@@ -13,7 +13,11 @@
 
 #define RNIC_ARM_SEQ_MASK	0x7fffffff
 
-/* Creates a CQ or a QP on the first doorbell page with room. */
+/*
+ * Creates a CQ or a QP on the first doorbell page with room: NO_RESOURCES
+ * (a full page, or the function's quota) moves on to the next page, and
+ * only the last page's failure is logged.
+ */
 int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
 			   u32 req_len, __le32 *page_field, void *resp,
 			   u32 resp_len)
@@ -23,7 +27,9 @@ int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
 
 	for (page = RNIC_DB_PAGE_IB; page < rib->db_pages; page++) {
 		*page_field = cpu_to_le32(page);
-		ret = rnic_cmd(rib->rd, opcode, req, req_len, resp, resp_len);
+		ret = rnic_cmd_quiet(rib->rd, opcode, req, req_len, resp,
+				     resp_len, page + 1 < rib->db_pages ?
+				     RNIC_ST_NO_RESOURCES : RNIC_ST_OK);
 		if (ret != -ENOSPC)
 			break;
 	}
