@@ -281,8 +281,13 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	wq = recv ? &qp->rq : &qp->sq;
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = wq->wr_ids[idx & (wq->entries - 1)];
-	/* Completions come in queue order; an unsignaled WR before is done. */
-	WRITE_ONCE(wq->done, idx + 1);
+	/*
+	 * Completions come in queue order; an unsignaled WR before is done.
+	 * (A flushed receive the device could not read says wr_id 0: never
+	 * let that move the count back.)
+	 */
+	if ((s32)(idx + 1 - wq->done) > 0)
+		WRITE_ONCE(wq->done, idx + 1);
 	wc->status = cqe->status <= RNIC_WC_GENERAL_ERR ?
 		     (enum ib_wc_status)cqe->status : IB_WC_GENERAL_ERR;
 	if (wc->status != IB_WC_SUCCESS)
