@@ -678,7 +678,8 @@ pub struct CreateQpReq {
     pub max_inline_data: u32,
     /// Doorbell page for the QP's send and receive slots.
     pub doorbell_page: u32,
-    /// [`QPT_RC`], [`QPT_UC`], `ud::QPT_UD`, `dc::QPT_DCI` or `dc::QPT_DCT`.
+    /// [`QPT_RC`], [`QPT_UC`], `ud::QPT_UD`, `dc::QPT_DCI`, `dc::QPT_DCT` or `ud::QPT_GSI`
+    /// (ABI 1.8: the function's QP 1).
     pub qp_type: u8,
     /// Non-zero: every send WR completes as if signaled (`sq_sig_all`).
     pub sq_sig_all: u8,

@@ -129,6 +129,12 @@ fn the_dma_key_is_an_lkey_for_every_operation_and_an_rkey_when_granted() {
         assert_eq!(status(a.pd.reg_dma_mr(0)), bad);
         assert_eq!(status(a.pd.reg_dma_mr(ACCESS_REMOTE_READ)), bad);
         assert_eq!(status(a.pd.reg_dma_mr(ACCESS_REMOTE_WRITE)), bad);
+        // Nothing invalidates it; it still works after a LOCAL_INV failed.
+        let inv = signaled(9, WrOpcode::LocalInv(dma_b.lkey()), vec![]);
+        refused(b, a, inv, WcStatus::LocQpOpErr);
+        a.qp.post_send(&write(10, dma_b.rkey(), at, a.mr.sge(4096, 8)))
+            .unwrap();
+        expect(&a.cq, 10, WcStatus::Success);
         // DEREG_MR destroys it: the key is refused from then on.
         let old = dma_b.rkey();
         drop(dma_b);

@@ -583,7 +583,7 @@ pub struct Qp {
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
     qpn: u32,
-    /// `QPT_RC`, `QPT_UC`, `ud::QPT_UD`, `dc::QPT_DCI` or `dc::QPT_DCT`.
+    /// `QPT_RC`, `QPT_UC`, `ud::QPT_UD`, `dc::QPT_DCI`, `dc::QPT_DCT` or `ud::QPT_GSI`.
     qp_type: u8,
     caps: QpCaps,
     sq_slot: DoorbellSlot,
@@ -807,7 +807,7 @@ impl Qp {
     }
 
     /// The QP's type: [`QPT_RC`], [`QPT_UC`], [`rnic_abi::ud::QPT_UD`],
-    /// [`rnic_abi::dc::QPT_DCI`] or [`rnic_abi::dc::QPT_DCT`].
+    /// [`rnic_abi::dc::QPT_DCI`], [`rnic_abi::dc::QPT_DCT`] or [`rnic_abi::ud::QPT_GSI`].
     pub fn qp_type(&self) -> u8 {
         self.qp_type
     }
