@@ -1,11 +1,11 @@
 //! A real rnicd, driven through the host transport: vfio-user over a real socket, guest
 //! memory in a real memfd that the device maps, doorbells in the mmapped BAR.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::{Opcode, Status, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
 use rnic_abi::pci::{self, cfg};
-use rnic_abi::regs;
+use rnic_abi::{doorbell, regs};
 use rnic_abi::vfio_user::{CMD_DEVICE_GET_INFO, CMD_VERSION};
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
@@ -193,11 +193,17 @@ fn doorbells_cost_no_message_while_the_device_polls() {
     );
     drop(pf);
 
-    // No poll window: the device sleeps after each command, and every doorbell kicks.
+    // No poll window: the device sleeps after each command, asking for a kick first, and
+    // every doorbell rung while it sleeps kicks. (Each round waits for the request rather
+    // than for a time, so a slow machine cannot ring before the device went to sleep.)
     let rnicd = Rnicd::start(0, &["--poll-us", "0"]);
     let pf = open(&rnicd, "pf");
     for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(2));
+        let asleep = Instant::now() + Duration::from_secs(5);
+        while pf.transport().doorbells().read32(doorbell::NOTIFY_REQUEST) == 0 {
+            assert!(Instant::now() < asleep, "the device never asked for a kick");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         pf.nop().expect("nop");
     }
     assert_eq!(
