@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::{Opcode, Status, FUNCTION_KIND_PF, FUNCTION_KIND_VF};
 use rnic_abi::pci::{self, cfg};
-use rnic_abi::{doorbell, regs};
 use rnic_abi::vfio_user::{CMD_DEVICE_GET_INFO, CMD_VERSION};
+use rnic_abi::{doorbell, regs};
 use rnic_driver::transport::vfio_user::VfioUserTransport;
 use rnic_driver::transport::Transport;
 use rnic_driver::Device;
