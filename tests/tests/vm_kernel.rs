@@ -36,7 +36,13 @@
 //!   another, and answered again once the PF turns the check off (`rnic-admin vf-eth vf0
 //!   --spoofchk off`). The spoof check is not in the udp pair: a udp: port sends from the
 //!   socket of the function whose MAC is the frame's source, so a frame from another MAC
-//!   never crosses it, checked or not.
+//!   never crosses it, checked or not. Then NVMe over Fabrics on RDMA between rnic0 and
+//!   rxe0, both ways: each guest serves a null_blk namespace through nvmet-rdma on its
+//!   address, port 4420, from its start; the kernel guest connects to the Soft-RoCE
+//!   guest's target with nvme-rdma (rdma_cm, ib_cm's MADs between rnic's GSI QP and
+//!   rxe's), writes 16 MiB of random data with `O_DIRECT`, reads them back identical and
+//!   disconnects, and then the Soft-RoCE guest does the same with the kernel guest's
+//!   target; rnicd's capture holds RoCEv2 packets both ways, to QP 1 and to the RC QPs.
 //!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
@@ -120,6 +126,29 @@ nvme_roundtrip() {
     echo "=== nvme $1 ok $dev $(md5sum < /tmp/back | cut -c1-32)"
     nvme disconnect -n "$3" || die "nvme disconnect ($1)"
     rm -f /tmp/pat /tmp/back
+}
+# nvmet_serve NQN IP: a memory-backed null_blk namespace, served to any host as subsystem
+# NQN by nvmet-rdma on IP:4420; prints `=== nvmet listening` once the port is bound.
+nvmet_serve() {
+    modprobe null_blk nr_devices=1 memory_backed=1 gb=1 || die "modprobe null_blk"
+    modprobe nvmet-rdma || die "modprobe nvmet-rdma"
+    mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config || die "configfs"
+    t=/sys/kernel/config/nvmet
+    mkdir $t/subsystems/$1 $t/subsystems/$1/namespaces/1 $t/ports/1 || die "nvmet objects"
+    echo 1 > $t/subsystems/$1/attr_allow_any_host
+    echo -n /dev/nullb0 > $t/subsystems/$1/namespaces/1/device_path
+    echo 1 > $t/subsystems/$1/namespaces/1/enable || die "nvmet namespace on /dev/nullb0"
+    echo rdma > $t/ports/1/addr_trtype
+    echo ipv4 > $t/ports/1/addr_adrfam
+    echo "$2" > $t/ports/1/addr_traddr
+    echo 4420 > $t/ports/1/addr_trsvcid
+    # The port binds to the RDMA device once the core has the address in its GID table.
+    i=0
+    until ln -s $t/subsystems/$1 $t/ports/1/subsystems/$1 2>/dev/null; do
+        i=$((i + 1)); [ $i -lt 60 ] || die "nvmet-rdma port on $2:4420"
+        sleep 1
+    done
+    echo "=== nvmet listening"
 }
 # rdma_link LABEL: rnic0's port, as `=== rdma LABEL link ...` lines (up to 30 s for ACTIVE).
 rdma_link() {
@@ -244,25 +273,7 @@ ip -br addr
 ip -br addr show eth0 | grep -q "{B_IP}/16" || die "eth0 lacks {B_IP}/16"
 step nvmet
 rdma_link boot
-modprobe null_blk nr_devices=1 memory_backed=1 gb=1 || die "modprobe null_blk"
-modprobe nvmet-rdma || die "modprobe nvmet-rdma"
-mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config || die "configfs"
-t=/sys/kernel/config/nvmet
-mkdir $t/subsystems/{NQN} $t/subsystems/{NQN}/namespaces/1 $t/ports/1 || die "nvmet objects"
-echo 1 > $t/subsystems/{NQN}/attr_allow_any_host
-echo -n /dev/nullb0 > $t/subsystems/{NQN}/namespaces/1/device_path
-echo 1 > $t/subsystems/{NQN}/namespaces/1/enable || die "nvmet namespace on /dev/nullb0"
-echo rdma > $t/ports/1/addr_trtype
-echo ipv4 > $t/ports/1/addr_adrfam
-echo {B_IP} > $t/ports/1/addr_traddr
-echo 4420 > $t/ports/1/addr_trsvcid
-# The port binds to rnic0 once the core has B's address in its GID table.
-i=0
-until ln -s $t/subsystems/{NQN} $t/ports/1/subsystems/{NQN} 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 60 ] || die "nvmet-rdma port on {B_IP}:4420"
-    sleep 1
-done
-echo "=== nvmet listening"
+nvmet_serve {NQN} {B_IP}
 wait_ping {A_IP} || die "A never answered"
 step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server 1"
@@ -517,9 +528,20 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         a.contains("=== unload-connected ok"),
         "A: rmmod under an NVMe controller"
     );
-    // The driver's counters (`rdma statistic`) saw the round trip's work requests.
-    // One counter a line: `    send_wrs 112`.
-    let stat = a
+    assert_rdma_stat_counted("A", &a);
+    assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
+    assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
+    // B received A's 10 s run: hundreds of thousands of frames under TCG.
+    let b_rx = counters(&b)["rx_frames"];
+    assert!(b_rx > 10_000, "B received only {b_rx} frames");
+    eprintln!("done after {:?}", started.elapsed());
+}
+
+/// Fails unless the driver's counters (`rdma statistic`, the `=== rdma-stat` lines a
+/// guest printed, one counter a line: `    send_wrs 112`) saw work requests, completions
+/// and completion events.
+fn assert_rdma_stat_counted(name: &str, console: &str) {
+    let stat = console
         .lines()
         .filter_map(|l| l.trim_end().strip_prefix("=== rdma-stat "))
         .collect::<Vec<_>>()
@@ -531,14 +553,11 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
             .nth(1)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        assert!(value > 0, "rdma statistic: no {counter} in `{stat}`");
+        assert!(
+            value > 0,
+            "{name}: rdma statistic: no {counter} in `{stat}`"
+        );
     }
-    assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
-    assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
-    // B received A's 10 s run: hundreds of thousands of frames under TCG.
-    let b_rx = counters(&b)["rx_frames"];
-    assert!(b_rx > 10_000, "B received only {b_rx} frames");
-    eprintln!("done after {:?}", started.elapsed());
 }
 
 /// Runs two guests' boot.sh runs to their ends, reading both consoles at once (neither
@@ -770,9 +789,13 @@ const ETH_K_MAC: &str = "02:52:0a:52:00:02";
 const ETH_R_IP: &str = "10.82.1.10";
 /// The source MAC the kernel guest puts on frames it has no right to.
 const SPOOF_MAC: &str = "02:52:0a:52:00:99";
+/// The NVMe subsystems the Soft-RoCE guest (on rxe0) and the kernel guest (on rnic0) serve.
+const ETH_R_NQN: &str = "nqn.2026-11.rnic:vm-kernel-rxe-target";
+const ETH_K_NQN: &str = "nqn.2026-11.rnic:vm-kernel-rnic-target";
 
-/// The kernel guest on the segment: pings and serves the Soft-RoCE guest, sends to it,
-/// then spoofs.
+/// The kernel guest on the segment: serves an NVMe namespace on rnic0, pings and serves
+/// the Soft-RoCE guest, sends to it, spoofs, then is the NVMe host of the Soft-RoCE guest's
+/// target and, last, serves it as the target.
 fn eth_script_k() -> String {
     format!(
         r#"{HELPERS}
@@ -780,6 +803,9 @@ step addresses
 ip -br addr
 ip -br addr show eth0 | grep -q "{ETH_K_IP}/16" || die "eth0 lacks {ETH_K_IP}/16"
 echo "=== mac $(cat /sys/class/net/eth0/address)"
+step nvmet
+rdma_link boot
+nvmet_serve {ETH_K_NQN} {ETH_K_IP}
 # Our ARP requests teach the Soft-RoCE guest our MAC; it then asks again itself.
 wait_ping {ETH_R_IP} || die "the Soft-RoCE guest never answered"
 step ping
@@ -811,16 +837,29 @@ echo "=== tx_spoofed-after $(spoofed)"
 step last-iperf3
 iperf_to {ETH_R_IP} 2 /tmp/iperf2.txt 60 "the last iperf3 run"
 counters
+step nvme
+# The Soft-RoCE guest's target (rxe0, listening since its start) through nvme-rdma on
+# rnic0: rdma_cm and ib_cm's MADs between rnic's GSI QP and rxe's, then RC QPs.
+modprobe nvme-rdma || die "modprobe nvme-rdma"
+nvme_roundtrip rxe-target {ETH_R_IP} {ETH_R_NQN}
+rdma statistic show link rnic0/1 | sed 's/^/=== rdma-stat /'
+# Done with its target: the Soft-RoCE guest now connects to ours.
+iperf_to {ETH_R_IP} 1 /tmp/iperf3.txt 60 "telling the Soft-RoCE guest"
+step nvme-target
+timeout 300 iperf3 -s -1 || die "the Soft-RoCE guest's NVMe run"
 check_dmesg
 "#
     )
 }
 
-/// The Soft-RoCE guest: asks for the kernel guest's address itself (ARP), sends to it,
-/// serves it.
+/// The Soft-RoCE guest: serves an NVMe namespace on rxe0, asks for the kernel guest's
+/// address itself (ARP), sends to it, serves it, then is the NVMe host of the kernel
+/// guest's target.
 fn eth_script_r() -> String {
     format!(
         r#"{HELPERS}
+step nvmet
+nvmet_serve {ETH_R_NQN} {ETH_R_IP}
 step arp
 # The kernel guest's first request for us leaves an entry for it here; drop it, so that
 # our ping asks for {ETH_K_IP} (by then the kernel guest's OS receives, and answers).
@@ -840,6 +879,14 @@ step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server 1"
 step serve-last
 timeout 300 iperf3 -s -1 || die "iperf3 server 2"
+step nvme-target
+# The kernel guest connects to our target, and tells us when it is done.
+timeout 300 iperf3 -s -1 || die "the kernel guest's NVMe run"
+step nvme
+modprobe nvme-rdma || die "modprobe nvme-rdma"
+nvme_roundtrip rnic-target {ETH_K_IP} {ETH_K_NQN}
+iperf_to {ETH_K_IP} 1 /tmp/iperf2.txt 60 "telling the kernel guest"
+check_dmesg
 "#
     )
 }
@@ -883,24 +930,54 @@ fn spoof_echo_program(dir: &std::path::Path) -> std::path::PathBuf {
     exe
 }
 
-/// The ARP replies in a pcap file: (Ethernet source, sender MAC, sender IPv4), read
-/// record by record (the capture holds the iperf3 runs too).
-fn arp_replies(pcap: &[u8]) -> Vec<([u8; 6], [u8; 6], [u8; 4])> {
-    let mut replies = Vec::new();
+/// The frames of a pcap file, record by record.
+fn pcap_frames(pcap: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut at = 24;
-    while at + 16 <= pcap.len() {
+    std::iter::from_fn(move || {
+        if at + 16 > pcap.len() {
+            return None;
+        }
         let len = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
         let frame = &pcap[at + 16..(at + 16 + len).min(pcap.len())];
         at += 16 + len;
-        if frame.len() >= 42 && frame[12..14] == [8, 6] && frame[20..22] == [0, 2] {
-            replies.push((
-                frame[6..12].try_into().unwrap(),
-                frame[22..28].try_into().unwrap(),
-                frame[28..32].try_into().unwrap(),
-            ));
+        Some(frame)
+    })
+}
+
+/// The ARP replies in a pcap file: (Ethernet source, sender MAC, sender IPv4) (the
+/// capture holds the iperf3 runs too).
+fn arp_replies(pcap: &[u8]) -> Vec<([u8; 6], [u8; 6], [u8; 4])> {
+    pcap_frames(pcap)
+        .filter(|f| f.len() >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 2])
+        .map(|f| {
+            (
+                f[6..12].try_into().unwrap(),
+                f[22..28].try_into().unwrap(),
+                f[28..32].try_into().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The RoCEv2 packets (IPv4, UDP port 4791) in a pcap file, counted by sender and
+/// destination QP: `[from][to_gsi]`, `from` 0 for Ethernet source `mac`, 1 for any other;
+/// `to_gsi` 1 for packets to QP 1 (the CMs' MADs), 0 for the rest.
+fn roce_packets(pcap: &[u8], mac: &str) -> [[u64; 2]; 2] {
+    let mut counts = [[0; 2]; 2];
+    for f in pcap_frames(pcap) {
+        if f.len() < 34 || f[12..14] != [8, 0] || f[23] != 17 {
+            continue;
         }
+        let udp = 14 + usize::from(f[14] & 0xf) * 4;
+        if f.len() < udp + 20 || f[udp + 2..udp + 4] != 4791u16.to_be_bytes() {
+            continue;
+        }
+        let bth = udp + 8;
+        let dest_qp = u32::from_be_bytes([0, f[bth + 5], f[bth + 6], f[bth + 7]]);
+        let from = usize::from(mac_text(f[6..12].try_into().unwrap()) != mac);
+        counts[from][usize::from(dest_qp == 1)] += 1;
     }
-    replies
+    counts
 }
 
 fn mac_text(mac: &[u8; 6]) -> String {
@@ -951,6 +1028,20 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
         },
         |_| {},
     );
+    // rnicd's counters of the kernel guest's function (RoCE packets sent, received and
+    // dropped, with the reasons) and the RoCEv2 packets it captured, shown before the
+    // checks.
+    rnicd.stop_with(libc::SIGTERM);
+    let log = rnicd.log();
+    for line in log.lines().filter(|l| l.contains("] vf0: ")) {
+        eprintln!("rnicd: {line}");
+    }
+    let capture = std::fs::read(&pcap).expect("rnicd's capture");
+    let roce = roce_packets(&capture, ETH_K_MAC);
+    eprintln!(
+        "RoCEv2 packets [to others, to QP 1] from rnic0 {:?}, from rxe0 {:?}",
+        roce[0], roce[1]
+    );
     assert_both_succeeded(&results, ["the kernel guest", "the Soft-RoCE guest"]);
     let [(k, _), (r, _)] = &results;
     assert!(
@@ -980,16 +1071,48 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
     assert_eq!(spoof_echo_run(k, "unchecked"), (5, 5), "spoof check off");
     assert!(c["tx_spoofed"] >= after, "tx_spoofed at the end");
 
+    // NVMe over Fabrics on RDMA between rnic0 and rxe0, both ways: each guest's target
+    // listened, and each guest's host connected, wrote 16 MiB, read them back identical
+    // and disconnected.
+    for (name, console) in [("the kernel guest", k), ("the Soft-RoCE guest", r)] {
+        assert!(
+            console.contains("=== nvmet listening"),
+            "{name}: nvmet-rdma never listened"
+        );
+    }
+    assert!(
+        k.contains("=== nvme rxe-target ok /dev/nvme"),
+        "NVMe/RDMA round trip from rnic0 to the target on rxe0"
+    );
+    assert!(
+        r.contains("=== nvme rnic-target ok /dev/nvme"),
+        "NVMe/RDMA round trip from rxe0 to the target on rnic0"
+    );
+    assert!(
+        k.contains("=== rdma-res rxe-target 0: rnic0: pd "),
+        "rdma res show on rnic0 while connected"
+    );
+    assert_rdma_stat_counted("the kernel guest", k);
+
     // ARP: the Soft-RoCE guest resolved the kernel guest's address to its MAC; the
     // replies for that address came from the kernel guest's OS, not from rnicd's port.
     assert!(
         r.contains(&format!("=== neigh {ETH_K_IP} lladdr {ETH_K_MAC}")),
         "the Soft-RoCE guest's neighbour entry for the kernel guest"
     );
-    rnicd.stop_with(libc::SIGTERM);
-    let log = rnicd.log();
     let port_replies = rnic_tests::logged_count(&log, "replies sent", "sent");
-    let capture = std::fs::read(&pcap).expect("rnicd's capture");
+    // The MADs crossed both ways between the GSI QPs, and so did the RC QPs' packets.
+    for (from, to) in [("rnic0", "rxe0"), ("rxe0", "rnic0")] {
+        let i = usize::from(from == "rxe0");
+        assert!(
+            roce[i][1] > 0 && roce[i][0] > 0,
+            "RoCEv2 packets from {from} to {to} (to QP 1, to others): {:?}",
+            roce[i]
+        );
+    }
+    // The function's packet counters since rnicd started (the per-reset ones restart at
+    // the driver's last reset).
+    let vf0 = |counter: &str| rnic_tests::logged_count(&log, "vf0: since start:", counter);
     let replies = arp_replies(&capture);
     let k_ip: [u8; 4] = ETH_K_IP
         .split('.')
@@ -1013,8 +1136,16 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
     eprintln!(
         "eth segment: iperf3 kernel->rxe {k_to_r:.3} Gbit/s, rxe->kernel {r_to_k:.3} Gbit/s; \
          {} ARP replies for {ETH_K_IP} from the guest, 0 from the port; tx_spoofed {before} \
-         -> {after}; capture {} MB; done after {:?}",
+         -> {after}; RoCEv2 packets rnic0->rxe0 {} to QP 1 + {}, rxe0->rnic0 {} + {}; \
+         vf0 tx_packets {} rx_packets {} rx_errors {}; capture {} MB; done after {:?}",
         for_k.len(),
+        roce[0][1],
+        roce[0][0],
+        roce[1][1],
+        roce[1][0],
+        vf0("tx_packets"),
+        vf0("rx_packets"),
+        vf0("rx_errors"),
         capture.len() >> 20,
         started.elapsed()
     );
