@@ -45,6 +45,16 @@ pub const CMDQ_MAX_SIZE: u64 = 0x044;
 pub const DOORBELL_KICK: u64 = 0x048;
 /// Number of doorbell pages in the doorbell BAR (read-only).
 pub const DOORBELL_PAGES: u64 = 0x04C;
+/// Offset of the user kick page (ABI 1.9, [`CAP_USER_KICK`]): the register BAR's second
+/// 4 KiB page. It holds only [`USER_KICK`]; every other offset in it reads 0 and ignores
+/// writes. An operating system that maps doorbell pages into processes maps this page
+/// beside them, so a process can wake the device (the doorbell protocol's kick) without
+/// reaching any other register.
+pub const USER_KICK_PAGE: u64 = 0x1000;
+/// The user kick register (u32, write-only, at offset 0 of [`USER_KICK_PAGE`]): a write of
+/// a doorbell page number does what a write to [`DOORBELL_KICK`] does. Waking the device
+/// is harmless whoever does it, so the page may be shared by every process.
+pub const USER_KICK: u64 = USER_KICK_PAGE;
 /// Number of MSI-X vectors (read-only).
 pub const MSIX_VECTORS: u64 = 0x050;
 /// Why the last [`CMDQ_CONTROL`] enable or other setup step failed ([`ERR_NONE`] and friends).
@@ -198,6 +208,9 @@ pub const CAP_FAST_REG: u64 = 1 << 21;
 /// The GSI QP ([`crate::ud::QPT_GSI`], ABI 1.8): QP 1 of each function, for the
 /// management datagrams of a communication manager.
 pub const CAP_GSI: u64 = 1 << 22;
+/// The user kick page ([`USER_KICK_PAGE`], ABI 1.9): a page of the register BAR that holds
+/// nothing but [`USER_KICK`], so an operating system can map it into its processes.
+pub const CAP_USER_KICK: u64 = 1 << 23;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -523,7 +523,7 @@ impl Function {
                 log::info!("{}: device reset through DEVICE_CONTROL", self.identity.id);
                 self.reset_device_state(st, admin);
             }
-            DOORBELL_KICK => {
+            DOORBELL_KICK | USER_KICK => {
                 if value >= doorbell::PAGES {
                     log::warn!(
                         "{}: kick names doorbell page {value}, the BAR has {}",
@@ -1272,7 +1272,8 @@ mod tests {
             | CAP_MW
             | CAP_ETH
             | CAP_FAST_REG
-            | CAP_GSI;
+            | CAP_GSI
+            | CAP_USER_KICK;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);
@@ -1675,6 +1676,13 @@ mod tests {
         wr32(&f, DOORBELL_KICK, 1000);
         assert!(f.poll());
         assert_eq!(guest.used_idx(), 3);
+        // The user kick page's register kicks as DOORBELL_KICK does, and reads 0.
+        guest.submit(&command(Opcode::Nop, 4), 32);
+        assert!(!f.poll());
+        wr32(&f, USER_KICK, 0);
+        assert!(f.poll());
+        assert_eq!(guest.used_idx(), 4);
+        assert_eq!(rd32(&f, USER_KICK), 0);
     }
 
     #[test]

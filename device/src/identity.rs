@@ -91,6 +91,7 @@ impl Identity {
                 | CAP_ETH
                 | CAP_FAST_REG
                 | CAP_GSI
+                | CAP_USER_KICK
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,
