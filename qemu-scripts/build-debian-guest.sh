@@ -28,9 +28,13 @@
 #          last 4 bytes of the function's GID: VF0 is 10.82.0.2) with prefix /16, or what
 #          the kernel word rnic_fnN_ip=A/P (boot.sh --ip) says for the Nth function in PCI
 #          order (`none`: no address). ib_core, rdma_ucm, nvme_rdma, nvmet_rdma and null_blk
-#          are in the image, loaded when asked (the rxe image has the last four). Image: $KERNEL_KIT/initramfs.img, a cached base
-#          image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod runs
-#          at boot), so a driver change repacks only that.
+#          are in the image, loaded when asked (the rxe image has the last four); ib_uverbs
+#          and rdma_ucm are loaded at boot, and Debian's libibverbs finds rnic's provider
+#          plug-in (provider/, librnic-rdmav34.so, /etc/libibverbs.d/rnic.driver), so
+#          Debian's verbs and rdma_cm programs run on rnic0. `roce-gid-index rnic0` prints
+#          the GID index of the IPv4 address. Image: $KERNEL_KIT/initramfs.img, a cached
+#          base image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod
+#          runs at boot) and the provider, so a driver change repacks only that.
 #
 # Both /inits mount the usual filesystems, load virtio_net (and, for rxe, rdma_rxe, ib_uverbs
 # and the CRC modules) with their dependencies, bring up each ethN named by a kernel word
@@ -63,8 +67,9 @@ flavour=${1:-}
 # What the guests run: rdma-core's verbs tools and providers (librxe; perftest also links
 # libmlx5, libefa and libhns), perftest, UCX's tools, iproute2 (ip, rdma), kmod (modprobe),
 # busybox (poweroff and small tools); ping, ethtool and iperf3 for the kernel-driver guest's
-# network interfaces; nvme-cli for NVMe over Fabrics on RDMA.
-packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3 nvme-cli)
+# network interfaces; nvme-cli for NVMe over Fabrics on RDMA; rdmacm-utils (rping,
+# ucmatose) for rdma_cm.
+packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3 nvme-cli rdmacm-utils)
 # The busybox rnic guest's NIC: virtio_net and what it depends on.
 net_modules=(virtio_net)
 libdir=usr/lib/x86_64-linux-gnu
@@ -233,7 +238,10 @@ build_base() {
     mknod -m 600 "$stage/dev/console" c 5 1
     mknod -m 666 "$stage/dev/null" c 1 3
     mkdir -p "$stage/var/log" "$stage/var/cache" "$stage/var/tmp"
-    [ "$flavour" != rxe ] || write_rxe_gid_index "$stage/usr/local/bin/rxe-gid-index"
+    if [ "$flavour" != verbs ]; then
+        write_rxe_gid_index "$stage/usr/local/bin/rxe-gid-index"
+        ln -s rxe-gid-index "$stage/usr/local/bin/roce-gid-index"
+    fi
     write_init "$stage/init"
 
     log "packing $base"
@@ -255,7 +263,7 @@ module_files() {
 write_rxe_gid_index() { # FILE
     cat >"$1" <<'GID'
 #!/bin/sh
-# rxe-gid-index [DEV]: prints the index of DEV's (default rxe0) RoCEv2 GID that carries
+# rxe-gid-index [DEV] (also roce-gid-index): prints the index of DEV's (default rxe0) RoCEv2 GID that carries
 # its netdev's IPv4 address as ::ffff:a.b.c.d (what ibv_rc_pingpong -g and perftest -x
 # take). Waits up to 5 s for the GID to appear; fails naming what is missing.
 dev=${1:-rxe0}
@@ -299,6 +307,9 @@ ip link set lo up
 kernel_setup() {
     depmod -a || { echo "kernel guest: depmod failed"; return 1; }
     modprobe rnic || { echo "kernel guest: modprobe rnic failed"; return 1; }
+    # User verbs (Debian's libibverbs on rnic's provider) and rdma_cm for user programs.
+    modprobe ib_uverbs || { echo "kernel guest: modprobe ib_uverbs failed"; return 1; }
+    modprobe rdma_ucm || { echo "kernel guest: modprobe rdma_ucm failed"; return 1; }
     i=0
     for dev in /sys/bus/pci/drivers/rnic/0000:*; do
         [ -e "$dev" ] || continue
@@ -410,6 +421,17 @@ build_library() { # FILE
     strip --strip-debug -o "$1" "$so" || die "strip $so failed (binutils: qemu-scripts/setup.sh installs it)"
 }
 
+# rnic's rdma-core provider plug-in (provider/), built and stripped into FILE.
+build_provider() { # FILE
+    command -v cargo >/dev/null || die "cargo is not on PATH; install Rust (rustup) first"
+    local artifacts so
+    artifacts=$(cd "$repo" && cargo build --quiet --release -p rnic-provider --lib --message-format=json-render-diagnostics) ||
+        die "cargo build of rnic-provider failed (see above)"
+    so=$(printf '%s\n' "$artifacts" | grep '"reason":"compiler-artifact"' | grep -o '"[^"]*/librnic_provider\.so"' | tr -d '"' | tail -n1)
+    [ -n "$so" ] && [ -f "$so" ] || die "cargo built no librnic_provider.so for rnic-provider (is its crate-type still cdylib?)"
+    strip --strip-debug -o "$1" "$so" || die "strip $so failed (binutils: qemu-scripts/setup.sh installs it)"
+}
+
 # Runs Debian's ibv_devices in the root on the library FILE (a path inside the root) with
 # every symbol bound at once: proves that trixie's glibc (and whatever else the library
 # needs) satisfies its imports, and that the program finds rnic's library. A socket that
@@ -453,26 +475,33 @@ if [ "$flavour" = kernel ]; then
     need_root
     ko=$(bash "$here/kernel-module.sh") || die "building rnic.ko failed (see above)"
     out=$KERNEL_KIT/initramfs.img
-    ko_stamp="$stamp $(sha256sum <"$ko" | cut -d' ' -f1)"
+    check_dir=$(mktemp -d "$KERNEL_KIT/.module.XXXXXX")
+    provider=$check_dir/$libdir/libibverbs/librnic-rdmav34.so
+    mkdir -p "$(dirname "$provider")" "$check_dir/etc/libibverbs.d"
+    build_provider "$provider"
+    ko_stamp="$stamp $(sha256sum <"$ko" | cut -d' ' -f1) $(sha256sum <"$provider" | cut -d' ' -f1)"
     if [ -f "$out" ] && [ "$(cat "$KERNEL_KIT/image-stamp" 2>/dev/null)" = "$ko_stamp" ]; then
         echo "$out"
         exit 0
     fi
     exec 9>"$RNIC_CACHE/.debian-guest.lock"
     flock 9
-    check_dir=$(mktemp -d "$KERNEL_KIT/.module.XXXXXX")
     moddir=usr/lib/modules/$kver/extra
     mkdir -p "$check_dir/$moddir"
     strip --strip-debug -o "$check_dir/$moddir/rnic.ko" "$ko" || die "strip $ko failed"
+    # The provider plug-in beside Debian's (its directory and /etc/libibverbs.d are in the
+    # base image), found by Debian's libibverbs through the driver file.
+    echo "driver rnic" >"$check_dir/etc/libibverbs.d/rnic.driver"
     tmp_out=$(mktemp "$KERNEL_KIT/.initramfs.XXXXXX")
     {
         cat "$base"
-        (cd "$check_dir" && printf '%s\n' "$moddir" "$moddir/rnic.ko" | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n -1
+        (cd "$check_dir" && printf '%s\n' "$moddir" "$moddir/rnic.ko" "etc/libibverbs.d/rnic.driver" \
+            "$libdir/libibverbs/librnic-rdmav34.so" | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n -1
     } >"$tmp_out"
     chmod 644 "$tmp_out"
     mv -f "$tmp_out" "$out"
     echo "$ko_stamp" >"$KERNEL_KIT/image-stamp"
-    log "wrote $out (rnic.ko, $(du -h "$ko" | cut -f1))"
+    log "wrote $out (rnic.ko, $(du -h "$ko" | cut -f1); librnic-rdmav34.so, $(du -h "$provider" | cut -f1))"
     echo "$out"
     exit 0
 fi

@@ -159,6 +159,17 @@ rdma_link() {
     done
     rdma link show | sed "s/^/=== rdma $1 /"
 }
+# retry TRIES LABEL CMD...: runs CMD once a second until it succeeds (its server may not
+# listen yet), up to TRIES times; prints its last output.
+retry() {
+    n=$1; label=$2; shift 2
+    i=0
+    until "$@" > /tmp/retry.txt 2>&1; do
+        i=$((i + 1)); [ $i -lt "$n" ] || { cat /tmp/retry.txt; die "$label"; }
+        sleep 1
+    done
+    cat /tmp/retry.txt
+}
 check_dmesg() {
     # Device messages read `rnic 0000:00:01.0: ...` (not the module loader's `rnic: ...`).
     if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rnic [0-9a-f]{4}:.*(timed out|failed)'; then
@@ -195,6 +206,21 @@ step nvme
 nvme_roundtrip first {B_IP} {NQN}
 rdma res show | sed 's/^/=== rdma-res after /'
 rdma statistic show link rnic0/1 | sed 's/^/=== rdma-stat /'
+step uverbs
+# Debian's libibverbs and librdmacm on rnic's provider, the clients of B's servers.
+ibv_devices | sed 's/^/=== ibv_devices /'
+ibv_devinfo -v -d rnic0 > /tmp/devinfo.txt 2>&1 || {{ cat /tmp/devinfo.txt; die "ibv_devinfo -v"; }}
+sed 's/^/=== devinfo /' /tmp/devinfo.txt
+gid=$(roce-gid-index rnic0) || die "rnic0 has no RoCEv2 GID for {A_IP}"
+retry 90 "ibv_rc_pingpong to B" ibv_rc_pingpong -d rnic0 -g "$gid" -n 200 -s 4096 {B_IP}
+echo "=== rc pingpong ok"
+retry 90 "ibv_ud_pingpong to B" ibv_ud_pingpong -d rnic0 -g "$gid" -n 200 -s 1024 {B_IP}
+echo "=== ud pingpong ok"
+retry 90 "rping to B" rping -c -a {B_IP} -C 20 -S 1024 -V
+echo "=== rping ok"
+retry 90 "ucmatose to B" ucmatose -s {B_IP}
+echo "=== ucmatose ok"
+rdma res show | sed 's/^/=== rdma-res uverbs /'
 step iperf3
 iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
@@ -275,6 +301,28 @@ step nvmet
 rdma_link boot
 nvmet_serve {NQN} {B_IP}
 wait_ping {A_IP} || die "A never answered"
+step uverbs
+# The servers of A's verbs and rdma_cm clients, through Debian's libibverbs and librdmacm.
+gid=$(roce-gid-index rnic0) || die "rnic0 has no RoCEv2 GID for {B_IP}"
+ibv_rc_pingpong -d rnic0 -g "$gid" -n 200 -s 4096 > /tmp/pp.txt 2>&1 &
+pp=$!
+# A second process on the function while the server holds its QP.
+i=0
+until rdma res show qp | grep -q ibv_rc_pingpong; do
+    i=$((i + 1)); [ $i -lt 300 ] || {{ cat /tmp/pp.txt; die "no QP of ibv_rc_pingpong"; }}
+    sleep 0.1
+done
+rdma res show qp | sed 's/^/=== rdma-res-qp /'
+ibv_devinfo -d rnic0 > /tmp/devinfo.txt 2>&1 || {{ cat /tmp/devinfo.txt; die "ibv_devinfo beside ibv_rc_pingpong"; }}
+grep -q PORT_ACTIVE /tmp/devinfo.txt || die "ibv_devinfo beside ibv_rc_pingpong: port not active"
+kill -0 $pp 2>/dev/null || {{ cat /tmp/pp.txt; die "ibv_rc_pingpong went away"; }}
+echo "=== two processes ok"
+wait $pp || {{ cat /tmp/pp.txt; die "ibv_rc_pingpong server"; }}
+cat /tmp/pp.txt
+timeout 300 ibv_ud_pingpong -d rnic0 -g "$gid" -n 200 -s 1024 || die "ibv_ud_pingpong server"
+timeout 300 rping -s -a {B_IP} -C 20 -S 1024 -V || die "rping server"
+timeout 300 ucmatose || die "ucmatose server"
+echo "=== uverbs served"
 step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server 1"
 step mtu
@@ -529,6 +577,22 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         "A: rmmod under an NVMe controller"
     );
     assert_rdma_stat_counted("A", &a);
+    // User verbs through the kernel: Debian's libibverbs and librdmacm on rnic's provider.
+    assert!(
+        a.contains("=== ibv_devices     rnic0"),
+        "ibv_devices lists rnic0"
+    );
+    assert!(
+        a.contains("=== devinfo hca_id:\trnic0") && a.contains("PORT_ACTIVE"),
+        "ibv_devinfo -v on rnic0"
+    );
+    for what in ["rc pingpong", "ud pingpong", "rping", "ucmatose"] {
+        assert!(a.contains(&format!("=== {what} ok")), "A: {what}");
+    }
+    assert!(
+        b.contains("=== two processes ok") && b.contains("=== uverbs served"),
+        "B: two processes on one function, and the servers"
+    );
     assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
     assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
