@@ -21,7 +21,7 @@
 //! found by address in mutex-guarded registries; a context lives in an `Arc`, so a call
 //! in flight keeps it alive across a concurrent `ibv_close_device`.
 
-pub use verbs_abi as abi;
+pub use rnic_verbs_abi as abi;
 mod ah;
 pub mod attr;
 mod context;
