@@ -1,7 +1,8 @@
 //! The built plug-in as libibverbs sees it: what it imports (libibverbs' private
 //! functions, bound to `IBVERBS_PRIVATE_34`), that it exports nothing libibverbs exports,
 //! that it has a constructor, and, where Debian's trixie root is (qemu-scripts/setup.sh
-//! makes it) and the tests run as root, that Debian's libibverbs 56.1 loads it.
+//! makes it) and the tests run as root, that Debian's libibverbs 56.1 loads it and that
+//! its constructor registers what driver.h's structures say it should.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -133,7 +134,7 @@ fn debian_libibverbs_loads_the_plug_in() {
         .arg(&src)
         .arg("-o")
         .arg(&exe)
-        .arg("-ldl")
+        .args(["-rdynamic", "-ldl"])
         .output()
         .expect("run gcc");
     assert!(
@@ -153,7 +154,15 @@ fn debian_libibverbs_loads_the_plug_in() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok plugin"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok devices"), "{stdout}\n{stderr}");
+    for step in [
+        "ok register rnic abi 1-1 alloc_context 1 import_context 0 alloc_device 1 uninit_device 1",
+        "ok match kind 1 f1c0:0001",
+        "ok match kind 1 f1c0:0002",
+        "ok registered",
+        "ok plugin",
+        "ok devices",
+    ] {
+        assert!(stdout.contains(step), "no {step:?}:\n{stdout}\n{stderr}");
+    }
     println!("{stdout}{stderr}");
 }
