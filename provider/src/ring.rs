@@ -7,7 +7,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 
 use rnic_abi::doorbell::{slot_offset, NOTIFY_REQUEST, RUNG_BITMAP};
 use rnic_abi::verbs::{owner_phase, Cqe, RecvWqe, Sge};
-use rnic_verbs_abi::{ibv_wc, wc_flags_of, wc_sl_of};
+use rnic_verbs_abi::{ibv_wc, wc_flags_of, wc_sl_of, IBV_WC_GENERAL_ERR};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// A user context's doorbell page and the device's user kick page, as mapped.
@@ -211,12 +211,13 @@ impl CqReader {
     }
 }
 
-/// A device completion as `struct ibv_wc` (opcodes and statuses have ibverbs' numbers;
-/// the immediate data or invalidated rkey is passed through as it arrived).
+/// A device completion as `struct ibv_wc` (opcodes and statuses have ibverbs' numbers,
+/// a status beyond `GENERAL_ERR` reads as `GENERAL_ERR`, as rnic.ko reports it; the
+/// immediate data or invalidated rkey is passed through as it arrived).
 pub fn ibv_wc_of(c: &Cqe) -> ibv_wc {
     let mut w = ibv_wc::zeroed();
     w.wr_id = c.wr_id;
-    w.status = c.status.into();
+    w.status = u32::from(c.status).min(IBV_WC_GENERAL_ERR);
     w.opcode = c.opcode.into();
     w.vendor_err = c.vendor_err;
     w.byte_len = c.byte_len;
@@ -366,6 +367,11 @@ mod tests {
             (1, IBV_WC_SEND, 12, 0x11)
         );
         assert!(!is_recv(&send));
+        let odd = Cqe {
+            status: 200,
+            ..send
+        };
+        assert_eq!(ibv_wc_of(&odd).status, IBV_WC_GENERAL_ERR);
         let ud = Cqe {
             wr_id: 2,
             opcode: wc::RECV,

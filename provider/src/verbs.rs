@@ -580,31 +580,37 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
         // SAFETY: the context outlives its CQs.
         let inner = unsafe { &*cq.inner };
         let mut reader = lock(&cq.reader);
+        let before = reader.consumed();
         let mut got = 0;
         while got < n.max(0) {
             let Some(c) = reader.take() else { break };
-            credit(inner, &c);
+            if !credit(inner, &c) {
+                // A completion of a QP destroyed since: nobody's (as rnic.ko does).
+                continue;
+            }
             // SAFETY: the application's array of `n` entries.
             unsafe { wc.add(got as usize).write(ibv_wc_of(&c)) };
             got += 1;
         }
-        if got > 0 {
+        if reader.consumed() != before {
             reader.publish(&inner.db);
         }
         got
     })
 }
 
-/// Frees the queue entries a completion completes.
-fn credit(inner: &Inner, c: &Cqe) {
+/// Frees the queue entries a completion completes; false if its QP is not (or no
+/// longer) one of the context's.
+fn credit(inner: &Inner, c: &Cqe) -> bool {
     let Some(track) = lock(&inner.qps).get(&c.qp_num).cloned() else {
-        return;
+        return false;
     };
     if is_recv(c) {
         lock(&track.rq).complete();
     } else {
         lock(&track.sq).complete(c.wr_id, c.status == 0);
     }
+    true
 }
 
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
@@ -1140,8 +1146,22 @@ mod tests {
         );
         assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5)), 1);
         assert_eq!(lock(&qp.track.sq).free(), 2);
+        // A completion of a QP that is no longer there is passed over.
+        let stale = Cqe {
+            qp_num: 0x99,
+            ..cqe
+        };
+        // SAFETY: entry 1 of the CQ ring.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                zerocopy::IntoBytes::as_bytes(&stale).as_ptr(),
+                cq._ring.ptr.add(32),
+                32,
+            )
+        };
         // SAFETY: as above.
         assert_eq!(unsafe { poll_cq(cq_ptr, 4, wc.as_mut_ptr()) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5)), 2);
         // SAFETY: a CQ of ours.
         assert_eq!(unsafe { req_notify_cq(cq_ptr, 1) }, 0);
         assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5) + 4), 2 | 1);
