@@ -780,17 +780,26 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
 
 unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     status("modify_qp", || {
+        // SAFETY: a QP of ours.
+        let q = unsafe { qp_of(qp) };
+        // Hold the queues so that no post runs while the state changes under it.
+        let mut sq = lock(&q.track.sq);
+        let mut rq = lock(&q.track.rq);
         let mut req = ibv_modify_qp::default();
         // SAFETY: a QP of ours, libibverbs' attributes, our buffer.
         cmd(unsafe { ibv_cmd_modify_qp(qp, attr, mask, &mut req, size_of::<ibv_modify_qp>()) })?;
         if mask & IBV_QP_STATE != 0 {
-            // SAFETY: as above.
-            let (q, state) = unsafe { (qp_of(qp), (*attr).qp_state) };
-            let mut sq = lock(&q.track.sq);
-            let mut rq = lock(&q.track.rq);
+            // SAFETY: libibverbs' attributes.
+            let state = unsafe { (*attr).qp_state };
             if state == IBV_QPS_RESET {
+                // The device forgot its counts and leaves the slots to the driver
+                // (datasheet §7.8): both count from 0 again.
                 sq.reset();
                 rq.reset();
+                // SAFETY: the context outlives its QPs.
+                let db = unsafe { &(*q.inner).db };
+                db.store(q.sq_slot, 0, 0);
+                db.store(q.rq_slot, 0, 0);
             }
             q.state.store(state, Ordering::Release);
         }
@@ -1175,15 +1184,29 @@ mod tests {
         // SAFETY: a QP of ours and a valid WR.
         assert_eq!(unsafe { post_recv(qp_ptr, &mut r, &mut rbad) }, 0);
         assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 2)), 1);
+        // Back to RESET: the counts and both slots start over from 0.
+        let mut attr = ibv_qp_attr::zeroed();
+        attr.qp_state = IBV_QPS_RESET;
+        // SAFETY: a QP of ours (the test's ibv_cmd_modify_qp succeeds doing nothing).
+        assert_eq!(unsafe { modify_qp(qp_ptr, &mut attr, IBV_QP_STATE) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 2)), 0);
+        assert_eq!(lock(&qp.track.sq).free(), 4);
+        assert_eq!(lock(&qp.track.rq).posted(), 0);
+        // SAFETY: as above.
+        let r = unsafe { post_recv(qp_ptr, &mut r, &mut rbad) };
+        assert_eq!(r, libc::EINVAL);
         // Sends before RTS break the verbs rules: refused, nothing rung.
-        qp.state.store(IBV_QPS_INIT, Ordering::Release);
+        attr.qp_state = IBV_QPS_INIT;
+        // SAFETY: as above.
+        assert_eq!(unsafe { modify_qp(qp_ptr, &mut attr, IBV_QP_STATE) }, 0);
         let mut s6 = sge;
         let mut w6 = send(6, IBV_SEND_SIGNALED, &mut s6);
         // SAFETY: as above.
         let r = unsafe { post_send(qp_ptr, &mut w6, &mut bad) };
         assert_eq!(r, libc::EINVAL);
         assert_eq!(bad, &mut w6 as *mut _);
-        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 4);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 0);
     }
 
     #[test]
