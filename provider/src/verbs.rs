@@ -318,6 +318,10 @@ unsafe fn open_context(c: *mut Context, cmd_fd: c_int) -> Result<(), Errno> {
         )
     })?;
     let drv = resp.drv;
+    if drv.abi_version >> 16 != u32::from(rnic_abi::ABI_MAJOR) {
+        // A driver refuses a device of another major version (datasheet §1.3).
+        return Err(libc::EPROTONOSUPPORT);
+    }
     let db_page = Mapping::device(cmd_fd, drv.doorbell_offset)?;
     let kick_page = Mapping::device(cmd_fd, drv.kick_offset)?;
     // SAFETY: both pages stay mapped as long as Inner, which owns them.
