@@ -104,32 +104,6 @@ fn wc_opcode(op: WcOpcode) -> ibv_wc_opcode {
     }
 }
 
-/// The `wc_flags` of a completion: the bits ibverbs defines (GRH, immediate,
-/// invalidate), which the device sets with ibverbs' values.
-fn wc_flags(w: &Wc) -> c_uint {
-    c_uint::from(w.wc_flags) & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV)
-}
-
-/// What a receive that carried a GRH reports as its service level: the packet type of
-/// RoCE v2 over IPv4 (bit 3, UDP-encapsulated; bits 2:0, `2`, IPv4), which is all rnic
-/// carries.
-///
-/// RoCE has no service levels, and Ethernet RDMA devices put the received packet's type
-/// in `sl` instead, as mlx5's CQEs do; UCX 1.18's UD transport reads it (`sl & 7 == 2`)
-/// to find the destination IPv4 address at the end of the receive buffer's 40-byte GRH
-/// space, and drops the packet as addressed to someone else when it reads anything
-/// else. Receives without a GRH (RC) report 0, as rxe does.
-pub(crate) const ROCE_V2_IPV4_PACKET_TYPE: u8 = 0x8 | 0x2;
-
-/// The `sl` of a completion: see [`ROCE_V2_IPV4_PACKET_TYPE`].
-fn wc_sl(w: &Wc) -> u8 {
-    if c_uint::from(w.wc_flags) & IBV_WC_GRH != 0 {
-        ROCE_V2_IPV4_PACKET_TYPE
-    } else {
-        0
-    }
-}
-
 /// A driver completion as `struct ibv_wc`.
 pub(crate) fn c_wc(w: &Wc) -> ibv_wc {
     let mut c = ibv_wc::zeroed();
@@ -144,8 +118,8 @@ pub(crate) fn c_wc(w: &Wc) -> ibv_wc {
     c.imm_data = w.imm_data.or(w.invalidated_rkey).unwrap_or(0);
     c.qp_num = w.qp_num;
     c.src_qp = w.src_qp;
-    c.wc_flags = wc_flags(w);
-    c.sl = wc_sl(w);
+    c.wc_flags = wc_flags_of(w.wc_flags);
+    c.sl = wc_sl_of(w.wc_flags);
     c
 }
 
@@ -453,7 +427,9 @@ unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
 }
 
 unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
-    guard("ibv_wc_read_wc_flags", 0, || read(cq, wc_flags))
+    guard("ibv_wc_read_wc_flags", 0, || {
+        read(cq, |w| wc_flags_of(w.wc_flags))
+    })
 }
 
 /// RoCE has no LIDs or path bits: 0, as rxe reports.
@@ -461,9 +437,9 @@ unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 
-/// The packet type in place of a service level, as in `ibv_wc` (see [`wc_sl`]).
+/// The packet type in place of a service level, as in `ibv_wc` (see [`wc_sl_of`]).
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    guard("ibv_wc_read_sl", 0, || read(cq, wc_sl))
+    guard("ibv_wc_read_sl", 0, || read(cq, |w| wc_sl_of(w.wc_flags)))
 }
 
 unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {

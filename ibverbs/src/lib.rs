@@ -6,8 +6,9 @@
 //! provider plug-in, every verb goes to [`rnic_driver::verbs`] over the function's
 //! transport (vfio-user on the host, PCI sysfs in a VM). See README.md for how to use it.
 //!
-//! - [`abi`]: `#[repr(C)]` mirrors of verbs.h's structures, checked against the header
-//!   by tests/layout.rs;
+//! - [`abi`]: `#[repr(C)]` mirrors of verbs.h's structures (the `rnic-verbs-abi` crate,
+//!   ibverbs/abi, shared with the rdma-core provider), checked against the header by
+//!   tests/layout.rs;
 //! - [`exports`]: the exported symbols and their version nodes, which are Debian's
 //!   (symbols.txt, read by [`symbols`]; build.rs makes the version script from it);
 //! - `discover`, `device`: finding the functions, `ibv_get_device_list` and friends;
@@ -20,7 +21,7 @@
 //! found by address in mutex-guarded registries; a context lives in an `Arc`, so a call
 //! in flight keeps it alive across a concurrent `ibv_close_device`.
 
-pub mod abi;
+pub use rnic_verbs_abi as abi;
 mod ah;
 pub mod attr;
 mod context;

@@ -67,7 +67,7 @@ pub use fast_reg::{DmaKey, FastReg, FastRegMr, GSI_QPN, MAX_FAST_REG_PAGES};
 pub use mkey::{KeyRange, MemoryKey};
 pub use mr::{Mr, Pd};
 pub use mw::{inc_rkey, BindInfo, MemoryWindow, MW_KEY_BIT};
-pub use qp::{mtu, Qp, QpCaps, RecvWr, SendWr, WrOpcode};
+pub use qp::{mtu, Qp, QpCaps, RecvWr, RqState, SendSlot, SendWr, SqState, WrOpcode};
 pub use rnic_abi::mw::{MW_ACCESS_ALL, MW_TYPE_1, MW_TYPE_2};
 pub use rnic_abi::verbs::{
     attr, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,

@@ -394,14 +394,17 @@ pub(super) fn post_recv_wqes(
 
 /// What the driver remembers of a posted send WR until it completes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SendSlot {
-    pub(crate) wr_id: u64,
-    pub(crate) signaled: bool,
+pub struct SendSlot {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// Whether it completes with a completion of its own (signaled or `sq_sig_all`).
+    pub signaled: bool,
 }
 
-/// Send-queue accounting.
+/// Send-queue accounting: which ring entries hold WRs the device may still read. Shared
+/// with the rdma-core provider (`rnic-provider`), whose send queues follow the same rules.
 #[derive(Debug)]
-pub(crate) struct SqState {
+pub struct SqState {
     /// WQEs posted in all (free-running): the send doorbell value.
     posted: u32,
     /// WQEs known complete in all (free-running).
@@ -411,7 +414,8 @@ pub(crate) struct SqState {
 }
 
 impl SqState {
-    fn new(entries: u32) -> Self {
+    /// The accounting of an empty send queue of `entries` entries.
+    pub fn new(entries: u32) -> Self {
         Self {
             posted: 0,
             completed: 0,
@@ -419,21 +423,23 @@ impl SqState {
         }
     }
 
-    pub(crate) fn entries(&self) -> u32 {
+    /// Entries of the ring.
+    pub fn entries(&self) -> u32 {
         self.slots.len() as u32
     }
 
     /// WQEs posted in all (free-running): the send doorbell value.
-    pub(crate) fn posted(&self) -> u32 {
+    pub fn posted(&self) -> u32 {
         self.posted
     }
 
     /// Entries free for new WQEs.
-    pub(crate) fn free(&self) -> u32 {
+    pub fn free(&self) -> u32 {
         self.entries() - self.posted.wrapping_sub(self.completed)
     }
 
-    pub(crate) fn push(&mut self, slot: SendSlot) {
+    /// Records a WR posted at the next entry (the caller checked [`SqState::free`]).
+    pub fn push(&mut self, slot: SendSlot) {
         let n = self.entries();
         self.slots[(self.posted % n) as usize] = slot;
         self.posted = self.posted.wrapping_add(1);
@@ -450,7 +456,7 @@ impl SqState {
     /// and including the WR it matched. If `wr_id`s repeat, a match may be an older WR
     /// than the real one: that frees fewer slots than it could, never more, so the device
     /// never finds a WQE overwritten before it read it.
-    fn complete(&mut self, wr_id: u64, success: bool) -> bool {
+    pub fn complete(&mut self, wr_id: u64, success: bool) -> bool {
         let n = self.entries();
         let outstanding = self.posted.wrapping_sub(self.completed);
         for i in 0..outstanding {
@@ -466,7 +472,8 @@ impl SqState {
         false
     }
 
-    fn reset(&mut self) {
+    /// Forgets every WR (the QP went back to RESET: the device restarts its counts).
+    pub fn reset(&mut self) {
         self.posted = 0;
         self.completed = 0;
         self.slots.fill(SendSlot::default());
@@ -474,20 +481,46 @@ impl SqState {
 }
 
 /// Receive-queue accounting: every receive WQE completes with a completion of its own, in
-/// order, so counts suffice.
+/// order, so counts suffice. Shared with the rdma-core provider, as [`SqState`].
 #[derive(Debug, Default)]
-pub(crate) struct RqState {
+pub struct RqState {
     pub(super) posted: u32,
     pub(super) completed: u32,
     pub(super) entries: u32,
 }
 
 impl RqState {
-    pub(super) fn free(&self) -> u32 {
+    /// The accounting of an empty receive queue of `entries` entries.
+    pub fn new(entries: u32) -> Self {
+        Self {
+            entries,
+            ..Self::default()
+        }
+    }
+
+    /// WQEs posted in all (free-running): the receive doorbell value.
+    pub fn posted(&self) -> u32 {
+        self.posted
+    }
+
+    /// Records a WQE posted at the next entry (the caller checked [`RqState::free`]).
+    pub fn push(&mut self) {
+        self.posted = self.posted.wrapping_add(1);
+    }
+
+    /// Forgets every WQE (the QP went back to RESET).
+    pub fn reset(&mut self) {
+        self.posted = 0;
+        self.completed = 0;
+    }
+
+    /// Entries free for new WQEs.
+    pub fn free(&self) -> u32 {
         self.entries - self.posted.wrapping_sub(self.completed)
     }
 
-    fn complete(&mut self) -> bool {
+    /// Accounts for a receive completion; returns whether a WQE was outstanding.
+    pub fn complete(&mut self) -> bool {
         if self.completed == self.posted {
             // A completion left in the CQ from before a reset: nothing to free.
             return false;

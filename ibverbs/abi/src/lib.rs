@@ -10,9 +10,15 @@
 //! `anon_bind_mw_tso`. Enums are integer type aliases with their values as constants,
 //! because a C caller may pass any value and a Rust enum must not hold an unknown one.
 //!
-//! The layout test (tests/layout.rs) compiles a C program against Debian's headers that
+//! The layout test (ibverbs/tests/layout.rs) compiles a C program against Debian's headers that
 //! prints the size, alignment and every field's offset and size of each type below and
 //! the value of each constant in [`CONSTANTS`], and compares them with [`layouts`].
+//!
+//! The crate is shared by rnic's own libibverbs (`rnic-ibverbs`, which re-exports it as
+//! `ibverbs::abi`) and by rnic's rdma-core provider plug-in (`rnic-provider`), which must
+//! not link the former: it exports the `ibv_*` symbols of libibverbs itself. It also
+//! holds the few rules both follow to turn a device completion into an `ibv_wc`
+//! ([`wc_flags_of`], [`wc_sl_of`]).
 
 #![allow(non_camel_case_types, non_snake_case)]
 
@@ -1736,6 +1742,34 @@ constants! {
     IBV_SYSFS_NAME_MAX: usize = 64;
     /// `IBV_SYSFS_PATH_MAX`: the size of [`ibv_device`]'s paths.
     IBV_SYSFS_PATH_MAX: usize = 256;
+}
+
+/// What a receive that carried a GRH reports as its service level: the packet type of
+/// RoCE v2 over IPv4 (bit 3, UDP-encapsulated; bits 2:0, `2`, IPv4), which is all rnic
+/// carries.
+///
+/// RoCE has no service levels, and Ethernet RDMA devices put the received packet's type
+/// in `sl` instead, as mlx5's CQEs do; UCX 1.18's UD transport reads it (`sl & 7 == 2`)
+/// to find the destination IPv4 address at the end of the receive buffer's 40-byte GRH
+/// space, and drops the packet as addressed to someone else when it reads anything
+/// else. Receives without a GRH (RC) report 0, as rxe does.
+pub const ROCE_V2_IPV4_PACKET_TYPE: u8 = 0x8 | 0x2;
+
+/// The `ibv_wc::wc_flags` of a device completion's flags byte: the bits ibverbs defines
+/// (GRH, immediate, invalidate), which the device sets with ibverbs' values; rnic's own
+/// bits (solicited) are dropped.
+pub fn wc_flags_of(device_flags: u8) -> c_uint {
+    c_uint::from(device_flags) & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV)
+}
+
+/// The `ibv_wc::sl` of a device completion with flags `device_flags`: see
+/// [`ROCE_V2_IPV4_PACKET_TYPE`].
+pub fn wc_sl_of(device_flags: u8) -> u8 {
+    if c_uint::from(device_flags) & IBV_WC_GRH != 0 {
+        ROCE_V2_IPV4_PACKET_TYPE
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]

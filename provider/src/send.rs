@@ -1,0 +1,324 @@
+//! Send work requests as send WQEs (datasheet §7.6; UD per `rnic_abi::ud`): what
+//! `ibv_post_send` writes into a send ring entry for one `struct ibv_send_wr`.
+
+use std::ffi::c_int;
+
+use rnic_abi::ud::UdSendWqe;
+use rnic_abi::verbs::{send_flags, wr, SendWqe, Sge};
+use rnic_verbs_abi::*;
+use zerocopy::IntoBytes;
+
+/// Where a UD send goes: the address handle's part of the address vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdAv {
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Hop limit (IPv4 TTL).
+    pub hop_limit: u8,
+    /// Traffic class (IPv4 TOS).
+    pub traffic_class: u8,
+    /// Flow label (not carried over IPv4; kept for completeness).
+    pub flow_label: u32,
+}
+
+/// What a send queue allows.
+#[derive(Clone, Copy, Debug)]
+pub struct SendLimits {
+    /// SGEs per WQE.
+    pub max_sge: u32,
+    /// Inline bytes per WQE.
+    pub max_inline: u32,
+    /// Whether the QP is UD (only SENDs, each with an address).
+    pub ud: bool,
+}
+
+/// Writes the WQE of `w` into `entry` (a whole send ring entry); for UD, `av` is the
+/// address of `w.wr.ud.ah`. Returns the errno `ibv_post_send` reports for a WR it
+/// refuses.
+///
+/// # Safety
+///
+/// `w.sg_list` holds `w.num_sge` SGEs, and with `IBV_SEND_INLINE` each SGE's `addr` is
+/// `length` readable bytes of the process.
+pub unsafe fn write_send_wqe(
+    entry: &mut [u8],
+    w: &ibv_send_wr,
+    av: Option<&UdAv>,
+    limits: SendLimits,
+) -> Result<(), c_int> {
+    let opcode = u8::try_from(w.opcode).map_err(|_| libc::EINVAL)?;
+    let supported = if limits.ud {
+        matches!(opcode, wr::SEND | wr::SEND_WITH_IMM)
+    } else {
+        matches!(
+            opcode,
+            wr::RDMA_WRITE
+                | wr::RDMA_WRITE_WITH_IMM
+                | wr::SEND
+                | wr::SEND_WITH_IMM
+                | wr::RDMA_READ
+                | wr::ATOMIC_CMP_AND_SWP
+                | wr::ATOMIC_FETCH_AND_ADD
+                | wr::LOCAL_INV
+                | wr::SEND_WITH_INV
+        )
+    };
+    if !supported {
+        return Err(libc::EINVAL);
+    }
+    let num_sge = usize::try_from(w.num_sge).map_err(|_| libc::EINVAL)?;
+    let sges: &[ibv_sge] = if num_sge == 0 || w.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(w.sg_list, num_sge) }
+    };
+    let flags = (w.send_flags & 0xf) as u8;
+    let inline = flags & send_flags::INLINE != 0
+        && matches!(
+            opcode,
+            wr::SEND
+                | wr::SEND_WITH_IMM
+                | wr::SEND_WITH_INV
+                | wr::RDMA_WRITE
+                | wr::RDMA_WRITE_WITH_IMM
+        );
+    let (head, body) = entry.split_at_mut(size_of::<SendWqe>());
+    let mut inline_len = 0u32;
+    if inline {
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(limits.max_inline) || total as usize > body.len() {
+            return Err(libc::EINVAL);
+        }
+        let mut at = 0;
+        for s in sges {
+            let n = s.length as usize;
+            // SAFETY: the caller's contract: `length` readable bytes at `addr`.
+            let src = unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, n) };
+            body[at..at + n].copy_from_slice(src);
+            at += n;
+        }
+        inline_len = total as u32;
+    } else {
+        if sges.len() > limits.max_sge as usize || sges.len() * size_of::<Sge>() > body.len() {
+            return Err(libc::EINVAL);
+        }
+        for (chunk, s) in body.chunks_exact_mut(size_of::<Sge>()).zip(sges) {
+            let sge = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+            chunk.copy_from_slice(sge.as_bytes());
+        }
+    }
+    let num_sge = if inline { 0 } else { sges.len() as u8 };
+    let flags = if inline {
+        flags
+    } else {
+        flags & !send_flags::INLINE
+    };
+    if limits.ud {
+        let av = av.ok_or(libc::EINVAL)?;
+        // SAFETY: `wr.ud` is the union member of UD sends.
+        let ud = unsafe { w.wr.ud };
+        let wqe = UdSendWqe {
+            wr_id: w.wr_id,
+            opcode,
+            flags,
+            num_sge,
+            imm: w.imm_data,
+            remote_qkey: ud.remote_qkey,
+            remote_qpn: ud.remote_qpn & 0xff_ffff,
+            inline_len,
+            dgid: av.dgid,
+            hop_limit: av.hop_limit,
+            traffic_class: av.traffic_class,
+            ..UdSendWqe::default()
+        };
+        head.copy_from_slice(wqe.as_bytes());
+        return Ok(());
+    }
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        opcode,
+        flags,
+        num_sge,
+        imm_or_inv: w.imm_data,
+        inline_len,
+        ..SendWqe::default()
+    };
+    match opcode {
+        wr::RDMA_WRITE | wr::RDMA_WRITE_WITH_IMM | wr::RDMA_READ => {
+            // SAFETY: `wr.rdma` is the union member of RDMA WRs.
+            let r = unsafe { w.wr.rdma };
+            wqe.remote_addr = r.remote_addr;
+            wqe.rkey = r.rkey;
+        }
+        wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
+            // SAFETY: `wr.atomic` is the union member of atomics.
+            let a = unsafe { w.wr.atomic };
+            wqe.remote_addr = a.remote_addr;
+            wqe.rkey = a.rkey;
+            wqe.compare_add = a.compare_add;
+            wqe.swap = a.swap;
+        }
+        _ => {}
+    }
+    head.copy_from_slice(wqe.as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_abi::verbs::sq_stride;
+    use zerocopy::FromBytes;
+
+    const RC: SendLimits = SendLimits {
+        max_sge: 2,
+        max_inline: 64,
+        ud: false,
+    };
+
+    fn wr_with(opcode: u32, sges: &mut [ibv_sge]) -> ibv_send_wr {
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = 7;
+        w.opcode = opcode;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = sges.len() as c_int;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w
+    }
+
+    #[test]
+    fn an_rdma_write_with_immediate_carries_address_key_and_sges() {
+        let mut sges = [ibv_sge {
+            addr: 0x1000,
+            length: 100,
+            lkey: 5,
+        }];
+        let mut w = wr_with(IBV_WR_RDMA_WRITE_WITH_IMM, &mut sges);
+        w.imm_data = 0x1122_3344;
+        w.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: 0xdead_0000,
+            rkey: 9,
+        };
+        let mut e = vec![0xaau8; sq_stride(2, 64) as usize];
+        // SAFETY: one SGE, not inline.
+        unsafe { write_send_wqe(&mut e, &w, None, RC) }.unwrap();
+        let wqe = SendWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!(wqe.opcode, wr::RDMA_WRITE_WITH_IMM);
+        assert_eq!(wqe.flags, send_flags::SIGNALED);
+        assert_eq!((wqe.num_sge, wqe.imm_or_inv), (1, 0x1122_3344));
+        assert_eq!((wqe.remote_addr, wqe.rkey), (0xdead_0000, 9));
+        assert_eq!(wqe.reserved1, [0; 16]);
+        let sge = Sge::read_from_bytes(&e[64..80]).unwrap();
+        assert_eq!((sge.addr, sge.length, sge.lkey), (0x1000, 100, 5));
+    }
+
+    #[test]
+    fn inline_data_is_copied_and_limits_hold() {
+        let a = *b"hello ";
+        let b = *b"world";
+        let mut sges = [
+            ibv_sge {
+                addr: a.as_ptr() as u64,
+                length: 6,
+                lkey: 0,
+            },
+            ibv_sge {
+                addr: b.as_ptr() as u64,
+                length: 5,
+                lkey: 0,
+            },
+        ];
+        let mut w = wr_with(IBV_WR_SEND, &mut sges);
+        w.send_flags |= IBV_SEND_INLINE;
+        let mut e = vec![0u8; sq_stride(2, 64) as usize];
+        // SAFETY: the SGEs point at the two arrays.
+        unsafe { write_send_wqe(&mut e, &w, None, RC) }.unwrap();
+        let wqe = SendWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!((wqe.inline_len, wqe.num_sge), (11, 0));
+        assert_eq!(&e[64..75], b"hello world");
+        let tight = SendLimits {
+            max_inline: 10,
+            ..RC
+        };
+        // SAFETY: as above.
+        let r = unsafe { write_send_wqe(&mut e, &w, None, tight) };
+        assert_eq!(r, Err(libc::EINVAL));
+        let mut three = [sges[0], sges[1], sges[1]];
+        let w = wr_with(IBV_WR_SEND, &mut three);
+        // SAFETY: three SGEs, not inline.
+        let r = unsafe { write_send_wqe(&mut e, &w, None, RC) };
+        assert_eq!(r, Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn atomics_carry_their_operands() {
+        let mut sges = [ibv_sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }];
+        let mut w = wr_with(IBV_WR_ATOMIC_CMP_AND_SWP, &mut sges);
+        w.wr.atomic = ibv_send_wr_atomic {
+            remote_addr: 0x8000,
+            compare_add: 1,
+            swap: 2,
+            rkey: 3,
+        };
+        let mut e = vec![0u8; 128];
+        // SAFETY: one SGE.
+        unsafe { write_send_wqe(&mut e, &w, None, RC) }.unwrap();
+        let wqe = SendWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!(
+            (wqe.remote_addr, wqe.compare_add, wqe.swap, wqe.rkey),
+            (0x8000, 1, 2, 3)
+        );
+    }
+
+    #[test]
+    fn ud_sends_carry_the_address_vector_and_refuse_rdma() {
+        let mut sges = [ibv_sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }];
+        let mut w = wr_with(IBV_WR_SEND_WITH_IMM, &mut sges);
+        w.imm_data = 0x0102_0304;
+        w.wr.ud = ibv_send_wr_ud {
+            ah: std::ptr::null_mut(),
+            remote_qpn: 0x33,
+            remote_qkey: 0x1111_1111,
+        };
+        let av = UdAv {
+            dgid: [7; 16],
+            hop_limit: 9,
+            traffic_class: 4,
+            flow_label: 0,
+        };
+        let ud = SendLimits { ud: true, ..RC };
+        let mut e = vec![0u8; 128];
+        // SAFETY: one SGE.
+        unsafe { write_send_wqe(&mut e, &w, Some(&av), ud) }.unwrap();
+        let wqe = UdSendWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!(
+            (wqe.remote_qpn, wqe.remote_qkey, wqe.imm),
+            (0x33, 0x1111_1111, 0x0102_0304)
+        );
+        assert_eq!(
+            (wqe.dgid, wqe.hop_limit, wqe.traffic_class),
+            ([7; 16], 9, 4)
+        );
+        w.opcode = IBV_WR_RDMA_WRITE;
+        // SAFETY: as above.
+        let r = unsafe { write_send_wqe(&mut e, &w, Some(&av), ud) };
+        assert_eq!(r, Err(libc::EINVAL));
+        w.opcode = IBV_WR_SEND;
+        // SAFETY: as above.
+        let r = unsafe { write_send_wqe(&mut e, &w, None, ud) };
+        assert_eq!(r, Err(libc::EINVAL));
+    }
+}

@@ -1,0 +1,1221 @@
+//! The ops: what libibverbs calls for an rnic device. Control verbs are libibverbs'
+//! `ibv_cmd_*` with rnic's driver data; posting, polling and arming work on the mapped
+//! doorbell page and the rings ([`crate::ring`], [`crate::send`]).
+//!
+//! Objects are the provider's own allocations with the libibverbs structure first, so a
+//! `*mut ibv_cq` is a `*mut Cq` and so on. Each CQ is guarded by a mutex, and each QP's
+//! send and receive queues by one each (their accounting, `rnic_driver::verbs::SqState`
+//! and `RqState`, which polling credits). Lock order: CQ, then the context's QP table,
+//! then a queue. No call unwinds into C: every op runs under [`guard`].
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rnic_abi::pci::{PF_DEVICE_ID, VENDOR_ID, VF_DEVICE_ID};
+use rnic_abi::uverbs::{CreateCqReq, CreateQpReq, MMAP_LEN, UVERBS_ABI_VERSION};
+use rnic_abi::verbs::{rq_stride, sq_stride, Cqe, Sge};
+use rnic_driver::verbs::{RqState, SendSlot, SqState};
+use rnic_verbs_abi::*;
+
+use crate::driver::*;
+use crate::ring::{ibv_wc_of, is_recv, write_recv_wqe, CqReader, Doorbells, Ring};
+use crate::send::{write_send_wqe, SendLimits, UdAv};
+
+type Errno = c_int;
+
+fn set_errno(e: Errno) {
+    // SAFETY: errno is thread-local and always writable.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs an op, turning a panic into `on_panic` (and `EIO` in errno) instead of unwinding
+/// into C.
+fn guard<T>(name: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("librnic: {name}: internal error; failing the call with EIO");
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// For ops that return 0 or an errno value.
+fn status(name: &str, body: impl FnOnce() -> Result<(), Errno>) -> c_int {
+    guard(name, libc::EIO, || match body() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    })
+}
+
+/// For ops that return an object or null with errno set.
+fn object<T>(name: &str, body: impl FnOnce() -> Result<*mut T, Errno>) -> *mut T {
+    guard(name, null_mut(), || match body() {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    })
+}
+
+/// An `ibv_cmd_*` result (0 or an errno value) as a `Result`.
+fn cmd(ret: c_int) -> Result<(), Errno> {
+    match ret {
+        0 => Ok(()),
+        e if e > 0 => Err(e),
+        _ => Err(libc::EIO),
+    }
+}
+
+/// A page-aligned mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory (or device memory) usable from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// `len` bytes (rounded up to pages) of zeroed anonymous memory; an empty mapping
+    /// for 0.
+    fn anonymous(len: usize) -> Result<Self, Errno> {
+        if len == 0 {
+            return Ok(Self {
+                ptr: null_mut(),
+                len: 0,
+            });
+        }
+        let len = len.div_ceil(4096) * 4096;
+        let m = Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)?;
+        // A child of fork() must not get the pages (copy-on-write would leave the device
+        // writing the parent's old ones), as libibverbs does for registered memory.
+        // SAFETY: our own mapping.
+        unsafe { libc::madvise(m.ptr.cast(), m.len, libc::MADV_DONTFORK) };
+        Ok(m)
+    }
+
+    /// One page of `fd` at `offset`, shared.
+    fn device(fd: c_int, offset: u64) -> Result<Self, Errno> {
+        let offset = libc::off_t::try_from(offset).map_err(|_| libc::EINVAL)?;
+        Self::map(MMAP_LEN as usize, libc::MAP_SHARED, fd, offset)
+    }
+
+    fn map(len: usize, flags: c_int, fd: c_int, offset: libc::off_t) -> Result<Self, Errno> {
+        // SAFETY: a new mapping at an address of the kernel's choosing.
+        let p = unsafe {
+            libc::mmap(
+                null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            // SAFETY: errno is thread-local.
+            return Err(unsafe { *libc::__errno_location() });
+        }
+        Ok(Self { ptr: p.cast(), len })
+    }
+
+    fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: our own mapping, no longer used.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+// ---- device ----
+
+static MATCH_TABLE: [verbs_match_ent; 3] = [
+    verbs_match_ent {
+        driver_data: ptr::null(),
+        u: 0,
+        vendor: VENDOR_ID,
+        device: PF_DEVICE_ID,
+        kind: VERBS_MATCH_PCI,
+    },
+    verbs_match_ent {
+        driver_data: ptr::null(),
+        u: 0,
+        vendor: VENDOR_ID,
+        device: VF_DEVICE_ID,
+        kind: VERBS_MATCH_PCI,
+    },
+    verbs_match_ent {
+        driver_data: ptr::null(),
+        u: 0,
+        vendor: 0,
+        device: 0,
+        kind: VERBS_MATCH_SENTINEL,
+    },
+];
+
+/// What the plug-in registers: the name `rnic`, uverbs ABI 1, rnic's PF and VF.
+pub static OPS: verbs_device_ops = verbs_device_ops {
+    name: c"rnic".as_ptr(),
+    match_min_abi_version: UVERBS_ABI_VERSION,
+    match_max_abi_version: UVERBS_ABI_VERSION,
+    match_table: MATCH_TABLE.as_ptr(),
+    static_providers: ptr::null(),
+    match_device: None,
+    alloc_context: Some(alloc_context),
+    import_context: None,
+    alloc_device: Some(alloc_device),
+    uninit_device: Some(uninit_device),
+};
+
+unsafe extern "C" fn alloc_device(_sysfs: *mut verbs_sysfs_dev) -> *mut verbs_device {
+    // SAFETY: calloc of a structure that is valid all-zero (integers, pointers, arrays).
+    let d = unsafe { libc::calloc(1, size_of::<verbs_device>()) };
+    d.cast()
+}
+
+unsafe extern "C" fn uninit_device(device: *mut verbs_device) {
+    // SAFETY: allocated by alloc_device; libibverbs is done with it.
+    unsafe { libc::free(device.cast()) };
+}
+
+// ---- context ----
+
+/// The context: libibverbs' `verbs_context` (allocated zeroed by libibverbs), then ours.
+#[repr(C)]
+struct Context {
+    vctx: verbs_context,
+    inner: *mut Inner,
+}
+
+/// The provider's part of a context.
+struct Inner {
+    db: Doorbells,
+    _db_page: Mapping,
+    _kick_page: Mapping,
+    /// The QPs, by number, for polling to credit their queues.
+    qps: Mutex<HashMap<u32, Arc<QpTrack>>>,
+}
+
+/// A QP's queue accounting.
+struct QpTrack {
+    sq: Mutex<SqState>,
+    rq: Mutex<RqState>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The provider's part of the context `ctx` belongs to.
+///
+/// # Safety
+///
+/// `ctx` is a context this provider allocated and has not freed.
+unsafe fn inner<'a>(ctx: *mut ibv_context) -> &'a Inner {
+    let c = ctx
+        .cast::<u8>()
+        .wrapping_sub(offset_of!(verbs_context, context))
+        .cast::<Context>();
+    // SAFETY: the caller's contract: alloc_context set `inner` before handing it out.
+    unsafe { &*(*c).inner }
+}
+
+static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
+    alloc_pd: Some(alloc_pd),
+    create_ah: Some(create_ah),
+    create_cq: Some(create_cq),
+    create_qp: Some(create_qp),
+    dealloc_pd: Some(dealloc_pd),
+    dereg_mr: Some(dereg_mr),
+    destroy_ah: Some(destroy_ah),
+    destroy_cq: Some(destroy_cq),
+    destroy_qp: Some(destroy_qp),
+    free_context: Some(free_context),
+    modify_qp: Some(modify_qp),
+    poll_cq: Some(poll_cq),
+    post_recv: Some(post_recv),
+    post_send: Some(post_send),
+    query_device_ex: Some(query_device_ex),
+    query_port: Some(query_port),
+    query_qp: Some(query_qp),
+    reg_mr: Some(reg_mr),
+    req_notify_cq: Some(req_notify_cq),
+    ..verbs_context_ops::EMPTY
+};
+
+unsafe extern "C" fn alloc_context(
+    device: *mut ibv_device,
+    cmd_fd: c_int,
+    _private_data: *mut c_void,
+) -> *mut verbs_context {
+    object("alloc_context", || {
+        // SAFETY: libibverbs' allocator: zeroed memory of our size with the verbs_context
+        // at its offset (0) initialised.
+        let c = unsafe {
+            _verbs_init_and_alloc_context(
+                device,
+                cmd_fd,
+                size_of::<Context>(),
+                offset_of!(Context, vctx) as *mut verbs_context,
+                0,
+            )
+        }
+        .cast::<Context>();
+        if c.is_null() {
+            // SAFETY: errno is thread-local.
+            return Err(unsafe { *libc::__errno_location() });
+        }
+        // SAFETY: `c` is the context just allocated, ours alone.
+        match unsafe { open_context(c, cmd_fd) } {
+            Ok(()) => Ok(c.cast::<verbs_context>()),
+            Err(e) => {
+                // SAFETY: as rdma-core's providers undo a failed allocation.
+                unsafe {
+                    verbs_uninit_context(c.cast());
+                    libc::free(c.cast());
+                }
+                Err(e)
+            }
+        }
+    })
+}
+
+/// `ALLOC_UCONTEXT` and the two mappings.
+///
+/// # Safety
+///
+/// `c` is a context fresh from `_verbs_init_and_alloc_context`.
+unsafe fn open_context(c: *mut Context, cmd_fd: c_int) -> Result<(), Errno> {
+    let mut req = ibv_get_context::default();
+    let mut resp = GetContextResp::default();
+    // SAFETY: the command and response buffers are ours, of the sizes given.
+    cmd(unsafe {
+        ibv_cmd_get_context(
+            c.cast(),
+            &mut req,
+            size_of::<ibv_get_context>(),
+            &mut resp.core,
+            size_of::<GetContextResp>(),
+        )
+    })?;
+    let drv = resp.drv;
+    if drv.abi_version >> 16 != u32::from(rnic_abi::ABI_MAJOR) {
+        // A driver refuses a device of another major version (datasheet §1.3).
+        return Err(libc::EPROTONOSUPPORT);
+    }
+    let db_page = Mapping::device(cmd_fd, drv.doorbell_offset)?;
+    let kick_page = Mapping::device(cmd_fd, drv.kick_offset)?;
+    // SAFETY: both pages stay mapped as long as Inner, which owns them.
+    let db = unsafe { Doorbells::new(db_page.ptr, kick_page.ptr, drv.doorbell_page) };
+    let inner = Box::new(Inner {
+        db,
+        _db_page: db_page,
+        _kick_page: kick_page,
+        qps: Mutex::new(HashMap::new()),
+    });
+    // SAFETY: `c` is ours; the ops table is a static.
+    unsafe {
+        (*c).inner = Box::into_raw(inner);
+        verbs_set_ops(c.cast(), &CONTEXT_OPS);
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn free_context(ctx: *mut ibv_context) {
+    guard("free_context", (), || {
+        let c = ctx
+            .cast::<u8>()
+            .wrapping_sub(offset_of!(verbs_context, context))
+            .cast::<Context>();
+        // SAFETY: our context, freed once by libibverbs' ibv_close_device.
+        unsafe {
+            if !(*c).inner.is_null() {
+                drop(Box::from_raw((*c).inner));
+            }
+            verbs_uninit_context(c.cast());
+            libc::free(c.cast());
+        }
+    })
+}
+
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    status("query_device_ex", || {
+        let mut resp = ib_uverbs_ex_query_device_resp { bytes: [0; 304] };
+        let mut resp_size = size_of::<ib_uverbs_ex_query_device_resp>();
+        // SAFETY: libibverbs' own arguments, and our response buffer of that size.
+        cmd(unsafe {
+            ibv_cmd_query_device_any(ctx, input, attr, attr_size, &mut resp, &mut resp_size)
+        })
+    })
+}
+
+unsafe extern "C" fn query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    status("query_port", || {
+        let mut req = ibv_query_port::default();
+        // SAFETY: libibverbs' arguments and our command buffer.
+        cmd(unsafe { ibv_cmd_query_port(ctx, port, attr, &mut req, size_of::<ibv_query_port>()) })
+    })
+}
+
+// ---- PD, MR ----
+
+/// A PD.
+#[repr(C)]
+struct Pd {
+    ibv: ibv_pd,
+    pdn: u32,
+}
+
+unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    object("alloc_pd", || {
+        let pd = Box::into_raw(Box::new(Pd {
+            ibv: ibv_pd::zeroed(),
+            pdn: 0,
+        }));
+        let mut req = ibv_alloc_pd::default();
+        let mut resp = AllocPdResp::default();
+        // SAFETY: our PD and buffers.
+        let r = cmd(unsafe {
+            ibv_cmd_alloc_pd(
+                ctx,
+                pd.cast(),
+                &mut req,
+                size_of::<ibv_alloc_pd>(),
+                &mut resp.core,
+                size_of::<AllocPdResp>(),
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(pd) });
+            return Err(e);
+        }
+        // SAFETY: ours.
+        unsafe { (*pd).pdn = resp.drv.pdn };
+        Ok(pd.cast())
+    })
+}
+
+unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    status("dealloc_pd", || {
+        // SAFETY: a PD of ours.
+        cmd(unsafe { ibv_cmd_dealloc_pd(pd) })?;
+        // SAFETY: allocated by alloc_pd, now gone from the kernel.
+        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    hca_va: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    object("reg_mr", || {
+        // SAFETY: verbs_mr is valid all-zero.
+        let mr: *mut verbs_mr = Box::into_raw(Box::new(unsafe { std::mem::zeroed() }));
+        let mut req = ibv_reg_mr::default();
+        let mut resp = ib_uverbs_reg_mr_resp::default();
+        // SAFETY: the application's region and our MR and buffers.
+        let r = cmd(unsafe {
+            ibv_cmd_reg_mr(
+                pd,
+                addr,
+                length,
+                hca_va,
+                access,
+                mr,
+                &mut req,
+                size_of::<ibv_reg_mr>(),
+                &mut resp,
+                size_of::<ib_uverbs_reg_mr_resp>(),
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(mr) });
+            return Err(e);
+        }
+        Ok(mr.cast())
+    })
+}
+
+unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
+    status("dereg_mr", || {
+        // SAFETY: an MR of ours.
+        cmd(unsafe { ibv_cmd_dereg_mr(mr) })?;
+        // SAFETY: allocated by reg_mr.
+        drop(unsafe { Box::from_raw(mr) });
+        Ok(())
+    })
+}
+
+// ---- CQ ----
+
+/// A CQ.
+#[repr(C)]
+struct Cq {
+    ibv: ibv_cq,
+    /// The context's part (outlives the CQ: a context is closed after its objects).
+    inner: *const Inner,
+    reader: Mutex<CqReader>,
+    _ring: Mapping,
+}
+
+/// The CQ of an `ibv_cq` of ours.
+///
+/// # Safety
+///
+/// `cq` was created by [`create_cq`] and not destroyed.
+unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a Cq {
+    // SAFETY: the caller's contract; `ibv` is the first field.
+    unsafe { &*cq.cast::<Cq>() }
+}
+
+unsafe extern "C" fn create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    object("create_cq", || {
+        let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+        let entries = want
+            .max(2)
+            .checked_next_power_of_two()
+            .ok_or(libc::EINVAL)?;
+        let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
+        let mut req = rnic_create_cq {
+            drv: CreateCqReq {
+                ring_va: ring.addr(),
+                entries,
+                reserved: 0,
+            },
+            ..Default::default()
+        };
+        let mut resp = CreateCqResp::default();
+        // SAFETY: a ring of `entries` CQEs, mapped above (zeroed), owned by the CQ.
+        let view = unsafe { Ring::new(ring.ptr, entries, size_of::<Cqe>() as u32) };
+        let cq = Box::into_raw(Box::new(Cq {
+            ibv: ibv_cq::zeroed(),
+            // SAFETY: ctx is an open context of ours.
+            inner: unsafe { inner(ctx) },
+            // The slot is the kernel's answer, below.
+            reader: Mutex::new(CqReader::new(view, 0)),
+            _ring: ring,
+        }));
+        // SAFETY: our CQ and buffers.
+        let r = cmd(unsafe {
+            ibv_cmd_create_cq(
+                ctx,
+                entries as c_int,
+                channel,
+                comp_vector,
+                cq.cast(),
+                &mut req.hdr,
+                size_of::<rnic_create_cq>(),
+                &mut resp.core,
+                size_of::<CreateCqResp>(),
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(cq) });
+            return Err(e);
+        }
+        if resp.drv.entries != entries {
+            // SAFETY: the CQ just created, ours, never handed out.
+            unsafe {
+                ibv_cmd_destroy_cq(cq.cast());
+                drop(Box::from_raw(cq));
+            }
+            return Err(libc::EPROTO);
+        }
+        // SAFETY: ours, not yet handed out.
+        *lock(unsafe { &(*cq).reader }) = CqReader::new(view, resp.drv.doorbell_slot);
+        Ok(cq.cast())
+    })
+}
+
+unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    status("destroy_cq", || {
+        // SAFETY: a CQ of ours.
+        cmd(unsafe { ibv_cmd_destroy_cq(cq) })?;
+        // SAFETY: allocated by create_cq; the device no longer writes its ring.
+        drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("poll_cq", -1, || {
+        // SAFETY: a CQ of ours, alive while the application polls it.
+        let cq = unsafe { cq_of(cq) };
+        // SAFETY: the context outlives its CQs.
+        let inner = unsafe { &*cq.inner };
+        let mut reader = lock(&cq.reader);
+        let before = reader.consumed();
+        let mut got = 0;
+        while got < n.max(0) {
+            let Some(c) = reader.take() else { break };
+            if !credit(inner, &c) {
+                // A completion of a QP destroyed since: nobody's (as rnic.ko does).
+                continue;
+            }
+            // SAFETY: the application's array of `n` entries.
+            unsafe { wc.add(got as usize).write(ibv_wc_of(&c)) };
+            got += 1;
+        }
+        if reader.consumed() != before {
+            reader.publish(&inner.db);
+        }
+        got
+    })
+}
+
+/// Frees the queue entries a completion completes; false if its QP is not (or no
+/// longer) one of the context's.
+fn credit(inner: &Inner, c: &Cqe) -> bool {
+    let Some(track) = lock(&inner.qps).get(&c.qp_num).cloned() else {
+        return false;
+    };
+    if is_recv(c) {
+        lock(&track.rq).complete();
+    } else {
+        lock(&track.sq).complete(c.wr_id, c.status == 0);
+    }
+    true
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    status("req_notify_cq", || {
+        // SAFETY: a CQ of ours.
+        let cq = unsafe { cq_of(cq) };
+        // SAFETY: the context outlives its CQs.
+        let inner = unsafe { &*cq.inner };
+        lock(&cq.reader).arm(&inner.db, solicited_only != 0);
+        Ok(())
+    })
+}
+
+// ---- QP ----
+
+/// `struct verbs_qp`'s room: libibverbs' `ibv_qp_to_qp_ex` reads `comp_mask` (0 here: no
+/// extended QP).
+#[repr(C)]
+struct VerbsQp {
+    qp_ex: ibv_qp_ex,
+    comp_mask: u32,
+    xrcd: *mut c_void,
+}
+
+/// A QP.
+#[repr(C)]
+struct Qp {
+    vqp: VerbsQp,
+    inner: *const Inner,
+    track: Arc<QpTrack>,
+    /// `enum ibv_qp_state` as the last successful MODIFY_QP left it.
+    state: AtomicU32,
+    sq: Ring,
+    rq: Ring,
+    sq_slot: u32,
+    rq_slot: u32,
+    limits: SendLimits,
+    max_recv_sge: u32,
+    sq_sig_all: bool,
+    _sq_ring: Mapping,
+    _rq_ring: Mapping,
+}
+
+/// The QP of an `ibv_qp` of ours.
+///
+/// # Safety
+///
+/// `qp` was created by [`create_qp`] and not destroyed.
+unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a Qp {
+    // SAFETY: the caller's contract; the ibv_qp is at offset 0.
+    unsafe { &*qp.cast::<Qp>() }
+}
+
+fn entries_for(wr: u32) -> Result<u32, Errno> {
+    wr.max(1).checked_next_power_of_two().ok_or(libc::EINVAL)
+}
+
+unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    object("create_qp", || {
+        // SAFETY: libibverbs' arguments.
+        let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
+        if !a.srq.is_null() {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let ud = match a.qp_type {
+            IBV_QPT_RC | IBV_QPT_UC => false,
+            IBV_QPT_UD => true,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
+        let cap = a.cap;
+        let sq_entries = entries_for(cap.max_send_wr)?;
+        let rq_entries = if cap.max_recv_wr == 0 {
+            0
+        } else {
+            entries_for(cap.max_recv_wr)?
+        };
+        let sq_stride = sq_stride(cap.max_send_sge, cap.max_inline_data);
+        let rq_stride = rq_stride(cap.max_recv_sge);
+        let sq_ring = Mapping::anonymous(sq_entries as usize * sq_stride as usize)?;
+        let rq_ring = Mapping::anonymous(rq_entries as usize * rq_stride as usize)?;
+        let mut req = rnic_create_qp {
+            drv: CreateQpReq {
+                sq_va: sq_ring.addr(),
+                rq_va: rq_ring.addr(),
+                sq_entries,
+                rq_entries,
+            },
+            ..Default::default()
+        };
+        let mut resp = CreateQpResp::default();
+        let qp = Box::into_raw(Box::new(Qp {
+            // SAFETY: VerbsQp is valid all-zero (integers, pointers, empty ops).
+            vqp: unsafe { std::mem::zeroed() },
+            // SAFETY: an open context of ours.
+            inner: unsafe { inner(ctx) },
+            track: Arc::new(QpTrack {
+                sq: Mutex::new(SqState::new(sq_entries)),
+                rq: Mutex::new(RqState::new(rq_entries)),
+            }),
+            state: AtomicU32::new(IBV_QPS_RESET),
+            // SAFETY: the rings just mapped, of these geometries.
+            sq: unsafe { Ring::new(sq_ring.ptr, sq_entries, sq_stride) },
+            // SAFETY: as above.
+            rq: unsafe { Ring::new(rq_ring.ptr, rq_entries, rq_stride) },
+            sq_slot: 0,
+            rq_slot: 0,
+            limits: SendLimits {
+                max_sge: cap.max_send_sge,
+                max_inline: 0,
+                ud,
+            },
+            max_recv_sge: cap.max_recv_sge,
+            sq_sig_all: a.sq_sig_all != 0,
+            _sq_ring: sq_ring,
+            _rq_ring: rq_ring,
+        }));
+        // SAFETY: our QP (its ibv_qp first) and buffers; libibverbs' attributes.
+        let r = cmd(unsafe {
+            ibv_cmd_create_qp(
+                pd,
+                qp.cast(),
+                attr,
+                &mut req.hdr,
+                size_of::<rnic_create_qp>(),
+                &mut resp.core,
+                size_of::<CreateQpResp>(),
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(qp) });
+            return Err(e);
+        }
+        let d = resp.drv;
+        // SAFETY: ours, not yet handed out.
+        let q = unsafe { &mut *qp };
+        if d.sq_stride != sq_stride || (rq_entries > 0 && d.rq_stride != rq_stride) {
+            // SAFETY: the QP just created.
+            unsafe { ibv_cmd_destroy_qp(qp.cast()) };
+            // SAFETY: ours.
+            drop(unsafe { Box::from_raw(qp) });
+            return Err(libc::EPROTO);
+        }
+        q.sq_slot = d.sq_slot;
+        q.rq_slot = d.rq_slot;
+        q.limits.max_inline = d.max_inline_data.min(sq_stride - 64);
+        // SAFETY: the context outlives its QPs.
+        let inner = unsafe { &*q.inner };
+        lock(&inner.qps).insert(d.qpn, q.track.clone());
+        Ok(qp.cast())
+    })
+}
+
+unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    status("destroy_qp", || {
+        // SAFETY: a QP of ours.
+        let (num, inner) = unsafe { ((*qp).qp_num, qp_of(qp).inner) };
+        // SAFETY: as above.
+        cmd(unsafe { ibv_cmd_destroy_qp(qp) })?;
+        // SAFETY: the context outlives its QPs.
+        lock(unsafe { &(*inner).qps }).remove(&num);
+        // SAFETY: allocated by create_qp; the device no longer reads its rings.
+        drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    status("modify_qp", || {
+        // SAFETY: a QP of ours.
+        let q = unsafe { qp_of(qp) };
+        // Hold the queues so that no post runs while the state changes under it.
+        let mut sq = lock(&q.track.sq);
+        let mut rq = lock(&q.track.rq);
+        let mut req = ibv_modify_qp::default();
+        // SAFETY: a QP of ours, libibverbs' attributes, our buffer.
+        cmd(unsafe { ibv_cmd_modify_qp(qp, attr, mask, &mut req, size_of::<ibv_modify_qp>()) })?;
+        if mask & IBV_QP_STATE != 0 {
+            // SAFETY: libibverbs' attributes.
+            let state = unsafe { (*attr).qp_state };
+            if state == IBV_QPS_RESET {
+                // The device forgot its counts and leaves the slots to the driver
+                // (datasheet §7.8): both count from 0 again.
+                sq.reset();
+                rq.reset();
+                // SAFETY: the context outlives its QPs.
+                let db = unsafe { &(*q.inner).db };
+                db.store(q.sq_slot, 0, 0);
+                db.store(q.rq_slot, 0, 0);
+            }
+            q.state.store(state, Ordering::Release);
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    status("query_qp", || {
+        let mut req = ibv_query_qp::default();
+        // SAFETY: a QP of ours, libibverbs' buffers, ours.
+        cmd(unsafe {
+            ibv_cmd_query_qp(
+                qp,
+                attr,
+                mask,
+                init_attr,
+                &mut req,
+                size_of::<ibv_query_qp>(),
+            )
+        })
+    })
+}
+
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard("post_send", libc::EIO, || {
+        // SAFETY: a QP of ours.
+        let q = unsafe { qp_of(qp) };
+        // SAFETY: the context outlives its QPs.
+        let inner = unsafe { &*q.inner };
+        let state = q.state.load(Ordering::Acquire);
+        let mut sq = lock(&q.track.sq);
+        let before = sq.posted();
+        let mut w = wr;
+        let mut err = 0;
+        if matches!(state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+            err = libc::EINVAL;
+        }
+        while err == 0 && !w.is_null() {
+            // SAFETY: the application's list.
+            let r = unsafe { &*w };
+            if sq.free() == 0 {
+                err = libc::ENOMEM;
+                break;
+            }
+            let av = if q.limits.ud {
+                // SAFETY: `wr.ud` is the union member of UD sends; its AH is one of ours.
+                let ah = unsafe { r.wr.ud.ah };
+                if ah.is_null() {
+                    err = libc::EINVAL;
+                    break;
+                }
+                // SAFETY: an AH of ours (the Ah starts with its ibv_ah).
+                Some(unsafe { (*ah.cast::<Ah>()).av })
+            } else {
+                None
+            };
+            // SAFETY: the entry after the last posted is free (checked above), under the
+            // SQ's lock; the application's SGEs.
+            let written =
+                unsafe { write_send_wqe(q.sq.entry(sq.posted()), r, av.as_ref(), q.limits) };
+            if let Err(e) = written {
+                err = e;
+                break;
+            }
+            sq.push(SendSlot {
+                wr_id: r.wr_id,
+                signaled: q.sq_sig_all || r.send_flags & IBV_SEND_SIGNALED != 0,
+            });
+            w = r.next;
+        }
+        if sq.posted() != before {
+            inner.db.ring(q.sq_slot, sq.posted());
+        }
+        if err != 0 && !bad_wr.is_null() {
+            // SAFETY: the application's out pointer.
+            unsafe { *bad_wr = w };
+        }
+        err
+    })
+}
+
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("post_recv", libc::EIO, || {
+        // SAFETY: a QP of ours.
+        let q = unsafe { qp_of(qp) };
+        // SAFETY: the context outlives its QPs.
+        let inner = unsafe { &*q.inner };
+        let mut rq = lock(&q.track.rq);
+        let before = rq.posted();
+        let mut w = wr;
+        let mut err = 0;
+        if q.state.load(Ordering::Acquire) == IBV_QPS_RESET || q.rq.entries() == 0 {
+            err = libc::EINVAL;
+        }
+        while err == 0 && !w.is_null() {
+            // SAFETY: the application's list.
+            let r = unsafe { &*w };
+            let n = usize::try_from(r.num_sge).unwrap_or(usize::MAX);
+            if n > q.max_recv_sge as usize {
+                err = libc::EINVAL;
+                break;
+            }
+            if rq.free() == 0 {
+                err = libc::ENOMEM;
+                break;
+            }
+            let sges: Vec<Sge> = (0..n)
+                .map(|i| {
+                    // SAFETY: the application's `num_sge` SGEs.
+                    let s = unsafe { &*r.sg_list.add(i) };
+                    Sge {
+                        addr: s.addr,
+                        length: s.length,
+                        lkey: s.lkey,
+                    }
+                })
+                .collect();
+            // SAFETY: the entry after the last posted is free, under the RQ's lock.
+            write_recv_wqe(unsafe { q.rq.entry(rq.posted()) }, r.wr_id, &sges);
+            rq.push();
+            w = r.next;
+        }
+        if rq.posted() != before {
+            inner.db.ring(q.rq_slot, rq.posted());
+        }
+        if err != 0 && !bad_wr.is_null() {
+            // SAFETY: the application's out pointer.
+            unsafe { *bad_wr = w };
+        }
+        err
+    })
+}
+
+// ---- AH ----
+
+/// An address handle: the address vector UD sends carry (the device sends from the
+/// function's own GID, so `sgid_index` is not kept).
+#[repr(C)]
+struct Ah {
+    ibv: ibv_ah,
+    av: UdAv,
+}
+
+unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    object("create_ah", || {
+        // SAFETY: libibverbs' argument.
+        let a = unsafe { &*attr };
+        if a.is_global == 0 {
+            // RoCE has no LIDs: every address is a GID.
+            return Err(libc::EINVAL);
+        }
+        let mut ibv = ibv_ah::zeroed();
+        // SAFETY: libibverbs' PD.
+        ibv.context = unsafe { (*pd).context };
+        ibv.pd = pd;
+        let ah = Box::new(Ah {
+            ibv,
+            av: UdAv {
+                // SAFETY: every view of the GID union is its 16 bytes.
+                dgid: unsafe { a.grh.dgid.raw },
+                hop_limit: a.grh.hop_limit,
+                traffic_class: a.grh.traffic_class,
+                flow_label: a.grh.flow_label,
+            },
+        });
+        Ok(Box::into_raw(ah).cast())
+    })
+}
+
+unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
+    status("destroy_ah", || {
+        // SAFETY: allocated by create_ah.
+        drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_match_table_names_the_pf_and_the_vf_and_ends() {
+        assert_eq!(MATCH_TABLE[0].vendor, 0xF1C0);
+        assert_eq!(MATCH_TABLE[0].device, 0x0001);
+        assert_eq!(MATCH_TABLE[1].device, 0x0002);
+        assert_eq!(MATCH_TABLE[2].kind, VERBS_MATCH_SENTINEL);
+        assert_eq!(OPS.match_min_abi_version, 1);
+        assert!(OPS.import_context.is_none());
+    }
+
+    #[test]
+    fn objects_start_with_their_libibverbs_structure() {
+        assert_eq!(offset_of!(Context, vctx), 0);
+        assert_eq!(offset_of!(Cq, ibv), 0);
+        assert_eq!(offset_of!(Qp, vqp), 0);
+        assert_eq!(offset_of!(VerbsQp, qp_ex), 0);
+        assert_eq!(offset_of!(Ah, ibv), 0);
+        assert_eq!(offset_of!(Pd, ibv), 0);
+        // verbs_qp: the union of ibv_qp and ibv_qp_ex, comp_mask, xrcd.
+        assert_eq!(size_of::<VerbsQp>(), size_of::<ibv_qp_ex>() + 16);
+    }
+
+    fn u32_at(m: &Mapping, off: u64) -> u32 {
+        // SAFETY: inside a mapping of a page or more, 4-aligned.
+        unsafe { ptr::read_volatile(m.ptr.add(off as usize).cast::<u32>()) }
+    }
+
+    /// A context part, a CQ and an RC QP of ours on plain memory, as create_cq and
+    /// create_qp would leave them after the kernel's answers (CQ slot 5, SQ slot 1, RQ
+    /// slot 2 of doorbell page 3).
+    fn fake_objects() -> (Box<Inner>, Box<Cq>, Box<Qp>) {
+        let db_page = Mapping::anonymous(4096).unwrap();
+        let kick_page = Mapping::anonymous(4096).unwrap();
+        // SAFETY: the pages live as long as Inner.
+        let db = unsafe { Doorbells::new(db_page.ptr, kick_page.ptr, 3) };
+        let inner = Box::new(Inner {
+            db,
+            _db_page: db_page,
+            _kick_page: kick_page,
+            qps: Mutex::new(HashMap::new()),
+        });
+        let cq_ring = Mapping::anonymous(4 * 32).unwrap();
+        // SAFETY: 4 CQEs in the mapping the CQ owns.
+        let view = unsafe { Ring::new(cq_ring.ptr, 4, 32) };
+        let cq = Box::new(Cq {
+            ibv: ibv_cq::zeroed(),
+            inner: &*inner,
+            reader: Mutex::new(CqReader::new(view, 5)),
+            _ring: cq_ring,
+        });
+        let (sq_stride, rq_stride) = (sq_stride(1, 64), rq_stride(1));
+        let sq_ring = Mapping::anonymous(4 * sq_stride as usize).unwrap();
+        let rq_ring = Mapping::anonymous(4 * rq_stride as usize).unwrap();
+        let track = Arc::new(QpTrack {
+            sq: Mutex::new(SqState::new(4)),
+            rq: Mutex::new(RqState::new(4)),
+        });
+        // SAFETY: VerbsQp is valid all-zero.
+        let mut vqp: VerbsQp = unsafe { std::mem::zeroed() };
+        vqp.qp_ex.qp_base.qp_num = 0x11;
+        let qp = Box::new(Qp {
+            vqp,
+            inner: &*inner,
+            track: track.clone(),
+            state: AtomicU32::new(IBV_QPS_RTS),
+            // SAFETY: the rings the QP owns.
+            sq: unsafe { Ring::new(sq_ring.ptr, 4, sq_stride) },
+            // SAFETY: as above.
+            rq: unsafe { Ring::new(rq_ring.ptr, 4, rq_stride) },
+            sq_slot: 1,
+            rq_slot: 2,
+            limits: SendLimits {
+                max_sge: 1,
+                max_inline: 64,
+                ud: false,
+            },
+            max_recv_sge: 1,
+            sq_sig_all: false,
+            _sq_ring: sq_ring,
+            _rq_ring: rq_ring,
+        });
+        lock(&inner.qps).insert(0x11, track);
+        (inner, cq, qp)
+    }
+
+    fn send(wr_id: u64, flags: std::ffi::c_uint, sge: &mut ibv_sge) -> ibv_send_wr {
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = wr_id;
+        w.opcode = IBV_WR_SEND;
+        w.send_flags = flags;
+        w.sg_list = sge;
+        w.num_sge = 1;
+        w
+    }
+
+    #[test]
+    fn posting_rings_polling_credits_and_a_full_queue_says_enomem() {
+        let (inner, mut cq, mut qp) = fake_objects();
+        let qp_ptr: *mut ibv_qp = (&mut *qp as *mut Qp).cast();
+        let cq_ptr: *mut ibv_cq = (&mut *cq as *mut Cq).cast();
+        let mut sge = ibv_sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 1,
+        };
+        let mut sge2 = sge;
+        let mut second = send(2, IBV_SEND_SIGNALED, &mut sge2);
+        let mut first = send(1, 0, &mut sge);
+        first.next = &mut second;
+        let mut bad: *mut ibv_send_wr = null_mut();
+        // SAFETY: a QP of ours and a valid list.
+        assert_eq!(unsafe { post_send(qp_ptr, &mut first, &mut bad) }, 0);
+        let db = &inner._db_page;
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 2);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::RUNG_BITMAP), 1 << 1);
+        assert_eq!(u32_at(&inner._kick_page, 0), 0, "the device polls: no kick");
+        // Three more into four entries with two outstanding: the third is refused.
+        let (mut s3, mut s4, mut s5) = (sge, sge, sge);
+        let mut w5 = send(5, IBV_SEND_SIGNALED, &mut s5);
+        let mut w4 = send(4, 0, &mut s4);
+        let mut w3 = send(3, 0, &mut s3);
+        w4.next = &mut w5;
+        w3.next = &mut w4;
+        // SAFETY: the device asks to be kicked.
+        unsafe { ptr::write_volatile(db.ptr.cast::<u32>(), 1) };
+        // SAFETY: as above.
+        let r = unsafe { post_send(qp_ptr, &mut w3, &mut bad) };
+        assert_eq!(r, libc::ENOMEM);
+        assert_eq!(bad, &mut w5 as *mut _);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 4);
+        assert_eq!(
+            u32_at(&inner._kick_page, 0),
+            3,
+            "kicked with the page number"
+        );
+        // The device completes WR 2 (and so WR 1, unsignaled, before it).
+        let cqe = Cqe {
+            wr_id: 2,
+            byte_len: 8,
+            qp_num: 0x11,
+            owner: 1,
+            ..Cqe::default()
+        };
+        // SAFETY: entry 0 of the CQ ring, which the test plays the device for.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                zerocopy::IntoBytes::as_bytes(&cqe).as_ptr(),
+                cq._ring.ptr,
+                32,
+            )
+        };
+        let mut wc = [ibv_wc::zeroed(); 4];
+        // SAFETY: a CQ of ours and room for 4 completions.
+        assert_eq!(unsafe { poll_cq(cq_ptr, 4, wc.as_mut_ptr()) }, 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].opcode, wc[0].status),
+            (2, IBV_WC_SEND, 0)
+        );
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5)), 1);
+        assert_eq!(lock(&qp.track.sq).free(), 2);
+        // A completion of a QP that is no longer there is passed over.
+        let stale = Cqe {
+            qp_num: 0x99,
+            ..cqe
+        };
+        // SAFETY: entry 1 of the CQ ring.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                zerocopy::IntoBytes::as_bytes(&stale).as_ptr(),
+                cq._ring.ptr.add(32),
+                32,
+            )
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { poll_cq(cq_ptr, 4, wc.as_mut_ptr()) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5)), 2);
+        // SAFETY: a CQ of ours.
+        assert_eq!(unsafe { req_notify_cq(cq_ptr, 1) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 5) + 4), 2 | 1);
+        // A receive.
+        let mut rsge = sge;
+        let mut r = ibv_recv_wr::zeroed();
+        r.wr_id = 9;
+        r.sg_list = &mut rsge;
+        r.num_sge = 1;
+        let mut rbad: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a QP of ours and a valid WR.
+        assert_eq!(unsafe { post_recv(qp_ptr, &mut r, &mut rbad) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 2)), 1);
+        // Back to RESET: the counts and both slots start over from 0.
+        let mut attr = ibv_qp_attr::zeroed();
+        attr.qp_state = IBV_QPS_RESET;
+        // SAFETY: a QP of ours (the test's ibv_cmd_modify_qp succeeds doing nothing).
+        assert_eq!(unsafe { modify_qp(qp_ptr, &mut attr, IBV_QP_STATE) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 2)), 0);
+        assert_eq!(lock(&qp.track.sq).free(), 4);
+        assert_eq!(lock(&qp.track.rq).posted(), 0);
+        // SAFETY: as above.
+        let r = unsafe { post_recv(qp_ptr, &mut r, &mut rbad) };
+        assert_eq!(r, libc::EINVAL);
+        // Sends before RTS break the verbs rules: refused, nothing rung.
+        attr.qp_state = IBV_QPS_INIT;
+        // SAFETY: as above.
+        assert_eq!(unsafe { modify_qp(qp_ptr, &mut attr, IBV_QP_STATE) }, 0);
+        let mut s6 = sge;
+        let mut w6 = send(6, IBV_SEND_SIGNALED, &mut s6);
+        // SAFETY: as above.
+        let r = unsafe { post_send(qp_ptr, &mut w6, &mut bad) };
+        assert_eq!(r, libc::EINVAL);
+        assert_eq!(bad, &mut w6 as *mut _);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 0);
+    }
+
+    #[test]
+    fn panics_do_not_cross_the_boundary() {
+        assert_eq!(status("test", || panic!("boom")), libc::EIO);
+        assert!(object::<u8>("test", || panic!("boom")).is_null());
+    }
+}
