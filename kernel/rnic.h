@@ -35,8 +35,10 @@ enum rnic_vector {
 /* Doorbell pages of the driver's Ethernet queues. */
 #define RNIC_DB_PAGE_TX		1
 #define RNIC_DB_PAGE_RX		2
-/* The first doorbell page of the RDMA objects; they spill to later ones. */
+/* The doorbell page of the kernel's RDMA objects, and of nothing else. */
 #define RNIC_DB_PAGE_IB		3
+/* The first of the pages user contexts get, one each (datasheet 17). */
+#define RNIC_DB_PAGE_USER	4
 
 struct rnic_cmdq {
 	struct mutex lock;	/* one command at a time */
