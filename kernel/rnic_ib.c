@@ -108,7 +108,9 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 	const struct rnic_limits *l = &rd->info.limits;
 	u32 fw = le32_to_cpu(rd->info.fw_version);
 
-	if (udata && (udata->inlen || udata->outlen))
+	/* ibv_query_device_ex: no driver data (zeroes are as good as none). */
+	if (udata && udata->inlen &&
+	    !ib_is_udata_cleared(udata, 0, udata->inlen))
 		return -EINVAL;
 	memset(a, 0, sizeof(*a));
 	a->fw_ver = fw;

@@ -374,6 +374,32 @@ static struct rnic_cqe *poll_cqe(struct ctx *c, struct cq *cq)
 	die("no CQE in 5 s");
 }
 
+/* ibv_query_device_ex's command: the driver's query_device with udata. */
+static void query_device_ex(struct ctx *c)
+{
+	struct {
+		struct ib_uverbs_cmd_hdr h;
+		struct ib_uverbs_ex_cmd_hdr x;
+		struct ib_uverbs_ex_query_device q;
+	} req = {};
+	struct ib_uverbs_ex_query_device_resp r = {};
+	struct ib_uverbs_query_device_resp *b = &r.base;
+
+	req.h.command = IB_USER_VERBS_CMD_FLAG_EXTENDED |
+			IB_USER_VERBS_EX_CMD_QUERY_DEVICE;
+	req.h.in_words = sizeof(req.q) / 8;
+	req.h.out_words = sizeof(r) / 8;
+	req.x.response = (uintptr_t)&r;
+	check(write(c->fd, &req, sizeof(req)) == sizeof(req),
+	      "EX_QUERY_DEVICE: %s", strerror(errno));
+	printf("device: max_qp %u max_qp_wr %u max_sge %u max_cq %u max_cqe %u max_mr %u max_pd %u max_mr_size %#llx page_size_cap %#llx max_qp_rd_atom %u\n",
+	       b->max_qp, b->max_qp_wr, b->max_sge, b->max_cq, b->max_cqe,
+	       b->max_mr, b->max_pd, (unsigned long long)b->max_mr_size,
+	       (unsigned long long)b->page_size_cap, b->max_qp_rd_atom);
+	check(b->max_qp_wr && b->max_sge && b->max_cqe && b->max_mr_size &&
+	      b->page_size_cap == 4096, "device limits");
+}
+
 static void hold(const char *dev)
 {
 	struct ctx c;
@@ -430,6 +456,7 @@ int main(int argc, char **argv)
 	check(c.uc.doorbell_page >= 4, "doorbell page %u", c.uc.doorbell_page);
 	check(c.uc.caps & RNIC_CAP_USER_KICK, "caps");
 	map_ctx(&c);
+	query_device_ex(&c);
 	pd = alloc_pd(&c, &pdn);
 	printf("PD %u\n", pdn);
 
