@@ -49,8 +49,8 @@
 //! driver data of kernel/rnic-abi-user.h, maps its doorbell page and the user kick page,
 //! registers MRs (16 MiB, 256 MiB in page tables, unmapped memory refused), connects an RC
 //! QP to itself, and completes two RDMA WRITEs through its own rings and doorbells (the
-//! second with a completion event); then rnic.ko is unloaded while a process holds a
-//! context with objects, loaded again, and the run repeated.
+//! second with a completion event); then the function is reset (FLR) and rnic.ko is
+//! unloaded while a process holds a context with objects, and the run repeated after each.
 //!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
@@ -1186,8 +1186,8 @@ fn uverbs_smoke_program(dir: &std::path::Path) -> std::path::PathBuf {
     exe
 }
 
-/// The kernel guest's script: uverbs_smoke's run, its hold under `rmmod rnic`, and a run
-/// after the reload.
+/// The kernel guest's script: uverbs_smoke's run, its hold under an FLR and under `rmmod
+/// rnic`, and a run after each.
 fn uverbs_script() -> String {
     format!(
         r#"{HELPERS}
@@ -1204,14 +1204,26 @@ step uverbs
 modprobe ib_uverbs || die "modprobe ib_uverbs"
 wait_uverbs
 uverbs_smoke run "$uv" rnic0 || die "uverbs_smoke run"
+# hold: a process with a context, a PD, an MR, a CQ and a QP, in the background.
+hold() {{
+    uverbs_smoke hold "$uv" > /tmp/hold.txt 2>&1 &
+    hold_pid=$!
+    i=0
+    until grep -q HOLDING /tmp/hold.txt; do
+        i=$((i + 1)); [ $i -lt 300 ] || {{ cat /tmp/hold.txt; die "uverbs_smoke hold"; }}
+        sleep 0.1
+    done
+}}
+step flr-with-a-process
+hold
+pci=$(basename "$(readlink /sys/class/net/eth0/device)")
+timeout 120 sh -c "echo 1 > /sys/bus/pci/devices/$pci/reset" || die "FLR with a live user context"
+echo "=== reset under a process"
+kill $hold_pid; wait $hold_pid
+wait_uverbs
+uverbs_smoke run "$uv" rnic0 || die "uverbs_smoke run after the FLR"
 step unload-with-a-process
-uverbs_smoke hold "$uv" > /tmp/hold.txt 2>&1 &
-hold_pid=$!
-i=0
-until grep -q HOLDING /tmp/hold.txt; do
-    i=$((i + 1)); [ $i -lt 300 ] || {{ cat /tmp/hold.txt; die "uverbs_smoke hold"; }}
-    sleep 0.1
-done
+hold
 timeout 120 rmmod rnic || die "rmmod rnic with a live user context"
 echo "=== unloaded under a process"
 kill $hold_pid; wait $hold_pid
@@ -1246,8 +1258,9 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
     assert!(succeeded(&console, status), "the guest failed ({status:?})");
     assert_eq!(
         console.matches("UVERBS-SMOKE OK").count(),
-        2,
-        "two complete runs"
+        3,
+        "three complete runs"
     );
+    assert!(console.contains("=== reset under a process"));
     assert!(console.contains("=== unloaded under a process"));
 }
