@@ -21,7 +21,7 @@
 
 #define RNIC_DRV_NAME		"rnic"
 /* The driver's version: the ABI level it implements. */
-#define RNIC_DRV_VERSION	"1.8"
+#define RNIC_DRV_VERSION	"1.9"
 
 /* MSI-X vectors the driver uses. */
 enum rnic_vector {
@@ -35,8 +35,10 @@ enum rnic_vector {
 /* Doorbell pages of the driver's Ethernet queues. */
 #define RNIC_DB_PAGE_TX		1
 #define RNIC_DB_PAGE_RX		2
-/* The first doorbell page of the RDMA objects; they spill to later ones. */
+/* The doorbell page of the kernel's RDMA objects, and of nothing else. */
 #define RNIC_DB_PAGE_IB		3
+/* The first of the pages user contexts get, one each (datasheet 17). */
+#define RNIC_DB_PAGE_USER	4
 
 struct rnic_cmdq {
 	struct mutex lock;	/* one command at a time */

@@ -18,9 +18,11 @@
 #include <stddef.h>
 #endif
 
+#include "rnic-abi-user.h"	/* abi/src/uverbs.rs */
+
 /* abi/src/lib.rs */
 #define RNIC_ABI_MAJOR			1
-#define RNIC_ABI_MINOR			8
+#define RNIC_ABI_MINOR			9
 #define RNIC_PAGE_SIZE			4096
 
 /* abi/src/pci.rs */
@@ -53,6 +55,8 @@
 #define RNIC_REG_DOORBELL_PAGES		0x04c
 #define RNIC_REG_MSIX_VECTORS		0x050
 #define RNIC_REG_ERROR_CODE		0x054
+#define RNIC_REG_USER_KICK_PAGE		0x1000
+#define RNIC_REG_USER_KICK		0x1000
 
 #define RNIC_MAGIC			0x43494e52	/* "RNIC" */
 #define RNIC_FUNCTION_IS_VF		0x1
@@ -64,9 +68,12 @@
 #define RNIC_CAP_RDMA_RC		0x10ULL
 #define RNIC_CAP_SEND_VARIANTS		0x100ULL
 #define RNIC_CAP_UD			0x400ULL
+#define RNIC_CAP_PAGE_TABLES		0x20000ULL
+#define RNIC_CAP_UC			0x40000ULL
 #define RNIC_CAP_ETH			0x100000ULL
 #define RNIC_CAP_FAST_REG		0x200000ULL
 #define RNIC_CAP_GSI			0x400000ULL
+#define RNIC_CAP_USER_KICK		0x800000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -197,6 +204,9 @@ struct rnic_query_device_resp {
 
 /* abi/src/verbs.rs */
 #define RNIC_PAGE_SHIFT			12
+#define RNIC_MAX_PAGE_LIST		0x100000
+#define RNIC_PAGE_TABLE_ENTRIES		512
+#define RNIC_MAX_PAGE_LEVELS		3
 
 struct rnic_page_list {
 	__le64 addr;
@@ -220,6 +230,7 @@ struct rnic_doorbell_slot {
 /* QP types (verbs.rs, ud.rs) */
 #define RNIC_QPT_GSI			1
 #define RNIC_QPT_RC			2
+#define RNIC_QPT_UC			3
 #define RNIC_QPT_UD			4
 #define RNIC_GSI_QPN			1
 #define RNIC_GSI_QKEY			0x80010000U
@@ -346,6 +357,14 @@ struct rnic_object_resp {
 struct rnic_reg_mr_resp {
 	__le32 lkey;
 	__le32 rkey;
+};
+
+struct rnic_reg_mr_req {
+	__le32 pdn;
+	__le32 access;
+	__le64 iova;
+	__le64 length;
+	struct rnic_page_list pages;
 };
 
 struct rnic_reg_dma_mr_req {
@@ -687,6 +706,7 @@ static_assert(sizeof(struct rnic_create_eq_resp) == 16);
 static_assert(sizeof(struct rnic_eqe) == 16);
 static_assert(sizeof(struct rnic_object_req) == 8);
 static_assert(sizeof(struct rnic_reg_mr_resp) == 8);
+static_assert(sizeof(struct rnic_reg_mr_req) == 40);
 static_assert(sizeof(struct rnic_reg_dma_mr_req) == 8);
 static_assert(sizeof(struct rnic_alloc_fast_reg_mr_req) == 8);
 static_assert(sizeof(struct rnic_create_cq_req) == 24);
@@ -718,5 +738,11 @@ static_assert(sizeof(struct rnic_mac_entry) == 8);
 static_assert(sizeof(struct rnic_eth_counters) == 128);
 static_assert(sizeof(struct rnic_query_eth_resp) == 24 + 128);
 static_assert(sizeof(struct rnic_eth_queue_stats) == 40);
+static_assert(sizeof(struct rnic_uverbs_alloc_ucontext_resp) == 32);
+static_assert(sizeof(struct rnic_uverbs_alloc_pd_resp) == 8);
+static_assert(sizeof(struct rnic_uverbs_create_cq_req) == 16);
+static_assert(sizeof(struct rnic_uverbs_create_cq_resp) == 16);
+static_assert(sizeof(struct rnic_uverbs_create_qp_req) == 24);
+static_assert(sizeof(struct rnic_uverbs_create_qp_resp) == 24);
 
 #endif /* RNIC_ABI_H */

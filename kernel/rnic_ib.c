@@ -3,7 +3,8 @@
  * rnic: the RDMA device of a function. Registers one ib_device (rnic%d) per
  * function over its network interface: one RoCEv2 port whose state follows
  * the interface's carrier, one P_Key, a GID table the core fills from the
- * interface's addresses. Kernel verbs only: no user contexts yet.
+ * interface's addresses. Kernel verbs, and with CAP_USER_KICK user verbs
+ * (rnic_ib_user.c).
  */
 #include <linux/dma-mapping.h>
 #include <linux/etherdevice.h>
@@ -16,6 +17,7 @@
 #include "rnic_ib.h"
 
 #define RNIC_KVERBS_CAPS	(RNIC_CAP_FAST_REG | RNIC_CAP_GSI)
+#define RNIC_UVERBS_CAPS	(RNIC_KVERBS_CAPS | RNIC_CAP_USER_KICK)
 
 /* A zeroed coherent buffer of @size bytes and the flat list of its pages. */
 int rnic_ib_buf_alloc(struct rnic_ib *rib, struct rnic_ib_buf *buf,
@@ -106,7 +108,9 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 	const struct rnic_limits *l = &rd->info.limits;
 	u32 fw = le32_to_cpu(rd->info.fw_version);
 
-	if (udata && (udata->inlen || udata->outlen))
+	/* ibv_query_device_ex: no driver data (zeroes are as good as none). */
+	if (udata && udata->inlen &&
+	    !ib_is_udata_cleared(udata, 0, udata->inlen))
 		return -EINVAL;
 	memset(a, 0, sizeof(*a));
 	a->fw_ver = fw;
@@ -135,6 +139,8 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 	a->max_res_rd_atom = a->max_qp_rd_atom * a->max_qp;
 	a->atomic_cap = IB_ATOMIC_HCA;
 	a->max_ah = RNIC_IB_MAX_AH;
+	a->max_srq = 0;
+	a->max_mw = 0;
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	if (rd->caps & RNIC_CAP_FAST_REG)
@@ -314,6 +320,19 @@ static const struct ib_device_ops rnic_ib_kverbs_ops = {
 	.reg_user_mr = rnic_reg_user_mr,
 };
 
+/* User verbs: contexts with a doorbell page of their own (ABI 1.9). */
+static const struct ib_device_ops rnic_ib_uverbs_ops = {
+	.uverbs_abi_ver = RNIC_UVERBS_ABI_VERSION,
+
+	.alloc_ucontext = rnic_alloc_ucontext,
+	.dealloc_ucontext = rnic_dealloc_ucontext,
+	.disassociate_ucontext = rnic_disassociate_ucontext,
+	.mmap = rnic_mmap,
+	.mmap_free = rnic_mmap_free,
+
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ucontext, ibuc),
+};
+
 static void rnic_ib_port_event(struct rnic_ib *rib, enum ib_event_type type)
 {
 	struct ib_event ev = {
@@ -377,6 +396,8 @@ int rnic_ib_add(struct rnic_dev *rd)
 	xa_init(&rib->cqs);
 	xa_init(&rib->qps);
 	spin_lock_init(&rib->db_lock);
+	spin_lock_init(&rib->upages_lock);
+	bitmap_zero(rib->upages, RNIC_DB_PAGES);
 	mutex_init(&rib->gid_lock);
 	atomic_set(&rib->ahs, 0);
 	rib->db_pages = min_t(u32, le32_to_cpu(rd->info.limits.doorbell_pages),
@@ -394,6 +415,13 @@ int rnic_ib_add(struct rnic_dev *rd)
 	else
 		dev_info(dev, "the device lacks caps %#llx (kernel memory keys, GSI QP): kernel RDMA users do not see the RDMA device\n",
 			 RNIC_KVERBS_CAPS & ~rd->caps);
+	/*
+	 * ib_uverbs serves a device with alloc_ucontext; reg_user_mr, which
+	 * processes need, comes with the kernel verbs' caps above.
+	 */
+	if ((rd->caps & RNIC_UVERBS_CAPS) == RNIC_UVERBS_CAPS &&
+	    rib->db_pages > RNIC_DB_PAGE_USER)
+		ib_set_device_ops(ibdev, &rnic_ib_uverbs_ops);
 
 	ret = rnic_ib_eq_create(rib);
 	if (ret)

@@ -10,6 +10,7 @@
 
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
 
 #include "rnic.h"
@@ -26,6 +27,26 @@ struct rnic_ib_buf {
 	__le64 *pages;
 	dma_addr_t pages_dma;
 	u32 npages;
+};
+
+/* One coherent allocation of a page list: a flat array or a table page. */
+struct rnic_ib_pbl_chunk {
+	__le64 *va;
+	dma_addr_t dma;
+	size_t size;
+};
+
+/*
+ * The page list of pinned user memory (ib_umem): a flat array in one
+ * coherent allocation, or with CAP_PAGE_TABLES and more than one page of
+ * entries a page table of 4 KiB table pages (datasheet 7.2), level-1 tables
+ * first, the top table last.
+ */
+struct rnic_ib_pbl {
+	struct rnic_ib_pbl_chunk *chunks;
+	u32 nchunks;
+	u32 count;		/* 4 KiB pages named */
+	u8 levels;		/* 0: flat */
 };
 
 struct rnic_ib_eq {
@@ -64,6 +85,27 @@ struct rnic_ib {
 	atomic_t ahs;
 	atomic64_t stats[RNIC_NUM_STATS];
 	u32 db_pages;		/* doorbell pages of the function */
+	spinlock_t upages_lock;	/* upages */
+	DECLARE_BITMAP(upages, RNIC_DB_PAGES);	/* user contexts' pages */
+};
+
+/*
+ * A user context (one ibv_context of a process): its doorbell page, which
+ * holds its objects' slots and nobody else's, mapped into the process with
+ * the user kick page.
+ */
+struct rnic_ucontext {
+	struct ib_ucontext ibuc;
+	u32 db_page;
+	atomic_t objects;	/* CQs and QPs on db_page */
+	struct rdma_user_mmap_entry *db_entry;
+	struct rdma_user_mmap_entry *kick_entry;
+};
+
+/* What an mmap offset of a user context maps: one page of BAR0 or BAR2. */
+struct rnic_user_mmap {
+	struct rdma_user_mmap_entry rdma;
+	phys_addr_t addr;
 };
 
 struct rnic_pd {
@@ -75,6 +117,8 @@ struct rnic_mr {
 	struct ib_mr ibmr;
 	u32 key;
 	bool fast_reg;
+	struct ib_umem *umem;	/* reg_user_mr: the pinned memory */
+	struct rnic_ib_pbl pbl;	/* and its pages */
 	__le64 *pages;		/* fast registration: the page list */
 	dma_addr_t pages_dma;
 	u32 max_pages;
@@ -90,6 +134,9 @@ struct rnic_cq {
 	u32 arm_seq;
 	u32 cqn;
 	void __iomem *db;	/* consumer index at +0, arm word at +4 */
+	struct rnic_ucontext *uctx;	/* a user CQ's context, else NULL */
+	struct ib_umem *umem;	/* a user CQ's ring */
+	struct rnic_ib_pbl pbl;
 };
 
 struct rnic_wq {
@@ -104,6 +151,8 @@ struct rnic_wq {
 	u32 db_page;
 	u32 db_slot;
 	void __iomem *db;
+	struct ib_umem *umem;	/* a user QP's ring */
+	struct rnic_ib_pbl pbl;
 };
 
 struct rnic_qp {
@@ -116,6 +165,7 @@ struct rnic_qp {
 	u8 state;		/* RNIC_QPS_* as last set */
 	u32 max_inline;
 	bool sig_all;
+	struct rnic_ucontext *uctx;	/* a user QP's context, else NULL */
 };
 
 struct rnic_ah {
@@ -150,6 +200,17 @@ static inline struct rnic_qp *to_rqp(struct ib_qp *qp)
 	return container_of(qp, struct rnic_qp, ibqp);
 }
 
+static inline struct rnic_ucontext *to_ructx(struct ib_ucontext *uc)
+{
+	return container_of(uc, struct rnic_ucontext, ibuc);
+}
+
+static inline struct rnic_user_mmap *
+to_rumap(struct rdma_user_mmap_entry *entry)
+{
+	return container_of(entry, struct rnic_user_mmap, rdma);
+}
+
 static inline struct rnic_ah *to_rah(struct ib_ah *ah)
 {
 	return container_of(ah, struct rnic_ah, ibah);
@@ -170,10 +231,25 @@ void rnic_ib_page_list(const struct rnic_ib_buf *buf,
 void rnic_ib_ring(struct rnic_ib *rib, u32 page, u32 slot);
 int rnic_ib_check_sgid(struct rnic_ib *rib, const struct ib_gid_attr *attr);
 
+/* rnic_ib_user.c */
+int rnic_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
+void rnic_dealloc_ucontext(struct ib_ucontext *ibuc);
+void rnic_disassociate_ucontext(struct ib_ucontext *ibuc);
+int rnic_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
+void rnic_mmap_free(struct rdma_user_mmap_entry *entry);
+int rnic_udata_in(struct ib_udata *udata, void *req, size_t len);
+int rnic_udata_out(struct ib_udata *udata, void *resp, size_t len);
+struct ib_umem *rnic_umem_ring(struct rnic_ib *rib, u64 va, size_t size);
+int rnic_ib_pbl_alloc(struct rnic_ib *rib, struct rnic_ib_pbl *pbl,
+		      struct ib_umem *umem);
+void rnic_ib_pbl_free(struct rnic_ib *rib, struct rnic_ib_pbl *pbl);
+void rnic_ib_pbl_page_list(const struct rnic_ib_pbl *pbl,
+			   struct rnic_page_list *pl);
+
 /* rnic_ib_cq.c */
-int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
-			   u32 req_len, __le32 *page_field, void *resp,
-			   u32 resp_len);
+int rnic_ib_create_on_page(struct rnic_ib *rib, u32 page, u16 opcode,
+			   void *req, u32 req_len, __le32 *page_field,
+			   void *resp, u32 resp_len);
 int rnic_ib_eq_create(struct rnic_ib *rib);
 void rnic_ib_eq_destroy(struct rnic_ib *rib);
 irqreturn_t rnic_ib_eq_irq(int irq, void *data);

@@ -8,32 +8,25 @@
  */
 #include <linux/dma-mapping.h>
 #include <linux/log2.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "rnic_ib.h"
 
 #define RNIC_ARM_SEQ_MASK	0x7fffffff
 
 /*
- * Creates a CQ or a QP on the first doorbell page with room: NO_RESOURCES
- * (a full page, or the function's quota) moves on to the next page, and
- * only the last page's failure is logged.
+ * Creates a CQ or a QP on doorbell page @page: RNIC_DB_PAGE_IB for the
+ * kernel's objects, a user context's own page for its objects (a full page,
+ * NO_RESOURCES, is -ENOSPC, not logged: a process filled its page).
  */
-int rnic_ib_create_on_page(struct rnic_ib *rib, u16 opcode, void *req,
-			   u32 req_len, __le32 *page_field, void *resp,
-			   u32 resp_len)
+int rnic_ib_create_on_page(struct rnic_ib *rib, u32 page, u16 opcode,
+			   void *req, u32 req_len, __le32 *page_field,
+			   void *resp, u32 resp_len)
 {
-	u32 page;
-	int ret = -ENOSPC;
-
-	for (page = RNIC_DB_PAGE_IB; page < rib->db_pages; page++) {
-		*page_field = cpu_to_le32(page);
-		ret = rnic_cmd_quiet(rib->rd, opcode, req, req_len, resp,
-				     resp_len, page + 1 < rib->db_pages ?
-				     RNIC_ST_NO_RESOURCES : RNIC_ST_OK);
-		if (ret != -ENOSPC)
-			break;
-	}
-	return ret;
+	*page_field = cpu_to_le32(page);
+	return rnic_cmd_quiet(rib->rd, opcode, req, req_len, resp, resp_len,
+			      page == RNIC_DB_PAGE_IB ? RNIC_ST_OK :
+			      RNIC_ST_NO_RESOURCES);
 }
 
 int rnic_ib_eq_create(struct rnic_ib *rib)
@@ -130,7 +123,7 @@ static void rnic_ib_eqe(struct rnic_ib *rib, const struct rnic_eqe *eqe)
 		break;
 	case RNIC_EV_CQ_ERR:
 		cq = xa_load(&rib->cqs, object);
-		ibdev_err(&rib->ibdev, "CQ %u overran\n", object);
+		ibdev_err_ratelimited(&rib->ibdev, "CQ %u overran\n", object);
 		if (cq && cq->ibcq.event_handler) {
 			ev.event = IB_EVENT_CQ_ERR;
 			ev.element.cq = &cq->ibcq;
@@ -172,6 +165,90 @@ irqreturn_t rnic_ib_eq_irq(int irq, void *data)
 	return IRQ_HANDLED;
 }
 
+/*
+ * A CQ of a process: its ring is the process's memory (CreateCqReq), pinned
+ * here; the process polls and arms it through its own doorbell page. The
+ * driver never touches the ring: the core calls neither poll_cq nor
+ * req_notify_cq for it, and only user QPs, whose CQEs the kernel never
+ * reads, complete into it. Its completion events call comp_handler (the
+ * core's, behind ibv_get_cq_event) like a kernel CQ's.
+ */
+static int rnic_create_user_cq(struct rnic_ib *rib, struct rnic_cq *cq,
+			       const struct ib_cq_init_attr *attr,
+			       struct ib_udata *udata)
+{
+	struct rnic_ucontext *uc = rdma_udata_to_drv_context(udata,
+							      struct rnic_ucontext,
+							      ibuc);
+	u32 max = le32_to_cpu(rib->rd->info.limits.max_cqe);
+	struct rnic_uverbs_create_cq_req ureq;
+	struct rnic_uverbs_create_cq_resp uresp = {};
+	struct rnic_create_cq_req req = {};
+	struct rnic_create_cq_resp resp;
+	int ret;
+
+	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
+	if (ret)
+		return ret;
+	if (ureq.reserved || ureq.entries < 2 ||
+	    !is_power_of_2(ureq.entries) || ureq.entries < attr->cqe ||
+	    ureq.entries > max) {
+		ibdev_dbg(&rib->ibdev, "user CQ of %u entries (cqe %u) refused\n",
+			  ureq.entries, attr->cqe);
+		return -EINVAL;
+	}
+	cq->uctx = uc;
+	cq->umem = rnic_umem_ring(rib, ureq.ring_va,
+				  (size_t)ureq.entries * sizeof(struct rnic_cqe));
+	if (IS_ERR(cq->umem)) {
+		ret = PTR_ERR(cq->umem);
+		cq->umem = NULL;
+		return ret;
+	}
+	ret = rnic_ib_pbl_alloc(rib, &cq->pbl, cq->umem);
+	if (ret)
+		goto err_umem;
+	rnic_ib_pbl_page_list(&cq->pbl, &req.ring);
+	req.entries = cpu_to_le32(ureq.entries);
+	ret = rnic_ib_create_on_page(rib, uc->db_page, RNIC_CMD_CREATE_CQ, &req,
+				     sizeof(req), &req.doorbell_page, &resp,
+				     sizeof(resp));
+	if (ret)
+		goto err_pbl;
+	cq->cqn = le32_to_cpu(resp.cqn);
+	cq->entries = ureq.entries;
+	cq->ibcq.cqe = ureq.entries;
+	uresp.cqn = cq->cqn;
+	uresp.entries = ureq.entries;
+	uresp.doorbell_slot = le32_to_cpu(resp.doorbell.slot);
+	if (WARN_ON_ONCE(le32_to_cpu(resp.doorbell.page) != uc->db_page)) {
+		ret = -EIO;
+		goto err_destroy;
+	}
+	ret = rnic_udata_out(udata, &uresp, sizeof(uresp));
+	if (ret)
+		goto err_destroy;
+	ret = xa_insert(&rib->cqs, cq->cqn, cq, GFP_KERNEL);
+	if (ret)
+		goto err_destroy;
+	atomic_inc(&uc->objects);
+	return 0;
+
+err_destroy:
+	{
+		struct rnic_object_req oreq = { .handle = cpu_to_le32(cq->cqn) };
+
+		rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &oreq, sizeof(oreq),
+			 NULL, 0);
+	}
+err_pbl:
+	rnic_ib_pbl_free(rib, &cq->pbl);
+err_umem:
+	ib_umem_release(cq->umem);
+	cq->umem = NULL;
+	return ret;
+}
+
 int rnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		   struct uverbs_attr_bundle *attrs)
 {
@@ -183,14 +260,16 @@ int rnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	u32 entries;
 	int ret;
 
-	if (attr->flags || attrs)
+	if (attr->flags)
 		return -EOPNOTSUPP;
 	if (!attr->cqe || attr->cqe > max)
 		return -EINVAL;
+	spin_lock_init(&cq->lock);
+	if (attrs)
+		return rnic_create_user_cq(rib, cq, attr, &attrs->driver_udata);
 	entries = max_t(u32, 2, roundup_pow_of_two(attr->cqe));
 	if (entries > max)
 		entries = rounddown_pow_of_two(max);
-	spin_lock_init(&cq->lock);
 	ret = rnic_ib_buf_alloc(rib, &cq->buf, entries * sizeof(struct rnic_cqe));
 	if (ret)
 		return ret;
@@ -199,8 +278,9 @@ int rnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	cq->arm_seq = 0;
 	rnic_ib_page_list(&cq->buf, &req.ring);
 	req.entries = cpu_to_le32(entries);
-	ret = rnic_ib_create_on_page(rib, RNIC_CMD_CREATE_CQ, &req, sizeof(req),
-				     &req.doorbell_page, &resp, sizeof(resp));
+	ret = rnic_ib_create_on_page(rib, RNIC_DB_PAGE_IB, RNIC_CMD_CREATE_CQ,
+				     &req, sizeof(req), &req.doorbell_page,
+				     &resp, sizeof(resp));
 	if (ret)
 		goto err_buf;
 	cq->cqn = le32_to_cpu(resp.cqn);
@@ -235,6 +315,13 @@ int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	synchronize_irq(pci_irq_vector(rib->rd->pdev, RNIC_VEC_EQ));
 	/* A function reset under us has destroyed it already. */
 	rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &req, sizeof(req), NULL, 0);
+	if (cq->uctx) {
+		/* The device has let go of the ring: unpin it. */
+		rnic_ib_pbl_free(rib, &cq->pbl);
+		ib_umem_release(cq->umem);
+		atomic_dec(&cq->uctx->objects);
+		return 0;
+	}
 	rnic_ib_buf_free(rib, &cq->buf);
 	return 0;
 }

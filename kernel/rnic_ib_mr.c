@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rnic: protection domains and the memory keys of kernel verbs (ABI 1.8,
+ * rnic: protection domains and memory keys. Kernel verbs (ABI 1.8,
  * datasheet 16): the DMA key of a PD (REG_DMA_MR), which the core takes as
  * the PD's local_dma_lkey through get_dma_mr, and fast-registration MRs
  * (ALLOC_FAST_REG_MR) whose pages map_mr_sg gathers into a coherent page
- * list that an IB_WR_REG_MR work request names.
+ * list that an IB_WR_REG_MR work request names. User verbs (datasheet 17):
+ * REG_MR of a process's pinned memory. A process never gets a DMA key.
  */
 #include <linux/dma-mapping.h>
 
@@ -13,7 +14,9 @@
 int rnic_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct rnic_ib *rib = to_rib(ibpd->device);
+	struct rnic_uverbs_alloc_pd_resp uresp = {};
 	struct rnic_object_resp resp;
+	struct rnic_object_req req;
 	int ret;
 
 	ret = rnic_cmd(rib->rd, RNIC_CMD_ALLOC_PD, NULL, 0, &resp,
@@ -21,7 +24,17 @@ int rnic_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	if (ret)
 		return ret;
 	to_rpd(ibpd)->pdn = le32_to_cpu(resp.handle);
-	return 0;
+	if (!udata)
+		return 0;
+	uresp.pdn = to_rpd(ibpd)->pdn;
+	ret = rnic_udata_out(udata, &uresp, sizeof(uresp));
+	if (ret) {
+		req.handle = resp.handle;
+		req.reserved = 0;
+		rnic_cmd(rib->rd, RNIC_CMD_DEALLOC_PD, &req, sizeof(req), NULL,
+			 0);
+	}
+	return ret;
 }
 
 int rnic_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
@@ -129,15 +142,73 @@ err_free:
 	return ERR_PTR(ret);
 }
 
+#define RNIC_USER_MR_ACCESS	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
+				 IB_ACCESS_REMOTE_READ |			\
+				 IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_OPTIONAL)
+
 /*
- * No user verbs yet (no ucontext), so no user memory: the op is there
- * because the core counts a device without it as no kernel verbs provider.
+ * ibv_reg_mr: the process's memory from @start, pinned (ib_umem), named to
+ * the device by the list of its 4 KiB pages (page tables for large ones),
+ * known by @virt_addr in work requests. The first page holds virt_addr %
+ * 4096, so start and virt_addr must agree in their page offsets. Memory the
+ * process does not have fails in ib_umem_get (-EFAULT).
  */
 struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			       u64 virt_addr, int access,
 			       struct ib_udata *udata)
 {
-	return ERR_PTR(-EOPNOTSUPP);
+	struct rnic_ib *rib = to_rib(ibpd->device);
+	const struct rnic_limits *l = &rib->rd->info.limits;
+	struct rnic_reg_mr_req req = {};
+	struct rnic_reg_mr_resp resp;
+	struct rnic_mr *mr;
+	int ret;
+
+	if (!udata || access & ~RNIC_USER_MR_ACCESS)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!length || length > le64_to_cpu(l->max_mr_size))
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->umem = ib_umem_get(ibpd->device, start, length, access);
+	if (IS_ERR(mr->umem)) {
+		ret = PTR_ERR(mr->umem);
+		ibdev_dbg(&rib->ibdev, "cannot pin %llu bytes at %#llx: %d\n",
+			  length, start, ret);
+		goto err_free;
+	}
+	/* Sets the umem's iova: 0 when the page offsets differ. */
+	if (!ib_umem_find_best_pgsz(mr->umem, RNIC_PAGE_SIZE, virt_addr) ||
+	    ib_umem_num_dma_blocks(mr->umem, RNIC_PAGE_SIZE) >
+	    le32_to_cpu(l->max_mr_pages)) {
+		ret = -EINVAL;
+		goto err_umem;
+	}
+	ret = rnic_ib_pbl_alloc(rib, &mr->pbl, mr->umem);
+	if (ret)
+		goto err_umem;
+	req.pdn = cpu_to_le32(to_rpd(ibpd)->pdn);
+	req.access = cpu_to_le32(rnic_ib_access(access));
+	req.iova = cpu_to_le64(virt_addr);
+	req.length = cpu_to_le64(length);
+	rnic_ib_pbl_page_list(&mr->pbl, &req.pages);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_REG_MR, &req, sizeof(req), &resp,
+		       sizeof(resp));
+	if (ret)
+		goto err_pbl;
+	mr->key = le32_to_cpu(resp.lkey);
+	mr->ibmr.lkey = mr->key;
+	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
+	return &mr->ibmr;
+
+err_pbl:
+	rnic_ib_pbl_free(rib, &mr->pbl);
+err_umem:
+	ib_umem_release(mr->umem);
+err_free:
+	kfree(mr);
+	return ERR_PTR(ret);
 }
 
 static int rnic_set_page(struct ib_mr *ibmr, u64 addr)
@@ -174,6 +245,11 @@ int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 		dma_free_coherent(&rib->rd->pdev->dev,
 				  mr->max_pages * sizeof(__le64), mr->pages,
 				  mr->pages_dma);
+	if (mr->umem) {
+		/* The device has let go of the pages: unpin them. */
+		rnic_ib_pbl_free(rib, &mr->pbl);
+		ib_umem_release(mr->umem);
+	}
 	kfree(mr);
 	return 0;
 }

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rnic: queue pairs (RC, UD and the GSI QP) and the datapath. The send and
- * receive rings are coherent memory named by page lists; a WQE carries its
- * queue index as wr_id, so a completion names the entry it completes and the
- * driver returns the consumer's wr_id from its own table. Posting is the
- * doorbell protocol of datasheet 7.5: WQEs, posted count, RUNG_BITMAP bit,
- * NOTIFY_REQUEST.
+ * rnic: queue pairs (RC, UD and the GSI QP; for processes RC, UC and UD)
+ * and the kernel's datapath. A process's QP has its rings in its memory and
+ * posts through its own doorbell page (rnic_create_user_qp). A kernel QP's
+ * send and receive rings are coherent memory named by page lists; a WQE
+ * carries its queue index as wr_id, so a completion names the entry it
+ * completes and the driver returns the consumer's wr_id from its own table.
+ * Posting is the doorbell protocol of datasheet 7.5: WQEs, posted count,
+ * RUNG_BITMAP bit, NOTIFY_REQUEST.
  */
 #include <linux/log2.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "rnic_ib.h"
 
@@ -64,6 +67,175 @@ static void rnic_wq_set_db(struct rnic_ib *rib, struct rnic_wq *wq,
 	wq->db = rib->rd->db + rnic_db_slot_offset(wq->db_page, wq->db_slot);
 }
 
+static void rnic_qp_fill_req(struct rnic_qp *qp, struct ib_qp_init_attr *init,
+			     struct rnic_create_qp_req *req, u32 sq_entries,
+			     u32 rq_entries, u32 send_sge, u32 recv_sge)
+{
+	req->pdn = cpu_to_le32(to_rpd(qp->ibqp.pd)->pdn);
+	req->send_cqn = cpu_to_le32(to_rcq(init->send_cq)->cqn);
+	req->recv_cqn = cpu_to_le32(to_rcq(init->recv_cq)->cqn);
+	req->sq_entries = cpu_to_le32(sq_entries);
+	req->rq_entries = cpu_to_le32(rq_entries);
+	req->max_send_sge = cpu_to_le32(send_sge);
+	req->max_recv_sge = cpu_to_le32(recv_sge);
+	req->max_inline_data = cpu_to_le32(qp->max_inline);
+	req->qp_type = qp->qp_type;
+	req->sq_sig_all = qp->sig_all;
+}
+
+/* After CREATE_QP: the slots, and the QP in the xarray the EQ reads. */
+static int rnic_qp_created(struct rnic_ib *rib, struct rnic_qp *qp,
+			   const struct rnic_create_qp_resp *resp)
+{
+	qp->qpn = le32_to_cpu(resp->qpn);
+	rnic_wq_set_db(rib, &qp->sq, &resp->sq_doorbell);
+	rnic_wq_set_db(rib, &qp->rq, &resp->rq_doorbell);
+	qp->state = RNIC_QPS_RESET;
+	qp->ibqp.qp_num = qp->qpn;
+	return xa_insert(&rib->qps, qp->qpn, qp, GFP_KERNEL);
+}
+
+static void rnic_qp_destroy_cmd(struct rnic_ib *rib, u32 qpn)
+{
+	struct rnic_object_req req = { .handle = cpu_to_le32(qpn) };
+
+	/* A function reset under us has destroyed it already. */
+	rnic_cmd(rib->rd, RNIC_CMD_DESTROY_QP, &req, sizeof(req), NULL, 0);
+}
+
+static void rnic_user_wq_free(struct rnic_ib *rib, struct rnic_wq *wq)
+{
+	rnic_ib_pbl_free(rib, &wq->pbl);
+	ib_umem_release(wq->umem);
+	wq->umem = NULL;
+	/* The kernel's one-entry receive ring of a QP without one. */
+	rnic_ib_buf_free(rib, &wq->buf);
+}
+
+/* Pins a user QP's ring of @entries WQEs of @stride bytes at @va. */
+static int rnic_user_wq_alloc(struct rnic_ib *rib, struct rnic_wq *wq,
+			      u64 va, u32 entries, u32 stride, u32 max_sge,
+			      struct rnic_page_list *pl)
+{
+	int ret;
+
+	spin_lock_init(&wq->lock);
+	wq->entries = entries;
+	wq->stride = stride;
+	wq->max_sge = max_sge;
+	if (!entries) {
+		/*
+		 * No receive queue: the device wants one, so the QP gets a
+		 * one-entry ring of kernel memory the device only reads
+		 * (zeroes: a receive of no SGEs, should the process ring it).
+		 */
+		ret = rnic_ib_buf_alloc(rib, &wq->buf, stride);
+		if (!ret)
+			rnic_ib_page_list(&wq->buf, pl);
+		return ret;
+	}
+	wq->umem = rnic_umem_ring(rib, va, (size_t)entries * stride);
+	if (IS_ERR(wq->umem)) {
+		ret = PTR_ERR(wq->umem);
+		wq->umem = NULL;
+		return ret;
+	}
+	ret = rnic_ib_pbl_alloc(rib, &wq->pbl, wq->umem);
+	if (ret) {
+		ib_umem_release(wq->umem);
+		wq->umem = NULL;
+		return ret;
+	}
+	rnic_ib_pbl_page_list(&wq->pbl, pl);
+	return 0;
+}
+
+/*
+ * A QP of a process: its rings are the process's memory (CreateQpReq), of
+ * the strides the device computes from the capabilities as asked (no
+ * rounding up of SGEs: the provider computes the same strides), created on
+ * the context's doorbell page. The process posts through its own slots; the
+ * core never calls post_send or post_recv for it.
+ */
+static int rnic_create_user_qp(struct rnic_ib *rib, struct rnic_qp *qp,
+			       struct ib_qp_init_attr *init,
+			       struct ib_udata *udata)
+{
+	struct rnic_ucontext *uc = rdma_udata_to_drv_context(udata,
+							      struct rnic_ucontext,
+							      ibuc);
+	u32 max_wr = le32_to_cpu(rib->rd->info.limits.max_qp_wr);
+	struct ib_qp_cap *cap = &init->cap;
+	struct rnic_uverbs_create_qp_req ureq;
+	struct rnic_uverbs_create_qp_resp uresp = {};
+	struct rnic_create_qp_req req = {};
+	struct rnic_create_qp_resp resp;
+	u32 sq_stride, rq_stride;
+	int ret;
+
+	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
+	if (ret)
+		return ret;
+	if (!ureq.sq_entries || !is_power_of_2(ureq.sq_entries) ||
+	    ureq.sq_entries < cap->max_send_wr || ureq.sq_entries > max_wr ||
+	    (ureq.rq_entries && !is_power_of_2(ureq.rq_entries)) ||
+	    ureq.rq_entries < cap->max_recv_wr || ureq.rq_entries > max_wr ||
+	    (!ureq.rq_entries && ureq.rq_va)) {
+		ibdev_dbg(&rib->ibdev, "user QP of %u/%u entries (caps %u/%u) refused\n",
+			  ureq.sq_entries, ureq.rq_entries, cap->max_send_wr,
+			  cap->max_recv_wr);
+		return -EINVAL;
+	}
+	qp->uctx = uc;
+	sq_stride = rnic_sq_stride(cap->max_send_sge, cap->max_inline_data);
+	rq_stride = rnic_rq_stride(cap->max_recv_sge);
+	ret = rnic_user_wq_alloc(rib, &qp->sq, ureq.sq_va, ureq.sq_entries,
+				 sq_stride, cap->max_send_sge, &req.sq);
+	if (ret)
+		return ret;
+	ret = rnic_user_wq_alloc(rib, &qp->rq, ureq.rq_va, ureq.rq_entries,
+				 rq_stride, cap->max_recv_sge, &req.rq);
+	if (ret)
+		goto err_sq;
+	rnic_qp_fill_req(qp, init, &req, ureq.sq_entries,
+			 max_t(u32, ureq.rq_entries, 1), cap->max_send_sge,
+			 cap->max_recv_sge);
+	ret = rnic_ib_create_on_page(rib, uc->db_page, RNIC_CMD_CREATE_QP, &req,
+				     sizeof(req), &req.doorbell_page, &resp,
+				     sizeof(resp));
+	if (ret)
+		goto err_rq;
+	if (WARN_ON_ONCE(le32_to_cpu(resp.sq_doorbell.page) != uc->db_page ||
+			 le32_to_cpu(resp.rq_doorbell.page) != uc->db_page)) {
+		ret = -EIO;
+		goto err_destroy;
+	}
+	uresp.qpn = le32_to_cpu(resp.qpn);
+	uresp.sq_slot = le32_to_cpu(resp.sq_doorbell.slot);
+	uresp.rq_slot = le32_to_cpu(resp.rq_doorbell.slot);
+	uresp.sq_stride = sq_stride;
+	uresp.rq_stride = rq_stride;
+	uresp.max_inline_data = qp->max_inline;
+	ret = rnic_udata_out(udata, &uresp, sizeof(uresp));
+	if (ret)
+		goto err_destroy;
+	ret = rnic_qp_created(rib, qp, &resp);
+	if (ret)
+		goto err_destroy;
+	atomic_inc(&uc->objects);
+	cap->max_send_wr = ureq.sq_entries;
+	cap->max_recv_wr = ureq.rq_entries;
+	return 0;
+
+err_destroy:
+	rnic_qp_destroy_cmd(rib, le32_to_cpu(resp.qpn));
+err_rq:
+	rnic_user_wq_free(rib, &qp->rq);
+err_sq:
+	rnic_user_wq_free(rib, &qp->sq);
+	return ret;
+}
+
 int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		   struct ib_udata *udata)
 {
@@ -76,11 +248,18 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	u32 sq_entries, rq_entries, send_sge, recv_sge;
 	int ret;
 
-	if (udata || init->srq || init->create_flags || init->rwq_ind_tbl)
+	/* SRQs come later. */
+	if (init->srq || init->create_flags || init->rwq_ind_tbl)
 		return -EOPNOTSUPP;
 	switch (init->qp_type) {
 	case IB_QPT_RC:
 		qp->qp_type = RNIC_QPT_RC;
+		break;
+	case IB_QPT_UC:
+		/* Processes only: the kernel's post_send knows RC and UD. */
+		if (!udata || !(rib->rd->caps & RNIC_CAP_UC))
+			return -EOPNOTSUPP;
+		qp->qp_type = RNIC_QPT_UC;
 		break;
 	case IB_QPT_UD:
 		if (!(rib->rd->caps & RNIC_CAP_UD))
@@ -88,7 +267,7 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		qp->qp_type = RNIC_QPT_UD;
 		break;
 	case IB_QPT_GSI:
-		if (!(rib->rd->caps & RNIC_CAP_GSI))
+		if (udata || !(rib->rd->caps & RNIC_CAP_GSI))
 			return -EOPNOTSUPP;
 		qp->qp_type = RNIC_QPT_GSI;
 		break;
@@ -101,14 +280,16 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	    cap->max_recv_sge > le32_to_cpu(l->max_sge) ||
 	    cap->max_inline_data > le32_to_cpu(l->max_inline_data))
 		return -EINVAL;
+	mutex_init(&qp->state_lock);
+	qp->max_inline = cap->max_inline_data;
+	qp->sig_all = init->sq_sig_type == IB_SIGNAL_ALL_WR;
+	if (udata)
+		return rnic_create_user_qp(rib, qp, init, udata);
+
 	sq_entries = roundup_pow_of_two(max_t(u32, cap->max_send_wr, 1));
 	rq_entries = roundup_pow_of_two(max_t(u32, cap->max_recv_wr, 1));
 	send_sge = max_t(u32, cap->max_send_sge, 1);
 	recv_sge = max_t(u32, cap->max_recv_sge, 1);
-
-	mutex_init(&qp->state_lock);
-	qp->max_inline = cap->max_inline_data;
-	qp->sig_all = init->sq_sig_type == IB_SIGNAL_ALL_WR;
 	ret = rnic_wq_alloc(rib, &qp->sq, sq_entries,
 			    rnic_sq_stride(send_sge, qp->max_inline), send_sge);
 	if (ret)
@@ -118,28 +299,16 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	if (ret)
 		goto err_sq;
 
-	req.pdn = cpu_to_le32(to_rpd(ibqp->pd)->pdn);
-	req.send_cqn = cpu_to_le32(to_rcq(init->send_cq)->cqn);
-	req.recv_cqn = cpu_to_le32(to_rcq(init->recv_cq)->cqn);
-	req.sq_entries = cpu_to_le32(sq_entries);
-	req.rq_entries = cpu_to_le32(rq_entries);
-	req.max_send_sge = cpu_to_le32(send_sge);
-	req.max_recv_sge = cpu_to_le32(recv_sge);
-	req.max_inline_data = cpu_to_le32(qp->max_inline);
-	req.qp_type = qp->qp_type;
-	req.sq_sig_all = qp->sig_all;
+	rnic_qp_fill_req(qp, init, &req, sq_entries, rq_entries, send_sge,
+			 recv_sge);
 	rnic_ib_page_list(&qp->sq.buf, &req.sq);
 	rnic_ib_page_list(&qp->rq.buf, &req.rq);
-	ret = rnic_ib_create_on_page(rib, RNIC_CMD_CREATE_QP, &req, sizeof(req),
-				     &req.doorbell_page, &resp, sizeof(resp));
+	ret = rnic_ib_create_on_page(rib, RNIC_DB_PAGE_IB, RNIC_CMD_CREATE_QP,
+				     &req, sizeof(req), &req.doorbell_page,
+				     &resp, sizeof(resp));
 	if (ret)
 		goto err_rq;
-	qp->qpn = le32_to_cpu(resp.qpn);
-	rnic_wq_set_db(rib, &qp->sq, &resp.sq_doorbell);
-	rnic_wq_set_db(rib, &qp->rq, &resp.rq_doorbell);
-	qp->state = RNIC_QPS_RESET;
-	ibqp->qp_num = qp->qpn;
-	ret = xa_insert(&rib->qps, qp->qpn, qp, GFP_KERNEL);
+	ret = rnic_qp_created(rib, qp, &resp);
 	if (ret)
 		goto err_destroy;
 
@@ -150,12 +319,7 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	return 0;
 
 err_destroy:
-	{
-		struct rnic_object_req oreq = { .handle = cpu_to_le32(qp->qpn) };
-
-		rnic_cmd(rib->rd, RNIC_CMD_DESTROY_QP, &oreq, sizeof(oreq),
-			 NULL, 0);
-	}
+	rnic_qp_destroy_cmd(rib, qp->qpn);
 err_rq:
 	rnic_wq_free(rib, &qp->rq);
 err_sq:
@@ -167,7 +331,6 @@ int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
 	struct rnic_ib *rib = to_rib(ibqp->device);
 	struct rnic_qp *qp = to_rqp(ibqp);
-	struct rnic_object_req req = { .handle = cpu_to_le32(qp->qpn) };
 	unsigned long flags;
 
 	xa_erase(&rib->qps, qp->qpn);
@@ -177,8 +340,14 @@ int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	spin_unlock_irqrestore(&to_rcq(ibqp->send_cq)->lock, flags);
 	spin_lock_irqsave(&to_rcq(ibqp->recv_cq)->lock, flags);
 	spin_unlock_irqrestore(&to_rcq(ibqp->recv_cq)->lock, flags);
-	/* A function reset under us has destroyed it already. */
-	rnic_cmd(rib->rd, RNIC_CMD_DESTROY_QP, &req, sizeof(req), NULL, 0);
+	rnic_qp_destroy_cmd(rib, qp->qpn);
+	if (qp->uctx) {
+		/* The device has let go of the rings: unpin them. */
+		rnic_user_wq_free(rib, &qp->rq);
+		rnic_user_wq_free(rib, &qp->sq);
+		atomic_dec(&qp->uctx->objects);
+		return 0;
+	}
 	rnic_wq_free(rib, &qp->rq);
 	rnic_wq_free(rib, &qp->sq);
 	return 0;
@@ -216,7 +385,9 @@ int rnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	u32 len;
 	int ret;
 
-	if (udata && (udata->inlen || udata->outlen))
+	/* A provider sends no driver data (zeroes are as good as none). */
+	if (udata && udata->inlen &&
+	    !ib_is_udata_cleared(udata, 0, udata->inlen))
 		return -EOPNOTSUPP;
 	if (mask & ~RNIC_QP_ATTR_MASK)
 		return -EOPNOTSUPP;
@@ -320,7 +491,7 @@ int rnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->min_rnr_timer = a->min_rnr_timer;
 	attr->max_rd_atomic = a->max_rd_atomic;
 	attr->max_dest_rd_atomic = a->max_dest_rd_atomic;
-	if (qp->qp_type == RNIC_QPT_RC) {
+	if (qp->qp_type == RNIC_QPT_RC || qp->qp_type == RNIC_QPT_UC) {
 		attr->ah_attr.type = RDMA_AH_ATTR_TYPE_ROCE;
 		rdma_ah_set_port_num(&attr->ah_attr, 1);
 		rdma_ah_set_grh(&attr->ah_attr, NULL,

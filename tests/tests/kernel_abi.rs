@@ -18,9 +18,10 @@ use rnic_abi::verbs::{
     self, attr, event, owner_phase, rq_stride, send_flags, sq_stride, wc, wc_flags, wr, Cqe,
     CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp, CreateQpReq, CreateQpResp, DoorbellSlot,
     Eqe, ModifyQpReq, ObjectReq, ObjectResp, PageList, QpAttr, QpState, QueryQpResp, RecvWqe,
-    RegMrResp, SendWqe, Sge, WcStatus, PAGE_SHIFT,
+    RegMrReq, RegMrResp, SendWqe, Sge, WcStatus, MAX_PAGE_LEVELS, MAX_PAGE_LIST, PAGE_SHIFT,
+    PAGE_TABLE_ENTRIES,
 };
-use rnic_abi::{doorbell, pci, regs};
+use rnic_abi::{doorbell, pci, regs, uverbs};
 
 /// One check: a C expression and the value the ABI crate gives it.
 struct Item {
@@ -218,6 +219,70 @@ fn items() -> Vec<Item> {
     layout!(v, "rnic_object_req", ObjectReq, handle, reserved);
     layout!(v, "rnic_object_resp", ObjectResp, handle, reserved);
     layout!(v, "rnic_reg_mr_resp", RegMrResp, lkey, rkey);
+    layout!(
+        v,
+        "rnic_reg_mr_req",
+        RegMrReq,
+        pdn,
+        access,
+        iova,
+        length,
+        pages
+    );
+    layout!(
+        v,
+        "rnic_uverbs_alloc_ucontext_resp",
+        uverbs::AllocUcontextResp,
+        abi_version,
+        doorbell_page,
+        doorbell_offset,
+        kick_offset,
+        caps
+    );
+    layout!(
+        v,
+        "rnic_uverbs_alloc_pd_resp",
+        uverbs::AllocPdResp,
+        pdn,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_uverbs_create_cq_req",
+        uverbs::CreateCqReq,
+        ring_va,
+        entries,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_uverbs_create_cq_resp",
+        uverbs::CreateCqResp,
+        cqn,
+        entries,
+        doorbell_slot,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_uverbs_create_qp_req",
+        uverbs::CreateQpReq,
+        sq_va,
+        rq_va,
+        sq_entries,
+        rq_entries
+    );
+    layout!(
+        v,
+        "rnic_uverbs_create_qp_resp",
+        uverbs::CreateQpResp,
+        qpn,
+        sq_slot,
+        rq_slot,
+        sq_stride,
+        rq_stride,
+        max_inline_data
+    );
     layout!(v, "rnic_reg_dma_mr_req", RegDmaMrReq, pdn, access);
     layout!(
         v,
@@ -401,6 +466,8 @@ fn items() -> Vec<Item> {
         "RNIC_REG_DOORBELL_PAGES" = regs::DOORBELL_PAGES,
         "RNIC_REG_MSIX_VECTORS" = regs::MSIX_VECTORS,
         "RNIC_REG_ERROR_CODE" = regs::ERROR_CODE,
+        "RNIC_REG_USER_KICK_PAGE" = regs::USER_KICK_PAGE,
+        "RNIC_REG_USER_KICK" = regs::USER_KICK,
         "RNIC_MAGIC" = regs::MAGIC,
         "RNIC_FUNCTION_IS_VF" = regs::FUNCTION_IS_VF,
         "RNIC_CAP_CMDQ" = regs::CAP_CMDQ,
@@ -449,6 +516,11 @@ fn items() -> Vec<Item> {
         "RNIC_FUNCTION_KIND_PF" = FUNCTION_KIND_PF,
         "RNIC_FUNCTION_KIND_VF" = FUNCTION_KIND_VF,
         "RNIC_PAGE_SHIFT" = PAGE_SHIFT,
+        "RNIC_MAX_PAGE_LIST" = MAX_PAGE_LIST,
+        "RNIC_PAGE_TABLE_ENTRIES" = PAGE_TABLE_ENTRIES,
+        "RNIC_MAX_PAGE_LEVELS" = MAX_PAGE_LEVELS,
+        "RNIC_UVERBS_ABI_VERSION" = uverbs::UVERBS_ABI_VERSION,
+        "RNIC_UVERBS_MMAP_LEN" = uverbs::MMAP_LEN,
         "RNIC_ETH_KIND_TX" = KIND_TX,
         "RNIC_ETH_KIND_RX" = KIND_RX,
         "RNIC_ETH_MAX_TX_QUEUES" = MAX_TX_QUEUES,
@@ -487,6 +559,9 @@ fn items() -> Vec<Item> {
         "RNIC_CAP_UD" = regs::CAP_UD,
         "RNIC_CAP_FAST_REG" = regs::CAP_FAST_REG,
         "RNIC_CAP_GSI" = regs::CAP_GSI,
+        "RNIC_CAP_USER_KICK" = regs::CAP_USER_KICK,
+        "RNIC_CAP_PAGE_TABLES" = regs::CAP_PAGE_TABLES,
+        "RNIC_CAP_UC" = regs::CAP_UC,
         "RNIC_CMD_CREATE_EQ" = Opcode::CreateEq as u16,
         "RNIC_CMD_DESTROY_EQ" = Opcode::DestroyEq as u16,
         "RNIC_CMD_ALLOC_PD" = Opcode::AllocPd as u16,
@@ -507,6 +582,7 @@ fn items() -> Vec<Item> {
         "RNIC_ACCESS_REMOTE_ATOMIC" = verbs::ACCESS_REMOTE_ATOMIC,
         "RNIC_QPT_GSI" = ud::QPT_GSI,
         "RNIC_QPT_RC" = verbs::QPT_RC,
+        "RNIC_QPT_UC" = verbs::QPT_UC,
         "RNIC_QPT_UD" = ud::QPT_UD,
         "RNIC_GSI_QPN" = ud::GSI_QPN,
         "RNIC_GSI_QKEY" = ud::GSI_QKEY,

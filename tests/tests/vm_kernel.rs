@@ -44,6 +44,14 @@
 //!   disconnects, and then the Soft-RoCE guest does the same with the kernel guest's
 //!   target; rnicd's capture holds RoCEv2 packets both ways, to QP 1 and to the RC QPs.
 //!
+//! And one kernel guest alone for user verbs (ABI 1.9, datasheet §17), without an rdma-core
+//! provider: tests/guest/uverbs_smoke.c speaks ib_uverbs' write() commands with the
+//! driver data of kernel/rnic-abi-user.h, maps its doorbell page and the user kick page,
+//! registers MRs (16 MiB, 256 MiB in page tables, unmapped memory refused), connects an RC
+//! QP to itself, and completes two RDMA WRITEs through its own rings and doorbells (the
+//! second with a completion event); then the function is reset (FLR) and rnic.ko is
+//! unloaded while a process holds a context with objects, and the run repeated after each.
+//!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
 //! vm_kernel -- --ignored` (as root, after qemu-scripts/setup.sh, which builds rnic.ko;
@@ -1213,4 +1221,110 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
         capture.len() >> 20,
         started.elapsed()
     );
+}
+
+// --- user verbs without a provider --------------------------------------------------------
+
+/// tests/guest/uverbs_smoke.c (which includes kernel/rnic_abi.h), built static in `dir`.
+fn uverbs_smoke_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("uverbs_smoke");
+    let out = std::process::Command::new("gcc")
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-static",
+        ])
+        .arg(rnic_tests::vm::repo().join("tests/guest/uverbs_smoke.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "uverbs_smoke.c does not build:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// The kernel guest's script: uverbs_smoke's run, its hold under an FLR and under `rmmod
+/// rnic`, and a run after each.
+fn uverbs_script() -> String {
+    format!(
+        r#"{HELPERS}
+# wait_uverbs: up to 30 s for a uverbs device and rnic0's IPv4 GID; $uv is the device.
+wait_uverbs() {{
+    i=0
+    until uv=$(ls /dev/infiniband/uverbs* 2>/dev/null | head -n 1) && [ -n "$uv" ] &&
+        grep -qs ':ffff:' /sys/class/infiniband/rnic0/ports/1/gids/*; do
+        i=$((i + 1)); [ $i -lt 300 ] || die "no uverbs device or IPv4 GID"
+        sleep 0.1
+    done
+}}
+step uverbs
+modprobe ib_uverbs || die "modprobe ib_uverbs"
+wait_uverbs
+uverbs_smoke run "$uv" rnic0 || die "uverbs_smoke run"
+# hold: a process with a context, a PD, an MR, a CQ and a QP, in the background.
+hold() {{
+    uverbs_smoke hold "$uv" > /tmp/hold.txt 2>&1 &
+    hold_pid=$!
+    i=0
+    until grep -q HOLDING /tmp/hold.txt; do
+        i=$((i + 1)); [ $i -lt 300 ] || {{ cat /tmp/hold.txt; die "uverbs_smoke hold"; }}
+        sleep 0.1
+    done
+}}
+step flr-with-a-process
+hold
+pci=$(basename "$(readlink /sys/class/net/eth0/device)")
+timeout 120 sh -c "echo 1 > /sys/bus/pci/devices/$pci/reset" || die "FLR with a live user context"
+echo "=== reset under a process"
+kill $hold_pid; wait $hold_pid
+wait_uverbs
+uverbs_smoke run "$uv" rnic0 || die "uverbs_smoke run after the FLR"
+step unload-with-a-process
+hold
+timeout 120 rmmod rnic || die "rmmod rnic with a live user context"
+echo "=== unloaded under a process"
+kill $hold_pid; wait $hold_pid
+modprobe rnic || die "modprobe rnic"
+ip link set eth0 up && ip addr add {A_IP}/16 dev eth0 || die "eth0 after the reload"
+wait_uverbs
+uverbs_smoke run "$uv" rnic0 || die "uverbs_smoke run after the reload"
+check_dmesg
+"#
+    )
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload() {
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let programs = tempfile::tempdir().expect("a directory for uverbs_smoke");
+    let smoke = uverbs_smoke_program(programs.path());
+    let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &[]);
+    let (console, status) = Boot::rnic()
+        .arg("--kernel")
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .arg("--file")
+        .arg(format!(
+            "{}:/usr/local/bin/uverbs_smoke",
+            smoke.to_str().expect("UTF-8 path")
+        ))
+        .timeout(600)
+        .run(&format!("{}\necho '=== script done'\n", uverbs_script()));
+    assert!(succeeded(&console, status), "the guest failed ({status:?})");
+    assert_eq!(
+        console.matches("UVERBS-SMOKE OK").count(),
+        3,
+        "three complete runs"
+    );
+    assert!(console.contains("=== reset under a process"));
+    assert!(console.contains("=== unloaded under a process"));
 }
