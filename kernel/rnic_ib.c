@@ -404,6 +404,8 @@ int rnic_ib_add(struct rnic_dev *rd)
 			      RNIC_DB_PAGES);
 
 	ibdev = &rib->ibdev;
+	/* The PCI device is the parent: libibverbs matches providers by its IDs. */
+	ibdev->dev.parent = dev;
 	ibdev->node_type = RDMA_NODE_IB_CA;
 	ibdev->phys_port_cnt = 1;
 	ibdev->num_comp_vectors = 1;

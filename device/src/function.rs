@@ -523,7 +523,18 @@ impl Function {
                 log::info!("{}: device reset through DEVICE_CONTROL", self.identity.id);
                 self.reset_device_state(st, admin);
             }
-            DOORBELL_KICK | USER_KICK => {
+            // Any process of the guest may write USER_KICK: what it writes is not worth a
+            // warning in the host's log.
+            USER_KICK => {
+                if value >= doorbell::PAGES {
+                    log::debug!(
+                        "{}: user kick names doorbell page {value}",
+                        self.identity.id
+                    );
+                }
+                return true;
+            }
+            DOORBELL_KICK => {
                 if value >= doorbell::PAGES {
                     log::warn!(
                         "{}: kick names doorbell page {value}, the BAR has {}",
