@@ -4,6 +4,7 @@
 pub mod debian;
 pub mod feature_checks;
 pub mod hostile;
+pub mod ibv_runs;
 pub mod ibv_tools;
 pub mod net;
 pub mod ops;
