@@ -272,8 +272,10 @@ retry_connect() {
 ///   default) with its standard output, standard error and exit status kept under
 ///   /tmp/tool-LABEL.*; returns its status. `-r`: a client, run again every 0.5 s (up to
 ///   120 s) while it says "Couldn't connect" (rdma-core's and perftest's words when the
-///   server does not listen yet; the guests boot at their own speed) or "connect()
-///   failed" (ucx_perftest's).
+///   server does not listen yet; the guests boot at their own speed), "connect()
+///   failed" (ucx_perftest's) or "Unexpected CM event bl blka 8" (perftest's with `-R`
+///   when its rdma_cm connect is rejected: event 8, RDMA_CM_EVENT_REJECTED, the answer
+///   while nobody listens on the port).
 /// - `show_tool LABEL...` prints each run as a block: `@@@ TOOL LABEL status N seconds S`,
 ///   its standard output, `@@@ TOOL LABEL stderr`, its standard error, `@@@ TOOL LABEL end`.
 ///   A server run in the background (`run_tool ... &`) is shown after `wait`, so blocks never
@@ -291,7 +293,7 @@ run_tool() {
         rt_status=$?
         [ $rt_retry = 1 ] && [ $rt_status != 0 ] && [ $rt_tries -lt 240 ] &&
             cat "/tmp/tool-$rt_label.out" "/tmp/tool-$rt_label.err" |
-            grep -q -e "Couldn't connect" -e "connect() failed" || break
+            grep -q -e "Couldn't connect" -e "connect() failed" -e "Unexpected CM event bl blka 8" || break
         rt_tries=$((rt_tries + 1))
         sleep 0.5
     done

@@ -60,11 +60,15 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv6Addr;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rnic_tests::vm::{release_rnicd, vm_run_base, Boot, DgramLink};
+use rnic_tests::ibv_runs::{
+    bw, lat, script, truth, Dev, Phase, Run, DEFAULTS, PERFTEST, PINGPONGS,
+};
+use rnic_tests::vm::{release_rnicd, tool_runs, vm_run_base, Boot, DgramLink};
 use rnic_tests::Rnicd;
 
 const A_IP: &str = "10.82.0.2";
@@ -1327,4 +1331,88 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
     );
     assert!(console.contains("=== reset under a process"));
     assert!(console.contains("=== unloaded under a process"));
+}
+
+// --- Debian's verbs programs on rnic's provider ---------------------------------------------
+
+/// rnic0 in a kernel guest: Debian's libibverbs loads rnic's provider for it, and the
+/// GID index is the one of the interface's IPv4 address.
+const KERNEL_RNIC0: Dev = Dev {
+    name: "rnic0",
+    gid_index: "$(roce-gid-index rnic0)",
+};
+
+/// perftest over rdma_cm (`-R`): the client reaches the server's IP address through
+/// librdmacm (which resolves it to rnic0 and its GID), with perftest's defaults. Each on
+/// a port of its own (`-p`): a client that comes while the previous run's server still
+/// listens would otherwise connect to it (seen: `ib_read_bw -R`'s READs on the QP of an
+/// `ib_write_bw -R` server, which grants no remote reads, completed with
+/// IBV_WC_REM_ACCESS_ERR).
+const PERFTEST_RDMA_CM: [Run; 3] = [
+    Run {
+        args: "-F -R -p 18601",
+        ..bw("write-bw-cm", "ib_write_bw", 1, 65536.0, 5000.0)
+    },
+    Run {
+        args: "-F -R -p 18602",
+        ..bw("read-bw-cm", "ib_read_bw", 1, 65536.0, 1000.0)
+    },
+    Run {
+        args: "-F -R -p 18603",
+        ..lat("send-lat-cm", "ib_send_lat", 2.0, 1000.0)
+    },
+];
+
+/// Guest script lines waiting (up to a minute) until rnic0 has the RoCEv2 GID of the
+/// interface's IPv4 address.
+const WAIT_GID: &str = "i=0\nuntil roce-gid-index rnic0 >/dev/null 2>&1; do\n    \
+                        i=$((i + 1)); [ $i -lt 12 ] || { echo '=== no RoCEv2 GID'; exit 1; }\n\
+                        done\n";
+
+#[test]
+#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provider() {
+    // What the verbs guests run (vm_verbs.rs' debian_pingpongs_and_perftest_run_between_two_verbs_guests),
+    // here through Debian's libibverbs, rnic's provider and rnic.ko: guest A (VF0,
+    // 10.82.0.2) serves, guest B (VF1, 10.82.0.3) connects, TCP over their rnic
+    // interfaces; then perftest over rdma_cm.
+    let started = Instant::now();
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 2, &[]);
+    let gids: [Ipv6Addr; 2] = [
+        truth(&rnicd, "vf0").0.gid.into(),
+        truth(&rnicd, "vf1").0.gid.into(),
+    ];
+    // All the pingpongs but ibv_srq_pingpong: rnic.ko and the provider have no SRQs yet
+    // (the provider's create_srq is unset, so libibverbs answers EOPNOTSUPP, and rnic.ko
+    // refuses a QP on an SRQ): both ends stop at once with "Couldn't create SRQ".
+    let all: Vec<Run> = PINGPONGS
+        .iter()
+        .filter(|r| r.program != "ibv_srq_pingpong")
+        .chain(&PERFTEST)
+        .chain(&PERFTEST_RDMA_CM)
+        .copied()
+        .collect();
+    let phase = Phase {
+        name: "kernel",
+        runs: &all,
+        setting: DEFAULTS,
+    };
+    let guest = |vf: u32, body: String| {
+        Boot::rnic()
+            .arg("--kernel")
+            .socket_dir(&rnicd.socket_dir())
+            .vf(vf)
+            .timeout(1800)
+            .spawn(&script(&format!("{WAIT_GID}{body}")))
+    };
+    let a = guest(0, phase.serve(KERNEL_RNIC0));
+    let b = guest(1, phase.connect(KERNEL_RNIC0, A_IP));
+    let results = run_pair(("guest A (VF0)", a), ("guest B (VF1)", b), |_| {}, |_| {});
+    assert_both_succeeded(&results, ["guest A (VF0)", "guest B (VF1)"]);
+    let a = tool_runs(&results[0].0);
+    let b = tool_runs(&results[1].0);
+    phase.check(&a, &b, gids);
+    eprintln!("done after {:?}", started.elapsed());
 }
