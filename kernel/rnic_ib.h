@@ -164,6 +164,7 @@ struct rnic_qp {
 	u8 qp_type;		/* RNIC_QPT_* */
 	u8 state;		/* RNIC_QPS_* as last set */
 	u32 max_inline;
+	u32 qkey;		/* as last set (QUERY_QP does not return it) */
 	bool sig_all;
 	struct rnic_ucontext *uctx;	/* a user QP's context, else NULL */
 };

@@ -453,6 +453,8 @@ int rnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	if (ret)
 		goto out;
 	qp->state = target;
+	if (mask & IB_QP_QKEY)
+		qp->qkey = attr->qkey;
 	if (target == RNIC_QPS_RESET)
 		rnic_qp_reset_queues(qp);
 out:
@@ -483,6 +485,7 @@ int rnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->pkey_index = le16_to_cpu(a->pkey_index);
 	attr->port_num = 1;
 	attr->dest_qp_num = le32_to_cpu(a->dest_qp_num);
+	attr->qkey = qp->qkey;
 	attr->rq_psn = le32_to_cpu(a->rq_psn);
 	attr->sq_psn = le32_to_cpu(a->sq_psn);
 	attr->timeout = a->timeout;
