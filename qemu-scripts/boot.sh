@@ -41,7 +41,7 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     first), up with its function's IPv4 address (the last 4 bytes of its GID:
                     VF0 is 10.82.0.2) and prefix /16; iproute2, ping, ethtool and iperf3;
                     default --mem 1024. --ip then addresses the functions instead (below)
-  --pyverbs         with --rxe or --verbs: add Python 3, Debian's python3-pyverbs and
+  --pyverbs         with --rxe, --verbs or --kernel: add Python 3, Debian's python3-pyverbs and
                     rdma-core's own test suite (/opt/rdma-core/tests, the tests/ of the
                     release Debian ships) to the guest, one more archive built by
                     pyverbs-layer.sh (some seconds more boot time under TCG)
@@ -160,7 +160,8 @@ if [ $rxe = 1 ] && { [ $want_pf = 1 ] || [ ${#vfs[@]} -gt 0 ]; }; then
     die "--rxe guests run rdma_rxe, not the rnic driver: drop --pf/--vf (boot another guest for them)"
 fi
 [ $((rxe + verbs + kernel)) -le 1 ] || die "--rxe, --verbs and --kernel are different guests: give one (boot another guest for the other)"
-[ $pyverbs = 0 ] || [ $rxe = 1 ] || [ $verbs = 1 ] || die "--pyverbs is for the Debian guests: add --rxe or --verbs"
+[ $pyverbs = 0 ] || [ $rxe = 1 ] || [ $verbs = 1 ] || [ $kernel = 1 ] ||
+    die "--pyverbs is for the Debian guests: add --rxe, --verbs or --kernel"
 [ $rxe = 0 ] || [ $iommu = 0 ] || die "--iommu is for the rnic and verbs guests (their vfio modules); the --rxe guest has none"
 # Each NIC as: local port, remote port, MAC.
 nic_lports=()
