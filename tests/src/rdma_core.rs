@@ -2,7 +2,9 @@
 //! python3-pyverbs package) in the Debian guests: the guest script lines that run it
 //! module by module (tests/rdma-core/run_suite.py, on the pyverbs layer of `boot.sh
 //! --pyverbs`), what the console then shows, and the comparison of a Soft-RoCE run with
-//! an rnic run against the differences kept in tests/rdma-core/expected.txt.
+//! an rnic run against the differences kept in tests/rdma-core/expected.txt (the verbs
+//! guest, rnic's own libibverbs) or tests/rdma-core/expected-kernel.txt (the kernel
+//! guest: rnic.ko and rnic's provider plug-in).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -163,10 +165,19 @@ impl SuiteRun {
     }
 }
 
-/// The differences kept in the repository: each test that passes on Soft-RoCE and not on
-/// rnic, with the reason (tests/rdma-core/expected.txt: `ID REASON`, `#` comments).
-pub fn expected_differences() -> BTreeMap<String, String> {
-    let path = crate::vm::repo().join("tests/rdma-core/expected.txt");
+/// The differences kept for the verbs guest (rnic's own libibverbs):
+/// tests/rdma-core/expected.txt.
+pub const EXPECTED_VERBS: &str = "tests/rdma-core/expected.txt";
+
+/// The differences kept for the kernel guest (rnic.ko and rnic's provider plug-in under
+/// Debian's libibverbs): tests/rdma-core/expected-kernel.txt.
+pub const EXPECTED_KERNEL: &str = "tests/rdma-core/expected-kernel.txt";
+
+/// The differences kept in the repository file `file` (relative to the repository, e.g.
+/// [`EXPECTED_VERBS`]): each test that passes on Soft-RoCE and not on rnic, with the
+/// reason (`ID REASON` lines, `#` comments).
+pub fn expected_differences(file: &str) -> BTreeMap<String, String> {
+    let path = crate::vm::repo().join(file);
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     parse_expected(&text)
@@ -180,7 +191,7 @@ fn parse_expected(text: &str) -> BTreeMap<String, String> {
             let (id, reason) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
             assert!(
                 !reason.trim().is_empty(),
-                "tests/rdma-core/expected.txt: {id} has no reason"
+                "the expected differences: {id} has no reason"
             );
             (id.to_string(), reason.trim().to_string())
         })
@@ -243,6 +254,49 @@ pub fn compare(rxe: &SuiteRun, rnic: &SuiteRun, expected: &BTreeMap<String, Stri
         .cloned()
         .collect();
     m
+}
+
+/// Checks the runs of the suite on Soft-RoCE (`rxe`) and on rnic (`rnic`, the run named
+/// `rnic_name` in the messages: the verbs guest's or the kernel guest's): both ran every
+/// module to the end; each passed a good part of the suite (so the comparison means
+/// something: most of the suite tests other vendors' devices and skips on both); and every
+/// test that passed on Soft-RoCE passed on rnic, but those listed in the repository file
+/// `expected` ([`EXPECTED_VERBS`], [`EXPECTED_KERNEL`]), none of which may pass on rnic.
+/// Prints the counts side by side first (docs/rdma-core-tests.md shows them).
+pub fn check_suite(rxe: &SuiteRun, rnic: &SuiteRun, rnic_name: &str, expected: &str) {
+    eprintln!(
+        "rdma-core's tests, Soft-RoCE and {rnic_name}:\n{}",
+        table(rxe, rnic)
+    );
+    for (name, run) in [("Soft-RoCE", rxe), (rnic_name, rnic)] {
+        assert!(run.finished, "the suite did not run to its end on {name}");
+        let seconds = run.seconds.map_or("?".to_string(), |s| s.to_string());
+        eprintln!("{name}: the suite took {seconds} s in the guest");
+        let passed = run.passed().count();
+        assert!(
+            passed >= 60,
+            "only {passed} of rdma-core's tests passed on {name}"
+        );
+        for (module, (end, seconds)) in &run.modules {
+            eprintln!("{name}: {module} {end} in {seconds:.1} s");
+        }
+    }
+    let m = compare(rxe, rnic, &expected_differences(expected));
+    let unlisted: Vec<String> = m
+        .unlisted
+        .iter()
+        .map(|(id, r)| format!("{id}: {:?} {}", r.outcome, r.reason))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "these pass on Soft-RoCE, not on {rnic_name}, and {expected} does not list them:\n{}",
+        unlisted.join("\n")
+    );
+    assert!(
+        m.stale.is_empty(),
+        "these pass on {rnic_name} now: take them out of {expected}:\n{}",
+        m.stale.join("\n")
+    );
 }
 
 #[cfg(test)]
@@ -316,10 +370,12 @@ mod tests {
 
     #[test]
     fn the_kept_differences_each_have_a_reason() {
-        let listed = expected_differences();
-        assert!(!listed.is_empty());
-        for id in listed.keys() {
-            assert!(id.starts_with("tests.test_"), "{id}");
+        for file in [EXPECTED_VERBS, EXPECTED_KERNEL] {
+            let listed = expected_differences(file);
+            assert!(!listed.is_empty(), "{file}");
+            for id in listed.keys() {
+                assert!(id.starts_with("tests.test_"), "{file}: {id}");
+            }
         }
     }
 }

@@ -516,7 +516,7 @@ fn debian_pingpongs_and_perftest_run_between_two_verbs_guests() {
 /// pingpongs ask for 1024 themselves. In phase `rnic-serves` the verbs guest serves
 /// `runs` (under `setting`) and the rxe guest connects; in `rxe-serves` the other way
 /// round. With `suite`, both guests then run rdma-core's own test suite on their own
-/// device, and the runs are compared ([`check_suite`]).
+/// device, and the runs are compared ([`rdma_core::check_suite`]).
 fn against_rxe(runs: &[Run], setting: Setting, suite: bool) {
     let rnic_serves = Phase {
         name: "rnic-serves",
@@ -586,55 +586,14 @@ fn against_rxe(runs: &[Run], setting: Setting, suite: bool) {
         );
     }
     if suite {
-        check_suite(
+        rdma_core::check_suite(
             &SuiteRun::parse(&rxe_console),
             &SuiteRun::parse(&rnic_console),
+            "rnic",
+            rdma_core::EXPECTED_VERBS,
         );
     }
     eprintln!("done after {:?}", started.elapsed());
-}
-
-/// Checks the runs of rdma-core's test suite on Soft-RoCE (`rxe`) and on rnic (`rnic`):
-/// both ran every module to the end; each passed a good part of the suite (so the
-/// comparison means something: most of the suite tests other vendors' devices and skips
-/// on both); and every test that passed on Soft-RoCE passed on rnic, but those listed in
-/// tests/rdma-core/expected.txt, none of which may pass on rnic. Prints the counts side by
-/// side first (docs/rdma-core-tests.md shows them).
-fn check_suite(rxe: &SuiteRun, rnic: &SuiteRun) {
-    eprintln!(
-        "rdma-core's tests, Soft-RoCE and rnic:\n{}",
-        rdma_core::table(rxe, rnic)
-    );
-    for (name, run) in [("Soft-RoCE", rxe), ("rnic", rnic)] {
-        assert!(run.finished, "the suite did not run to its end on {name}");
-        let seconds = run.seconds.map_or("?".to_string(), |s| s.to_string());
-        eprintln!("{name}: the suite took {seconds} s in the guest");
-        let passed = run.passed().count();
-        assert!(
-            passed >= 60,
-            "only {passed} of rdma-core's tests passed on {name}"
-        );
-        for (module, (end, seconds)) in &run.modules {
-            eprintln!("{name}: {module} {end} in {seconds:.1} s");
-        }
-    }
-    let m = rdma_core::compare(rxe, rnic, &rdma_core::expected_differences());
-    let unlisted: Vec<String> = m
-        .unlisted
-        .iter()
-        .map(|(id, r)| format!("{id}: {:?} {}", r.outcome, r.reason))
-        .collect();
-    assert!(
-        unlisted.is_empty(),
-        "these pass on Soft-RoCE, not on rnic, and tests/rdma-core/expected.txt does not \
-         list them:\n{}",
-        unlisted.join("\n")
-    );
-    assert!(
-        m.stale.is_empty(),
-        "these pass on rnic now: take them out of tests/rdma-core/expected.txt:\n{}",
-        m.stale.join("\n")
-    );
 }
 
 #[test]
