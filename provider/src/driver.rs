@@ -156,7 +156,9 @@ context_ops! {
     create_flow: Unused,
     create_flow_action_esp: Unused,
     create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
-    create_qp_ex: Unused,
+    create_qp_ex: Option<
+        unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp,
+    >,
     create_rwq_ind_table: Unused,
     create_srq: Unused,
     create_srq_ex: Unused,

@@ -12,7 +12,8 @@
 //! - [`driver`]: mirrors of driver.h and kern-abi.h, and the libibverbs functions used;
 //! - [`ring`]: doorbells, rings and completions on plain memory;
 //! - [`send`]: send work requests as WQEs;
-//! - `verbs`: the ops.
+//! - `verbs`: the ops;
+//! - [`wr`]: the `ibv_wr_*` batches of extended QPs.
 //!
 //! The plug-in exports no symbol: libibverbs finds it through the constructor.
 
@@ -20,6 +21,7 @@ pub mod driver;
 pub mod ring;
 pub mod send;
 mod verbs;
+pub mod wr;
 
 pub use verbs::OPS;
 

@@ -25,6 +25,7 @@ use rnic_verbs_abi::*;
 use crate::driver::*;
 use crate::ring::{ibv_wc_of, is_recv, write_recv_wqe, CqReader, Doorbells, Ring};
 use crate::send::{write_send_wqe, SendLimits, UdAv};
+use crate::wr::{Batch, SUPPORTED_SEND_OPS};
 
 type Errno = c_int;
 
@@ -244,6 +245,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     create_ah: Some(create_ah),
     create_cq: Some(create_cq),
     create_qp: Some(create_qp),
+    create_qp_ex: Some(create_qp_ex),
     dealloc_pd: Some(dealloc_pd),
     dereg_mr: Some(dereg_mr),
     destroy_ah: Some(destroy_ah),
@@ -654,6 +656,8 @@ struct Qp {
     limits: SendLimits,
     max_recv_sge: u32,
     sq_sig_all: bool,
+    /// The `ibv_wr_*` batch of an extended QP.
+    batch: Mutex<Batch>,
     _sq_ring: Mapping,
     _rq_ring: Mapping,
 }
@@ -673,99 +677,159 @@ fn entries_for(wr: u32) -> Result<u32, Errno> {
 }
 
 unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    object("create_qp", || {
-        // SAFETY: libibverbs' arguments.
-        let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
-        if !a.srq.is_null() {
+    // SAFETY: libibverbs' arguments.
+    object("create_qp", || unsafe { new_qp(pd, attr) })
+}
+
+/// `ibv_create_qp_ex` (libibverbs calls `create_qp` itself when the mask is the PD alone):
+/// the PD with `create_flags` 0 (rdma-core's tests ask for none on other vendors'
+/// devices) is an ordinary QP; with `send_ops_flags` (those of [`SUPPORTED_SEND_OPS`]) it
+/// also has the `ibv_wr_*` API ([`crate::wr`]). No XRC, no create flags, no TSO, memory
+/// window binds, ATOMIC WRITE or FLUSH: `EOPNOTSUPP`.
+unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    object("create_qp_ex", || {
+        // SAFETY: libibverbs' argument.
+        let a = unsafe { &mut *attr };
+        let known =
+            IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & !known != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return Err(libc::EOPNOTSUPP);
         }
-        let ud = match a.qp_type {
-            IBV_QPT_RC | IBV_QPT_UC => false,
-            IBV_QPT_UD => true,
-            _ => return Err(libc::EOPNOTSUPP),
-        };
-        let cap = a.cap;
-        let sq_entries = entries_for(cap.max_send_wr)?;
-        let rq_entries = if cap.max_recv_wr == 0 {
-            0
-        } else {
-            entries_for(cap.max_recv_wr)?
-        };
-        let sq_stride = sq_stride(cap.max_send_sge, cap.max_inline_data);
-        let rq_stride = rq_stride(cap.max_recv_sge);
-        let sq_ring = Mapping::anonymous(sq_entries as usize * sq_stride as usize)?;
-        let rq_ring = Mapping::anonymous(rq_entries as usize * rq_stride as usize)?;
-        let mut req = rnic_create_qp {
-            drv: CreateQpReq {
-                sq_va: sq_ring.addr(),
-                rq_va: rq_ring.addr(),
-                sq_entries,
-                rq_entries,
-            },
-            ..Default::default()
-        };
-        let mut resp = CreateQpResp::default();
-        let qp = Box::into_raw(Box::new(Qp {
-            // SAFETY: VerbsQp is valid all-zero (integers, pointers, empty ops).
-            vqp: unsafe { std::mem::zeroed() },
-            // SAFETY: an open context of ours.
-            inner: unsafe { inner(ctx) },
-            track: Arc::new(QpTrack {
-                sq: Mutex::new(SqState::new(sq_entries)),
-                rq: Mutex::new(RqState::new(rq_entries)),
-            }),
-            state: AtomicU32::new(IBV_QPS_RESET),
-            // SAFETY: the rings just mapped, of these geometries.
-            sq: unsafe { Ring::new(sq_ring.ptr, sq_entries, sq_stride) },
-            // SAFETY: as above.
-            rq: unsafe { Ring::new(rq_ring.ptr, rq_entries, rq_stride) },
-            sq_slot: 0,
-            rq_slot: 0,
-            limits: SendLimits {
-                max_sge: cap.max_send_sge,
-                max_inline: 0,
-                ud,
-            },
-            max_recv_sge: cap.max_recv_sge,
-            sq_sig_all: a.sq_sig_all != 0,
-            _sq_ring: sq_ring,
-            _rq_ring: rq_ring,
-        }));
-        // SAFETY: our QP (its ibv_qp first) and buffers; libibverbs' attributes.
-        let r = cmd(unsafe {
-            ibv_cmd_create_qp(
-                pd,
-                qp.cast(),
-                attr,
-                &mut req.hdr,
-                size_of::<rnic_create_qp>(),
-                &mut resp.core,
-                size_of::<CreateQpResp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(qp) });
-            return Err(e);
+        let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+        if ex && a.send_ops_flags & !SUPPORTED_SEND_OPS != 0 {
+            return Err(libc::EOPNOTSUPP);
         }
-        let d = resp.drv;
-        // SAFETY: ours, not yet handed out.
-        let q = unsafe { &mut *qp };
-        if d.sq_stride != sq_stride || (rq_entries > 0 && d.rq_stride != rq_stride) {
-            // SAFETY: the QP just created.
-            unsafe { ibv_cmd_destroy_qp(qp.cast()) };
-            // SAFETY: ours.
-            drop(unsafe { Box::from_raw(qp) });
-            return Err(libc::EPROTO);
+        if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+            return Err(libc::EOPNOTSUPP);
         }
-        q.sq_slot = d.sq_slot;
-        q.rq_slot = d.rq_slot;
-        q.limits.max_inline = d.max_inline_data.min(sq_stride - 64);
-        // SAFETY: the context outlives its QPs.
-        let inner = unsafe { &*q.inner };
-        lock(&inner.qps).insert(d.qpn, q.track.clone());
-        Ok(qp.cast())
+        // SAFETY: the application's PD.
+        if a.pd.is_null() || unsafe { (*a.pd).context } != ctx {
+            return Err(libc::EINVAL);
+        }
+        let mut legacy = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        // SAFETY: the application's PD and our copy of its attributes.
+        let qp = unsafe { new_qp(a.pd, &mut legacy) }?;
+        // The capabilities the QP got, as ibv_create_qp reports them.
+        a.cap = legacy.cap;
+        if ex {
+            // SAFETY: the QP just created, ours, not yet handed out.
+            let vqp = unsafe { &mut *qp.cast::<VerbsQp>() };
+            set_wr_ops(&mut vqp.qp_ex);
+            vqp.comp_mask = VERBS_QP_EX;
+        }
+        Ok(qp)
     })
+}
+
+/// Creates a QP (`create_qp`, `create_qp_ex`).
+///
+/// # Safety
+///
+/// `pd` is a PD of ours and `attr` valid attributes.
+unsafe fn new_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, Errno> {
+    // SAFETY: the caller's contract.
+    let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
+    if !a.srq.is_null() {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let ud = match a.qp_type {
+        IBV_QPT_RC | IBV_QPT_UC => false,
+        IBV_QPT_UD => true,
+        _ => return Err(libc::EOPNOTSUPP),
+    };
+    let cap = a.cap;
+    let sq_entries = entries_for(cap.max_send_wr)?;
+    let rq_entries = if cap.max_recv_wr == 0 {
+        0
+    } else {
+        entries_for(cap.max_recv_wr)?
+    };
+    let sq_stride = sq_stride(cap.max_send_sge, cap.max_inline_data);
+    let rq_stride = rq_stride(cap.max_recv_sge);
+    let sq_ring = Mapping::anonymous(sq_entries as usize * sq_stride as usize)?;
+    let rq_ring = Mapping::anonymous(rq_entries as usize * rq_stride as usize)?;
+    let mut req = rnic_create_qp {
+        drv: CreateQpReq {
+            sq_va: sq_ring.addr(),
+            rq_va: rq_ring.addr(),
+            sq_entries,
+            rq_entries,
+        },
+        ..Default::default()
+    };
+    let mut resp = CreateQpResp::default();
+    let qp = Box::into_raw(Box::new(Qp {
+        // SAFETY: VerbsQp is valid all-zero (integers, pointers, empty ops).
+        vqp: unsafe { std::mem::zeroed() },
+        // SAFETY: an open context of ours.
+        inner: unsafe { inner(ctx) },
+        track: Arc::new(QpTrack {
+            sq: Mutex::new(SqState::new(sq_entries)),
+            rq: Mutex::new(RqState::new(rq_entries)),
+        }),
+        state: AtomicU32::new(IBV_QPS_RESET),
+        // SAFETY: the rings just mapped, of these geometries.
+        sq: unsafe { Ring::new(sq_ring.ptr, sq_entries, sq_stride) },
+        // SAFETY: as above.
+        rq: unsafe { Ring::new(rq_ring.ptr, rq_entries, rq_stride) },
+        sq_slot: 0,
+        rq_slot: 0,
+        limits: SendLimits {
+            max_sge: cap.max_send_sge,
+            max_inline: 0,
+            ud,
+        },
+        max_recv_sge: cap.max_recv_sge,
+        sq_sig_all: a.sq_sig_all != 0,
+        batch: Mutex::new(Batch::default()),
+        _sq_ring: sq_ring,
+        _rq_ring: rq_ring,
+    }));
+    // SAFETY: our QP (its ibv_qp first) and buffers; libibverbs' attributes.
+    let r = cmd(unsafe {
+        ibv_cmd_create_qp(
+            pd,
+            qp.cast(),
+            attr,
+            &mut req.hdr,
+            size_of::<rnic_create_qp>(),
+            &mut resp.core,
+            size_of::<CreateQpResp>(),
+        )
+    });
+    if let Err(e) = r {
+        // SAFETY: ours, never handed out.
+        drop(unsafe { Box::from_raw(qp) });
+        return Err(e);
+    }
+    let d = resp.drv;
+    // SAFETY: ours, not yet handed out.
+    let q = unsafe { &mut *qp };
+    if d.sq_stride != sq_stride || (rq_entries > 0 && d.rq_stride != rq_stride) {
+        // SAFETY: the QP just created.
+        unsafe { ibv_cmd_destroy_qp(qp.cast()) };
+        // SAFETY: ours.
+        drop(unsafe { Box::from_raw(qp) });
+        return Err(libc::EPROTO);
+    }
+    q.sq_slot = d.sq_slot;
+    q.rq_slot = d.rq_slot;
+    q.limits.max_inline = d.max_inline_data.min(sq_stride - 64);
+    // SAFETY: the context outlives its QPs.
+    let inner = unsafe { &*q.inner };
+    lock(&inner.qps).insert(d.qpn, q.track.clone());
+    Ok(qp.cast())
 }
 
 unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
@@ -951,6 +1015,217 @@ unsafe extern "C" fn post_recv(
     })
 }
 
+// ---- the ibv_wr_* API of extended QPs ----
+
+/// `struct verbs_qp`'s `VERBS_QP_EX`: `ibv_qp_to_qp_ex` gives the `ibv_qp_ex`.
+const VERBS_QP_EX: u32 = 1 << 1;
+
+fn set_wr_ops(x: &mut ibv_qp_ex) {
+    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_local_inv = Some(wr_local_inv);
+    x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_rdma_write = Some(wr_rdma_write);
+    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    x.wr_send = Some(wr_send);
+    x.wr_send_imm = Some(wr_send_imm);
+    x.wr_send_inv = Some(wr_send_inv);
+    x.wr_set_ud_addr = Some(wr_set_ud_addr);
+    x.wr_set_inline_data = Some(wr_set_inline_data);
+    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_sge_list = Some(wr_set_sge_list);
+    x.wr_start = Some(wr_start);
+    x.wr_complete = Some(wr_complete);
+    x.wr_abort = Some(wr_abort);
+}
+
+/// Runs `f` on the batch of the extended QP `qpx` (with the `wr_id` and `wr_flags` the
+/// application set in it).
+fn with_batch(name: &str, qpx: *mut ibv_qp_ex, f: impl FnOnce(&ibv_qp_ex, &mut Batch)) {
+    guard(name, (), || {
+        // SAFETY: an extended QP of ours (its ibv_qp_ex is at offset 0 of the Qp), alive
+        // while the application builds on it.
+        let (q, x) = unsafe { (qp_of(qpx.cast()), &*qpx) };
+        f(x, &mut lock(&q.batch));
+    })
+}
+
+/// Starts a work request of `opcode` and lets `f` fill it.
+fn begin(name: &str, qpx: *mut ibv_qp_ex, opcode: ibv_wr_opcode, f: impl FnOnce(&mut ibv_send_wr)) {
+    with_batch(name, qpx, |x, b| {
+        if let Some(w) = b.begin(x, opcode) {
+            f(w);
+        }
+    })
+}
+
+unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
+    with_batch("ibv_wr_start", qpx, |_, b| *b = Batch::default())
+}
+
+unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
+    with_batch("ibv_wr_abort", qpx, |_, b| *b = Batch::default())
+}
+
+unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    guard("ibv_wr_complete", libc::EIO, || {
+        // SAFETY: as in with_batch.
+        let q = unsafe { qp_of(qpx.cast()) };
+        let mut batch = std::mem::take(&mut *lock(&q.batch));
+        let head = match batch.chain() {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        if head.is_null() {
+            return 0;
+        }
+        let mut bad: *mut ibv_send_wr = null_mut();
+        // SAFETY: our QP and the batch's list, which outlives the call.
+        unsafe { post_send(qpx.cast(), head, &mut bad) }
+    })
+}
+
+unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
+    begin("ibv_wr_send", qpx, IBV_WR_SEND, |_| {})
+}
+
+unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    begin("ibv_wr_send_imm", qpx, IBV_WR_SEND_WITH_IMM, |w| {
+        w.imm_data = imm
+    })
+}
+
+unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    begin("ibv_wr_send_inv", qpx, IBV_WR_SEND_WITH_INV, |w| {
+        w.imm_data = rkey
+    })
+}
+
+unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    begin("ibv_wr_local_inv", qpx, IBV_WR_LOCAL_INV, |w| {
+        w.imm_data = rkey
+    })
+}
+
+unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin("ibv_wr_rdma_write", qpx, IBV_WR_RDMA_WRITE, |w| {
+        w.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: addr,
+            rkey,
+        }
+    })
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    begin(
+        "ibv_wr_rdma_write_imm",
+        qpx,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        |w| {
+            w.wr.rdma = ibv_send_wr_rdma {
+                remote_addr: addr,
+                rkey,
+            };
+            w.imm_data = imm;
+        },
+    )
+}
+
+unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin("ibv_wr_rdma_read", qpx, IBV_WR_RDMA_READ, |w| {
+        w.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: addr,
+            rkey,
+        }
+    })
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(
+        "ibv_wr_atomic_cmp_swp",
+        qpx,
+        IBV_WR_ATOMIC_CMP_AND_SWP,
+        |w| {
+            w.wr.atomic = ibv_send_wr_atomic {
+                remote_addr: addr,
+                compare_add: compare,
+                swap,
+                rkey,
+            }
+        },
+    )
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    begin(
+        "ibv_wr_atomic_fetch_add",
+        qpx,
+        IBV_WR_ATOMIC_FETCH_AND_ADD,
+        |w| {
+            w.wr.atomic = ibv_send_wr_atomic {
+                remote_addr: addr,
+                compare_add: add,
+                swap: 0,
+                rkey,
+            }
+        },
+    )
+}
+
+unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    with_batch("ibv_wr_set_ud_addr", qpx, |_, b| {
+        b.set_ud_addr(ah, qpn, qkey)
+    })
+}
+
+unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    with_batch("ibv_wr_set_sge", qpx, |_, b| {
+        b.set_sges(&[ibv_sge { addr, length, lkey }])
+    })
+}
+
+unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    with_batch("ibv_wr_set_sge_list", qpx, |_, b| {
+        let sges = if n == 0 || list.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the application's `n` SGEs.
+            unsafe { std::slice::from_raw_parts(list, n) }
+        };
+        b.set_sges(sges)
+    })
+}
+
+unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    with_batch("ibv_wr_set_inline_data", qpx, |_, b| {
+        b.set_inline(&[(addr.cast_const().cast(), length)])
+    })
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    with_batch("ibv_wr_set_inline_data_list", qpx, |_, b| {
+        let bufs: Vec<(*const u8, usize)> = (0..if list.is_null() { 0 } else { n })
+            .map(|i| {
+                // SAFETY: the application's `n` buffers.
+                let d = unsafe { &*list.add(i) };
+                (d.addr.cast_const().cast(), d.length)
+            })
+            .collect();
+        b.set_inline(&bufs)
+    })
+}
+
 // ---- AH ----
 
 /// An address handle: the address vector UD sends carry (the device sends from the
@@ -1077,6 +1352,7 @@ mod tests {
             },
             max_recv_sge: 1,
             sq_sig_all: false,
+            batch: Mutex::new(Batch::default()),
             _sq_ring: sq_ring,
             _rq_ring: rq_ring,
         });
