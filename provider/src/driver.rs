@@ -152,7 +152,9 @@ context_ops! {
     create_cq: Option<
         unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq,
     >,
-    create_cq_ex: Unused,
+    create_cq_ex: Option<
+        unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex,
+    >,
     create_flow: Unused,
     create_flow_action_esp: Unused,
     create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,

@@ -9,7 +9,7 @@
 //! then a queue. No call unwinds into C: every op runs under [`guard`].
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, null_mut};
@@ -244,6 +244,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     alloc_pd: Some(alloc_pd),
     create_ah: Some(create_ah),
     create_cq: Some(create_cq),
+    create_cq_ex: Some(create_cq_ex),
     create_qp: Some(create_qp),
     create_qp_ex: Some(create_qp_ex),
     dealloc_pd: Some(dealloc_pd),
@@ -487,10 +488,13 @@ unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
 /// A CQ.
 #[repr(C)]
 struct Cq {
-    ibv: ibv_cq,
+    /// An extended CQ's structure, whose start is the `ibv_cq` of any CQ.
+    ibv: ibv_cq_ex,
     /// The context's part (outlives the CQ: a context is closed after its objects).
     inner: *const Inner,
     reader: Mutex<CqReader>,
+    /// The completion an extended CQ's poll is at (`ibv_start_poll`, `ibv_next_poll`).
+    current: Mutex<ibv_wc>,
     _ring: Mapping,
 }
 
@@ -510,63 +514,217 @@ unsafe extern "C" fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    object("create_cq", || {
-        let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-        let entries = want
-            .max(2)
-            .checked_next_power_of_two()
-            .ok_or(libc::EINVAL)?;
-        let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
-        let mut req = rnic_create_cq {
-            drv: CreateCqReq {
-                ring_va: ring.addr(),
-                entries,
-                reserved: 0,
-            },
-            ..Default::default()
-        };
-        let mut resp = CreateCqResp::default();
-        // SAFETY: a ring of `entries` CQEs, mapped above (zeroed), owned by the CQ.
-        let view = unsafe { Ring::new(ring.ptr, entries, size_of::<Cqe>() as u32) };
-        let cq = Box::into_raw(Box::new(Cq {
-            ibv: ibv_cq::zeroed(),
-            // SAFETY: ctx is an open context of ours.
-            inner: unsafe { inner(ctx) },
-            // The slot is the kernel's answer, below.
-            reader: Mutex::new(CqReader::new(view, 0)),
-            _ring: ring,
-        }));
-        // SAFETY: our CQ and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_create_cq(
-                ctx,
-                entries as c_int,
-                channel,
-                comp_vector,
-                cq.cast(),
-                &mut req.hdr,
-                size_of::<rnic_create_cq>(),
-                &mut resp.core,
-                size_of::<CreateCqResp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(cq) });
-            return Err(e);
+    // SAFETY: libibverbs' arguments.
+    object("create_cq", || unsafe {
+        new_cq(ctx, cqe, channel, comp_vector).map(|c| c.cast())
+    })
+}
+
+/// `ibv_create_cq_ex`: a CQ with the `ibv_cq_ex` poll API for the fields of a plain
+/// `ibv_wc` (`IBV_WC_STANDARD_FLAGS`); no time stamps or other fields, no parent domain,
+/// no creation flags (`EOPNOTSUPP`).
+unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    object("create_cq_ex", || {
+        // SAFETY: libibverbs' argument.
+        let a = unsafe { &*attr };
+        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+            || (a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags != 0)
+            || a.wc_flags & !IBV_WC_STANDARD_FLAGS != 0
+        {
+            return Err(libc::EOPNOTSUPP);
         }
-        if resp.drv.entries != entries {
-            // SAFETY: the CQ just created, ours, never handed out.
-            unsafe {
-                ibv_cmd_destroy_cq(cq.cast());
-                drop(Box::from_raw(cq));
-            }
-            return Err(libc::EPROTO);
-        }
-        // SAFETY: ours, not yet handed out.
-        *lock(unsafe { &(*cq).reader }) = CqReader::new(view, resp.drv.doorbell_slot);
+        let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
+        let vector = c_int::try_from(a.comp_vector).map_err(|_| libc::EINVAL)?;
+        // SAFETY: libibverbs' context and the application's channel.
+        let cq = unsafe { new_cq(ctx, cqe, a.channel, vector)? };
+        // SAFETY: the CQ just created, ours, not yet handed out.
+        let x = unsafe { &mut (*cq).ibv };
+        x.cq_context = a.cq_context;
+        x.start_poll = Some(cq_start_poll);
+        x.next_poll = Some(cq_next_poll);
+        x.end_poll = Some(cq_end_poll);
+        x.read_opcode = Some(cq_read_opcode);
+        x.read_vendor_err = Some(cq_read_vendor_err);
+        x.read_byte_len = Some(cq_read_byte_len);
+        x.read_imm_data = Some(cq_read_imm_data);
+        x.read_qp_num = Some(cq_read_qp_num);
+        x.read_src_qp = Some(cq_read_src_qp);
+        x.read_wc_flags = Some(cq_read_wc_flags);
+        x.read_slid = Some(cq_read_slid);
+        x.read_sl = Some(cq_read_sl);
+        x.read_dlid_path_bits = Some(cq_read_dlid_path_bits);
         Ok(cq.cast())
     })
+}
+
+/// Creates a CQ (`create_cq`, `create_cq_ex`).
+///
+/// # Safety
+///
+/// `ctx` is an open context of ours, `channel` null or a channel of it.
+unsafe fn new_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> Result<*mut Cq, Errno> {
+    let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    let entries = want
+        .max(2)
+        .checked_next_power_of_two()
+        .ok_or(libc::EINVAL)?;
+    let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
+    let mut req = rnic_create_cq {
+        drv: CreateCqReq {
+            ring_va: ring.addr(),
+            entries,
+            reserved: 0,
+        },
+        ..Default::default()
+    };
+    let mut resp = CreateCqResp::default();
+    // SAFETY: a ring of `entries` CQEs, mapped above (zeroed), owned by the CQ.
+    let view = unsafe { Ring::new(ring.ptr, entries, size_of::<Cqe>() as u32) };
+    let cq = Box::into_raw(Box::new(Cq {
+        ibv: ibv_cq_ex::zeroed(),
+        // SAFETY: ctx is an open context of ours.
+        inner: unsafe { inner(ctx) },
+        // The slot is the kernel's answer, below.
+        reader: Mutex::new(CqReader::new(view, 0)),
+        current: Mutex::new(ibv_wc::zeroed()),
+        _ring: ring,
+    }));
+    // SAFETY: our CQ and buffers.
+    let r = cmd(unsafe {
+        ibv_cmd_create_cq(
+            ctx,
+            entries as c_int,
+            channel,
+            comp_vector,
+            cq.cast(),
+            &mut req.hdr,
+            size_of::<rnic_create_cq>(),
+            &mut resp.core,
+            size_of::<CreateCqResp>(),
+        )
+    });
+    if let Err(e) = r {
+        // SAFETY: ours, never handed out.
+        drop(unsafe { Box::from_raw(cq) });
+        return Err(e);
+    }
+    if resp.drv.entries != entries {
+        // SAFETY: the CQ just created, ours, never handed out.
+        unsafe {
+            ibv_cmd_destroy_cq(cq.cast());
+            drop(Box::from_raw(cq));
+        }
+        return Err(libc::EPROTO);
+    }
+    // SAFETY: ours, not yet handed out.
+    *lock(unsafe { &(*cq).reader }) = CqReader::new(view, resp.drv.doorbell_slot);
+    Ok(cq)
+}
+
+/// `ibv_start_poll` and `ibv_next_poll`: the next completion (of a QP still there) becomes
+/// the current one, or `ENOENT`.
+fn cq_poll_one(name: &str, cqx: *mut ibv_cq_ex) -> c_int {
+    guard(name, libc::EIO, || {
+        // SAFETY: an extended CQ of ours, alive while the application polls it.
+        let cq = unsafe { cq_of(cqx.cast()) };
+        // SAFETY: the context outlives its CQs.
+        let inner = unsafe { &*cq.inner };
+        let mut reader = lock(&cq.reader);
+        let before = reader.consumed();
+        loop {
+            let Some(c) = reader.take() else {
+                // No ibv_end_poll follows ENOENT: give back what was passed over.
+                if reader.consumed() != before {
+                    reader.publish(&inner.db);
+                }
+                return libc::ENOENT;
+            };
+            if !credit(inner, &c) {
+                continue;
+            }
+            let wc = ibv_wc_of(&c);
+            // SAFETY: the application's CQ structure, which it reads after the call.
+            unsafe {
+                (*cqx).status = wc.status;
+                (*cqx).wr_id = wc.wr_id;
+            }
+            *lock(&cq.current) = wc;
+            return 0;
+        }
+    })
+}
+
+unsafe extern "C" fn cq_start_poll(cqx: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+    cq_poll_one("ibv_start_poll", cqx)
+}
+
+unsafe extern "C" fn cq_next_poll(cqx: *mut ibv_cq_ex) -> c_int {
+    cq_poll_one("ibv_next_poll", cqx)
+}
+
+unsafe extern "C" fn cq_end_poll(cqx: *mut ibv_cq_ex) {
+    guard("ibv_end_poll", (), || {
+        // SAFETY: as in cq_poll_one.
+        let cq = unsafe { cq_of(cqx.cast()) };
+        // SAFETY: the context outlives its CQs.
+        let inner = unsafe { &*cq.inner };
+        lock(&cq.reader).publish(&inner.db);
+    })
+}
+
+/// A field of the current completion of the extended CQ `cqx`.
+fn current<T>(cqx: *mut ibv_cq_ex, field: impl FnOnce(&ibv_wc) -> T) -> T {
+    // SAFETY: an extended CQ of ours, between ibv_start_poll and ibv_end_poll.
+    let cq = unsafe { cq_of(cqx.cast()) };
+    field(&lock(&cq.current))
+}
+
+unsafe extern "C" fn cq_read_opcode(cqx: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    current(cqx, |w| w.opcode)
+}
+
+unsafe extern "C" fn cq_read_vendor_err(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| w.vendor_err)
+}
+
+unsafe extern "C" fn cq_read_byte_len(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| w.byte_len)
+}
+
+unsafe extern "C" fn cq_read_imm_data(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| w.imm_data)
+}
+
+unsafe extern "C" fn cq_read_qp_num(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| w.qp_num)
+}
+
+unsafe extern "C" fn cq_read_src_qp(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| w.src_qp)
+}
+
+unsafe extern "C" fn cq_read_wc_flags(cqx: *mut ibv_cq_ex) -> c_uint {
+    current(cqx, |w| w.wc_flags)
+}
+
+unsafe extern "C" fn cq_read_slid(cqx: *mut ibv_cq_ex) -> u32 {
+    current(cqx, |w| u32::from(w.slid))
+}
+
+unsafe extern "C" fn cq_read_sl(cqx: *mut ibv_cq_ex) -> u8 {
+    current(cqx, |w| w.sl)
+}
+
+unsafe extern "C" fn cq_read_dlid_path_bits(cqx: *mut ibv_cq_ex) -> u8 {
+    current(cqx, |w| w.dlid_path_bits)
 }
 
 unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
@@ -1319,9 +1477,10 @@ mod tests {
         // SAFETY: 4 CQEs in the mapping the CQ owns.
         let view = unsafe { Ring::new(cq_ring.ptr, 4, 32) };
         let cq = Box::new(Cq {
-            ibv: ibv_cq::zeroed(),
+            ibv: ibv_cq_ex::zeroed(),
             inner: &*inner,
             reader: Mutex::new(CqReader::new(view, 5)),
+            current: Mutex::new(ibv_wc::zeroed()),
             _ring: cq_ring,
         });
         let (sq_stride, rq_stride) = (sq_stride(1, 64), rq_stride(1));
