@@ -20,6 +20,13 @@
 //! controller on it (nvme-rdma lets go, the driver destroys what it held) and loads it
 //! again; at its end B unloads rnic.ko while nvmet-rdma still listens on it.
 //!
+//! And user verbs (ABI 1.9, rnic.ko's ucontexts and rnic's provider plug-in under
+//! Debian's unmodified libibverbs and librdmacm): `ibv_devices` and `ibv_devinfo -v` list
+//! rnic0; `ibv_rc_pingpong` and `ibv_ud_pingpong`, `rping` and `ucmatose` run between the
+//! guests; while B's pingpong server holds its QP, a second process (`ibv_devinfo`) opens
+//! the same function; a process killed with its context, PD, MR, CQs and QP alive leaves
+//! the function clean (`rdma res`: no context) and the next process works.
+//!
 //! Two more topologies, one boot per guest each:
 //!
 //! - Two kernel guests on VF0 of two rnicd joined by `--net udp:127.0.91.1` and
@@ -43,6 +50,8 @@
 //!   rxe's), writes 16 MiB of random data with `O_DIRECT`, reads them back identical and
 //!   disconnects, and then the Soft-RoCE guest does the same with the kernel guest's
 //!   target; rnicd's capture holds RoCEv2 packets both ways, to QP 1 and to the RC QPs.
+//!   Last, librdmacm's programs between rnic's provider and rxe, each end in each role:
+//!   `rping`, `ucmatose` and `ib_send_lat -R`.
 //!
 //! And one kernel guest alone for user verbs (ABI 1.9, datasheet §17), without an rdma-core
 //! provider: tests/guest/uverbs_smoke.c speaks ib_uverbs' write() commands with the
@@ -336,6 +345,27 @@ timeout 300 ibv_ud_pingpong -d rnic0 -g "$gid" -n 200 -s 1024 || die "ibv_ud_pin
 timeout 300 rping -s -a {B_IP} -C 20 -S 1024 -V || die "rping server"
 timeout 300 ucmatose || die "ucmatose server"
 echo "=== uverbs served"
+step kill
+# A process killed while it holds a context, PD, MR, CQs and a QP: the core destroys
+# them through the driver, and the function serves the next process.
+ibv_rc_pingpong -d rnic0 -g "$gid" > /tmp/pp-kill.txt 2>&1 &
+pp=$!
+i=0
+until rdma res show qp | grep -q ibv_rc_pingpong; do
+    i=$((i + 1)); [ $i -lt 300 ] || {{ cat /tmp/pp-kill.txt; die "no QP of the process to kill"; }}
+    sleep 0.1
+done
+rdma res show | sed 's/^/=== rdma-res with-process /'
+kill -9 $pp
+wait $pp
+i=0
+while rdma res show qp | grep -q ibv_rc_pingpong; do
+    i=$((i + 1)); [ $i -lt 300 ] || die "the killed process's QP stayed"
+    sleep 0.1
+done
+rdma res show | sed 's/^/=== rdma-res after-kill /'
+ibv_devinfo -d rnic0 | grep -q PORT_ACTIVE || die "ibv_devinfo after the kill"
+echo "=== kill ok"
 step serve
 timeout 300 iperf3 -s -1 || die "iperf3 server 1"
 step mtu
@@ -606,6 +636,20 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         b.contains("=== two processes ok") && b.contains("=== uverbs served"),
         "B: two processes on one function, and the servers"
     );
+    // The killed process held a context; the core released it and everything in it.
+    assert!(
+        b.contains("=== rdma-res with-process 0: rnic0: pd ") && b.contains("ctx 1 "),
+        "B: the process's context before the kill"
+    );
+    assert!(
+        b.contains("=== kill ok") && b.contains("=== rdma-res after-kill 0: rnic0: pd "),
+        "B: the function after the kill"
+    );
+    let after_kill = b
+        .lines()
+        .find(|l| l.contains("=== rdma-res after-kill 0: rnic0:"))
+        .unwrap_or_default();
+    assert!(after_kill.contains(" ctx 0 "), "B: {after_kill}");
     assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
     assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
@@ -924,6 +968,19 @@ rdma statistic show link rnic0/1 | sed 's/^/=== rdma-stat /'
 iperf_to {ETH_R_IP} 1 /tmp/iperf3.txt 60 "telling the Soft-RoCE guest"
 step nvme-target
 timeout 300 iperf3 -s -1 || die "the Soft-RoCE guest's NVMe run"
+step uverbs-serve
+# Debian's librdmacm programs on rnic's provider against Soft-RoCE: we serve first.
+timeout 300 rping -s -a {ETH_K_IP} -C 10 -S 1024 -V || die "rping server for the Soft-RoCE guest"
+timeout 300 ucmatose || die "ucmatose server for the Soft-RoCE guest"
+timeout 300 ib_send_lat -d rnic0 -R -F -n 100 || die "ib_send_lat -R server for the Soft-RoCE guest"
+echo "=== uverbs served"
+step uverbs-connect
+retry 90 "rping to the Soft-RoCE guest" rping -c -a {ETH_R_IP} -C 10 -S 1024 -V
+echo "=== rping k-to-r ok"
+retry 90 "ucmatose to the Soft-RoCE guest" ucmatose -s {ETH_R_IP}
+echo "=== ucmatose k-to-r ok"
+retry 90 "ib_send_lat -R to the Soft-RoCE guest" ib_send_lat -d rnic0 -R -F -n 100 {ETH_R_IP}
+echo "=== send-lat k-to-r ok"
 check_dmesg
 {SUITE_K}check_dmesg
 "#,
@@ -965,6 +1022,20 @@ step nvme
 modprobe nvme-rdma || die "modprobe nvme-rdma"
 nvme_roundtrip rnic-target {ETH_K_IP} {ETH_K_NQN}
 iperf_to {ETH_K_IP} 1 /tmp/iperf2.txt 60 "telling the kernel guest"
+step uverbs-connect
+# librdmacm's programs between rxe0 and rnic0 (rnic's provider): the kernel guest serves
+# first, then we do.
+retry 90 "rping to the kernel guest" rping -c -a {ETH_K_IP} -C 10 -S 1024 -V
+echo "=== rping r-to-k ok"
+retry 90 "ucmatose to the kernel guest" ucmatose -s {ETH_K_IP}
+echo "=== ucmatose r-to-k ok"
+retry 90 "ib_send_lat -R to the kernel guest" ib_send_lat -d rxe0 -R -F -n 100 {ETH_K_IP}
+echo "=== send-lat r-to-k ok"
+step uverbs-serve
+timeout 300 rping -s -a {ETH_R_IP} -C 10 -S 1024 -V || die "rping server for the kernel guest"
+timeout 300 ucmatose || die "ucmatose server for the kernel guest"
+timeout 300 ib_send_lat -d rxe0 -R -F -n 100 || die "ib_send_lat -R server for the kernel guest"
+echo "=== uverbs served"
 check_dmesg
 {SUITE_R}"#,
         SUITE_R = rdma_core::guest_lines("rxe0", "$(rxe-gid-index)"),
@@ -1180,6 +1251,19 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
         "rdma res show on rnic0 while connected"
     );
     assert_rdma_stat_counted("the kernel guest", k);
+    // librdmacm's programs between rnic's provider and Soft-RoCE, each end in each role.
+    for (name, console, way) in [
+        ("the kernel guest", k, "k-to-r"),
+        ("the Soft-RoCE guest", r, "r-to-k"),
+    ] {
+        for what in ["rping", "ucmatose", "send-lat"] {
+            assert!(
+                console.contains(&format!("=== {what} {way} ok")),
+                "{name}: {what} as the client"
+            );
+        }
+        assert!(console.contains("=== uverbs served"), "{name}: the servers");
+    }
 
     // ARP: the Soft-RoCE guest resolved the kernel guest's address to its MAC; the
     // replies for that address came from the kernel guest's OS, not from rnicd's port.
