@@ -275,7 +275,9 @@ retry_connect() {
 ///   server does not listen yet; the guests boot at their own speed), "connect()
 ///   failed" (ucx_perftest's) or "Unexpected CM event bl blka 8" (perftest's with `-R`
 ///   when its rdma_cm connect is rejected: event 8, RDMA_CM_EVENT_REJECTED, the answer
-///   while nobody listens on the port).
+///   while nobody listens on the port), or "RDMA_CM_EVENT_REJECTED; error: 8" (what
+///   perftest 25.01 prints when that happens in its own retry of the connect, which may
+///   then crash: the server still listens, so the next run connects).
 /// - `show_tool LABEL...` prints each run as a block: `@@@ TOOL LABEL status N seconds S`,
 ///   its standard output, `@@@ TOOL LABEL stderr`, its standard error, `@@@ TOOL LABEL end`.
 ///   A server run in the background (`run_tool ... &`) is shown after `wait`, so blocks never
@@ -293,7 +295,8 @@ run_tool() {
         rt_status=$?
         [ $rt_retry = 1 ] && [ $rt_status != 0 ] && [ $rt_tries -lt 240 ] &&
             cat "/tmp/tool-$rt_label.out" "/tmp/tool-$rt_label.err" |
-            grep -q -e "Couldn't connect" -e "connect() failed" -e "Unexpected CM event bl blka 8" || break
+            grep -q -e "Couldn't connect" -e "connect() failed" -e "Unexpected CM event bl blka 8" \
+                -e "RDMA_CM_EVENT_REJECTED; error: 8" || break
         rt_tries=$((rt_tries + 1))
         sleep 0.5
     done

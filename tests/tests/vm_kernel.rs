@@ -61,11 +61,17 @@
 //! second with a completion event); then the function is reset (FLR) and rnic.ko is
 //! unloaded while a process holds a context with objects, and the run repeated after each.
 //!
+//! And two kernel guests (VF0, VF1) running what the verbs guests run (tests/tests/vm_verbs.rs),
+//! here through Debian's libibverbs on rnic's provider: Debian's pingpongs (but
+//! `ibv_srq_pingpong`), perftest's eight programs with their defaults and the bandwidth
+//! ones with `-q 4`, and `ib_write_bw`, `ib_read_bw`, `ib_send_lat` with `-R` (rdma_cm);
+//! each run's result row, QPs and GIDs checked as there.
+//!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
 //! vm_kernel -- --ignored` (as root, after qemu-scripts/setup.sh, which builds rnic.ko;
-//! the guests' boots rebuild it when kernel/ changed). About 2 minutes for the first,
-//! under one for each of the others.
+//! the guests' boots rebuild it and the provider when they changed). About 2 minutes
+//! each for the first and the last, under one or two for the others.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
