@@ -176,6 +176,14 @@ static int rnic_create_user_qp(struct rnic_ib *rib, struct rnic_qp *qp,
 	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
 	if (ret)
 		return ret;
+	if (init->srq) {
+		/* Receives come from the SRQ: no receive queue at all. */
+		if (qp->qp_type != RNIC_QPT_RC || ureq.rq_entries ||
+		    ureq.rq_va)
+			return -EINVAL;
+		cap->max_recv_wr = 0;
+		cap->max_recv_sge = 0;
+	}
 	if (!ureq.sq_entries || !is_power_of_2(ureq.sq_entries) ||
 	    ureq.sq_entries < cap->max_send_wr || ureq.sq_entries > max_wr ||
 	    (ureq.rq_entries && !is_power_of_2(ureq.rq_entries)) ||
@@ -193,13 +201,22 @@ static int rnic_create_user_qp(struct rnic_ib *rib, struct rnic_qp *qp,
 				 sq_stride, cap->max_send_sge, &req.sq);
 	if (ret)
 		return ret;
-	ret = rnic_user_wq_alloc(rib, &qp->rq, ureq.rq_va, ureq.rq_entries,
-				 rq_stride, cap->max_recv_sge, &req.rq);
-	if (ret)
-		goto err_sq;
-	rnic_qp_fill_req(qp, init, &req, ureq.sq_entries,
-			 max_t(u32, ureq.rq_entries, 1), cap->max_send_sge,
-			 cap->max_recv_sge);
+	if (init->srq) {
+		/* The device wants rq_entries, max_recv_sge and rq 0. */
+		spin_lock_init(&qp->rq.lock);
+		rnic_qp_fill_req(qp, init, &req, ureq.sq_entries, 0,
+				 cap->max_send_sge, 0);
+		req.srqn = cpu_to_le16(to_rsrq(init->srq)->srqn);
+	} else {
+		ret = rnic_user_wq_alloc(rib, &qp->rq, ureq.rq_va,
+					 ureq.rq_entries, rq_stride,
+					 cap->max_recv_sge, &req.rq);
+		if (ret)
+			goto err_sq;
+		rnic_qp_fill_req(qp, init, &req, ureq.sq_entries,
+				 max_t(u32, ureq.rq_entries, 1),
+				 cap->max_send_sge, cap->max_recv_sge);
+	}
 	ret = rnic_ib_create_on_page(rib, uc->db_page, RNIC_CMD_CREATE_QP, &req,
 				     sizeof(req), &req.doorbell_page, &resp,
 				     sizeof(resp));
@@ -248,8 +265,8 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	u32 sq_entries, rq_entries, send_sge, recv_sge;
 	int ret;
 
-	/* SRQs come later. */
-	if (init->srq || init->create_flags || init->rwq_ind_tbl)
+	/* SRQs: processes' only (rnic_ib_srq.c). */
+	if ((init->srq && !udata) || init->create_flags || init->rwq_ind_tbl)
 		return -EOPNOTSUPP;
 	switch (init->qp_type) {
 	case IB_QPT_RC:
