@@ -51,6 +51,9 @@
 //! QP to itself, and completes two RDMA WRITEs through its own rings and doorbells (the
 //! second with a completion event); then the function is reset (FLR) and rnic.ko is
 //! unloaded while a process holds a context with objects, and the run repeated after each.
+//! And with rnic's provider: tests/guest/srq_limit.c, built against Debian's libibverbs,
+//! uses an SRQ (query, resize refused, the limit armed and its async event, receives of an
+//! RC QP on it with their wr_ids, destroy refused while the QP lives).
 //!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
@@ -1327,4 +1330,65 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
     );
     assert!(console.contains("=== reset under a process"));
     assert!(console.contains("=== unloaded under a process"));
+}
+
+// --- shared receive queues through Debian's libibverbs and rnic's provider ---------------
+
+/// tests/guest/srq_limit.c, built against Debian's libibverbs of the reference root
+/// (linked dynamically: the guest's libibverbs loads rnic's provider).
+fn srq_limit_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("srq_limit");
+    let lib = rnic_tests::debian::ibverbs_ref().join("usr/lib/x86_64-linux-gnu");
+    rnic_tests::debian::compile_c(
+        &rnic_tests::vm::repo().join("tests/guest/srq_limit.c"),
+        &exe,
+        &[
+            // libibverbs' own dependencies (libnl) are the guest's, not the build's.
+            "-Wl,--allow-shlib-undefined",
+            "-L",
+            lib.to_str().expect("UTF-8 path"),
+            "-libverbs",
+        ],
+    );
+    exe
+}
+
+/// One kernel guest, one function: an SRQ through the provider (create, query, a resize
+/// refused, the limit armed), an RC QP on it connected to another of the function's QPs,
+/// SENDs until IBV_EVENT_SRQ_LIMIT_REACHED arrives, the receives' wr_ids, the limit 0
+/// after it fired, the SRQ busy while its QP lives, and everything destroyed.
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_process_uses_an_srq_through_the_provider_and_gets_its_limit_event() {
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let programs = tempfile::tempdir().expect("a directory for srq_limit");
+    let program = srq_limit_program(programs.path());
+    let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &[]);
+    let (console, status) = Boot::rnic()
+        .arg("--kernel")
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .arg("--file")
+        .arg(format!(
+            "{}:/usr/local/bin/srq_limit",
+            program.to_str().expect("UTF-8 path")
+        ))
+        .timeout(300)
+        .run(&format!(
+            r#"{HELPERS}
+step srq
+i=0
+until grep -qs ':ffff:' /sys/class/infiniband/rnic0/ports/1/gids/*; do
+    i=$((i + 1)); [ $i -lt 300 ] || die "no IPv4 GID on rnic0"
+    sleep 0.1
+done
+timeout 60 srq_limit rnic0 "$(roce-gid-index rnic0)" || die "srq_limit"
+check_dmesg
+echo '=== script done'
+"#
+        ));
+    assert!(succeeded(&console, status), "the guest failed ({status:?})");
+    assert!(console.contains("srq_limit: async event SRQ limit reached"));
+    assert!(console.contains("srq_limit: ok"));
 }
