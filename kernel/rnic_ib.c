@@ -139,8 +139,7 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 	a->max_res_rd_atom = a->max_qp_rd_atom * a->max_qp;
 	a->atomic_cap = IB_ATOMIC_HCA;
 	a->max_ah = RNIC_IB_MAX_AH;
-	if (rib->srqs_offered) {
-		/* Processes' SRQs only (rnic_ib_srq.c). */
+	if (rd->caps & RNIC_CAP_SRQ) {
 		a->max_srq = RNIC_MAX_SRQN;
 		a->max_srq_wr = le32_to_cpu(l->max_qp_wr);
 		a->max_srq_sge = le32_to_cpu(l->max_sge);
@@ -338,11 +337,12 @@ static const struct ib_device_ops rnic_ib_uverbs_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ucontext, ibuc),
 };
 
-/* Shared receive queues of processes (CAP_SRQ, with user verbs). */
+/* Shared receive queues (CAP_SRQ), the kernel's and processes'. */
 static const struct ib_device_ops rnic_ib_srq_ops = {
 	.create_srq = rnic_create_srq,
 	.destroy_srq = rnic_destroy_srq,
 	.modify_srq = rnic_modify_srq,
+	.post_srq_recv = rnic_post_srq_recv,
 	.query_srq = rnic_query_srq,
 
 	INIT_RDMA_OBJ_SIZE(ib_srq, rnic_srq, ibsrq),
@@ -438,13 +438,10 @@ int rnic_ib_add(struct rnic_dev *rd)
 	 * processes need, comes with the kernel verbs' caps above.
 	 */
 	if ((rd->caps & RNIC_UVERBS_CAPS) == RNIC_UVERBS_CAPS &&
-	    rib->db_pages > RNIC_DB_PAGE_USER) {
+	    rib->db_pages > RNIC_DB_PAGE_USER)
 		ib_set_device_ops(ibdev, &rnic_ib_uverbs_ops);
-		if (rd->caps & RNIC_CAP_SRQ) {
-			ib_set_device_ops(ibdev, &rnic_ib_srq_ops);
-			rib->srqs_offered = true;
-		}
-	}
+	if (rd->caps & RNIC_CAP_SRQ)
+		ib_set_device_ops(ibdev, &rnic_ib_srq_ops);
 
 	ret = rnic_ib_eq_create(rib);
 	if (ret)

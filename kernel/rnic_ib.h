@@ -86,7 +86,6 @@ struct rnic_ib {
 	atomic_t ahs;
 	atomic64_t stats[RNIC_NUM_STATS];
 	u32 db_pages;		/* doorbell pages of the function */
-	bool srqs_offered;	/* processes' SRQs (CAP_SRQ, user verbs) */
 	spinlock_t upages_lock;	/* upages */
 	DECLARE_BITMAP(upages, RNIC_DB_PAGES);	/* user contexts' pages */
 };
@@ -167,18 +166,26 @@ struct rnic_qp {
 	u8 state;		/* RNIC_QPS_* as last set */
 	u32 max_inline;
 	bool sig_all;
+	struct rnic_srq *srq;	/* the SRQ a kernel QP receives from */
 	struct rnic_ucontext *uctx;	/* a user QP's context, else NULL */
 };
 
-/* A process's shared receive queue: its ring pinned, its slot on its page. */
+/*
+ * A shared receive queue: a process's (its ring pinned, its slot on its
+ * page) or the kernel's (a coherent ring posted by post_srq_recv, whose WQEs
+ * carry the consumer's wr_id: completions on any QP's CQ, in any order,
+ * return it as it is and count one entry free).
+ */
 struct rnic_srq {
 	struct ib_srq ibsrq;
 	u32 srqn;
 	u32 entries;
 	u32 max_sge;
-	struct rnic_ucontext *uctx;
+	struct rnic_ucontext *uctx;	/* a process's SRQ, else NULL */
 	struct ib_umem *umem;
 	struct rnic_ib_pbl pbl;
+	struct rnic_wq wq;	/* the kernel's: ring, lock, posted, slot */
+	atomic_t completed;	/* the kernel's: receives completed */
 };
 
 struct rnic_ah {
@@ -311,6 +318,8 @@ int rnic_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 		    enum ib_srq_attr_mask mask, struct ib_udata *udata);
 int rnic_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
 int rnic_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int rnic_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		       const struct ib_recv_wr **bad_wr);
 
 /* rnic_ib_ah.c */
 int rnic_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,

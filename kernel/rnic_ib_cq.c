@@ -383,8 +383,14 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	qp = xa_load(&rib->qps, qpn);
 	if (!qp)
 		return false;
-	wq = recv ? &qp->rq : &qp->sq;
 	memset(wc, 0, sizeof(*wc));
+	if (recv && qp->srq) {
+		/* The SRQ's WQE carried the consumer's wr_id itself. */
+		wc->wr_id = le64_to_cpu(cqe->wr_id);
+		atomic_inc(&qp->srq->completed);
+		goto fill;
+	}
+	wq = recv ? &qp->rq : &qp->sq;
 	wc->wr_id = wq->wr_ids[idx & (wq->entries - 1)];
 	/*
 	 * Completions come in queue order; an unsignaled WR before is done.
@@ -393,6 +399,7 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	 */
 	if ((s32)(idx + 1 - wq->done) > 0)
 		WRITE_ONCE(wq->done, idx + 1);
+fill:
 	wc->status = cqe->status <= RNIC_WC_GENERAL_ERR ?
 		     (enum ib_wc_status)cqe->status : IB_WC_GENERAL_ERR;
 	if (wc->status != IB_WC_SUCCESS)

@@ -265,9 +265,11 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	u32 sq_entries, rq_entries, send_sge, recv_sge;
 	int ret;
 
-	/* SRQs: processes' only (rnic_ib_srq.c). */
-	if ((init->srq && !udata) || init->create_flags || init->rwq_ind_tbl)
+	if (init->create_flags || init->rwq_ind_tbl)
 		return -EOPNOTSUPP;
+	/* Receives from an SRQ (rnic_ib_srq.c): RC QPs only. */
+	if (init->srq && init->qp_type != IB_QPT_RC)
+		return -EINVAL;
 	switch (init->qp_type) {
 	case IB_QPT_RC:
 		qp->qp_type = RNIC_QPT_RC;
@@ -307,19 +309,32 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	rq_entries = roundup_pow_of_two(max_t(u32, cap->max_recv_wr, 1));
 	send_sge = max_t(u32, cap->max_send_sge, 1);
 	recv_sge = max_t(u32, cap->max_recv_sge, 1);
+	if (init->srq) {
+		/* No receive queue: the device wants its sizes 0. */
+		qp->srq = to_rsrq(init->srq);
+		rq_entries = 0;
+		recv_sge = 0;
+	}
 	ret = rnic_wq_alloc(rib, &qp->sq, sq_entries,
 			    rnic_sq_stride(send_sge, qp->max_inline), send_sge);
 	if (ret)
 		return ret;
-	ret = rnic_wq_alloc(rib, &qp->rq, rq_entries, rnic_rq_stride(recv_sge),
-			    recv_sge);
-	if (ret)
-		goto err_sq;
+	if (qp->srq) {
+		spin_lock_init(&qp->rq.lock);
+	} else {
+		ret = rnic_wq_alloc(rib, &qp->rq, rq_entries,
+				    rnic_rq_stride(recv_sge), recv_sge);
+		if (ret)
+			goto err_sq;
+	}
 
 	rnic_qp_fill_req(qp, init, &req, sq_entries, rq_entries, send_sge,
 			 recv_sge);
 	rnic_ib_page_list(&qp->sq.buf, &req.sq);
-	rnic_ib_page_list(&qp->rq.buf, &req.rq);
+	if (qp->srq)
+		req.srqn = cpu_to_le16(qp->srq->srqn);
+	else
+		rnic_ib_page_list(&qp->rq.buf, &req.rq);
 	ret = rnic_ib_create_on_page(rib, RNIC_DB_PAGE_IB, RNIC_CMD_CREATE_QP,
 				     &req, sizeof(req), &req.doorbell_page,
 				     &resp, sizeof(resp));
@@ -792,6 +807,11 @@ int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	int ret = 0;
 	int i;
 
+	/* A QP on an SRQ has no receive queue of its own. */
+	if (qp->srq) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
 	spin_lock_irqsave(&rq->lock, flags);
 	start = rq->posted;
 	for (; wr; wr = wr->next) {
