@@ -59,7 +59,7 @@ struct rnic_uverbs_create_qp_req {
 	__aligned_u64 sq_va;	/* 4 KiB aligned, sq_entries * sq_stride */
 	__aligned_u64 rq_va;	/* 4 KiB aligned; 0 when rq_entries is 0 */
 	__u32 sq_entries;	/* power of two, >= max_send_wr */
-	__u32 rq_entries;	/* power of two, >= max_recv_wr */
+	__u32 rq_entries;	/* power of two, >= max_recv_wr; 0 with an SRQ */
 };
 
 /* CREATE_QP response. */
@@ -70,6 +70,24 @@ struct rnic_uverbs_create_qp_resp {
 	__u32 sq_stride;	/* bytes between send WQEs */
 	__u32 rq_stride;	/* bytes between receive WQEs */
 	__u32 max_inline_data;
+};
+
+/*
+ * CREATE_SRQ request: the ring in the process's memory, its stride
+ * rnic_rq_stride(max_sge) of the command's max_sge.
+ */
+struct rnic_uverbs_create_srq_req {
+	__aligned_u64 ring_va;	/* 4 KiB aligned, entries * stride */
+	__u32 entries;		/* power of two, >= 2, >= max_wr, <= max_qp_wr */
+	__u32 reserved;
+};
+
+/* CREATE_SRQ response. */
+struct rnic_uverbs_create_srq_resp {
+	__u32 srqn;
+	__u32 doorbell_slot;	/* in the context's doorbell page */
+	__u32 stride;		/* bytes between receive WQEs */
+	__u32 reserved;
 };
 
 #endif /* RNIC_ABI_USER_H */

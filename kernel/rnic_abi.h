@@ -67,6 +67,7 @@
 #define RNIC_CAP_FUNCTION_RESET		0x8ULL
 #define RNIC_CAP_RDMA_RC		0x10ULL
 #define RNIC_CAP_SEND_VARIANTS		0x100ULL
+#define RNIC_CAP_SRQ			0x200ULL
 #define RNIC_CAP_UD			0x400ULL
 #define RNIC_CAP_PAGE_TABLES		0x20000ULL
 #define RNIC_CAP_UC			0x40000ULL
@@ -132,6 +133,10 @@ struct rnic_vring_desc {
 #define RNIC_CMD_MODIFY_QP		0x0141
 #define RNIC_CMD_QUERY_QP		0x0142
 #define RNIC_CMD_DESTROY_QP		0x0143
+#define RNIC_CMD_CREATE_SRQ		0x0150
+#define RNIC_CMD_MODIFY_SRQ		0x0151
+#define RNIC_CMD_QUERY_SRQ		0x0152
+#define RNIC_CMD_DESTROY_SRQ		0x0153
 #define RNIC_CMD_CREATE_ETH_QUEUE	0x0180
 #define RNIC_CMD_DESTROY_ETH_QUEUE	0x0181
 #define RNIC_CMD_SET_ETH		0x0182
@@ -317,6 +322,7 @@ struct rnic_doorbell_slot {
 #define RNIC_EV_QP_ACCESS_ERR		3
 #define RNIC_EV_COMM_EST		4
 #define RNIC_EV_SQ_DRAINED		5
+#define RNIC_EV_SRQ_LIMIT_REACHED	15
 #define RNIC_EV_COMPLETION		0x80
 
 /* abi/src/fast_reg.rs (ABI 1.8) */
@@ -461,6 +467,41 @@ struct rnic_modify_qp_req {
 struct rnic_modify_qp_qkey {
 	__le32 qkey;
 	__le32 reserved;
+};
+
+/* abi/src/srq.rs (ABI 1.3): shared receive queues */
+#define RNIC_MAX_SRQN			0xffff
+#define RNIC_SRQ_ATTR_MAX_WR		0x1
+#define RNIC_SRQ_ATTR_LIMIT		0x2
+
+struct rnic_create_srq_req {
+	__le32 pdn;
+	__le32 entries;
+	__le32 max_sge;
+	__le32 srq_limit;
+	__le32 doorbell_page;
+	__le32 reserved;
+	struct rnic_page_list ring;
+};
+
+struct rnic_create_srq_resp {
+	__le32 srqn;
+	__le32 reserved;
+	struct rnic_doorbell_slot doorbell;
+};
+
+struct rnic_modify_srq_req {
+	__le32 srqn;
+	__le32 attr_mask;
+	__le32 max_wr;
+	__le32 srq_limit;
+};
+
+struct rnic_query_srq_resp {
+	__le32 max_wr;
+	__le32 max_sge;
+	__le32 srq_limit;
+	__le32 consumed;
 };
 
 struct rnic_query_qp_resp {
@@ -744,5 +785,12 @@ static_assert(sizeof(struct rnic_uverbs_create_cq_req) == 16);
 static_assert(sizeof(struct rnic_uverbs_create_cq_resp) == 16);
 static_assert(sizeof(struct rnic_uverbs_create_qp_req) == 24);
 static_assert(sizeof(struct rnic_uverbs_create_qp_resp) == 24);
+static_assert(sizeof(struct rnic_uverbs_create_srq_req) == 16);
+static_assert(sizeof(struct rnic_uverbs_create_srq_resp) == 16);
+static_assert(sizeof(struct rnic_create_srq_req) == 40);
+static_assert(offsetof(struct rnic_create_srq_req, ring) == 24);
+static_assert(sizeof(struct rnic_create_srq_resp) == 16);
+static_assert(sizeof(struct rnic_modify_srq_req) == 16);
+static_assert(sizeof(struct rnic_query_srq_resp) == 16);
 
 #endif /* RNIC_ABI_H */

@@ -139,7 +139,11 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 	a->max_res_rd_atom = a->max_qp_rd_atom * a->max_qp;
 	a->atomic_cap = IB_ATOMIC_HCA;
 	a->max_ah = RNIC_IB_MAX_AH;
-	a->max_srq = 0;
+	if (rd->caps & RNIC_CAP_SRQ) {
+		a->max_srq = RNIC_MAX_SRQN;
+		a->max_srq_wr = le32_to_cpu(l->max_qp_wr);
+		a->max_srq_sge = le32_to_cpu(l->max_sge);
+	}
 	a->max_mw = 0;
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
@@ -333,6 +337,17 @@ static const struct ib_device_ops rnic_ib_uverbs_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ucontext, ibuc),
 };
 
+/* Shared receive queues (CAP_SRQ), the kernel's and processes'. */
+static const struct ib_device_ops rnic_ib_srq_ops = {
+	.create_srq = rnic_create_srq,
+	.destroy_srq = rnic_destroy_srq,
+	.modify_srq = rnic_modify_srq,
+	.post_srq_recv = rnic_post_srq_recv,
+	.query_srq = rnic_query_srq,
+
+	INIT_RDMA_OBJ_SIZE(ib_srq, rnic_srq, ibsrq),
+};
+
 static void rnic_ib_port_event(struct rnic_ib *rib, enum ib_event_type type)
 {
 	struct ib_event ev = {
@@ -395,6 +410,7 @@ int rnic_ib_add(struct rnic_dev *rd)
 	rib->netdev = rd->netdev;
 	xa_init(&rib->cqs);
 	xa_init(&rib->qps);
+	xa_init(&rib->srqs);
 	spin_lock_init(&rib->db_lock);
 	spin_lock_init(&rib->upages_lock);
 	bitmap_zero(rib->upages, RNIC_DB_PAGES);
@@ -424,6 +440,8 @@ int rnic_ib_add(struct rnic_dev *rd)
 	if ((rd->caps & RNIC_UVERBS_CAPS) == RNIC_UVERBS_CAPS &&
 	    rib->db_pages > RNIC_DB_PAGE_USER)
 		ib_set_device_ops(ibdev, &rnic_ib_uverbs_ops);
+	if (rd->caps & RNIC_CAP_SRQ)
+		ib_set_device_ops(ibdev, &rnic_ib_srq_ops);
 
 	ret = rnic_ib_eq_create(rib);
 	if (ret)

@@ -3,7 +3,7 @@
  * rnic: the contract between the RDMA device's files. rnic_ib.c registers
  * the ib_device and owns its port, rnic_ib_cq.c the event queue and the CQs,
  * rnic_ib_mr.c PDs and memory keys, rnic_ib_qp.c QPs and the datapath,
- * rnic_ib_ah.c address handles.
+ * rnic_ib_ah.c address handles, rnic_ib_srq.c shared receive queues.
  */
 #ifndef RNIC_IB_H
 #define RNIC_IB_H
@@ -79,6 +79,7 @@ struct rnic_ib {
 	struct rnic_ib_eq eq;
 	struct xarray cqs;	/* CQN -> struct rnic_cq */
 	struct xarray qps;	/* QPN -> struct rnic_qp */
+	struct xarray srqs;	/* SRQN -> struct rnic_srq */
 	spinlock_t db_lock;	/* RUNG_BITMAP read-modify-writes */
 	struct mutex gid_lock;	/* gids */
 	union ib_gid gids[RNIC_IB_GID_TABLE];	/* what add_gid recorded */
@@ -97,7 +98,7 @@ struct rnic_ib {
 struct rnic_ucontext {
 	struct ib_ucontext ibuc;
 	u32 db_page;
-	atomic_t objects;	/* CQs and QPs on db_page */
+	atomic_t objects;	/* CQs, QPs and SRQs on db_page */
 	struct rdma_user_mmap_entry *db_entry;
 	struct rdma_user_mmap_entry *kick_entry;
 };
@@ -166,7 +167,26 @@ struct rnic_qp {
 	u32 max_inline;
 	u32 qkey;		/* as last set (QUERY_QP does not return it) */
 	bool sig_all;
+	struct rnic_srq *srq;	/* the SRQ a kernel QP receives from */
 	struct rnic_ucontext *uctx;	/* a user QP's context, else NULL */
+};
+
+/*
+ * A shared receive queue: a process's (its ring pinned, its slot on its
+ * page) or the kernel's (a coherent ring posted by post_srq_recv, whose WQEs
+ * carry the consumer's wr_id: completions on any QP's CQ, in any order,
+ * return it as it is and count one entry free).
+ */
+struct rnic_srq {
+	struct ib_srq ibsrq;
+	u32 srqn;
+	u32 entries;
+	u32 max_sge;
+	struct rnic_ucontext *uctx;	/* a process's SRQ, else NULL */
+	struct ib_umem *umem;
+	struct rnic_ib_pbl pbl;
+	struct rnic_wq wq;	/* the kernel's: ring, lock, posted, slot */
+	atomic_t completed;	/* the kernel's: receives completed */
 };
 
 struct rnic_ah {
@@ -199,6 +219,11 @@ static inline struct rnic_cq *to_rcq(struct ib_cq *cq)
 static inline struct rnic_qp *to_rqp(struct ib_qp *qp)
 {
 	return container_of(qp, struct rnic_qp, ibqp);
+}
+
+static inline struct rnic_srq *to_rsrq(struct ib_srq *srq)
+{
+	return container_of(srq, struct rnic_srq, ibsrq);
 }
 
 static inline struct rnic_ucontext *to_ructx(struct ib_ucontext *uc)
@@ -286,6 +311,16 @@ int rnic_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		   const struct ib_send_wr **bad_wr);
 int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		   const struct ib_recv_wr **bad_wr);
+
+/* rnic_ib_srq.c */
+int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		    struct ib_udata *udata);
+int rnic_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		    enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int rnic_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int rnic_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int rnic_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		       const struct ib_recv_wr **bad_wr);
 
 /* rnic_ib_ah.c */
 int rnic_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,

@@ -2,9 +2,9 @@
 /*
  * rnic: the event queue and the completion queues. The function's one EQ
  * (EQN 1) signals RNIC_VEC_EQ; its completion events call the CQs'
- * comp_handler, its async events the QPs' and CQs' event handlers. CQ and
- * EQ rings are coherent memory named by page lists, their entries owned by
- * phase bits (datasheet 7.6, 7.7).
+ * comp_handler, its async events the QPs', CQs' and SRQs' event handlers.
+ * CQ and EQ rings are coherent memory named by page lists, their entries
+ * owned by phase bits (datasheet 7.6, 7.7).
  */
 #include <linux/dma-mapping.h>
 #include <linux/log2.h>
@@ -107,6 +107,21 @@ static void rnic_ib_qp_event(struct rnic_ib *rib, u32 qpn, u8 type)
 	qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
 }
 
+/* The device disarmed the limit as it fired (datasheet 14.4). */
+static void rnic_ib_srq_event(struct rnic_ib *rib, u32 srqn)
+{
+	struct ib_event ev = {
+		.device = &rib->ibdev,
+		.event = IB_EVENT_SRQ_LIMIT_REACHED,
+	};
+	struct rnic_srq *srq = xa_load(&rib->srqs, srqn);
+
+	if (!srq || !srq->ibsrq.event_handler)
+		return;
+	ev.element.srq = &srq->ibsrq;
+	srq->ibsrq.event_handler(&ev, srq->ibsrq.srq_context);
+}
+
 static void rnic_ib_eqe(struct rnic_ib *rib, const struct rnic_eqe *eqe)
 {
 	u32 object = le32_to_cpu(eqe->object);
@@ -129,6 +144,9 @@ static void rnic_ib_eqe(struct rnic_ib *rib, const struct rnic_eqe *eqe)
 			ev.element.cq = &cq->ibcq;
 			cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
 		}
+		break;
+	case RNIC_EV_SRQ_LIMIT_REACHED:
+		rnic_ib_srq_event(rib, object);
 		break;
 	default:
 		rnic_ib_qp_event(rib, object, eqe->event_type);
@@ -365,8 +383,14 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	qp = xa_load(&rib->qps, qpn);
 	if (!qp)
 		return false;
-	wq = recv ? &qp->rq : &qp->sq;
 	memset(wc, 0, sizeof(*wc));
+	if (recv && qp->srq) {
+		/* The SRQ's WQE carried the consumer's wr_id itself. */
+		wc->wr_id = le64_to_cpu(cqe->wr_id);
+		atomic_inc(&qp->srq->completed);
+		goto fill;
+	}
+	wq = recv ? &qp->rq : &qp->sq;
 	wc->wr_id = wq->wr_ids[idx & (wq->entries - 1)];
 	/*
 	 * Completions come in queue order; an unsignaled WR before is done.
@@ -375,6 +399,7 @@ static bool rnic_cqe_to_wc(struct rnic_ib *rib, const struct rnic_cqe *cqe,
 	 */
 	if ((s32)(idx + 1 - wq->done) > 0)
 		WRITE_ONCE(wq->done, idx + 1);
+fill:
 	wc->status = cqe->status <= RNIC_WC_GENERAL_ERR ?
 		     (enum ib_wc_status)cqe->status : IB_WC_GENERAL_ERR;
 	if (wc->status != IB_WC_SUCCESS)

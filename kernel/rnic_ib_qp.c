@@ -176,6 +176,14 @@ static int rnic_create_user_qp(struct rnic_ib *rib, struct rnic_qp *qp,
 	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
 	if (ret)
 		return ret;
+	if (init->srq) {
+		/* Receives come from the SRQ: no receive queue at all. */
+		if (qp->qp_type != RNIC_QPT_RC || ureq.rq_entries ||
+		    ureq.rq_va)
+			return -EINVAL;
+		cap->max_recv_wr = 0;
+		cap->max_recv_sge = 0;
+	}
 	if (!ureq.sq_entries || !is_power_of_2(ureq.sq_entries) ||
 	    ureq.sq_entries < cap->max_send_wr || ureq.sq_entries > max_wr ||
 	    (ureq.rq_entries && !is_power_of_2(ureq.rq_entries)) ||
@@ -193,13 +201,22 @@ static int rnic_create_user_qp(struct rnic_ib *rib, struct rnic_qp *qp,
 				 sq_stride, cap->max_send_sge, &req.sq);
 	if (ret)
 		return ret;
-	ret = rnic_user_wq_alloc(rib, &qp->rq, ureq.rq_va, ureq.rq_entries,
-				 rq_stride, cap->max_recv_sge, &req.rq);
-	if (ret)
-		goto err_sq;
-	rnic_qp_fill_req(qp, init, &req, ureq.sq_entries,
-			 max_t(u32, ureq.rq_entries, 1), cap->max_send_sge,
-			 cap->max_recv_sge);
+	if (init->srq) {
+		/* The device wants rq_entries, max_recv_sge and rq 0. */
+		spin_lock_init(&qp->rq.lock);
+		rnic_qp_fill_req(qp, init, &req, ureq.sq_entries, 0,
+				 cap->max_send_sge, 0);
+		req.srqn = cpu_to_le16(to_rsrq(init->srq)->srqn);
+	} else {
+		ret = rnic_user_wq_alloc(rib, &qp->rq, ureq.rq_va,
+					 ureq.rq_entries, rq_stride,
+					 cap->max_recv_sge, &req.rq);
+		if (ret)
+			goto err_sq;
+		rnic_qp_fill_req(qp, init, &req, ureq.sq_entries,
+				 max_t(u32, ureq.rq_entries, 1),
+				 cap->max_send_sge, cap->max_recv_sge);
+	}
 	ret = rnic_ib_create_on_page(rib, uc->db_page, RNIC_CMD_CREATE_QP, &req,
 				     sizeof(req), &req.doorbell_page, &resp,
 				     sizeof(resp));
@@ -248,9 +265,11 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	u32 sq_entries, rq_entries, send_sge, recv_sge;
 	int ret;
 
-	/* SRQs come later. */
-	if (init->srq || init->create_flags || init->rwq_ind_tbl)
+	if (init->create_flags || init->rwq_ind_tbl)
 		return -EOPNOTSUPP;
+	/* Receives from an SRQ (rnic_ib_srq.c): RC QPs only. */
+	if (init->srq && init->qp_type != IB_QPT_RC)
+		return -EINVAL;
 	switch (init->qp_type) {
 	case IB_QPT_RC:
 		qp->qp_type = RNIC_QPT_RC;
@@ -290,19 +309,32 @@ int rnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	rq_entries = roundup_pow_of_two(max_t(u32, cap->max_recv_wr, 1));
 	send_sge = max_t(u32, cap->max_send_sge, 1);
 	recv_sge = max_t(u32, cap->max_recv_sge, 1);
+	if (init->srq) {
+		/* No receive queue: the device wants its sizes 0. */
+		qp->srq = to_rsrq(init->srq);
+		rq_entries = 0;
+		recv_sge = 0;
+	}
 	ret = rnic_wq_alloc(rib, &qp->sq, sq_entries,
 			    rnic_sq_stride(send_sge, qp->max_inline), send_sge);
 	if (ret)
 		return ret;
-	ret = rnic_wq_alloc(rib, &qp->rq, rq_entries, rnic_rq_stride(recv_sge),
-			    recv_sge);
-	if (ret)
-		goto err_sq;
+	if (qp->srq) {
+		spin_lock_init(&qp->rq.lock);
+	} else {
+		ret = rnic_wq_alloc(rib, &qp->rq, rq_entries,
+				    rnic_rq_stride(recv_sge), recv_sge);
+		if (ret)
+			goto err_sq;
+	}
 
 	rnic_qp_fill_req(qp, init, &req, sq_entries, rq_entries, send_sge,
 			 recv_sge);
 	rnic_ib_page_list(&qp->sq.buf, &req.sq);
-	rnic_ib_page_list(&qp->rq.buf, &req.rq);
+	if (qp->srq)
+		req.srqn = cpu_to_le16(qp->srq->srqn);
+	else
+		rnic_ib_page_list(&qp->rq.buf, &req.rq);
 	ret = rnic_ib_create_on_page(rib, RNIC_DB_PAGE_IB, RNIC_CMD_CREATE_QP,
 				     &req, sizeof(req), &req.doorbell_page,
 				     &resp, sizeof(resp));
@@ -778,6 +810,11 @@ int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	int ret = 0;
 	int i;
 
+	/* A QP on an SRQ has no receive queue of its own. */
+	if (qp->srq) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
 	spin_lock_irqsave(&rq->lock, flags);
 	start = rq->posted;
 	for (; wr; wr = wr->next) {

@@ -30,6 +30,10 @@ const FUNCTIONS: &[&str] = &[
     "ibv_cmd_query_qp",
     "ibv_cmd_modify_qp",
     "ibv_cmd_destroy_qp",
+    "ibv_cmd_create_srq",
+    "ibv_cmd_modify_srq",
+    "ibv_cmd_query_srq",
+    "ibv_cmd_destroy_srq",
 ];
 
 fn main() {

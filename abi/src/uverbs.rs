@@ -100,7 +100,9 @@ pub struct CreateCqResp {
 
 /// `CREATE_QP` request data: the rings, in the process's memory. The WQE formats and
 /// strides are the device's: `verbs::sq_stride(cap.max_send_sge, cap.max_inline_data)` and
-/// `verbs::rq_stride(cap.max_recv_sge)` of the capabilities in the command itself.
+/// `verbs::rq_stride(cap.max_recv_sge)` of the capabilities in the command itself. A QP
+/// created with an SRQ (RC only) has no receive ring: `rq_entries` and `rq_va` are 0, and
+/// the kernel ignores `max_recv_wr` and `max_recv_sge` (it grants 0 of each).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -138,6 +140,42 @@ pub struct CreateQpResp {
     pub max_inline_data: u32,
 }
 
+/// `CREATE_SRQ` request data: the ring, in the process's memory (a shared receive queue,
+/// [`crate::srq`]; only with [`crate::regs::CAP_SRQ`]). Its WQEs are receive WQEs of
+/// stride `verbs::rq_stride(attr.max_sge)` of the `max_sge` in the command itself; its
+/// limit is the command's `srq_limit`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct CreateSrqReq {
+    /// Virtual address of the ring: 4 KiB aligned, `entries * rq_stride(max_sge)` bytes.
+    pub ring_va: u64,
+    /// Entries: a power of two, at least 2 and at least the `max_wr` asked for, at most the
+    /// device's `max_qp_wr`.
+    pub entries: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// `CREATE_SRQ` response data.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct CreateSrqResp {
+    /// The SRQ number (1 ..= [`crate::srq::MAX_SRQN`]).
+    pub srqn: u32,
+    /// The SRQ's doorbell slot in the context's doorbell page (u32 at +0: WQEs posted in
+    /// all, rung as a receive queue's).
+    pub doorbell_slot: u32,
+    /// The ring's stride in bytes (what the kernel computed; the provider checks it against
+    /// its own).
+    pub stride: u32,
+    /// Must be ignored.
+    pub reserved: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +188,7 @@ mod tests {
         assert_eq!(size_of::<CreateCqResp>(), 16);
         assert_eq!(size_of::<CreateQpReq>(), 24);
         assert_eq!(size_of::<CreateQpResp>(), 24);
+        assert_eq!(size_of::<CreateSrqReq>(), 16);
+        assert_eq!(size_of::<CreateSrqResp>(), 16);
     }
 }

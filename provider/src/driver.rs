@@ -162,7 +162,7 @@ context_ops! {
         unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp,
     >,
     create_rwq_ind_table: Unused,
-    create_srq: Unused,
+    create_srq: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq>,
     create_srq_ex: Unused,
     create_wq: Unused,
     dealloc_mw: Unused,
@@ -176,7 +176,7 @@ context_ops! {
     destroy_flow_action: Unused,
     destroy_qp: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
     destroy_rwq_ind_table: Unused,
-    destroy_srq: Unused,
+    destroy_srq: Option<unsafe extern "C" fn(*mut ibv_srq) -> c_int>,
     destroy_wq: Unused,
     detach_mcast: Unused,
     free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
@@ -189,7 +189,7 @@ context_ops! {
     modify_flow_action_esp: Unused,
     modify_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int>,
     modify_qp_rate_limit: Unused,
-    modify_srq: Unused,
+    modify_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int>,
     modify_wq: Unused,
     open_qp: Unused,
     open_xrcd: Unused,
@@ -201,7 +201,9 @@ context_ops! {
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int,
     >,
     post_srq_ops: Unused,
-    post_srq_recv: Unused,
+    post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
     query_device_ex: Option<
         unsafe extern "C" fn(
             *mut ibv_context,
@@ -217,7 +219,7 @@ context_ops! {
     >,
     query_qp_data_in_order: Unused,
     query_rt_values: Unused,
-    query_srq: Unused,
+    query_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int>,
     read_counters: Unused,
     reg_dm_mr: Unused,
     reg_dmabuf_mr: Unused,
@@ -308,6 +310,17 @@ kabi! {
         max_dest_rd_atomic: u8, min_rnr_timer: u8, port_num: u8, timeout: u8,
         retry_cnt: u8, rnr_retry: u8, alt_port_num: u8, alt_timeout: u8, reserved: [u8; 2],
     }
+    /// `struct ib_uverbs_create_srq`.
+    ib_uverbs_create_srq {
+        response: u64, user_handle: u64, pd_handle: u32, max_wr: u32, max_sge: u32,
+        srq_limit: u32,
+    }
+    /// `struct ib_uverbs_create_srq_resp`.
+    ib_uverbs_create_srq_resp { srq_handle: u32, max_wr: u32, max_sge: u32, srqn: u32, }
+    /// `struct ib_uverbs_modify_srq`.
+    ib_uverbs_modify_srq { srq_handle: u32, attr_mask: u32, max_wr: u32, srq_limit: u32, }
+    /// `struct ib_uverbs_query_srq`.
+    ib_uverbs_query_srq { response: u64, srq_handle: u32, reserved: u32, }
 }
 
 /// `struct ib_uverbs_alloc_pd_resp` (4 bytes, 4-aligned: driver data follows at 4).
@@ -406,6 +419,18 @@ command!(
     ibv_modify_qp = ib_uverbs_modify_qp
 );
 command!(
+    /// `struct ibv_modify_srq`.
+    ibv_modify_srq = ib_uverbs_modify_srq
+);
+command!(
+    /// `struct ibv_query_srq`.
+    ibv_query_srq = ib_uverbs_query_srq
+);
+command!(
+    /// `struct ibv_create_srq` with rnic's request data.
+    rnic_create_srq = ib_uverbs_create_srq, rnic_abi::uverbs::CreateSrqReq
+);
+command!(
     /// `struct ibv_create_cq` with rnic's request data.
     rnic_create_cq = ib_uverbs_create_cq, rnic_abi::uverbs::CreateCqReq
 );
@@ -433,6 +458,11 @@ const _: () = {
     assert!(size_of::<ib_uverbs_reg_mr_resp>() == 12);
     assert!(size_of::<ib_uverbs_create_cq_resp>() == 8);
     assert!(size_of::<ib_uverbs_create_qp_resp>() == 32);
+    assert!(size_of::<ib_uverbs_create_srq>() == 32);
+    assert!(offset_of!(rnic_create_srq, drv) == 40);
+    assert!(size_of::<ib_uverbs_create_srq_resp>() == 16);
+    assert!(size_of::<ibv_modify_srq>() == 24);
+    assert!(size_of::<ibv_query_srq>() == 24);
     // driver.h.
     assert!(size_of::<verbs_match_ent>() == 24);
     assert!(offset_of!(verbs_match_ent, vendor) == 16);
@@ -486,7 +516,18 @@ pub struct CreateQpResp {
     pub drv: rnic_abi::uverbs::CreateQpResp,
 }
 
+/// `CREATE_SRQ`'s response with rnic's data.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CreateSrqResp {
+    /// The kernel's.
+    pub core: ib_uverbs_create_srq_resp,
+    /// rnic's.
+    pub drv: rnic_abi::uverbs::CreateSrqResp,
+}
+
 const _: () = {
+    assert!(offset_of!(CreateSrqResp, drv) == 16);
     assert!(offset_of!(GetContextResp, drv) == 8);
     assert!(offset_of!(AllocPdResp, drv) == 4);
     assert!(offset_of!(CreateCqResp, drv) == 8);
@@ -603,6 +644,33 @@ extern "C" {
     ) -> c_int;
     /// `DESTROY_QP`.
     pub fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    /// `CREATE_SRQ`.
+    pub fn ibv_cmd_create_srq(
+        pd: *mut ibv_pd,
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_init_attr,
+        cmd: *mut ib_uverbs_cmd_hdr,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_srq_resp,
+        resp_size: usize,
+    ) -> c_int;
+    /// `MODIFY_SRQ`.
+    pub fn ibv_cmd_modify_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        attr_mask: c_int,
+        cmd: *mut ibv_modify_srq,
+        cmd_size: usize,
+    ) -> c_int;
+    /// `QUERY_SRQ`.
+    pub fn ibv_cmd_query_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        cmd: *mut ibv_query_srq,
+        cmd_size: usize,
+    ) -> c_int;
+    /// `DESTROY_SRQ`.
+    pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
 }
 
 /// Stand-ins for libibverbs' functions in the crate's unit tests, which run without
@@ -649,7 +717,11 @@ mod test_stubs {
         ibv_cmd_destroy_cq,
         ibv_cmd_create_qp,
         ibv_cmd_query_qp,
-        ibv_cmd_destroy_qp
+        ibv_cmd_destroy_qp,
+        ibv_cmd_create_srq,
+        ibv_cmd_modify_srq,
+        ibv_cmd_query_srq,
+        ibv_cmd_destroy_srq
     );
 }
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::pci::{PF_DEVICE_ID, VENDOR_ID, VF_DEVICE_ID};
-use rnic_abi::uverbs::{CreateCqReq, CreateQpReq, MMAP_LEN, UVERBS_ABI_VERSION};
+use rnic_abi::uverbs::{CreateCqReq, CreateQpReq, CreateSrqReq, MMAP_LEN, UVERBS_ABI_VERSION};
 use rnic_abi::verbs::{rq_stride, sq_stride, Cqe, Sge};
 use rnic_driver::verbs::{RqState, SendSlot, SqState};
 use rnic_verbs_abi::*;
@@ -220,6 +220,9 @@ struct Inner {
 struct QpTrack {
     sq: Mutex<SqState>,
     rq: Mutex<RqState>,
+    /// The accounting of the QP's SRQ, which its receive completions credit instead of
+    /// `rq`.
+    srq: Option<Arc<Mutex<RqState>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -247,19 +250,24 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     create_cq_ex: Some(create_cq_ex),
     create_qp: Some(create_qp),
     create_qp_ex: Some(create_qp_ex),
+    create_srq: Some(create_srq),
     dealloc_pd: Some(dealloc_pd),
     dereg_mr: Some(dereg_mr),
     destroy_ah: Some(destroy_ah),
     destroy_cq: Some(destroy_cq),
     destroy_qp: Some(destroy_qp),
+    destroy_srq: Some(destroy_srq),
     free_context: Some(free_context),
     modify_qp: Some(modify_qp),
+    modify_srq: Some(modify_srq),
     poll_cq: Some(poll_cq),
     post_recv: Some(post_recv),
     post_send: Some(post_send),
+    post_srq_recv: Some(post_srq_recv),
     query_device_ex: Some(query_device_ex),
     query_port: Some(query_port),
     query_qp: Some(query_qp),
+    query_srq: Some(query_srq),
     reg_mr: Some(reg_mr),
     req_notify_cq: Some(req_notify_cq),
     ..verbs_context_ops::EMPTY
@@ -770,7 +778,12 @@ fn credit(inner: &Inner, c: &Cqe) -> bool {
         return false;
     };
     if is_recv(c) {
-        lock(&track.rq).complete();
+        // The device copies the receive WQE's wr_id (the application's, as written by
+        // post_recv or post_srq_recv) into the CQE; an SRQ receive frees an SRQ entry.
+        match &track.srq {
+            Some(srq) => lock(srq).complete(),
+            None => lock(&track.rq).complete(),
+        };
     } else {
         lock(&track.sq).complete(c.wr_id, c.status == 0);
     }
@@ -898,15 +911,25 @@ unsafe extern "C" fn create_qp_ex(
 unsafe fn new_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, Errno> {
     // SAFETY: the caller's contract.
     let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
-    if !a.srq.is_null() {
-        return Err(libc::EOPNOTSUPP);
-    }
+    // An RC QP may take its receives from an SRQ; it then has no receive queue.
+    let srq = if a.srq.is_null() {
+        None
+    } else if a.qp_type == IBV_QPT_RC {
+        // SAFETY: an SRQ of ours (the application's attribute).
+        Some(unsafe { srq_of(a.srq) }.rq.clone())
+    } else {
+        return Err(libc::EINVAL);
+    };
     let ud = match a.qp_type {
         IBV_QPT_RC | IBV_QPT_UC => false,
         IBV_QPT_UD => true,
         _ => return Err(libc::EOPNOTSUPP),
     };
-    let cap = a.cap;
+    let mut cap = a.cap;
+    if srq.is_some() {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     let sq_entries = entries_for(cap.max_send_wr)?;
     let rq_entries = if cap.max_recv_wr == 0 {
         0
@@ -935,6 +958,7 @@ unsafe fn new_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ib
         track: Arc::new(QpTrack {
             sq: Mutex::new(SqState::new(sq_entries)),
             rq: Mutex::new(RqState::new(rq_entries)),
+            srq,
         }),
         state: AtomicU32::new(IBV_QPS_RESET),
         // SAFETY: the rings just mapped, of these geometries.
@@ -1128,48 +1152,226 @@ unsafe extern "C" fn post_recv(
         // SAFETY: the context outlives its QPs.
         let inner = unsafe { &*q.inner };
         let mut rq = lock(&q.track.rq);
-        let before = rq.posted();
-        let mut w = wr;
-        let mut err = 0;
+        // A QP on an SRQ has no receive queue (rq.entries() is 0).
         if q.state.load(Ordering::Acquire) == IBV_QPS_RESET || q.rq.entries() == 0 {
+            if !bad_wr.is_null() {
+                // SAFETY: the application's out pointer.
+                unsafe { *bad_wr = wr };
+            }
+            return libc::EINVAL;
+        }
+        // SAFETY: the application's list; the QP's receive ring and its accounting, locked.
+        unsafe {
+            post_recv_list(
+                &inner.db,
+                &q.rq,
+                q.rq_slot,
+                q.max_recv_sge,
+                &mut rq,
+                wr,
+                bad_wr,
+            )
+        }
+    })
+}
+
+// ---- SRQ ----
+
+/// A shared receive queue: its ring in anonymous memory, its slot on the context's page.
+#[repr(C)]
+struct Srq {
+    ibv: ibv_srq,
+    /// The context's part (outlives the SRQ).
+    inner: *const Inner,
+    /// Posted and completed receives; the completions of every QP on the SRQ credit it.
+    rq: Arc<Mutex<RqState>>,
+    ring: Ring,
+    slot: u32,
+    max_sge: u32,
+    _ring: Mapping,
+}
+
+/// The SRQ of an `ibv_srq` of ours.
+///
+/// # Safety
+///
+/// `srq` was created by [`create_srq`] and not destroyed.
+unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a Srq {
+    // SAFETY: the caller's contract; `ibv` is the first field.
+    unsafe { &*srq.cast::<Srq>() }
+}
+
+unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    object("create_srq", || {
+        // SAFETY: libibverbs' arguments.
+        let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
+        let max_sge = a.attr.max_sge.max(1);
+        let entries = a
+            .attr
+            .max_wr
+            .max(2)
+            .checked_next_power_of_two()
+            .ok_or(libc::EINVAL)?;
+        if a.attr.srq_limit >= entries {
+            return Err(libc::EINVAL);
+        }
+        a.attr.max_sge = max_sge;
+        let stride = rq_stride(max_sge);
+        let ring = Mapping::anonymous(entries as usize * stride as usize)?;
+        let mut req = rnic_create_srq {
+            drv: CreateSrqReq {
+                ring_va: ring.addr(),
+                entries,
+                reserved: 0,
+            },
+            ..Default::default()
+        };
+        let mut resp = CreateSrqResp::default();
+        let srq = Box::into_raw(Box::new(Srq {
+            ibv: ibv_srq::zeroed(),
+            // SAFETY: an open context of ours.
+            inner: unsafe { inner(ctx) },
+            rq: Arc::new(Mutex::new(RqState::new(entries))),
+            // SAFETY: the ring just mapped, of this geometry, owned by the SRQ.
+            ring: unsafe { Ring::new(ring.ptr, entries, stride) },
+            slot: 0,
+            max_sge,
+            _ring: ring,
+        }));
+        // SAFETY: our SRQ (its ibv_srq first) and buffers; libibverbs' attributes.
+        let r = cmd(unsafe {
+            ibv_cmd_create_srq(
+                pd,
+                srq.cast(),
+                attr,
+                &mut req.hdr,
+                size_of::<rnic_create_srq>(),
+                &mut resp.core,
+                size_of::<CreateSrqResp>(),
+            )
+        });
+        if let Err(e) = r {
+            // SAFETY: ours, never handed out.
+            drop(unsafe { Box::from_raw(srq) });
+            return Err(e);
+        }
+        // ibv_cmd_create_srq puts the kernel's max_wr into the attributes (the ioctl path
+        // leaves the legacy response's core fields alone).
+        // SAFETY: libibverbs' attributes.
+        let granted = unsafe { (*attr).attr.max_wr };
+        if resp.drv.stride != stride || granted != entries {
+            // SAFETY: the SRQ just created, ours, never handed out.
+            unsafe {
+                ibv_cmd_destroy_srq(srq.cast());
+                drop(Box::from_raw(srq));
+            }
+            return Err(libc::EPROTO);
+        }
+        // SAFETY: ours, not yet handed out.
+        unsafe { (*srq).slot = resp.drv.doorbell_slot };
+        Ok(srq.cast())
+    })
+}
+
+unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    status("destroy_srq", || {
+        // SAFETY: an SRQ of ours (the kernel refuses while a QP uses it).
+        cmd(unsafe { ibv_cmd_destroy_srq(srq) })?;
+        // SAFETY: allocated by create_srq; the device no longer reads its ring. QPs that
+        // used it are gone, but their tracks may outlive them in a poller's hands: they
+        // hold the accounting by Arc.
+        drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    status("modify_srq", || {
+        let mut req = ibv_modify_srq::default();
+        // SAFETY: an SRQ of ours, libibverbs' attributes, our buffer. The kernel refuses
+        // a resize (IBV_SRQ_MAX_WR) and arms the limit (IBV_SRQ_LIMIT).
+        cmd(unsafe { ibv_cmd_modify_srq(srq, attr, mask, &mut req, size_of::<ibv_modify_srq>()) })
+    })
+}
+
+unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    status("query_srq", || {
+        let mut req = ibv_query_srq::default();
+        // SAFETY: an SRQ of ours, libibverbs' attributes, our buffer.
+        cmd(unsafe { ibv_cmd_query_srq(srq, attr, &mut req, size_of::<ibv_query_srq>()) })
+    })
+}
+
+/// Writes the receive WQEs of the list `wr` into `ring` (accounted by `rq`) and rings
+/// `slot` once: the receive doorbell protocol of a QP's receive queue and of an SRQ.
+/// Returns 0 or the errno of the first WR refused (left in `*bad_wr`).
+///
+/// # Safety
+///
+/// `wr` is the application's list; `ring` has `rq`'s entries; `rq` is locked.
+unsafe fn post_recv_list(
+    db: &Doorbells,
+    ring: &Ring,
+    slot: u32,
+    max_sge: u32,
+    rq: &mut RqState,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let before = rq.posted();
+    let mut w = wr;
+    let mut err = 0;
+    while !w.is_null() {
+        // SAFETY: the application's list.
+        let r = unsafe { &*w };
+        let n = usize::try_from(r.num_sge).unwrap_or(usize::MAX);
+        if n > max_sge as usize {
             err = libc::EINVAL;
+            break;
         }
-        while err == 0 && !w.is_null() {
-            // SAFETY: the application's list.
-            let r = unsafe { &*w };
-            let n = usize::try_from(r.num_sge).unwrap_or(usize::MAX);
-            if n > q.max_recv_sge as usize {
-                err = libc::EINVAL;
-                break;
-            }
-            if rq.free() == 0 {
-                err = libc::ENOMEM;
-                break;
-            }
-            let sges: Vec<Sge> = (0..n)
-                .map(|i| {
-                    // SAFETY: the application's `num_sge` SGEs.
-                    let s = unsafe { &*r.sg_list.add(i) };
-                    Sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    }
-                })
-                .collect();
-            // SAFETY: the entry after the last posted is free, under the RQ's lock.
-            write_recv_wqe(unsafe { q.rq.entry(rq.posted()) }, r.wr_id, &sges);
-            rq.push();
-            w = r.next;
+        if rq.free() == 0 {
+            err = libc::ENOMEM;
+            break;
         }
-        if rq.posted() != before {
-            inner.db.ring(q.rq_slot, rq.posted());
-        }
-        if err != 0 && !bad_wr.is_null() {
-            // SAFETY: the application's out pointer.
-            unsafe { *bad_wr = w };
-        }
-        err
+        let sges: Vec<Sge> = (0..n)
+            .map(|i| {
+                // SAFETY: the application's `num_sge` SGEs.
+                let s = unsafe { &*r.sg_list.add(i) };
+                Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                }
+            })
+            .collect();
+        // SAFETY: the entry after the last posted is free, under the queue's lock.
+        write_recv_wqe(unsafe { ring.entry(rq.posted()) }, r.wr_id, &sges);
+        rq.push();
+        w = r.next;
+    }
+    if rq.posted() != before {
+        db.ring(slot, rq.posted());
+    }
+    if err != 0 && !bad_wr.is_null() {
+        // SAFETY: the application's out pointer.
+        unsafe { *bad_wr = w };
+    }
+    err
+}
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("post_srq_recv", libc::EIO, || {
+        // SAFETY: an SRQ of ours.
+        let q = unsafe { srq_of(srq) };
+        // SAFETY: the context outlives its SRQs.
+        let inner = unsafe { &*q.inner };
+        let mut rq = lock(&q.rq);
+        // SAFETY: the application's list; the SRQ's ring and its accounting, locked.
+        unsafe { post_recv_list(&inner.db, &q.ring, q.slot, q.max_sge, &mut rq, wr, bad_wr) }
     })
 }
 
@@ -1489,6 +1691,7 @@ mod tests {
         let track = Arc::new(QpTrack {
             sq: Mutex::new(SqState::new(4)),
             rq: Mutex::new(RqState::new(4)),
+            srq: None,
         });
         // SAFETY: VerbsQp is valid all-zero.
         let mut vqp: VerbsQp = unsafe { std::mem::zeroed() };
@@ -1646,6 +1849,117 @@ mod tests {
         assert_eq!(r, libc::EINVAL);
         assert_eq!(bad, &mut w6 as *mut _);
         assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 1)), 0);
+    }
+
+    fn recv(wr_id: u64, sge: &mut ibv_sge) -> ibv_recv_wr {
+        let mut r = ibv_recv_wr::zeroed();
+        r.wr_id = wr_id;
+        r.sg_list = sge;
+        r.num_sge = 1;
+        r
+    }
+
+    #[test]
+    fn srq_receives_ring_its_slot_and_completions_on_any_qp_free_its_entries() {
+        let (inner, mut cq, _qp) = fake_objects();
+        let cq_ptr: *mut ibv_cq = (&mut *cq as *mut Cq).cast();
+        // An SRQ of 2 entries of 1 SGE on slot 7, as create_srq leaves it.
+        let stride = rq_stride(1);
+        let ring = Mapping::anonymous(2 * stride as usize).unwrap();
+        let mut srq = Box::new(Srq {
+            ibv: ibv_srq::zeroed(),
+            inner: &*inner,
+            rq: Arc::new(Mutex::new(RqState::new(2))),
+            // SAFETY: the ring the SRQ owns.
+            ring: unsafe { Ring::new(ring.ptr, 2, stride) },
+            slot: 7,
+            max_sge: 1,
+            _ring: ring,
+        });
+        let srq_ptr: *mut ibv_srq = (&mut *srq as *mut Srq).cast();
+        // Two QPs on it, as create_qp with the SRQ leaves their tracks.
+        for qpn in [0x21, 0x22] {
+            let track = Arc::new(QpTrack {
+                sq: Mutex::new(SqState::new(4)),
+                rq: Mutex::new(RqState::new(0)),
+                srq: Some(srq.rq.clone()),
+            });
+            lock(&inner.qps).insert(qpn, track);
+        }
+        let mut sge = ibv_sge {
+            addr: 0x2000,
+            length: 64,
+            lkey: 3,
+        };
+        let (mut s2, mut s3) = (sge, sge);
+        let mut second = recv(20, &mut s2);
+        let mut first = recv(10, &mut sge);
+        first.next = &mut second;
+        let mut bad: *mut ibv_recv_wr = null_mut();
+        // SAFETY: an SRQ of ours and a valid list.
+        assert_eq!(unsafe { post_srq_recv(srq_ptr, &mut first, &mut bad) }, 0);
+        let db = &inner._db_page;
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 7)), 2);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::RUNG_BITMAP), 1 << 7);
+        // The WQEs carry the application's wr_ids and SGEs.
+        assert_eq!(
+            u64::from_le_bytes(srq.ring_entry(1)[..8].try_into().unwrap()),
+            20
+        );
+        // Full: the third is refused and named.
+        let mut third = recv(30, &mut s3);
+        // SAFETY: as above.
+        let r = unsafe { post_srq_recv(srq_ptr, &mut third, &mut bad) };
+        assert_eq!(r, libc::ENOMEM);
+        assert_eq!(bad, &mut third as *mut _);
+        // The device completes the first on QP 0x22: the completion names it and its
+        // wr_id, and frees an SRQ entry.
+        let cqe = Cqe {
+            wr_id: 10,
+            byte_len: 64,
+            qp_num: 0x22,
+            opcode: rnic_abi::verbs::wc::RECV,
+            owner: 1,
+            ..Cqe::default()
+        };
+        // SAFETY: entry 0 of the CQ ring, which the test plays the device for.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                zerocopy::IntoBytes::as_bytes(&cqe).as_ptr(),
+                cq._ring.ptr,
+                32,
+            )
+        };
+        let mut wc = [ibv_wc::zeroed(); 4];
+        // SAFETY: a CQ of ours and room for 4 completions.
+        assert_eq!(unsafe { poll_cq(cq_ptr, 4, wc.as_mut_ptr()) }, 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].opcode, wc[0].qp_num),
+            (10, IBV_WC_RECV, 0x22)
+        );
+        assert_eq!(lock(&srq.rq).free(), 1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { post_srq_recv(srq_ptr, &mut third, &mut bad) }, 0);
+        assert_eq!(u32_at(db, rnic_abi::doorbell::slot_offset(0, 7)), 3);
+        // Entry 0 again, now the third's.
+        assert_eq!(
+            u64::from_le_bytes(srq.ring_entry(0)[..8].try_into().unwrap()),
+            30
+        );
+        // Too many SGEs.
+        let mut sges = [sge, sge];
+        let mut two = recv(40, &mut sges[0]);
+        two.num_sge = 2;
+        // SAFETY: as above.
+        let r = unsafe { post_srq_recv(srq_ptr, &mut two, &mut bad) };
+        assert_eq!(r, libc::EINVAL);
+    }
+
+    impl Srq {
+        fn ring_entry(&self, i: u32) -> Vec<u8> {
+            // SAFETY: an entry of the SRQ's ring, read by the test alone.
+            unsafe { self.ring.entry(i) }.to_vec()
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use rnic_abi::cmd::{
 };
 use rnic_abi::eth::{self, *};
 use rnic_abi::fast_reg::{AllocFastRegMrReq, FastRegWqe, RegDmaMrReq, MAX_FAST_REG_PAGES};
+use rnic_abi::srq::{self, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp};
 use rnic_abi::ud::{self, ModifyQpQkey, UdSendWqe};
 use rnic_abi::verbs::{
     self, attr, event, owner_phase, rq_stride, send_flags, sq_stride, wc, wc_flags, wr, Cqe,
@@ -332,6 +333,61 @@ fn items() -> Vec<Item> {
     );
     layout!(
         v,
+        "rnic_uverbs_create_srq_req",
+        uverbs::CreateSrqReq,
+        ring_va,
+        entries,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_uverbs_create_srq_resp",
+        uverbs::CreateSrqResp,
+        srqn,
+        doorbell_slot,
+        stride,
+        reserved
+    );
+    layout!(
+        v,
+        "rnic_create_srq_req",
+        CreateSrqReq,
+        pdn,
+        entries,
+        max_sge,
+        srq_limit,
+        doorbell_page,
+        reserved,
+        ring
+    );
+    layout!(
+        v,
+        "rnic_create_srq_resp",
+        CreateSrqResp,
+        srqn,
+        reserved,
+        doorbell
+    );
+    layout!(
+        v,
+        "rnic_modify_srq_req",
+        ModifySrqReq,
+        srqn,
+        attr_mask,
+        max_wr,
+        srq_limit
+    );
+    layout!(
+        v,
+        "rnic_query_srq_resp",
+        QuerySrqResp,
+        max_wr,
+        max_sge,
+        srq_limit,
+        consumed
+    );
+    layout!(
+        v,
         "rnic_create_qp_resp",
         CreateQpResp,
         qpn,
@@ -556,6 +612,7 @@ fn items() -> Vec<Item> {
         "rnic_eth_arm_word(0xffff, 0xffffffff)" = arm_word(0xffff, 0xffff_ffff),
         "RNIC_CAP_RDMA_RC" = regs::CAP_RDMA_RC,
         "RNIC_CAP_SEND_VARIANTS" = regs::CAP_SEND_VARIANTS,
+        "RNIC_CAP_SRQ" = regs::CAP_SRQ,
         "RNIC_CAP_UD" = regs::CAP_UD,
         "RNIC_CAP_FAST_REG" = regs::CAP_FAST_REG,
         "RNIC_CAP_GSI" = regs::CAP_GSI,
@@ -576,6 +633,10 @@ fn items() -> Vec<Item> {
         "RNIC_CMD_MODIFY_QP" = Opcode::ModifyQp as u16,
         "RNIC_CMD_QUERY_QP" = Opcode::QueryQp as u16,
         "RNIC_CMD_DESTROY_QP" = Opcode::DestroyQp as u16,
+        "RNIC_CMD_CREATE_SRQ" = Opcode::CreateSrq as u16,
+        "RNIC_CMD_MODIFY_SRQ" = Opcode::ModifySrq as u16,
+        "RNIC_CMD_QUERY_SRQ" = Opcode::QuerySrq as u16,
+        "RNIC_CMD_DESTROY_SRQ" = Opcode::DestroySrq as u16,
         "RNIC_ACCESS_LOCAL_WRITE" = verbs::ACCESS_LOCAL_WRITE,
         "RNIC_ACCESS_REMOTE_WRITE" = verbs::ACCESS_REMOTE_WRITE,
         "RNIC_ACCESS_REMOTE_READ" = verbs::ACCESS_REMOTE_READ,
@@ -653,6 +714,10 @@ fn items() -> Vec<Item> {
         "RNIC_EV_QP_ACCESS_ERR" = event::QP_ACCESS_ERR,
         "RNIC_EV_COMM_EST" = event::COMM_EST,
         "RNIC_EV_SQ_DRAINED" = event::SQ_DRAINED,
+        "RNIC_EV_SRQ_LIMIT_REACHED" = event::SRQ_LIMIT_REACHED,
+        "RNIC_MAX_SRQN" = srq::MAX_SRQN,
+        "RNIC_SRQ_ATTR_MAX_WR" = srq::srq_attr::MAX_WR,
+        "RNIC_SRQ_ATTR_LIMIT" = srq::srq_attr::LIMIT,
         "RNIC_EV_COMPLETION" = event::EVENT_COMPLETION,
         "RNIC_MAX_FAST_REG_PAGES" = MAX_FAST_REG_PAGES,
         "rnic_sq_stride(0, 0)" = sq_stride(0, 0),

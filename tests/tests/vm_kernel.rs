@@ -60,10 +60,13 @@
 //! QP to itself, and completes two RDMA WRITEs through its own rings and doorbells (the
 //! second with a completion event); then the function is reset (FLR) and rnic.ko is
 //! unloaded while a process holds a context with objects, and the run repeated after each.
+//! And with rnic's provider: tests/guest/srq_limit.c, built against Debian's libibverbs,
+//! uses an SRQ (query, resize refused, the limit armed and its async event, receives of an
+//! RC QP on it with their wr_ids, destroy refused while the QP lives).
 //!
 //! And two kernel guests (VF0, VF1) running what the verbs guests run (tests/tests/vm_verbs.rs),
-//! here through Debian's libibverbs on rnic's provider: Debian's pingpongs (but
-//! `ibv_srq_pingpong`), perftest's eight programs with their defaults and the bandwidth
+//! here through Debian's libibverbs on rnic's provider: Debian's pingpongs (the SRQ one
+//! too), perftest's eight programs with their defaults and the bandwidth
 //! ones with `-q 4`, and `ib_write_bw`, `ib_read_bw`, `ib_send_lat` with `-R` (rdma_cm);
 //! each run's result row, QPs and GIDs checked as there.
 //!
@@ -1507,12 +1510,8 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
         truth(&rnicd, "vf0").0.gid.into(),
         truth(&rnicd, "vf1").0.gid.into(),
     ];
-    // All the pingpongs but ibv_srq_pingpong: rnic.ko and the provider have no SRQs yet
-    // (the provider's create_srq is unset, so libibverbs answers EOPNOTSUPP, and rnic.ko
-    // refuses a QP on an SRQ): both ends stop at once with "Couldn't create SRQ".
     let all: Vec<Run> = PINGPONGS
         .iter()
-        .filter(|r| r.program != "ibv_srq_pingpong")
         .chain(&PERFTEST)
         .chain(&PERFTEST_RDMA_CM)
         .copied()
@@ -1538,4 +1537,65 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
     let b = tool_runs(&results[1].0);
     phase.check(&a, &b, gids);
     eprintln!("done after {:?}", started.elapsed());
+}
+
+// --- shared receive queues through Debian's libibverbs and rnic's provider ---------------
+
+/// tests/guest/srq_limit.c, built against Debian's libibverbs of the reference root
+/// (linked dynamically: the guest's libibverbs loads rnic's provider).
+fn srq_limit_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("srq_limit");
+    let lib = rnic_tests::debian::ibverbs_ref().join("usr/lib/x86_64-linux-gnu");
+    rnic_tests::debian::compile_c(
+        &rnic_tests::vm::repo().join("tests/guest/srq_limit.c"),
+        &exe,
+        &[
+            // libibverbs' own dependencies (libnl) are the guest's, not the build's.
+            "-Wl,--allow-shlib-undefined",
+            "-L",
+            lib.to_str().expect("UTF-8 path"),
+            "-libverbs",
+        ],
+    );
+    exe
+}
+
+/// One kernel guest, one function: an SRQ through the provider (create, query, a resize
+/// refused, the limit armed), an RC QP on it connected to another of the function's QPs,
+/// SENDs until IBV_EVENT_SRQ_LIMIT_REACHED arrives, the receives' wr_ids, the limit 0
+/// after it fired, the SRQ busy while its QP lives, and everything destroyed.
+#[test]
+#[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+fn a_process_uses_an_srq_through_the_provider_and_gets_its_limit_event() {
+    let base = vm_run_base();
+    std::fs::create_dir_all(&base).expect("the VM run directory");
+    let programs = tempfile::tempdir().expect("a directory for srq_limit");
+    let program = srq_limit_program(programs.path());
+    let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &[]);
+    let (console, status) = Boot::rnic()
+        .arg("--kernel")
+        .socket_dir(&rnicd.socket_dir())
+        .vf(0)
+        .arg("--file")
+        .arg(format!(
+            "{}:/usr/local/bin/srq_limit",
+            program.to_str().expect("UTF-8 path")
+        ))
+        .timeout(300)
+        .run(&format!(
+            r#"{HELPERS}
+step srq
+i=0
+until grep -qs ':ffff:' /sys/class/infiniband/rnic0/ports/1/gids/*; do
+    i=$((i + 1)); [ $i -lt 300 ] || die "no IPv4 GID on rnic0"
+    sleep 0.1
+done
+timeout 60 srq_limit rnic0 "$(roce-gid-index rnic0)" || die "srq_limit"
+check_dmesg
+echo '=== script done'
+"#
+        ));
+    assert!(succeeded(&console, status), "the guest failed ({status:?})");
+    assert!(console.contains("srq_limit: async event SRQ limit reached"));
+    assert!(console.contains("srq_limit: ok"));
 }
