@@ -27,9 +27,9 @@
 #          function's IPv4 address (the driver's `ipv4` attribute of the PCI device, the
 #          last 4 bytes of the function's GID: VF0 is 10.82.0.2) with prefix /16, or what
 #          the kernel word rnic_fnN_ip=A/P (boot.sh --ip) says for the Nth function in PCI
-#          order (`none`: no address). ib_core, rdma_ucm, nvme_rdma, nvmet_rdma and null_blk
-#          are in the image, loaded when asked (the rxe image has the last four); ib_uverbs
-#          and rdma_ucm are loaded at boot, and Debian's libibverbs finds rnic's provider
+#          order (`none`: no address). ib_core, nvme_rdma, nvmet_rdma, rpcrdma (NFS over
+#          RDMA) and null_blk are in the image, loaded when asked (the rxe image has all
+#          but rpcrdma, and rdma_ucm); ib_uverbs and rdma_ucm are loaded at boot, and Debian's libibverbs finds rnic's provider
 #          plug-in (provider/, librnic-rdmav34.so, /etc/libibverbs.d/rnic.driver), so
 #          Debian's verbs and rdma_cm programs run on rnic0. `roce-gid-index rnic0` prints
 #          the GID index of the IPv4 address. Image: $KERNEL_KIT/initramfs.img, a cached
@@ -90,7 +90,7 @@ elif [ "$flavour" = kernel ]; then
     modules=(virtio_net)
     optional_modules=" "
     # In the image for rnic.ko (ib_core) and its users, loaded by modprobe when asked.
-    shelf_modules=(ib_core ib_uverbs rdma_ucm nvme_rdma nvmet_rdma null_blk)
+    shelf_modules=(ib_core ib_uverbs rdma_ucm nvme_rdma nvmet_rdma rpcrdma null_blk)
     iommu_modules=()
     flavour_excludes=()
 else
