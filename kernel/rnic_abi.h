@@ -22,7 +22,7 @@
 
 /* abi/src/lib.rs */
 #define RNIC_ABI_MAJOR			1
-#define RNIC_ABI_MINOR			9
+#define RNIC_ABI_MINOR			10
 #define RNIC_PAGE_SIZE			4096
 
 /* abi/src/pci.rs */
@@ -75,6 +75,7 @@
 #define RNIC_CAP_FAST_REG		0x200000ULL
 #define RNIC_CAP_GSI			0x400000ULL
 #define RNIC_CAP_USER_KICK		0x800000ULL
+#define RNIC_CAP_GID_TABLE		0x1000000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -142,6 +143,8 @@ struct rnic_vring_desc {
 #define RNIC_CMD_SET_ETH		0x0182
 #define RNIC_CMD_QUERY_ETH		0x0183
 #define RNIC_CMD_QUERY_ETH_QUEUE	0x0184
+#define RNIC_CMD_SET_GID		0x0185
+#define RNIC_CMD_QUERY_GID		0x0186
 
 /* Statuses (abi/src/cmd.rs Status) */
 #define RNIC_ST_OK			0
@@ -539,7 +542,8 @@ struct rnic_ud_send_wqe {
 	__u8 dgid[16];
 	__u8 hop_limit;
 	__u8 traffic_class;
-	__u8 reserved2[14];
+	__u8 sgid_index;
+	__u8 reserved2[13];
 };
 
 struct rnic_fast_reg_wqe {
@@ -687,6 +691,17 @@ struct rnic_set_eth_req {
 	__le32 mc_count;
 };
 
+/* The GID table (abi/src/gid.rs, ABI 1.10) */
+#define RNIC_GID_TABLE_LEN		16
+#define RNIC_GID_VALID			0x1
+
+struct rnic_set_gid_req {
+	__le32 index;
+	__le32 flags;
+	__le64 reserved;
+	__u8 gid[16];
+};
+
 struct rnic_mac_entry {
 	__u8 mac[6];
 	__le16 reserved;
@@ -775,6 +790,7 @@ static_assert(offsetof(struct rnic_create_eth_queue_req, ring) == 16);
 static_assert(sizeof(struct rnic_create_eth_queue_resp) == 16);
 static_assert(sizeof(struct rnic_eth_queue_req) == 8);
 static_assert(sizeof(struct rnic_set_eth_req) == 16);
+static_assert(sizeof(struct rnic_set_gid_req) == 32);
 static_assert(sizeof(struct rnic_mac_entry) == 8);
 static_assert(sizeof(struct rnic_eth_counters) == 128);
 static_assert(sizeof(struct rnic_query_eth_resp) == 24 + 128);

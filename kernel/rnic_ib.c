@@ -10,6 +10,7 @@
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <net/addrconf.h>
+#include <net/ipv6.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_mad.h>
@@ -85,18 +86,28 @@ void rnic_ib_ring(struct rnic_ib *rib, u32 page, u32 slot)
 }
 
 /*
- * rnic sends from the function's own address: the only source GID a QP or
- * an AH may name is that one, as RoCEv2 (the device's sgid_index 0).
+ * The entry of the device's GID table a QP or an AH sends from: the core's
+ * index, as add_gid keeps the two tables alike (datasheet section 6.13). The
+ * device sends RoCEv2 over IPv4 only. A device without the table sends from
+ * the function's own GID, its entry 0, and nothing else.
  */
-int rnic_ib_check_sgid(struct rnic_ib *rib, const struct ib_gid_attr *attr)
+int rnic_ib_sgid_index(struct rnic_ib *rib, const struct ib_gid_attr *attr)
 {
-	if (!attr || attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP ||
-	    memcmp(attr->gid.raw, rib->rd->info.gid, sizeof(attr->gid.raw))) {
-		ibdev_dbg(&rib->ibdev, "source GID %pI6c is not the function's %pI6c\n",
-			  attr ? attr->gid.raw : NULL, rib->rd->info.gid);
-		return -EINVAL;
+	const struct in6_addr *gid;
+
+	if (!attr || attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP)
+		goto refused;
+	gid = (const struct in6_addr *)attr->gid.raw;
+	if (rib->rd->caps & RNIC_CAP_GID_TABLE) {
+		if (attr->index < RNIC_GID_TABLE_LEN && ipv6_addr_v4mapped(gid))
+			return attr->index;
+	} else if (!memcmp(gid, rib->rd->info.gid, sizeof(*gid))) {
+		return 0;
 	}
-	return 0;
+refused:
+	ibdev_dbg(&rib->ibdev, "source GID %pI6c cannot be sent from\n",
+		  attr ? attr->gid.raw : NULL);
+	return -EINVAL;
 }
 
 static int rnic_query_device_attr(struct ib_device *ibdev,
@@ -169,7 +180,7 @@ static int rnic_query_port(struct ib_device *ibdev, u32 port,
 	a->active_mtu = iboe_get_mtu(READ_ONCE(ndev->mtu));
 	if (!a->active_mtu)
 		a->active_mtu = IB_MTU_256;
-	a->gid_tbl_len = RNIC_IB_GID_TABLE;
+	a->gid_tbl_len = RNIC_GID_TABLE_LEN;
 	a->port_cap_flags = IB_PORT_CM_SUP;
 	a->max_msg_sz = 0x80000000;
 	a->pkey_tbl_len = 1;
@@ -211,30 +222,48 @@ static enum rdma_link_layer rnic_get_link_layer(struct ib_device *ibdev,
 	return IB_LINK_LAYER_ETHERNET;
 }
 
-/* The core keeps the GID table; the driver records it for diagnostics. */
-static int rnic_add_gid(const struct ib_gid_attr *attr, void **context)
+/*
+ * The device's GID table follows the core's, entry for entry, as the OS
+ * adds and removes the netdev's addresses: QPs and AHs then send from the
+ * addresses the OS owns, and the device takes packets for them. The device
+ * refuses an IPv4 address another function has; the core then leaves the
+ * entry out and says so.
+ */
+static int rnic_set_gid(const struct ib_gid_attr *attr, const union ib_gid *gid)
 {
 	struct rnic_ib *rib = to_rib(attr->device);
+	struct rnic_set_gid_req req = {
+		.index = cpu_to_le32(attr->index),
+	};
+	int ret;
 
-	if (attr->index >= RNIC_IB_GID_TABLE)
+	if (attr->index >= RNIC_GID_TABLE_LEN)
 		return -EINVAL;
-	mutex_lock(&rib->gid_lock);
-	rib->gids[attr->index] = attr->gid;
-	mutex_unlock(&rib->gid_lock);
-	ibdev_dbg(&rib->ibdev, "GID %u: %pI6c\n", attr->index, attr->gid.raw);
-	return 0;
+	if (!(rib->rd->caps & RNIC_CAP_GID_TABLE))
+		return 0;
+	if (gid) {
+		req.flags = cpu_to_le32(RNIC_GID_VALID);
+		memcpy(req.gid, gid->raw, sizeof(req.gid));
+	}
+	ret = rnic_cmd(rib->rd, RNIC_CMD_SET_GID, &req, sizeof(req), NULL, 0);
+	/* A failed clear is a device that is gone, with its table. */
+	if (ret && gid)
+		ibdev_warn(&rib->ibdev, "GID %u %pI6c: the device refused it (%d)\n",
+			   attr->index, req.gid, ret);
+	else
+		ibdev_dbg(&rib->ibdev, "GID %u: %pI6c (%d)\n", attr->index,
+			  req.gid, ret);
+	return ret;
+}
+
+static int rnic_add_gid(const struct ib_gid_attr *attr, void **context)
+{
+	return rnic_set_gid(attr, &attr->gid);
 }
 
 static int rnic_del_gid(const struct ib_gid_attr *attr, void **context)
 {
-	struct rnic_ib *rib = to_rib(attr->device);
-
-	if (attr->index >= RNIC_IB_GID_TABLE)
-		return -EINVAL;
-	mutex_lock(&rib->gid_lock);
-	memset(&rib->gids[attr->index], 0, sizeof(rib->gids[0]));
-	mutex_unlock(&rib->gid_lock);
-	return 0;
+	return rnic_set_gid(attr, NULL);
 }
 
 static void rnic_get_dev_fw_str(struct ib_device *ibdev, char *str)
@@ -414,7 +443,6 @@ int rnic_ib_add(struct rnic_dev *rd)
 	spin_lock_init(&rib->db_lock);
 	spin_lock_init(&rib->upages_lock);
 	bitmap_zero(rib->upages, RNIC_DB_PAGES);
-	mutex_init(&rib->gid_lock);
 	atomic_set(&rib->ahs, 0);
 	rib->db_pages = min_t(u32, le32_to_cpu(rd->info.limits.doorbell_pages),
 			      RNIC_DB_PAGES);

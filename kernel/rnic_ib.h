@@ -15,7 +15,6 @@
 
 #include "rnic.h"
 
-#define RNIC_IB_GID_TABLE	16
 #define RNIC_IB_EQ_ENTRIES	1024
 #define RNIC_IB_MAX_AH		4096
 
@@ -81,8 +80,6 @@ struct rnic_ib {
 	struct xarray qps;	/* QPN -> struct rnic_qp */
 	struct xarray srqs;	/* SRQN -> struct rnic_srq */
 	spinlock_t db_lock;	/* RUNG_BITMAP read-modify-writes */
-	struct mutex gid_lock;	/* gids */
-	union ib_gid gids[RNIC_IB_GID_TABLE];	/* what add_gid recorded */
 	atomic_t ahs;
 	atomic64_t stats[RNIC_NUM_STATS];
 	u32 db_pages;		/* doorbell pages of the function */
@@ -189,11 +186,18 @@ struct rnic_srq {
 	atomic_t completed;	/* the kernel's: receives completed */
 };
 
-struct rnic_ah {
-	struct ib_ah ibah;
+/* An address vector as the device takes it: RoCEv2 over IPv4. */
+struct rnic_ib_av {
 	u8 dgid[16];
+	u8 sgid_index;		/* the entry of the device's GID table */
 	u8 hop_limit;
 	u8 traffic_class;
+	u32 flow_label;
+};
+
+struct rnic_ah {
+	struct ib_ah ibah;
+	struct rnic_ib_av av;
 };
 
 static inline struct rnic_ib *to_rib(struct ib_device *ibdev)
@@ -255,7 +259,7 @@ void rnic_ib_buf_free(struct rnic_ib *rib, struct rnic_ib_buf *buf);
 void rnic_ib_page_list(const struct rnic_ib_buf *buf,
 		       struct rnic_page_list *pl);
 void rnic_ib_ring(struct rnic_ib *rib, u32 page, u32 slot);
-int rnic_ib_check_sgid(struct rnic_ib *rib, const struct ib_gid_attr *attr);
+int rnic_ib_sgid_index(struct rnic_ib *rib, const struct ib_gid_attr *attr);
 
 /* rnic_ib_user.c */
 int rnic_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
@@ -327,7 +331,7 @@ int rnic_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		   struct ib_udata *udata);
 int rnic_destroy_ah(struct ib_ah *ibah, u32 flags);
 int rnic_ib_av_from_ah_attr(struct rnic_ib *rib,
-			    const struct rdma_ah_attr *ah_attr, u8 *dgid,
-			    u8 *hop_limit, u8 *traffic_class, u32 *flow_label);
+			    const struct rdma_ah_attr *ah_attr,
+			    struct rnic_ib_av *av);
 
 #endif /* RNIC_IB_H */

@@ -10,32 +10,32 @@
 
 /*
  * The rnic address vector of @ah_attr: a RoCEv2 destination at an IPv4
- * address, sent from the function's own GID.
+ * address, sent from an IPv4 address of the GID table.
  */
 int rnic_ib_av_from_ah_attr(struct rnic_ib *rib,
-			    const struct rdma_ah_attr *ah_attr, u8 *dgid,
-			    u8 *hop_limit, u8 *traffic_class, u32 *flow_label)
+			    const struct rdma_ah_attr *ah_attr,
+			    struct rnic_ib_av *av)
 {
 	const struct ib_global_route *grh;
-	int ret;
+	int index;
 
 	if (ah_attr->type != RDMA_AH_ATTR_TYPE_ROCE ||
 	    !(rdma_ah_get_ah_flags(ah_attr) & IB_AH_GRH))
 		return -EINVAL;
 	grh = rdma_ah_read_grh(ah_attr);
-	ret = rnic_ib_check_sgid(rib, grh->sgid_attr);
-	if (ret)
-		return ret;
+	index = rnic_ib_sgid_index(rib, grh->sgid_attr);
+	if (index < 0)
+		return index;
 	if (!ipv6_addr_v4mapped((const struct in6_addr *)grh->dgid.raw)) {
 		ibdev_dbg(&rib->ibdev, "destination GID %pI6c is not IPv4\n",
 			  grh->dgid.raw);
 		return -EINVAL;
 	}
-	memcpy(dgid, grh->dgid.raw, 16);
-	*hop_limit = grh->hop_limit;
-	*traffic_class = grh->traffic_class;
-	if (flow_label)
-		*flow_label = grh->flow_label;
+	memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
+	av->sgid_index = index;
+	av->hop_limit = grh->hop_limit;
+	av->traffic_class = grh->traffic_class;
+	av->flow_label = grh->flow_label;
 	return 0;
 }
 
@@ -52,9 +52,7 @@ int rnic_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		ret = -ENOMEM;
 		goto err;
 	}
-	ret = rnic_ib_av_from_ah_attr(rib, init->ah_attr, ah->dgid,
-				      &ah->hop_limit, &ah->traffic_class,
-				      NULL);
+	ret = rnic_ib_av_from_ah_attr(rib, init->ah_attr, &ah->av);
 	if (ret)
 		goto err;
 	return 0;

@@ -464,15 +464,16 @@ int rnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	if (mask & IB_QP_SQ_PSN)
 		a->sq_psn = cpu_to_le32(attr->sq_psn);
 	if (mask & IB_QP_AV) {
-		u32 flow_label;
+		struct rnic_ib_av av;
 
-		ret = rnic_ib_av_from_ah_attr(rib, &attr->ah_attr, a->dgid,
-					      &a->hop_limit, &a->traffic_class,
-					      &flow_label);
+		ret = rnic_ib_av_from_ah_attr(rib, &attr->ah_attr, &av);
 		if (ret)
 			goto out;
-		a->flow_label = cpu_to_le32(flow_label);
-		a->sgid_index = 0;	/* the function's own GID */
+		memcpy(a->dgid, av.dgid, sizeof(a->dgid));
+		a->sgid_index = av.sgid_index;
+		a->hop_limit = av.hop_limit;
+		a->traffic_class = av.traffic_class;
+		a->flow_label = cpu_to_le32(av.flow_label);
 	}
 	cmd.req.qpn = cpu_to_le32(qp->qpn);
 	cmd.req.attr_mask = cpu_to_le32(mask);
@@ -530,8 +531,8 @@ int rnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->ah_attr.type = RDMA_AH_ATTR_TYPE_ROCE;
 		rdma_ah_set_port_num(&attr->ah_attr, 1);
 		rdma_ah_set_grh(&attr->ah_attr, NULL,
-				le32_to_cpu(a->flow_label), 0, a->hop_limit,
-				a->traffic_class);
+				le32_to_cpu(a->flow_label), a->sgid_index,
+				a->hop_limit, a->traffic_class);
 		memcpy(attr->ah_attr.grh.dgid.raw, a->dgid, 16);
 	}
 	attr->cap.max_send_wr = qp->sq.entries;
@@ -736,9 +737,10 @@ static int rnic_build_ud_wqe(struct rnic_qp *qp, const struct ib_send_wr *wr,
 	wqe->flags = rnic_send_flags(wr) & ~RNIC_SEND_FENCE;
 	wqe->remote_qkey = cpu_to_le32(ud->remote_qkey);
 	wqe->remote_qpn = cpu_to_le32(ud->remote_qpn);
-	memcpy(wqe->dgid, ah->dgid, sizeof(wqe->dgid));
-	wqe->hop_limit = ah->hop_limit;
-	wqe->traffic_class = ah->traffic_class;
+	memcpy(wqe->dgid, ah->av.dgid, sizeof(wqe->dgid));
+	wqe->sgid_index = ah->av.sgid_index;
+	wqe->hop_limit = ah->av.hop_limit;
+	wqe->traffic_class = ah->av.traffic_class;
 	len = rnic_wqe_data(qp, wr, buf);
 	if (len < 0)
 		return len;

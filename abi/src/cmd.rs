@@ -123,6 +123,11 @@ pub enum Opcode {
     QueryEth = 0x0183,
     /// Read one Ethernet queue's counters: `eth::EthQueueReq` -> `eth::EthQueueStats`.
     QueryEthQueue = 0x0184,
+    /// Set or clear one entry of the function's GID table (ABI 1.10): `gid::SetGidReq`.
+    SetGid = 0x0185,
+    /// Read one entry of the function's GID table (ABI 1.10): `gid::QueryGidReq` ->
+    /// `gid::QueryGidResp`.
+    QueryGid = 0x0186,
     /// Admin (PF only, [`crate::admin`]): the device's pools and VF count: no body ->
     /// `admin::AdminQueryResp`.
     AdminQuery = 0x1000,
@@ -199,6 +204,8 @@ impl Opcode {
             0x0182 => Self::SetEth,
             0x0183 => Self::QueryEth,
             0x0184 => Self::QueryEthQueue,
+            0x0185 => Self::SetGid,
+            0x0186 => Self::QueryGid,
             0x1000 => Self::AdminQuery,
             0x1001 => Self::SetNumVfs,
             0x1002 => Self::QueryMember,

@@ -1,14 +1,98 @@
-//! GIDs as text: the one grammar in which every rnic program reads a GID and the two
-//! forms it prints one in. A function's GID is an IPv4-mapped IPv6 address
-//! (docs/hardware-interface.md §6.12, QUERY_DEVICE `gid`; §7.11 for its use on the wire).
+//! GIDs: the function's GID table and the text form every rnic program reads and prints.
 //!
-//! Read ([`parse`]): 32 hex digits in wire order (as `ibv_rc_pingpong` sends a GID), an
-//! IPv6 address, bare or in brackets (`[::ffff:10.82.0.2]`, as inside `rnic-pingpong
-//! --peer`), or an IPv4 address, which stands for its IPv4-mapped GID. Printed: [`hex`]
-//! (the 32 digits) or [`ip`] (the IPv6 text, `::ffff:10.82.0.2`).
+//! **The GID table** (ABI 1.10, [`crate::regs::CAP_GID_TABLE`]; docs/hardware-interface.md
+//! §6.13). Each function has [`GID_TABLE_LEN`] entries. A QP's address vector and a UD
+//! work request name their source address by index (`sgid_index`); the device sends from
+//! the entry's IPv4 address and takes RoCEv2 packets for any IPv4 address the table holds.
+//! At reset entry 0 is the function's own GID (QUERY_DEVICE's `gid`, which the PF may
+//! change), and the other entries are empty, so a driver that never sets the table sends
+//! from its function's GID with `sgid_index` 0. `SET_GID` ([`SetGidReq`]) sets or clears
+//! any entry, entry 0 included, as an operating system adds and removes the addresses of
+//! the function's network interface; `QUERY_GID` reads one. Entries hold any GID, but only
+//! an IPv4-mapped one (`::ffff:a.b.c.d`) can be a source: RoCEv2 runs over IPv4 here.
+//!
+//! **Text.** A function's GID is an IPv4-mapped IPv6 address (§6.12, QUERY_DEVICE `gid`;
+//! §7.11 for its use on the wire). Read ([`parse`]): 32 hex digits in wire order (as
+//! `ibv_rc_pingpong` sends a GID), an IPv6 address, bare or in brackets
+//! (`[::ffff:10.82.0.2]`, as inside `rnic-pingpong --peer`), or an IPv4 address, which
+//! stands for its IPv4-mapped GID. Printed: [`hex`] (the 32 digits) or [`ip`] (the IPv6
+//! text, `::ffff:10.82.0.2`).
 
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Entries in each function's GID table.
+pub const GID_TABLE_LEN: u32 = 16;
+
+/// [`SetGidReq::flags`], [`QueryGidResp::flags`]: the entry holds [`SetGidReq::gid`]; a
+/// `SET_GID` without it clears the entry.
+pub const GID_VALID: u32 = 1 << 0;
+
+/// Request of `SET_GID`: sets or clears entry `index` of the function's GID table.
+///
+/// Errors: `BAD_PARAM` with syndrome 0 for an index at or above [`GID_TABLE_LEN`], 4 for
+/// unknown flag bits or a nonzero reserved field, 8 for a GID that cannot be an address
+/// (the IPv4-mapped `0.0.0.0`, broadcast or multicast, or all zeroes), 16 for an IPv4
+/// address another function of the device has; `BAD_STATE` with syndrome 16 when the
+/// device's network (`--net udp`) cannot give the function another address than its own.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SetGidReq {
+    /// The entry, below [`GID_TABLE_LEN`].
+    pub index: u32,
+    /// [`GID_VALID`] to set the entry, 0 to clear it.
+    pub flags: u32,
+    /// Must be 0.
+    pub reserved: u64,
+    /// The GID (with [`GID_VALID`]; zeroes otherwise).
+    pub gid: [u8; 16],
+}
+
+/// Request of `QUERY_GID`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct QueryGidReq {
+    /// The entry, below [`GID_TABLE_LEN`].
+    pub index: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// Response of `QUERY_GID`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct QueryGidResp {
+    /// [`GID_VALID`] if the entry holds a GID.
+    pub flags: u32,
+    /// Reserved (0).
+    pub reserved: u32,
+    /// The entry's GID (zeroes when empty).
+    pub gid: [u8; 16],
+}
+
+/// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`), the only kind of GID a
+/// function sends from.
+pub fn ipv4(gid: &[u8; 16]) -> Option<[u8; 4]> {
+    (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
+        .then(|| [gid[12], gid[13], gid[14], gid[15]])
+}
+
+/// The IPv4-mapped GID of `ip`.
+pub fn mapped(ip: [u8; 4]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    gid[12..].copy_from_slice(&ip);
+    gid
+}
 
 /// Why a text is not a GID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -211,6 +211,10 @@ pub const CAP_GSI: u64 = 1 << 22;
 /// The user kick page ([`USER_KICK_PAGE`], ABI 1.9): a page of the register BAR that holds
 /// nothing but [`USER_KICK`], so an operating system can map it into its processes.
 pub const CAP_USER_KICK: u64 = 1 << 23;
+/// The GID table ([`crate::gid::GID_TABLE_LEN`] entries per function, ABI 1.10): the
+/// function's driver sets the source addresses its QPs and address vectors choose by
+/// `sgid_index` (`SET_GID`, `QUERY_GID`).
+pub const CAP_GID_TABLE: u64 = 1 << 24;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

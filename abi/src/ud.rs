@@ -77,8 +77,12 @@ pub struct UdSendWqe {
     pub hop_limit: u8,
     /// IPv4 TOS.
     pub traffic_class: u8,
+    /// The source: an entry of the function's GID table (ABI 1.10, `crate::gid`; 0, the
+    /// function's GID, unless the driver set the table). A datagram from an entry that
+    /// holds no IPv4-mapped GID completes with `LOC_QP_OP_ERR`.
+    pub sgid_index: u8,
     /// Must be 0.
-    pub reserved2: [u8; 14],
+    pub reserved2: [u8; 13],
 }
 
 /// Follows a `ModifyQpReq` whose mask has `attr::QKEY`.

@@ -746,7 +746,8 @@ pub struct QpAttr {
     pub max_dest_rd_atomic: u8,
     /// Port number (1).
     pub port_num: u8,
-    /// Index of the source GID (0: the function's GID).
+    /// The source: an entry of the function's GID table (`crate::gid`) holding an
+    /// IPv4-mapped GID (0, the function's GID, unless the driver set the table).
     pub sgid_index: u8,
     /// Hop limit (IPv4 TTL) of the packets.
     pub hop_limit: u8,

@@ -179,6 +179,11 @@ impl AdminContext<'_> {
             new.gid = req.gid;
         }
         let ip = |a: &Address| [a.gid[12], a.gid[13], a.gid[14], a.gid[15]];
+        // Nor an address another function's driver set in its GID table (§6.13).
+        let holder = self.switch.neighbors().get(&ip(&new)).copied();
+        if holder.is_some_and(|mac| mac != f.address().mac) {
+            return Err(bad_param(16));
+        }
         for other in self.functions.iter().filter(|o| o.member() != f.member()) {
             let a = other.address();
             // Two ports with one address would make the switch's forwarding ambiguous.

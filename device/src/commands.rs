@@ -3,9 +3,10 @@
 //! (docs/hardware-interface.md §6).
 
 use rnic_abi::cmd::{CmdHeader, Opcode, QueryDeviceResp, Status};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::eth::{EthState, Station};
+use crate::fabric::frame::AddressTable;
 use crate::identity::Identity;
 use crate::rdma::env::Env;
 use crate::rdma::error::VerbsError;
@@ -87,6 +88,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         Opcode::CreateEthQueue => size_of::<rnic_abi::eth::CreateEthQueueResp>(),
         Opcode::QueryEth => size_of::<rnic_abi::eth::QueryEthResp>(),
         Opcode::QueryEthQueue => size_of::<rnic_abi::eth::EthQueueStats>(),
+        Opcode::QueryGid => size_of::<rnic_abi::gid::QueryGidResp>(),
         Opcode::SetNumVfs
         | Opcode::SetQuota
         | Opcode::SetAddress
@@ -108,7 +110,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::SetSessions
         | Opcode::SetVfEth
         | Opcode::DestroyEthQueue
-        | Opcode::SetEth => 0,
+        | Opcode::SetEth
+        | Opcode::SetGid => 0,
     }
 }
 
@@ -143,7 +146,13 @@ pub fn execute(
     body: &[u8],
     room: usize,
 ) -> Response {
-    let Target { rdma, eth, station } = target;
+    let Target {
+        rdma,
+        eth,
+        station,
+        neighbors,
+        own_address_only,
+    } = target;
     // Refused whatever the rest of the command says: it is not this queue's to run.
     if rnic_abi::admin::is_admin_opcode(header.opcode) {
         return not_permitted(header);
@@ -170,6 +179,33 @@ pub fn execute(
         ) => eth
             .execute(op, body, rdma, env, station)
             .map_or_else(Response::from, Response::ok),
+        Some(Opcode::SetGid) => {
+            let Ok(req) = rnic_abi::gid::SetGidReq::read_from_bytes(body) else {
+                return Response::error(Status::BadParam, body.len() as u32);
+            };
+            // An address is another function's if the switch has it under another MAC.
+            let taken = |ip| neighbors.get(&ip).is_some_and(|&mac| mac != station.mac);
+            match rdma.gids.set(&req, station.ip, own_address_only, taken) {
+                Ok(()) => Response::ok(Vec::new()),
+                Err((status, syndrome)) => Response::error(status, syndrome),
+            }
+        }
+        Some(Opcode::QueryGid) => {
+            use rnic_abi::gid::{QueryGidReq, QueryGidResp, GID_VALID};
+            let Ok(req) = QueryGidReq::read_from_bytes(body) else {
+                return Response::error(Status::BadParam, body.len() as u32);
+            };
+            if req.reserved != 0 || req.index >= rnic_abi::gid::GID_TABLE_LEN {
+                return Response::error(Status::BadParam, req.index);
+            }
+            let gid = rdma.gids.get(req.index as usize, identity.gid);
+            let resp = QueryGidResp {
+                flags: if gid.is_some() { GID_VALID } else { 0 },
+                gid: gid.unwrap_or_default(),
+                ..QueryGidResp::default()
+            };
+            Response::ok(resp.as_bytes().to_vec())
+        }
         Some(opcode) => rdma
             .execute(opcode, body, env)
             .map_or_else(Response::from, Response::ok),
@@ -185,6 +221,11 @@ pub struct Target<'a> {
     pub eth: &'a mut EthState,
     /// The function's MAC, link, PF policy and vectors.
     pub station: &'a Station,
+    /// The switch's addresses, IPv4 to MAC: `SET_GID` refuses another function's.
+    pub neighbors: &'a AddressTable,
+    /// Whether the function can have no address but its own (`--net udp` binds a socket
+    /// to each function's): `SET_GID` then refuses others.
+    pub own_address_only: bool,
 }
 
 impl Target<'_> {
@@ -194,6 +235,8 @@ impl Target<'_> {
             rdma: self.rdma,
             eth: self.eth,
             station: self.station,
+            neighbors: self.neighbors,
+            own_address_only: self.own_address_only,
         }
     }
 }
@@ -254,11 +297,14 @@ mod tests {
             link_up: true,
             policy: crate::eth::Policy::VF,
             msix_vectors: 16,
+            gids: Default::default(),
         };
         let target = Target {
             rdma: &mut RdmaState::new(id.limits),
             eth: &mut EthState::default(),
             station: &station,
+            neighbors: &Default::default(),
+            own_address_only: false,
         };
         super::execute(id, target, &env, h, body, 4096)
     }

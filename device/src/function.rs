@@ -154,6 +154,9 @@ pub struct Port<'a> {
     pub spare: Vec<Vec<u8>>,
     /// Whether the switch takes trains ([`crate::fabric::switch::Switch::takes_trains`]).
     pub trains: bool,
+    /// Whether the function can have no address but its own (see
+    /// [`crate::commands::Target::own_address_only`]).
+    pub own_address_only: bool,
     /// IPv4 to MAC for the switch's endpoints.
     pub neighbors: &'a AddressTable,
 }
@@ -166,6 +169,7 @@ impl<'a> Port<'a> {
             out: Vec::new(),
             spare: Vec::new(),
             trains: false,
+            own_address_only: false,
             neighbors,
         }
     }
@@ -217,6 +221,8 @@ pub struct Function {
     /// last turn, and as last reported to the switch.
     os_receives: AtomicBool,
     os_receives_reported: AtomicBool,
+    /// The GID table's addresses, when they changed since the engine last took them.
+    gid_addresses: Mutex<Option<Vec<[u8; 4]>>>,
     dma: DmaSpace,
     doorbells: DoorbellBar,
     /// The MSI-X messages on their way to the VMM (the same line as `state.msix`'s,
@@ -290,6 +296,7 @@ impl Function {
             eth_event: AtomicBool::new(false),
             os_receives: AtomicBool::new(false),
             os_receives_reported: AtomicBool::new(false),
+            gid_addresses: Mutex::new(None),
             dma,
             doorbells: DoorbellBar::new(doorbell::PAGES)?,
             interrupts,
@@ -598,6 +605,9 @@ impl Function {
         let sessions = st.rdma.sessions.ports().to_vec();
         let id = self.identity.id;
         st.before_resets = add_stats(&st.before_resets, &member_stats(st));
+        if !st.rdma.gids.addresses().is_empty() {
+            self.report_gid_addresses(Vec::new());
+        }
         st.rdma = RdmaState::with_pool(id, self.identity.limits, self.pool.clone(), self.member);
         st.rdma.reserve_departed(departed);
         st.rdma.sessions.set(&sessions);
@@ -690,12 +700,13 @@ impl Function {
             doorbells: &self.doorbells,
         };
         let endpoint = self.endpoint();
-        let station = Station {
+        let mut station = Station {
             mac: endpoint.mac,
             ip: endpoint.ip,
             link_up,
             policy: self.eth_policy(),
             msix_vectors: st.msix.vectors(),
+            gids: st.rdma.gids,
         };
         let mut progress = false;
         if cmdq_due && st.cmdq.is_running() {
@@ -704,6 +715,8 @@ impl Function {
                 rdma: &mut st.rdma,
                 eth: &mut st.eth,
                 station: &station,
+                neighbors: port.neighbors,
+                own_address_only: port.own_address_only,
             };
             let (done, vector) = st.cmdq.process(&writable, &readable, |h, body, room| {
                 crate::commands::execute(&identity, target.reborrow(), &env, h, body, room)
@@ -716,9 +729,15 @@ impl Function {
                 );
             }
             progress |= done;
+            if st.rdma.gids != station.gids {
+                // The switch learns the addresses the driver set (§6.13).
+                station.gids = st.rdma.gids;
+                self.report_gid_addresses(st.rdma.gids.addresses());
+            }
         }
         let mut wire = Wire {
-            local: self.endpoint(),
+            local: endpoint,
+            gids: st.rdma.gids,
             neighbors: port.neighbors,
             out: Vec::new(),
             spare: std::mem::take(&mut port.spare),
@@ -774,6 +793,21 @@ impl Function {
         }
         self.os_receives.store(st.eth.receives(), Ordering::Release);
         PollOutcome { progress, deadline }
+    }
+
+    /// Keeps the addresses of the function's GID table for the switch
+    /// ([`Function::take_gid_addresses`]).
+    fn report_gid_addresses(&self, addresses: Vec<[u8; 4]>) {
+        *self.gid_addresses.lock().unwrap_or_else(|e| e.into_inner()) = Some(addresses);
+    }
+
+    /// The addresses of the function's GID table beyond its own, once per change: the
+    /// switch forwards frames for them to the function (§6.13).
+    pub fn take_gid_addresses(&self) -> Option<Vec<[u8; 4]>> {
+        self.gid_addresses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Whether the function's OS started or stopped receiving its frames since this was
@@ -1284,7 +1318,8 @@ mod tests {
             | CAP_ETH
             | CAP_FAST_REG
             | CAP_GSI
-            | CAP_USER_KICK;
+            | CAP_USER_KICK
+            | CAP_GID_TABLE;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -92,6 +92,7 @@ impl Identity {
                 | CAP_FAST_REG
                 | CAP_GSI
                 | CAP_USER_KICK
+                | CAP_GID_TABLE
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

@@ -28,6 +28,7 @@ pub mod engine;
 pub mod eth;
 pub mod fabric;
 pub mod function;
+pub mod gid_table;
 pub mod identity;
 pub mod migrate;
 pub mod msix;

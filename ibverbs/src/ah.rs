@@ -36,6 +36,8 @@ impl Route {
             dgid: self.dgid,
             hop_limit: self.hop_limit,
             traffic_class: self.traffic_class,
+            // The device's entry 0, its own GID, which ibverbs shows at OWN_GID_INDEX.
+            sgid_index: 0,
         }
     }
 }

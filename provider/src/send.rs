@@ -19,6 +19,9 @@ pub struct UdAv {
     pub traffic_class: u8,
     /// Flow label (not carried over IPv4; kept for completeness).
     pub flow_label: u32,
+    /// The source: the GID table entry (the kernel's GID index, which rnic.ko keeps
+    /// equal to the device's).
+    pub sgid_index: u8,
 }
 
 /// What a send queue allows.
@@ -134,6 +137,7 @@ pub unsafe fn write_send_wqe(
             dgid: av.dgid,
             hop_limit: av.hop_limit,
             traffic_class: av.traffic_class,
+            sgid_index: av.sgid_index,
             ..UdSendWqe::default()
         };
         head.copy_from_slice(wqe.as_bytes());
@@ -298,6 +302,7 @@ mod tests {
             hop_limit: 9,
             traffic_class: 4,
             flow_label: 0,
+            sgid_index: 3,
         };
         let ud = SendLimits { ud: true, ..RC };
         let mut e = vec![0u8; 128];
@@ -309,8 +314,8 @@ mod tests {
             (0x33, 0x1111_1111, 0x0102_0304)
         );
         assert_eq!(
-            (wqe.dgid, wqe.hop_limit, wqe.traffic_class),
-            ([7; 16], 9, 4)
+            (wqe.dgid, wqe.hop_limit, wqe.traffic_class, wqe.sgid_index),
+            ([7; 16], 9, 4, 3)
         );
         w.opcode = IBV_WR_RDMA_WRITE;
         // SAFETY: as above.

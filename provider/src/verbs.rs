@@ -1588,8 +1588,8 @@ unsafe extern "C" fn wr_set_inline_data_list(
 
 // ---- AH ----
 
-/// An address handle: the address vector UD sends carry (the device sends from the
-/// function's own GID, so `sgid_index` is not kept).
+/// An address handle: the address vector UD sends carry, its source an entry of the
+/// device's GID table (datasheet §6.13; an entry with no IPv4 address fails the send).
 #[repr(C)]
 struct Ah {
     ibv: ibv_ah,
@@ -1600,8 +1600,8 @@ unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut 
     object("create_ah", || {
         // SAFETY: libibverbs' argument.
         let a = unsafe { &*attr };
-        if a.is_global == 0 {
-            // RoCE has no LIDs: every address is a GID.
+        if a.is_global == 0 || u32::from(a.grh.sgid_index) >= rnic_abi::gid::GID_TABLE_LEN {
+            // RoCE has no LIDs: every address is a GID, from an entry of the table.
             return Err(libc::EINVAL);
         }
         let mut ibv = ibv_ah::zeroed();
@@ -1616,6 +1616,7 @@ unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut 
                 hop_limit: a.grh.hop_limit,
                 traffic_class: a.grh.traffic_class,
                 flow_label: a.grh.flow_label,
+                sgid_index: a.grh.sgid_index,
             },
         });
         Ok(Box::into_raw(ah).cast())

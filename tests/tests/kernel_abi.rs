@@ -13,6 +13,7 @@ use rnic_abi::cmd::{
 };
 use rnic_abi::eth::{self, *};
 use rnic_abi::fast_reg::{AllocFastRegMrReq, FastRegWqe, RegDmaMrReq, MAX_FAST_REG_PAGES};
+use rnic_abi::gid::SetGidReq;
 use rnic_abi::srq::{self, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp};
 use rnic_abi::ud::{self, ModifyQpQkey, UdSendWqe};
 use rnic_abi::verbs::{
@@ -153,6 +154,15 @@ fn items() -> Vec<Item> {
         mc_count
     );
     layout!(v, "rnic_mac_entry", MacEntry, mac, reserved);
+    layout!(
+        v,
+        "rnic_set_gid_req",
+        SetGidReq,
+        index,
+        flags,
+        reserved,
+        gid
+    );
     layout!(
         v,
         "rnic_eth_counters",
@@ -465,6 +475,7 @@ fn items() -> Vec<Item> {
         dgid,
         hop_limit,
         traffic_class,
+        sgid_index,
         reserved2
     );
     layout!(
@@ -558,6 +569,8 @@ fn items() -> Vec<Item> {
         "RNIC_CMD_SET_ETH" = Opcode::SetEth as u16,
         "RNIC_CMD_QUERY_ETH" = Opcode::QueryEth as u16,
         "RNIC_CMD_QUERY_ETH_QUEUE" = Opcode::QueryEthQueue as u16,
+        "RNIC_CMD_SET_GID" = Opcode::SetGid as u16,
+        "RNIC_CMD_QUERY_GID" = Opcode::QueryGid as u16,
         "RNIC_ST_OK" = Status::Ok as u16,
         "RNIC_ST_BAD_OPCODE" = Status::BadOpcode as u16,
         "RNIC_ST_BAD_PARAM" = Status::BadParam as u16,
@@ -617,6 +630,9 @@ fn items() -> Vec<Item> {
         "RNIC_CAP_FAST_REG" = regs::CAP_FAST_REG,
         "RNIC_CAP_GSI" = regs::CAP_GSI,
         "RNIC_CAP_USER_KICK" = regs::CAP_USER_KICK,
+        "RNIC_CAP_GID_TABLE" = regs::CAP_GID_TABLE,
+        "RNIC_GID_TABLE_LEN" = rnic_abi::gid::GID_TABLE_LEN,
+        "RNIC_GID_VALID" = rnic_abi::gid::GID_VALID,
         "RNIC_CAP_PAGE_TABLES" = regs::CAP_PAGE_TABLES,
         "RNIC_CAP_UC" = regs::CAP_UC,
         "RNIC_CMD_CREATE_EQ" = Opcode::CreateEq as u16,

@@ -92,6 +92,9 @@ use rnic_tests::Rnicd;
 
 const A_IP: &str = "10.82.0.2";
 const B_IP: &str = "10.82.0.3";
+/// The addresses each guest adds to its eth0 for a while: RoCE runs from them.
+const A_IP2: &str = "10.83.0.2";
+const B_IP2: &str = "10.83.0.3";
 /// The MAC the PF gives VF1 at the end.
 const NEW_MAC: &str = "02:52:4e:49:43:99";
 /// The NVMe subsystem B serves over RDMA.
@@ -201,6 +204,21 @@ retry() {
     done
     cat /tmp/retry.txt
 }
+# gid_of IP: rnic0's index of the RoCEv2 GID of IP, once the core has it (up to 10 s).
+gid_of() {
+    want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$1" | tr . ' '))
+    d=/sys/class/infiniband/rnic0/ports/1
+    i=0
+    while [ $i -lt 100 ]; do
+        for g in $d/gids/*; do
+            n=${g##*/}
+            [ "$(cat "$g" 2>/dev/null)" = "$want" ] || continue
+            [ "$(cat $d/gid_attrs/types/$n 2>/dev/null)" = "RoCE v2" ] && { echo "$n"; return 0; }
+        done
+        i=$((i + 1)); sleep 0.1
+    done
+    return 1
+}
 check_dmesg() {
     # Device messages read `rnic 0000:00:01.0: ...` (not the module loader's `rnic: ...`).
     if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rnic [0-9a-f]{4}:.*(timed out|failed)'; then
@@ -251,6 +269,19 @@ retry 90 "rping to B" rping -c -a {B_IP} -C 20 -S 1024 -V
 echo "=== rping ok"
 retry 90 "ucmatose to B" ucmatose -s {B_IP}
 echo "=== ucmatose ok"
+step second-address
+# An address the OS adds: the core adds its GID, rnic.ko sets it in the device's GID
+# table (add_gid), and RoCE runs from it, rdma_cm and UD datagrams alike (datasheet
+# section 6.13).
+ip addr add {A_IP2}/24 dev eth0 || die "ip addr add {A_IP2}"
+gid2=$(gid_of {A_IP2}) || die "rnic0 has no RoCEv2 GID for {A_IP2}"
+echo "=== gid2 $gid2"
+wait_ping {B_IP2} || die "B's second address never answered"
+retry 90 "rping to {B_IP2}" rping -c -a {B_IP2} -C 10 -S 1024 -V
+echo "=== rping second address ok"
+retry 90 "ibv_ud_pingpong to {B_IP2}" ibv_ud_pingpong -d rnic0 -g "$gid2" -n 100 -s 1024 {B_IP2}
+echo "=== ud pingpong second address ok"
+ip addr del {A_IP2}/24 dev eth0
 rdma res show | sed 's/^/=== rdma-res uverbs /'
 step iperf3
 iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
@@ -354,6 +385,14 @@ timeout 300 ibv_ud_pingpong -d rnic0 -g "$gid" -n 200 -s 1024 || die "ibv_ud_pin
 timeout 300 rping -s -a {B_IP} -C 20 -S 1024 -V || die "rping server"
 timeout 300 ucmatose || die "ucmatose server"
 echo "=== uverbs served"
+step second-address
+ip addr add {B_IP2}/24 dev eth0 || die "ip addr add {B_IP2}"
+gid2=$(gid_of {B_IP2}) || die "rnic0 has no RoCEv2 GID for {B_IP2}"
+echo "=== gid2 $gid2"
+timeout 300 rping -s -a {B_IP2} -C 10 -S 1024 -V || die "rping server on {B_IP2}"
+timeout 300 ibv_ud_pingpong -d rnic0 -g "$gid2" -n 100 -s 1024 || die "ibv_ud_pingpong server on {B_IP2}"
+ip addr del {B_IP2}/24 dev eth0
+echo "=== second address served"
 step kill
 # A process killed while it holds a context, PD, MR, CQs and a QP: the core destroys
 # them through the driver, and the function serves the next process.
@@ -638,11 +677,21 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         a.contains("=== devinfo hca_id:\trnic0") && a.contains("PORT_ACTIVE"),
         "ibv_devinfo -v on rnic0"
     );
-    for what in ["rc pingpong", "ud pingpong", "rping", "ucmatose"] {
+    for what in [
+        "rc pingpong",
+        "ud pingpong",
+        "rping",
+        "ucmatose",
+        // From an address the OS added: the device's GID table (ABI 1.10).
+        "rping second address",
+        "ud pingpong second address",
+    ] {
         assert!(a.contains(&format!("=== {what} ok")), "A: {what}");
     }
     assert!(
-        b.contains("=== two processes ok") && b.contains("=== uverbs served"),
+        b.contains("=== two processes ok")
+            && b.contains("=== uverbs served")
+            && b.contains("=== second address served"),
         "B: two processes on one function, and the servers"
     );
     // The killed process held a context; the core released it and everything in it.

@@ -68,6 +68,8 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_ETH, "eth"),
     (regs::CAP_FAST_REG, "fast-reg"),
     (regs::CAP_GSI, "gsi"),
+    (regs::CAP_USER_KICK, "user-kick"),
+    (regs::CAP_GID_TABLE, "gid-table"),
 ];
 
 impl Report {

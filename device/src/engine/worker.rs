@@ -91,6 +91,9 @@ struct State {
     neighbors: AddressTable,
     /// The switch's forwarding table, as of `admin_seen`.
     route: Route,
+    /// Whether a function can have no address but its own (`--net udp`; fixed when the
+    /// engine starts).
+    own_address_only: bool,
     /// The ports' inboxes.
     inboxes: Arc<Inboxes>,
     /// Frame buffers its functions build with and give back.
@@ -240,6 +243,7 @@ impl State {
             let mut port = Port::new(frames, &self.neighbors);
             port.spare = std::mem::take(&mut self.spare);
             port.trains = self.direct;
+            port.own_address_only = self.own_address_only;
             let o = f.run(&mut port, now);
             let Port { out, spare, .. } = port;
             self.spare = spare;
@@ -250,6 +254,12 @@ impl State {
             if let Some(on) = f.take_os_receives_change() {
                 // The port answers ARP for the function only while its OS does not.
                 lock(&shared.switch).set_os_receives(member, on);
+                self.used_switch = true;
+            }
+            if let Some(addresses) = f.take_gid_addresses() {
+                // Every thread takes the new forwarding table before its next pass.
+                lock(&shared.switch).set_gid_addresses(member, &addresses);
+                shared.admin_version.fetch_add(1, Ordering::AcqRel);
                 self.used_switch = true;
             }
             self.forward(shared, member, out);
@@ -405,9 +415,14 @@ impl State {
 impl Worker {
     /// Engine thread `index` over `shared`.
     pub(super) fn new(index: usize, shared: Arc<Shared>) -> Self {
-        let (direct, uplink, inboxes) = {
+        let (direct, uplink, inboxes, own_address_only) = {
             let switch = lock(&shared.switch);
-            (switch.takes_trains(), switch.has_uplink(), switch.inboxes())
+            (
+                switch.takes_trains(),
+                switch.has_uplink(),
+                switch.inboxes(),
+                !switch.uplink_follows_addresses(),
+            )
         };
         let counting = shared.policy == Placement::Auto && shared.workers.len() > 1;
         let mut st = State {
@@ -418,6 +433,7 @@ impl Worker {
             admin_seen: u64::MAX,
             neighbors: AddressTable::default(),
             route: Route::default(),
+            own_address_only,
             inboxes,
             spare: Vec::new(),
             direct,

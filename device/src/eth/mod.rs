@@ -53,8 +53,10 @@ pub struct Station {
     /// The function's MAC.
     pub mac: [u8; 6],
     /// The function's IPv4 address (its GID's): RoCEv2 frames its driver sends must come
-    /// from it while the PF checks sources (§15.6).
+    /// from it, or from an address of its GID table, while the PF checks sources (§15.6).
     pub ip: [u8; 4],
+    /// Its GID table (§6.13).
+    pub gids: crate::gid_table::GidTable,
     /// Whether its link is up.
     pub link_up: bool,
     /// What its PF decided.

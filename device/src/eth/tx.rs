@@ -142,10 +142,16 @@ fn send_one(
 }
 
 /// Whether `frame` claims to be from someone else: another source MAC, or, for RoCEv2,
-/// another source IPv4 address (an RDMA peer knows a function by its GID, §15.6).
+/// a source IPv4 address that is neither the function's nor in its GID table (an RDMA
+/// peer knows a function by its GIDs, §15.6).
 fn spoofed(frame: &[u8], sender: &Station) -> bool {
+    let own_ip = |ip: [u8; 4]| ip == sender.ip || sender.gids.holds(ip);
     frame[6..12] != sender.mac
-        || crate::fabric::route::is_roce(frame) && frame.get(26..30) != Some(&sender.ip[..])
+        || crate::fabric::route::is_roce(frame)
+            && !frame
+                .get(26..30)
+                .and_then(|ip| ip.try_into().ok())
+                .is_some_and(own_ip)
 }
 
 /// Counts a frame that went out (the last of `out`) or failed with `error`.
@@ -164,5 +170,51 @@ fn count(c: &mut rnic_abi::eth::EthCounters, ring: &mut Ring, error: u8, sent: O
         desc_error::DMA => c.tx_dma_errors += 1,
         desc_error::SPOOFED => c.tx_spoofed += 1,
         _ => c.tx_link_down += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_abi::gid::{mapped, SetGidReq, GID_VALID};
+
+    const MAC: [u8; 6] = [2, 0x52, 10, 82, 0, 2];
+    const OWN: [u8; 4] = [10, 82, 0, 2];
+
+    /// A RoCEv2 frame (Ethernet, IPv4, UDP to 4791) from `mac` and `ip`.
+    fn roce_from(mac: [u8; 6], ip: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[6..12].copy_from_slice(&mac);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&ip);
+        f[36..38].copy_from_slice(&crate::roce::hdr::ROCEV2_PORT.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_roce_frame_may_come_from_the_function_s_address_or_its_gid_table_s() {
+        let mut station = Station {
+            mac: MAC,
+            ip: OWN,
+            link_up: true,
+            policy: crate::eth::Policy::VF,
+            msix_vectors: 16,
+            gids: Default::default(),
+        };
+        let other = [192, 168, 5, 1];
+        assert!(!spoofed(&roce_from(MAC, OWN), &station));
+        assert!(spoofed(&roce_from(MAC, other), &station));
+        assert!(spoofed(&roce_from([2, 0, 0, 0, 0, 9], OWN), &station));
+        let req = SetGidReq {
+            index: 1,
+            flags: GID_VALID,
+            gid: mapped(other),
+            ..SetGidReq::default()
+        };
+        station.gids.set(&req, OWN, false, |_| false).unwrap();
+        assert!(!spoofed(&roce_from(MAC, other), &station));
+        assert!(spoofed(&roce_from(MAC, [192, 168, 5, 2]), &station));
     }
 }

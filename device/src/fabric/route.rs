@@ -97,6 +97,17 @@ impl Route {
         self.ips.insert(new.ip);
     }
 
+    /// `ip` is a port's too (an address of its GID table): a RoCEv2 frame for it does
+    /// not go to the network.
+    pub fn add_ip(&mut self, ip: [u8; 4]) {
+        self.ips.insert(ip);
+    }
+
+    /// `ip` is no port's any more.
+    pub fn remove_ip(&mut self, ip: [u8; 4]) {
+        self.ips.remove(&ip);
+    }
+
     /// Frames for QP `qpn` at `ip` go to `port` from now on; `None` ends the steering.
     pub fn steer(&mut self, ip: [u8; 4], qpn: u32, port: Option<usize>) {
         match port {

@@ -40,6 +40,8 @@ pub struct Switch {
     /// Which port a frame goes to; the engine's threads keep copies ([`Switch::route`]).
     route: Route,
     by_ip: AddressTable,
+    /// Each port's addresses beyond its own: those its driver set in its GID table.
+    gid_addresses: Vec<Vec<[u8; 4]>>,
     /// The ports' inboxes, shared with the engine's threads ([`Switch::inboxes`]).
     inboxes: Arc<Inboxes>,
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
@@ -87,6 +89,7 @@ impl Switch {
         let by_ip = ports.iter().map(|p| (p.ip, p.mac)).collect();
         let inboxes = Arc::new(Inboxes::new(ports.len()));
         Self {
+            gid_addresses: vec![Vec::new(); ports.len()],
             ports,
             route,
             by_ip,
@@ -238,11 +241,45 @@ impl Switch {
         self.route.set_endpoint(index, old, endpoint);
         self.by_ip.remove(&old.ip);
         self.by_ip.insert(endpoint.ip, endpoint.mac);
+        for ip in &self.gid_addresses[index] {
+            self.by_ip.insert(*ip, endpoint.mac);
+        }
         self.ports[index] = endpoint;
         if let Some(u) = &mut self.uplink {
             u.set_endpoint(index, endpoint);
         }
         self.capture_uplink();
+    }
+
+    /// Port `index`'s addresses beyond its own are `addresses` from now on (those of its
+    /// GID table, §6.13): frames for them go to it, and functions address them to its
+    /// MAC. An address that is another port's stays that port's (a function checks this
+    /// when its driver sets it; two setting one at once race, and the first wins).
+    pub fn set_gid_addresses(&mut self, index: usize, addresses: &[[u8; 4]]) {
+        let Some(port) = self.ports.get(index).copied() else {
+            return;
+        };
+        for ip in std::mem::take(&mut self.gid_addresses[index]) {
+            self.by_ip.remove(&ip);
+            self.route.remove_ip(ip);
+        }
+        let mut mine = Vec::new();
+        for &ip in addresses {
+            if ip == port.ip {
+                continue;
+            }
+            if self.by_ip.contains_key(&ip) {
+                log::warn!(
+                    "port {index}: {} is another port's address; not forwarded to it",
+                    std::net::Ipv4Addr::from(ip)
+                );
+                continue;
+            }
+            self.by_ip.insert(ip, port.mac);
+            self.route.add_ip(ip);
+            mine.push(ip);
+        }
+        self.gid_addresses[index] = mine;
     }
 
     /// Port `port`'s operating system receives its frames, or stops (§15.5): the uplink

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use rnic_abi::cmd::Status;
 use rnic_abi::dc::DcSendWqe;
+use rnic_abi::gid::mapped;
 use rnic_abi::verbs::{QpState, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -148,14 +149,6 @@ impl DcTable {
             _ => Err(VerbsError::new(Status::NotFound, qpn)),
         }
     }
-}
-
-fn mapped(ip: [u8; 4]) -> [u8; 16] {
-    let mut gid = [0u8; 16];
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    gid[12..].copy_from_slice(&ip);
-    gid
 }
 
 fn route(qp: &Qp, ip: [u8; 4], dest_qpn: u32) -> Route {

@@ -111,7 +111,8 @@ impl RdmaState {
         // Indirect and pattern keys do not migrate (rnic 1.3): a PD that has them stays.
         // Nor do SRQs (a PD that has one stays), UD and DC QPs, MMIO windows and keys
         // reserved for a control queue (rnic 1.4), UC QPs and memory windows (rnic 1.6),
-        // DMA keys and fast-registration MRs (rnic 1.8; the GSI QP is a UD QP).
+        // DMA keys and fast-registration MRs (rnic 1.8; the GSI QP is a UD QP), QPs that
+        // send from an address the driver set in the GID table (rnic 1.10).
         if pd.users != 1
             || self.mrs.reserved_in_pd(qp.pdn) > 0
             || qp.req.ops.iter().any(|o| o.shared.is_some())
@@ -124,6 +125,7 @@ impl RdmaState {
             || self.mrs.windows.count_in_pd(qp.pdn) > 0
             || self.mrs.kernel_keys_in_pd(qp.pdn) > 0
             || self.srqs.count_in_pd(qp.pdn) > 0
+            || !self.gids.is_own(qp.attr.sgid_index)
         {
             return Err(busy(qp.pdn));
         }
@@ -455,14 +457,14 @@ impl RdmaState {
         &self,
         frame: &'a Frame,
     ) -> Option<Result<Packet<'a>, Refused>> {
-        self.qps
-            .values()
-            .find_map(|qp| match super::recv::parse(frame, &qp.home?) {
+        self.qps.values().find_map(|qp| {
+            match super::recv::parse(frame, &qp.home?, &Default::default()) {
                 Ok(pkt) if pkt.hdrs.bth.dest_qp == qp.qpn => Some(Ok(pkt)),
                 Err(Refused::Foreign(u)) if u.bth.dest_qp == qp.qpn => {
                     Some(Err(Refused::Foreign(u)))
                 }
                 _ => None,
-            })
+            }
+        })
     }
 }

@@ -118,6 +118,8 @@ pub struct RdmaState {
     shared_sqs: shared_sq::SharedSqTable,
     /// The sessions (UDP source ports) the PF gave the function.
     pub sessions: session::Sessions,
+    /// The source addresses its QPs choose from (`SET_GID`), which a reset empties.
+    pub gids: crate::gid_table::GidTable,
     slots: BTreeMap<(u32, u32), SlotOwner>,
     /// Send and receive queue slots in each doorbell page: the pages whose rung bitmaps
     /// the engine reads, found without walking every slot.
@@ -187,6 +189,7 @@ impl RdmaState {
             ctrlqs: Default::default(),
             shared_sqs: Default::default(),
             sessions: Default::default(),
+            gids: Default::default(),
             slots: BTreeMap::new(),
             queue_slots_in_page: [0; doorbell::PAGES as usize],
             schedule: sched::Schedule::default(),

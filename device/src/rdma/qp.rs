@@ -515,10 +515,12 @@ pub fn check_modify_with(
         attr::MAX_DEST_RD_ATOMIC,
         u32::from(a.max_dest_rd_atomic) <= max_rd_atom,
     )?;
-    // The address vector: IPv4-mapped GIDs only (RoCEv2 over IPv4), source GID index 0.
+    // The address vector: IPv4-mapped GIDs only (RoCEv2 over IPv4), a source within the
+    // GID table (whether its entry holds an IPv4 address is the function's to say).
     bad(
         attr::AV,
-        a.sgid_index == 0 && a.dgid[..10] == [0; 10] && a.dgid[10..12] == [0xff, 0xff],
+        u32::from(a.sgid_index) < rnic_abi::gid::GID_TABLE_LEN
+            && rnic_abi::gid::ipv4(&a.dgid).is_some(),
     )?;
     Ok(target)
 }
@@ -664,6 +666,12 @@ mod tests {
         );
         let mut a = to(Rtr);
         a.dgid = [1; 16];
+        assert_eq!(
+            check_modify(Init, attr::STATE | RTR_REQUIRED, &a, 16),
+            Err(ModifyError::BadAttr(attr::AV))
+        );
+        let mut a = to(Rtr);
+        a.sgid_index = rnic_abi::gid::GID_TABLE_LEN as u8;
         assert_eq!(
             check_modify(Init, attr::STATE | RTR_REQUIRED, &a, 16),
             Err(ModifyError::BadAttr(attr::AV))

@@ -18,6 +18,7 @@ use super::{completer, dc, responder, RdmaState};
 use crate::fabric::frame::{Endpoint, Frame};
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
+use crate::gid_table::GidTable;
 use crate::roce::hdr::DEFAULT_PKEY;
 use crate::roce::opcode::opcode_info;
 use crate::roce::parse;
@@ -39,15 +40,20 @@ pub enum Refused {
     Foreign(parse::Unsupported),
 }
 
-/// Parses `frame` and checks its addressing against `local`. The ICRC is checked unless
-/// the frame is an unsealed one of the internal switch ([`Frame`]).
-pub fn parse<'a>(frame: &'a Frame, local: &Endpoint) -> Result<Packet<'a>, Refused> {
+/// Parses `frame` and checks its addressing against `local` and the addresses of its GID
+/// table, `gids`. The ICRC is checked unless the frame is an unsealed one of the internal
+/// switch ([`Frame`]).
+pub fn parse<'a>(
+    frame: &'a Frame,
+    local: &Endpoint,
+    gids: &GidTable,
+) -> Result<Packet<'a>, Refused> {
     let parsed = if frame.sealed {
         parse::parse(&frame.bytes)
     } else {
         parse::parse_unsealed(&frame.bytes)
     };
-    let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && ip == local.ip;
+    let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && (ip == local.ip || gids.holds(ip));
     match parsed {
         Ok(pkt) if here(pkt.dst_mac, pkt.dst_ip) => Ok(pkt),
         Err(ParseError::Unsupported(u)) if here(u.dst_mac, u.dst_ip) => Err(Refused::Foreign(u)),
@@ -123,7 +129,7 @@ impl RdmaState {
         now: Instant,
         received: &mut Vec<u32>,
     ) {
-        let parsed = match parse(frame, &wire.local) {
+        let parsed = match parse(frame, &wire.local, &wire.gids) {
             // Not addressed here: steered here for a QP that migrated in?
             Err(why) => self.parse_for_arrived(frame).unwrap_or(Err(why)),
             parsed => parsed,

@@ -137,6 +137,10 @@ fn send_datagram(
     let Ok(ud) = UdSendWqe::read_from_bytes(op.wqe.as_bytes()) else {
         return WcStatus::LocQpOpErr;
     };
+    // A migrated QP speaks as its home (a UD QP never migrates; this is the rule).
+    if qp.home.is_none() && !wire.gids.is_source(ud.sgid_index) {
+        return WcStatus::LocQpOpErr;
+    }
     let opcode = match ud.opcode {
         wr::SEND => op::UD_SEND_ONLY,
         wr::SEND_WITH_IMM => op::UD_SEND_ONLY_WITH_IMMEDIATE,
@@ -182,6 +186,7 @@ fn send_datagram(
         traffic_class: ud.traffic_class,
         flow_label: 0,
         dest_qpn: ud.remote_qpn,
+        sgid_index: ud.sgid_index,
     };
     wire.send_to(qp, &route, &hdrs, &payload);
     WcStatus::Success

@@ -9,11 +9,14 @@ use super::qp::Qp;
 use crate::fabric::frame::{AddressTable, Endpoint, Frame, MAX_SPARE};
 use crate::fabric::held::Held;
 use crate::fabric::train::{Train, MAX_TRAIN_BYTES};
+use crate::gid_table::GidTable;
 
 /// What a transport stage needs to put frames on the wire.
 pub struct Wire<'a> {
     /// This function's address.
     pub local: Endpoint,
+    /// Its GID table: the addresses it sends from, by `sgid_index`, and takes packets for.
+    pub gids: GidTable,
     /// IPv4 to MAC, for destinations.
     pub neighbors: &'a AddressTable,
     /// Frames to send, in order, unsealed (see [`crate::fabric::frame`]).
@@ -42,6 +45,8 @@ pub struct Route {
     pub flow_label: u32,
     /// Destination QP, for the UDP source port.
     pub dest_qpn: u32,
+    /// The source: an entry of the function's GID table.
+    pub sgid_index: u8,
 }
 
 impl Route {
@@ -53,6 +58,7 @@ impl Route {
             traffic_class: qp.attr.traffic_class,
             flow_label: qp.attr.flow_label,
             dest_qpn: qp.attr.dest_qp_num,
+            sgid_index: qp.attr.sgid_index,
         }
     }
 }
@@ -165,14 +171,23 @@ impl Wire<'_> {
         fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<(), E> {
         let dst_ip = destination(route);
-        // A QP that migrated here keeps speaking as the address it was created with.
+        // A QP that migrated here keeps speaking as the address it was created with (a
+        // QP with a source of the GID table's never migrates); one whose entry was
+        // cleared under it sends from the function's own.
         let local = qp.home.unwrap_or(self.local);
+        let src_ip = match qp.home {
+            Some(home) => home.ip,
+            None => self
+                .gids
+                .source(route.sgid_index, local.ip)
+                .unwrap_or(local.ip),
+        };
         let addressing = Addressing {
             src_mac: local.mac,
             // An unknown destination goes to the broadcast address and, on the internal
             // switch, nowhere: the requester's retry timer then reports it.
             dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
-            src_ip: local.ip,
+            src_ip,
             dst_ip,
             src_port: self
                 .src_port
@@ -305,6 +320,7 @@ mod tests {
     fn wire(neighbors: &AddressTable) -> Wire<'_> {
         Wire {
             local: A,
+            gids: GidTable::default(),
             neighbors,
             out: Vec::new(),
             spare: Vec::new(),

@@ -329,6 +329,28 @@ impl Context {
         self.inner.device.query_device()
     }
 
+    /// Sets entry `index` of the function's GID table to `gid`, or clears it (`SET_GID`,
+    /// ABI 1.10, datasheet §6.13). QPs and datagrams name the entry they send from by
+    /// `sgid_index`.
+    pub fn set_gid(&self, index: u32, gid: Option<[u8; 16]>) -> Result<()> {
+        use rnic_abi::gid::{SetGidReq, GID_VALID};
+        let req = SetGidReq {
+            index,
+            flags: if gid.is_some() { GID_VALID } else { 0 },
+            reserved: 0,
+            gid: gid.unwrap_or_default(),
+        };
+        self.inner.command_no_body(Opcode::SetGid, req.as_bytes())
+    }
+
+    /// Entry `index` of the function's GID table (`QUERY_GID`): `None` when empty.
+    pub fn query_gid(&self, index: u32) -> Result<Option<[u8; 16]>> {
+        use rnic_abi::gid::{QueryGidReq, QueryGidResp, GID_VALID};
+        let req = QueryGidReq { index, reserved: 0 };
+        let r: QueryGidResp = self.inner.command(Opcode::QueryGid, req.as_bytes())?;
+        Ok((r.flags & GID_VALID != 0).then_some(r.gid))
+    }
+
     /// (work-queue doorbells rung, how many needed a kick): while the device is busy it
     /// polls the doorbells, so doorbells cost no message to it.
     pub fn doorbell_stats(&self) -> (u64, u64) {

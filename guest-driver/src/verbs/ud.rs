@@ -25,6 +25,8 @@ pub struct UdAddress {
     pub hop_limit: u8,
     /// IPv4 TOS.
     pub traffic_class: u8,
+    /// The source: an entry of the function's GID table (0: the function's GID).
+    pub sgid_index: u8,
 }
 
 impl Pd {
@@ -84,6 +86,7 @@ impl Qp {
         ud.dgid = to.dgid;
         ud.hop_limit = to.hop_limit;
         ud.traffic_class = to.traffic_class;
+        ud.sgid_index = to.sgid_index;
         wqe[..fixed].copy_from_slice(ud.as_bytes());
         self.post_encoded_sends(std::slice::from_ref(wr), &[wqe], None)
             .map(drop)

@@ -199,6 +199,12 @@ impl RdmaState {
             qp::ModifyError::BadTransition => VerbsError::new(Status::BadState, qp.state as u32),
             qp::ModifyError::BadAttr(bit) => VerbsError::new(Status::BadParam, bit),
         })?;
+        // The source GID: an entry of the GID table that holds an IPv4 address.
+        if req.attr_mask & rnic_abi::verbs::attr::AV != 0
+            && !self.gids.is_source(req.attr.sgid_index)
+        {
+            return Err(VerbsError::new(Status::BadParam, rnic_abi::verbs::attr::AV));
+        }
         qp::apply(&mut qp.attr, req.attr_mask, &req.attr);
         if let Some(qkey) = qkey {
             let qpn = req.qpn;
