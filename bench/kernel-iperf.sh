@@ -11,75 +11,26 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-time_s=10
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+time=10
 rounds=1
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --time) time_s="$2"; shift ;;
-        --rounds) rounds="$2"; shift ;;
-        *) echo "usage: bash bench/kernel-iperf.sh [--time SECONDS] [--rounds N]" >&2; exit 2 ;;
-    esac
-    shift
-done
-# shellcheck source=qemu-scripts/env.sh
-source qemu-scripts/env.sh
-
-cargo build --release -p rnic-device --bin rnicd >&2
-target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-# QEMU may run inside the trixie root: the sockets must be where it reaches them.
-if qemu_in_root; then base=$TRIXIE_ROOT/run/rnic-vm; else base=$RNIC_CACHE/run/rnic-vm; fi
-mkdir -p "$base"
-work="$(mktemp -d "$base/bench-kernel-iperf.XXXXXX")"
-pids=()
-stop_all() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap stop_all EXIT
-
-RUST_LOG=warn "$target/release/rnicd" --socket-dir "$work/sock" --vfs 2 2>"$work/rnicd.log" &
-pids+=("$!")
-for _ in $(seq 100); do
-    [ -S "$work/sock/vf1.sock" ] && break
-    sleep 0.1
-done
-[ -S "$work/sock/vf1.sock" ] || { cat "$work/rnicd.log" >&2; exit 1; }
-
-# The virtio-net link: two UDP ports on 127.0.0.1.
-port=$((40000 + RANDOM % 20000))
+bench_args "bash bench/kernel-iperf.sh [--time SECONDS] [--rounds N]" time rounds -- "$@"
+vm_bench_start 2
 
 # In each guest: the rnic interface has its function's address (10.82.0.2 or .3, /16,
-# from boot.sh --kernel); the virtio-net interface gets 10.83.0.N/24 here (boot.sh's --ip
-# addresses the rnic functions in the kernel guest). Expanded in the guest, not here:
-# shellcheck disable=SC2016
-setup='
-rn=""; vn=""
-for n in /sys/class/net/eth*; do
-    case $(basename "$(readlink "$n/device/driver")") in
-    rnic) rn=${n##*/} ;;
-    virtio_net) vn=${n##*/} ;;
-    esac
-done
-[ -n "$rn" ] && [ -n "$vn" ] || { echo "=== missing an interface: rnic [$rn] virtio [$vn]"; exit 1; }
-ip link set "$vn" up && ip addr add "10.83.0.$me/24" dev "$vn" || exit 1
-ip -br addr
-'
+# from boot.sh --kernel); the virtio-net interface gets 10.83.0.N/24 ($guest_nics; boot.sh's
+# --ip addresses the rnic functions in the kernel guest).
 server="me=1
-$setup
+$guest_nics
 for i in \$(seq $((2 * rounds))); do timeout 300 iperf3 -s -1 >/dev/null || exit 1; done"
-client="me=2
-$setup
-for ip in 10.82.0.2 10.83.0.1; do
-    i=0
-    while ! ping -c 1 -W 1 \$ip >/dev/null 2>&1; do
-        i=\$((i + 1)); [ \$i -lt 120 ] || { echo \"=== \$ip never answered\"; exit 1; }
-    done
-done
+client="me=2 peers='10.82.0.2 10.83.0.1'
+$guest_nics
+$guest_ping
 for r in \$(seq $rounds); do
     for what in rnic:10.82.0.2 virtio:10.83.0.1; do
         i=0
-        until iperf3 -f m -c \${what#*:} -t $time_s >/tmp/iperf.txt 2>&1; do
+        until iperf3 -f m -c \${what#*:} -t $time >/tmp/iperf.txt 2>&1; do
             i=\$((i + 1)); [ \$i -lt 30 ] || { cat /tmp/iperf.txt; exit 1; }
             sleep 1
         done
@@ -87,25 +38,10 @@ for r in \$(seq $rounds); do
     done
 done"
 
-boot() { # NAME VF NIC CMD
-    RNIC_RNICD="$target/release/rnicd" bash qemu-scripts/boot.sh --kernel --socket-dir "$work/sock" \
-        --vf "$2" --nic "$3" --timeout $((300 + 4 * rounds * time_s)) -- "$4" >"$work/$1.out" 2>"$work/$1.err"
-}
-boot a 0 "dgram:$port:$((port + 1))" "$server" &
-a=$!
-pids+=("$a")
-status=0
-boot b 1 "dgram:$((port + 1)):$port" "$client" || status=$?
-wait "$a" || status=$?
-if [ $status != 0 ]; then
-    echo "a guest failed (status $status); consoles:" >&2
-    cat "$work/a.out" "$work/b.out" >&2
-    exit 1
-fi
+boot_pair $((300 + 4 * rounds * time)) a 0 "$server" b 1 "$client"
 
-median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 rates() { tr -d '\r' <"$work/b.out" | awk -v w="$1" '$1 == "===" && $2 == "rate" && $3 == w {print $4}'; }
-echo "iperf3 TCP, $time_s s per run, $rounds round(s), guest B to guest A (TCG, 1 vCPU each):"
+echo "iperf3 TCP, $time s per run, $rounds round(s), guest B to guest A (TCG, 1 vCPU each):"
 echo "rnic runs (Gbit/s):       $(rates rnic | tr '\n' ' ')"
 echo "virtio-net runs (Gbit/s): $(rates virtio | tr '\n' ' ')"
 rnic="$(rates rnic | median)"

@@ -17,7 +17,7 @@ die() {
 
 usage() {
     cat <<'EOF'
-Usage: boot.sh [--rxe | --verbs | --kernel] [--pyverbs] [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
+Usage: boot.sh [--rxe | --verbs | --kernel] [--pyverbs] [--layer FILE]... [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
                [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
                [--mem MB] [--smp N] [--timeout S] [--] CMD...
 
@@ -45,6 +45,9 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     rdma-core's own test suite (/opt/rdma-core/tests, the tests/ of the
                     release Debian ships) to the guest, one more archive built by
                     pyverbs-layer.sh (some seconds more boot time under TCG)
+  --layer FILE      append FILE, an initramfs archive (a cpio, compressed or not), to the
+                    guest's image as it is: a package layer such as fio-layer.sh's (fio for
+                    the kernel guest); repeatable
 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
@@ -102,6 +105,7 @@ rxe=0
 verbs=0
 kernel=0
 pyverbs=0
+layers=()
 files=()
 iommu=0
 nics=()
@@ -122,6 +126,8 @@ while [ $# -gt 0 ]; do
     --verbs) verbs=1; shift ;;
     --kernel) kernel=1; shift ;;
     --pyverbs) pyverbs=1; shift ;;
+    --layer) [ $# -ge 2 ] || die "--layer needs an archive"; layers+=("$2"); shift 2 ;;
+    --layer=*) layers+=("${1#*=}"); shift ;;
     --file) [ $# -ge 2 ] || die "--file needs HOST[:GUEST]"; files+=("$2"); shift 2 ;;
     --file=*) files+=("${1#*=}"); shift ;;
     --rxe) rxe=1; shift ;;
@@ -196,6 +202,9 @@ for m in ${mtus[@]+"${mtus[@]}"}; do
         || die "--mtu $m: give bytes from 68 to 65000, e.g. --mtu 4200 (rxe then runs a 4096-byte path MTU)"
 done
 [ -z "$nic_dump" ] || [ ${#nics[@]} -gt 0 ] || die "--nic-dump needs a --nic to dump"
+for l in ${layers[@]+"${layers[@]}"}; do
+    [ -f "$l" ] || die "--layer $l: not a file (an initramfs archive, e.g. the path qemu-scripts/fio-layer.sh prints)"
+done
 file_srcs=()
 file_dests=()
 for f in ${files[@]+"${files[@]}"}; do
@@ -389,6 +398,8 @@ fi
 # --pyverbs: its archive as it is (the kernel unpacks concatenated archives, each
 # compressed its own way).
 [ -z "$pyverbs_layer" ] || cat "$pyverbs_layer" >>"$run_dir/initrd.gz"
+# --layer: likewise.
+for l in ${layers[@]+"${layers[@]}"}; do cat "$l" >>"$run_dir/initrd.gz"; done
 
 # --file: one more cpio with the files at their guest paths (and their parent directories).
 if [ ${#files[@]} -gt 0 ]; then

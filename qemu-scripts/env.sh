@@ -22,6 +22,10 @@ KERNEL_KIT=$RNIC_CACHE/kernel-guest
 # boot.sh --pyverbs).
 # shellcheck disable=SC2034
 PYVERBS_KIT=$RNIC_CACHE/pyverbs-layer
+# fio and the NVMe/TCP modules for the kernel guest (fio-layer.sh; boot.sh --layer), what
+# bench/kernel-nvme.sh runs.
+# shellcheck disable=SC2034
+FIO_KIT=$RNIC_CACHE/fio-layer
 # Debian trixie's rdma-core and perftest packages unpacked, the reference of rnic's
 # libibverbs (ibverbs-ref.sh; ibverbs/ reads it).
 # shellcheck disable=SC2034
