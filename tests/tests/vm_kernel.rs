@@ -395,7 +395,9 @@ ip addr del {B_IP2}/24 dev eth0
 echo "=== second address served"
 step kill
 # A process killed while it holds a context, PD, MR, CQs and a QP: the core destroys
-# them through the driver, and the function serves the next process.
+# them through the driver, and the function serves the next process. The host reads the
+# function's usage in rnicd at each `=== usage` line (the guest waits for it).
+echo "=== usage before-process"; sleep 3
 ibv_rc_pingpong -d rnic0 -g "$gid" > /tmp/pp-kill.txt 2>&1 &
 pp=$!
 i=0
@@ -404,6 +406,7 @@ until rdma res show qp | grep -q ibv_rc_pingpong; do
     sleep 0.1
 done
 rdma res show | sed 's/^/=== rdma-res with-process /'
+echo "=== usage with-process"; sleep 3
 kill -9 $pp
 wait $pp
 i=0
@@ -412,6 +415,7 @@ while rdma res show qp | grep -q ibv_rc_pingpong; do
     sleep 0.1
 done
 rdma res show | sed 's/^/=== rdma-res after-kill /'
+echo "=== usage after-kill"; sleep 3
 ibv_devinfo -d rnic0 | grep -q PORT_ACTIVE || die "ibv_devinfo after the kill"
 echo "=== kill ok"
 step serve
@@ -524,6 +528,23 @@ impl Drop for StopOnPanic {
     }
 }
 
+/// The objects `member` holds in rnicd now (QPs, CQs, MRs, PDs, ...; `rnic-admin quota
+/// show`'s usage line without the DMA windows, which are the VMM's).
+fn object_usage(rnicd: &Rnicd, member: &str) -> BTreeMap<String, u64> {
+    let text = rnicd.admin(&["quota", "show"]);
+    let line = text
+        .split(&format!("{member}:\n"))
+        .nth(1)
+        .and_then(|rest| rest.lines().find(|l| l.trim_start().starts_with("usage:")))
+        .unwrap_or_else(|| panic!("no usage of {member} in `rnic-admin quota show`:\n{text}"));
+    let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+    words
+        .chunks(2)
+        .filter(|kv| kv.len() == 2 && !kv[0].starts_with("dma_"))
+        .filter_map(|kv| Some((kv[0].to_string(), kv[1].parse().ok()?)))
+        .collect()
+}
+
 /// `=== counter NAME VALUE` lines of a console.
 fn counters(console: &str) -> BTreeMap<String, u64> {
     console
@@ -572,9 +593,13 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         })
     };
     // B's console drives the PF: B's link goes down when B waits for that, up again a
-    // few seconds after B saw it go, and B gets a new MAC when it waits for one.
+    // few seconds after B saw it go, and B gets a new MAC when it waits for one; at each
+    // `=== usage` line the host reads B's usage of rnicd's objects.
+    let mut usages = BTreeMap::new();
     let (b, b_status) = b.finish("guest B (VF1)", |line| {
-        if line.ends_with("=== waiting for link down") {
+        if let Some(label) = line.split("=== usage ").nth(1) {
+            usages.insert(label.to_string(), object_usage(&rnicd, "vf1"));
+        } else if line.ends_with("=== waiting for link down") {
             rnicd.admin(&["link", "vf1", "down"]);
         } else if line.ends_with("=== waiting for link up") {
             std::thread::sleep(Duration::from_secs(3));
@@ -708,6 +733,18 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         .find(|l| l.contains("=== rdma-res after-kill 0: rnic0:"))
         .unwrap_or_default();
     assert!(after_kill.contains(" ctx 0 "), "B: {after_kill}");
+    // In rnicd too: the killed process's objects are gone from the device, and only
+    // they (the kernel's own stay).
+    let usage = |label: &str| usages.get(label).cloned().unwrap_or_default();
+    assert!(
+        usage("with-process").get("qps") > usage("before-process").get("qps"),
+        "B: rnicd shows the process's QP: {usages:?}"
+    );
+    assert_eq!(
+        usage("after-kill"),
+        usage("before-process"),
+        "B: rnicd's objects of VF1 after the kill"
+    );
     assert!(b.contains("=== carrier down") && b.contains("=== link ok"));
     assert!(b.contains(&format!("=== mac now {NEW_MAC}")), "B's new MAC");
     // B received A's 10 s run: hundreds of thousands of frames under TCG.
@@ -1544,6 +1581,58 @@ const WAIT_GID: &str = "i=0\nuntil roce-gid-index rnic0 >/dev/null 2>&1; do\n   
                         i=$((i + 1)); [ $i -lt 12 ] || { echo '=== no RoCEv2 GID'; exit 1; }\n\
                         done\n";
 
+/// After the runs, guest A's part of the reset under traffic: it serves `ib_write_bw`
+/// without end while B writes and resets its function mid-stream, then connects to B's
+/// server once B is back.
+const FLR_UNDER_TRAFFIC_A: &str = r#"
+echo "=== step flr-under-traffic"
+gid=$(roce-gid-index rnic0)
+timeout 100 ib_write_bw -d rnic0 -x "$gid" -F --run_infinitely > /tmp/bw-inf.txt 2>&1
+echo "=== flr-traffic server ended"
+tail -n 5 /tmp/bw-inf.txt
+i=0
+until ib_write_bw -d rnic0 -x "$gid" -F -n 200 10.82.0.3 > /tmp/bw-after.txt 2>&1; do
+    i=$((i + 1)); [ $i -lt 120 ] || { cat /tmp/bw-after.txt; echo "=== FAILED: ib_write_bw to B after its reset"; exit 1; }
+    sleep 1
+done
+cat /tmp/bw-after.txt
+echo "=== flr-traffic after ok"
+"#;
+
+/// Guest B's part: writes to A's server without end, resets its own function (FLR)
+/// mid-stream, kills the client left without a device, and once rnic0 is back serves
+/// one more `ib_write_bw`; the kernel log must show no oops.
+const FLR_UNDER_TRAFFIC_B: &str = r#"
+echo "=== step flr-under-traffic"
+gid=$(roce-gid-index rnic0)
+i=0
+while :; do
+    ib_write_bw -d rnic0 -x "$gid" -F --run_infinitely 10.82.0.2 > /tmp/bw-inf.txt 2>&1 &
+    bw=$!
+    sleep 8
+    # Connected (the results' header), and writing still.
+    kill -0 $bw 2>/dev/null && grep -q 'BW average' /tmp/bw-inf.txt && break
+    kill -9 $bw 2>/dev/null; wait $bw 2>/dev/null
+    i=$((i + 1)); [ $i -lt 10 ] || { cat /tmp/bw-inf.txt; echo "=== FAILED: no traffic to A"; exit 1; }
+done
+echo "=== flr-traffic running"
+pci=$(basename "$(readlink /sys/class/net/eth0/device)")
+timeout 120 sh -c "echo 1 > /sys/bus/pci/devices/$pci/reset" || { echo "=== FAILED: FLR under traffic"; exit 1; }
+echo "=== flr-traffic reset done"
+sleep 5
+kill -9 $bw 2>/dev/null; wait $bw 2>/dev/null
+tail -n 5 /tmp/bw-inf.txt
+i=0
+until gid=$(roce-gid-index rnic0 2>/dev/null); do
+    i=$((i + 1)); [ $i -lt 300 ] || { echo "=== FAILED: rnic0 did not come back"; exit 1; }
+    sleep 0.1
+done
+timeout 200 ib_write_bw -d rnic0 -x "$gid" -F -n 200 > /tmp/bw-after.txt 2>&1 || { cat /tmp/bw-after.txt; echo "=== FAILED: ib_write_bw server after the reset"; exit 1; }
+cat /tmp/bw-after.txt
+if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace'; then echo "=== FAILED: the kernel log"; exit 1; fi
+echo "=== flr-traffic after ok"
+"#;
+
 #[test]
 #[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provider() {
@@ -1578,10 +1667,28 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
             .timeout(1800)
             .spawn(&script(&format!("{WAIT_GID}{body}")))
     };
-    let a = guest(0, phase.serve(KERNEL_RNIC0));
-    let b = guest(1, phase.connect(KERNEL_RNIC0, A_IP));
+    // Then a reset of B's function while it writes to A (ib_write_bw without end).
+    let a = guest(
+        0,
+        format!("{}{FLR_UNDER_TRAFFIC_A}", phase.serve(KERNEL_RNIC0)),
+    );
+    let b = guest(
+        1,
+        format!("{}{FLR_UNDER_TRAFFIC_B}", phase.connect(KERNEL_RNIC0, A_IP)),
+    );
     let results = run_pair(("guest A (VF0)", a), ("guest B (VF1)", b), |_| {}, |_| {});
     assert_both_succeeded(&results, ["guest A (VF0)", "guest B (VF1)"]);
+    for (name, (console, _)) in ["A", "B"].iter().zip(&results) {
+        assert!(
+            console.contains("=== flr-traffic after ok"),
+            "{name}: ib_write_bw after B's reset under traffic"
+        );
+    }
+    assert!(
+        results[1].0.contains("=== flr-traffic running")
+            && results[1].0.contains("=== flr-traffic reset done"),
+        "B: the reset came under traffic"
+    );
     let a = tool_runs(&results[0].0);
     let b = tool_runs(&results[1].0);
     phase.check(&a, &b, gids);
