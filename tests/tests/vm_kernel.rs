@@ -25,7 +25,10 @@
 //! rnic0; `ibv_rc_pingpong` and `ibv_ud_pingpong`, `rping` and `ucmatose` run between the
 //! guests; while B's pingpong server holds its QP, a second process (`ibv_devinfo`) opens
 //! the same function; a process killed with its context, PD, MR, CQs and QP alive leaves
-//! the function clean (`rdma res`: no context) and the next process works.
+//! the function clean (`rdma res`: no context; rnicd's own count of the function's
+//! objects, read from the host with `rnic-admin quota show`, is what it was before the
+//! process) and the next process works. Each guest then adds a second address to eth0
+//! (ABI 1.10's GID table, datasheet §6.13): `rping` and `ibv_ud_pingpong` run from it.
 //!
 //! Two more topologies, one boot per guest each:
 //!
@@ -51,7 +54,7 @@
 //!   disconnects, and then the Soft-RoCE guest does the same with the kernel guest's
 //!   target; rnicd's capture holds RoCEv2 packets both ways, to QP 1 and to the RC QPs.
 //!   Last, librdmacm's programs between rnic's provider and rxe, each end in each role:
-//!   `rping`, `ucmatose` and `ib_send_lat -R`.
+//!   `rping`, `ucmatose`, `ib_send_lat -R` and `ib_write_bw -R`.
 //!
 //! And one kernel guest alone for user verbs (ABI 1.9, datasheet §17), without an rdma-core
 //! provider: tests/guest/uverbs_smoke.c speaks ib_uverbs' write() commands with the
@@ -68,7 +71,9 @@
 //! here through Debian's libibverbs on rnic's provider: Debian's pingpongs (the SRQ one
 //! too), perftest's eight programs with their defaults and the bandwidth
 //! ones with `-q 4`, and `ib_write_bw`, `ib_read_bw`, `ib_send_lat` with `-R` (rdma_cm);
-//! each run's result row, QPs and GIDs checked as there.
+//! each run's result row, QPs and GIDs checked as there. Then B resets its function
+//! (FLR) while its `ib_write_bw` writes to A without end; rnic0 comes back, the next
+//! `ib_write_bw` between them runs, and B's kernel log shows no oops.
 //!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
@@ -1068,6 +1073,7 @@ step uverbs-serve
 timeout 300 rping -s -a {ETH_K_IP} -C 10 -S 1024 -V || die "rping server for the Soft-RoCE guest"
 timeout 300 ucmatose || die "ucmatose server for the Soft-RoCE guest"
 timeout 300 ib_send_lat -d rnic0 -R -F -n 100 || die "ib_send_lat -R server for the Soft-RoCE guest"
+timeout 300 ib_write_bw -d rnic0 -R -F -n 200 || die "ib_write_bw -R server for the Soft-RoCE guest"
 echo "=== uverbs served"
 step uverbs-connect
 retry 90 "rping to the Soft-RoCE guest" rping -c -a {ETH_R_IP} -C 10 -S 1024 -V
@@ -1076,6 +1082,8 @@ retry 90 "ucmatose to the Soft-RoCE guest" ucmatose -s {ETH_R_IP}
 echo "=== ucmatose k-to-r ok"
 retry 90 "ib_send_lat -R to the Soft-RoCE guest" ib_send_lat -d rnic0 -R -F -n 100 {ETH_R_IP}
 echo "=== send-lat k-to-r ok"
+retry 90 "ib_write_bw -R to the Soft-RoCE guest" ib_write_bw -d rnic0 -R -F -n 200 {ETH_R_IP}
+echo "=== write-bw k-to-r ok"
 check_dmesg
 {SUITE_K}check_dmesg
 "#,
@@ -1126,10 +1134,13 @@ retry 90 "ucmatose to the kernel guest" ucmatose -s {ETH_K_IP}
 echo "=== ucmatose r-to-k ok"
 retry 90 "ib_send_lat -R to the kernel guest" ib_send_lat -d rxe0 -R -F -n 100 {ETH_K_IP}
 echo "=== send-lat r-to-k ok"
+retry 90 "ib_write_bw -R to the kernel guest" ib_write_bw -d rxe0 -R -F -n 200 {ETH_K_IP}
+echo "=== write-bw r-to-k ok"
 step uverbs-serve
 timeout 300 rping -s -a {ETH_R_IP} -C 10 -S 1024 -V || die "rping server for the kernel guest"
 timeout 300 ucmatose || die "ucmatose server for the kernel guest"
 timeout 300 ib_send_lat -d rxe0 -R -F -n 100 || die "ib_send_lat -R server for the kernel guest"
+timeout 300 ib_write_bw -d rxe0 -R -F -n 200 || die "ib_write_bw -R server for the kernel guest"
 echo "=== uverbs served"
 check_dmesg
 {SUITE_R}"#,
@@ -1351,7 +1362,7 @@ fn a_kernel_guest_and_a_soft_roce_guest_on_an_eth_segment_ping_iperf_arp_and_spo
         ("the kernel guest", k, "k-to-r"),
         ("the Soft-RoCE guest", r, "r-to-k"),
     ] {
-        for what in ["rping", "ucmatose", "send-lat"] {
+        for what in ["rping", "ucmatose", "send-lat", "write-bw"] {
             assert!(
                 console.contains(&format!("=== {what} {way} ok")),
                 "{name}: {what} as the client"
