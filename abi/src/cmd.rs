@@ -73,6 +73,9 @@ pub enum Opcode {
     /// Destroy a completion queue (fails with [`Status::Busy`] while QPs use it):
     /// `verbs::ObjectReq`.
     DestroyCq = 0x0131,
+    /// Move a completion queue to a ring of another size, its unconsumed completions with
+    /// it (ABI 1.10, [`crate::regs::CAP_RESIZE_CQ`]): `verbs::ResizeCqReq`.
+    ResizeCq = 0x0132,
     /// Create a queue pair: `verbs::CreateQpReq` -> `verbs::CreateQpResp`.
     CreateQp = 0x0140,
     /// Change a queue pair's state and attributes: `verbs::ModifyQpReq`.
@@ -183,6 +186,7 @@ impl Opcode {
             0x0127 => Self::AllocFastRegMr,
             0x0130 => Self::CreateCq,
             0x0131 => Self::DestroyCq,
+            0x0132 => Self::ResizeCq,
             0x0140 => Self::CreateQp,
             0x0141 => Self::ModifyQp,
             0x0142 => Self::QueryQp,

@@ -215,6 +215,9 @@ pub const CAP_USER_KICK: u64 = 1 << 23;
 /// function's driver sets the source addresses its QPs and address vectors choose by
 /// `sgid_index` (`SET_GID`, `QUERY_GID`).
 pub const CAP_GID_TABLE: u64 = 1 << 24;
+/// `RESIZE_CQ` (ABI 1.10): a CQ moves to a ring of another size with its unconsumed
+/// completions.
+pub const CAP_RESIZE_CQ: u64 = 1 << 25;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

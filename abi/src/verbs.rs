@@ -605,6 +605,27 @@ pub struct CreateCqReq {
     pub doorbell_page: u32,
 }
 
+/// `RESIZE_CQ` request (ABI 1.10, [`crate::regs::CAP_RESIZE_CQ`]): the CQ's new ring. The
+/// device copies the completions the driver has not consumed (its consumer index in the
+/// CQ's doorbell slot up to what the device produced) into the new ring, each at its
+/// free-running index modulo the new size with the new ring's owner phase, and writes only
+/// the new ring from then on. Indexes keep counting: the driver keeps its consumer index
+/// and reads the new ring from it, modulo the new size. `BAD_PARAM` (syndrome `entries`)
+/// for a size that is not a power of two in 2 ..= `max_cqe` or smaller than the
+/// completions not consumed; `BAD_STATE` for a CQ in error (overrun).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct ResizeCqReq {
+    /// The new ring: `entries * size_of::<Cqe>()` bytes.
+    pub ring: PageList,
+    /// Its entries: a power of two, at least 2.
+    pub entries: u32,
+    /// The CQ.
+    pub cqn: u32,
+}
+
 /// `CREATE_CQ` response.
 ///
 /// The CQ's doorbell slot holds two u32: at +0 the consumer index (completions the driver

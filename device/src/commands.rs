@@ -100,6 +100,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::DeregMr
         | Opcode::DeallocMw
         | Opcode::DestroyCq
+        | Opcode::ResizeCq
         | Opcode::ModifyQp
         | Opcode::DestroyQp
         | Opcode::ModifySrq

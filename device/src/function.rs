@@ -1319,7 +1319,8 @@ mod tests {
             | CAP_FAST_REG
             | CAP_GSI
             | CAP_USER_KICK
-            | CAP_GID_TABLE;
+            | CAP_GID_TABLE
+            | CAP_RESIZE_CQ;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

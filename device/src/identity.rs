@@ -93,6 +93,7 @@ impl Identity {
                 | CAP_GSI
                 | CAP_USER_KICK
                 | CAP_GID_TABLE
+                | CAP_RESIZE_CQ
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

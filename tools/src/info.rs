@@ -70,6 +70,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_GSI, "gsi"),
     (regs::CAP_USER_KICK, "user-kick"),
     (regs::CAP_GID_TABLE, "gid-table"),
+    (regs::CAP_RESIZE_CQ, "resize-cq"),
 ];
 
 impl Report {

@@ -132,6 +132,51 @@ impl CompletionQueue {
     pub fn produced(&self) -> u32 {
         self.produced
     }
+
+    /// Moves the CQ to `ring` of `entries` entries (`RESIZE_CQ`): the completions from
+    /// the driver's consumer index `consumed` up to those produced are copied, each to its
+    /// free-running index in the new ring with the new ring's owner phase, and only the
+    /// new ring is written from then on. On an error nothing changes.
+    pub fn resize(
+        &mut self,
+        ring: PagedBuffer,
+        entries: u32,
+        consumed: u32,
+        mem: &GuestMemoryMmap,
+    ) -> Result<(), ResizeError> {
+        if self.error {
+            return Err(ResizeError::InError);
+        }
+        let pending = self.produced.wrapping_sub(consumed);
+        if pending > self.entries || pending > entries {
+            return Err(ResizeError::TooSmall);
+        }
+        let owner_at = std::mem::offset_of!(Cqe, owner);
+        let mut cqe = [0u8; size_of::<Cqe>()];
+        for i in 0..pending {
+            let index = consumed.wrapping_add(i);
+            let at = u64::from(index % self.entries) * cqe.len() as u64;
+            if !self.ring.read(mem, at, &mut cqe)
+                || !write_entry(&ring, mem, index, entries, &mut cqe, owner_at)
+            {
+                return Err(ResizeError::Unreachable);
+            }
+        }
+        self.ring = ring;
+        self.entries = entries;
+        Ok(())
+    }
+}
+
+/// Why [`CompletionQueue::resize`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeError {
+    /// The CQ overran or lost its ring: it takes nothing more.
+    InError,
+    /// The new ring cannot hold the completions not consumed yet.
+    TooSmall,
+    /// A ring is not where the page lists say.
+    Unreachable,
 }
 
 /// The function's event queue.
@@ -253,6 +298,49 @@ mod tests {
         );
         assert!(cq.error);
         assert_eq!(read_cqe(&m, 0).wr_id, 0, "not overwritten");
+    }
+
+    #[test]
+    fn a_resize_moves_the_unconsumed_entries_to_their_indexes_in_the_new_ring() {
+        let (m, mut cq, db) = setup(4);
+        let post = |cq: &mut CompletionQueue, wr_id| {
+            let cqe = Cqe {
+                wr_id,
+                ..Cqe::default()
+            };
+            assert_eq!(cq.post(&m, &db, cqe), Posted::Written { event: false });
+        };
+        // Six posted, four consumed: entries 4 and 5 (second lap of 4) are pending.
+        for i in 0..4 {
+            post(&mut cq, i);
+        }
+        db.write32(0x100, 4);
+        post(&mut cq, 4);
+        post(&mut cq, 5);
+        // The new ring: page 0x12000, its list at 0x10008.
+        m.write_slice(&0x12000u64.to_le_bytes(), GuestAddress(0x10008))
+            .unwrap();
+        let list = rnic_abi::verbs::PageList::flat(0x10008, 1);
+        let load = |entries: u32| PagedBuffer::load(&list, 0, u64::from(entries) * 32, &m).unwrap();
+        assert_eq!(cq.resize(load(2), 2, 3, &m), Err(ResizeError::TooSmall));
+        cq.resize(load(8), 8, 4, &m).unwrap();
+        let new = |i: u64| {
+            let mut b = [0u8; 32];
+            m.read_slice(&mut b, GuestAddress(0x12000 + i * 32))
+                .unwrap();
+            Cqe::read_from_bytes(&b).unwrap()
+        };
+        // Indexes 4 and 5 of an 8-entry ring, first lap.
+        assert_eq!((new(4).wr_id, new(4).owner), (4, owner_phase(4, 8)));
+        assert_eq!((new(5).wr_id, new(5).owner), (5, owner_phase(5, 8)));
+        // The next completions go to the new ring, from index 6 on, none to the old one.
+        let old_before = read_cqe(&m, 2);
+        post(&mut cq, 6);
+        assert_eq!(new(6).wr_id, 6);
+        assert_eq!(read_cqe(&m, 2), old_before);
+        // A CQ in error stays as it is.
+        cq.error = true;
+        assert_eq!(cq.resize(load(8), 8, 7, &m), Err(ResizeError::InError));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
 use rnic_abi::ctrlq::CTRLQ_CQE_QPN_BIT;
-use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, WcStatus};
+use rnic_abi::verbs::{wc, wc_flags, Cqe, CreateCqReq, CreateCqResp, ResizeCqReq, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::ring::{self, Doorbells, Ring};
@@ -154,8 +154,6 @@ pub(crate) struct CqInner {
     /// Context, CQ number and doorbell slot (they change if the CQ follows a migrated
     /// QP).
     pub(crate) bind: Binding,
-    /// Freed only after DESTROY_CQ succeeded.
-    ring: ManuallyDrop<Ring>,
     state: Mutex<CqState>,
 }
 
@@ -163,14 +161,16 @@ impl std::fmt::Debug for CqInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq")
             .field("cqn", &self.bind.num())
-            .field("entries", &self.ring.entries())
+            .field("entries", &self.state().ring.entries())
             .finish_non_exhaustive()
     }
 }
 
 /// The driver's side of a CQ.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CqState {
+    /// The ring (another after a resize); freed only after DESTROY_CQ succeeded.
+    ring: ManuallyDrop<Ring>,
     /// Entries consumed in all (free-running), as the consumer index says.
     consumed: u32,
     /// The last arm sequence number written (31 bits).
@@ -215,8 +215,11 @@ impl Cq {
         Ok(Cq {
             inner: Arc::new(CqInner {
                 bind: Binding::new(ctx.clone(), resp.cqn, slot),
-                ring: ManuallyDrop::new(ring),
-                state: Mutex::new(CqState::default()),
+                state: Mutex::new(CqState {
+                    ring: ManuallyDrop::new(ring),
+                    consumed: 0,
+                    arm_seq: 0,
+                }),
             }),
         })
     }
@@ -228,7 +231,36 @@ impl Cq {
 
     /// Entries in the ring (the requested number rounded up).
     pub fn entries(&self) -> u32 {
-        self.inner.ring.entries()
+        self.inner.state().ring.entries()
+    }
+
+    /// Moves the CQ to a ring of `entries` entries (rounded up to a power of two), with
+    /// the completions not polled yet (`RESIZE_CQ`, ABI 1.10). Fails, changing nothing,
+    /// when the device lacks `CAP_RESIZE_CQ` or the new ring cannot hold what is pending.
+    pub fn resize(&self, entries: u32) -> Result<()> {
+        let inner = &*self.inner;
+        let (ctx, cqn, _) = inner.bind.get().clone();
+        if ctx.attr.caps & rnic_abi::regs::CAP_RESIZE_CQ == 0 {
+            return Err(crate::error::Error::Device(
+                "resizing a CQ: the device does not report CAP_RESIZE_CQ (an rnicd older than ABI 1.10?)"
+                    .into(),
+            ));
+        }
+        let entries = ring::ring_entries(entries, 2)?;
+        let t = ctx.transport();
+        let ring = Ring::new(t, entries, size_of::<Cqe>() as u32, ctx.list_kinds())?;
+        // Held across the command: no poll reads either ring meanwhile.
+        let mut st = inner.state();
+        let req = ResizeCqReq {
+            ring: ring.page_list(),
+            entries,
+            cqn,
+        };
+        ctx.command_no_body(Opcode::ResizeCq, req.as_bytes())?;
+        // The device writes only the new ring now; the old one is free.
+        let old = std::mem::replace(&mut st.ring, ManuallyDrop::new(ring));
+        drop(ManuallyDrop::into_inner(old));
+        Ok(())
     }
 
     /// Fails at once if the function this CQ lives on is lost to the driver
@@ -242,10 +274,11 @@ impl Cq {
     /// ([`super::Qp::sq_free_slots`]), receive completions receive-queue slots.
     pub fn poll(&self, max: usize) -> Vec<Wc> {
         let inner = &*self.inner;
-        let ring = &*inner.ring;
         // Held across the QP accounting too: a QP's completions must be credited in the
         // order the device wrote them, even with several threads polling.
         let mut st = inner.state();
+        let st = &mut *st;
+        let ring = &*st.ring;
         let mut out = Vec::new();
         while out.len() < max {
             let off = ring.offset(st.consumed);
@@ -276,7 +309,6 @@ impl Cq {
                 }
             }
         }
-        drop(st);
         out
     }
 
@@ -322,8 +354,9 @@ impl CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `ring` is not used again: this is the last use of `self`.
-        let ring = unsafe { ManuallyDrop::take(&mut self.ring) };
+        let ring = unsafe { ManuallyDrop::take(&mut st.ring) };
         let ctx = self.bind.ctx();
         if ctx
             .destroy(Opcode::DestroyCq, self.bind.num(), "completion queue")

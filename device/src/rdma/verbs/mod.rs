@@ -21,10 +21,11 @@ use rnic_abi::doorbell::{self, slot_offset, SLOTS};
 use rnic_abi::regs::NO_VECTOR;
 use rnic_abi::verbs::{
     CreateCqReq, CreateCqResp, CreateEqReq, CreateEqResp, DoorbellSlot, ObjectReq, ObjectResp,
+    ResizeCqReq,
 };
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::cq::{CompletionQueue, EventQueue};
+use super::cq::{CompletionQueue, EventQueue, ResizeError};
 use super::env::Env;
 use super::error::VerbsError;
 use super::mkey::pages::{PageListError, PagedBuffer};
@@ -79,6 +80,7 @@ impl RdmaState {
             Opcode::AllocFastRegMr => self.alloc_fast_reg_mr(body),
             Opcode::CreateCq => self.create_cq(body, env),
             Opcode::DestroyCq => self.destroy_cq(body),
+            Opcode::ResizeCq => self.resize_cq(body, env),
             Opcode::CreateQp => self.create_qp(body, env),
             Opcode::ModifyQp => self.modify_qp(body, env),
             Opcode::QueryQp => self.query_qp(body),
@@ -282,6 +284,29 @@ impl RdmaState {
             reserved: 0,
             doorbell: DoorbellSlot { page, slot },
         }))
+    }
+
+    /// `RESIZE_CQ`: the CQ moves to a new ring with its unconsumed completions.
+    pub(super) fn resize_cq(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
+        let req: ResizeCqReq = decode(body)?;
+        let cq = self
+            .cqs
+            .get_mut(&req.cqn)
+            .ok_or(VerbsError::new(Status::NotFound, req.cqn))?;
+        if req.entries < 2 || !req.entries.is_power_of_two() || req.entries > self.limits.max_cqe {
+            return Err(VerbsError::new(Status::BadParam, req.entries));
+        }
+        let ring = PagedBuffer::load(&req.ring, 0, u64::from(req.entries) * 32, env.w)
+            .map_err(page_list_error)?;
+        let consumed = env.doorbells.read32(cq.slot()).unwrap_or(0);
+        cq.resize(ring, req.entries, consumed, env.w)
+            .map_err(|e| match e {
+                ResizeError::InError => VerbsError::new(Status::BadState, req.cqn),
+                ResizeError::TooSmall | ResizeError::Unreachable => {
+                    VerbsError::new(Status::BadParam, req.entries)
+                }
+            })?;
+        Ok(Vec::new())
     }
 
     /// `DESTROY_CQ`: only of a CQ that nothing uses.
