@@ -399,7 +399,32 @@ unsafe extern "C" fn query_port(
     })
 }
 
-// ---- PD, MR ----
+// ---- PD, MR, MW ----
+
+/// Makes a provider object: `obj` boxed, then `create` (the `ibv_cmd_*` that makes it in
+/// the kernel and fills it) run on it; the box goes again if that fails.
+fn created<T>(obj: T, create: impl FnOnce(*mut T) -> c_int) -> Result<*mut T, Errno> {
+    let p = Box::into_raw(Box::new(obj));
+    if let Err(e) = cmd(create(p)) {
+        // SAFETY: ours, never handed out.
+        drop(unsafe { Box::from_raw(p) });
+        return Err(e);
+    }
+    Ok(p)
+}
+
+/// Undoes [`created`]: `destroy` (the object's `ibv_cmd_*`), then the box, unless the
+/// kernel refused.
+///
+/// # Safety
+///
+/// `p` was made by [`created`] as a `T`, and is not used once destroyed.
+unsafe fn destroyed<T>(p: *mut T, destroy: impl FnOnce(*mut T) -> c_int) -> Result<(), Errno> {
+    cmd(destroy(p))?;
+    // SAFETY: the caller's contract; the kernel has let go of it.
+    drop(unsafe { Box::from_raw(p) });
+    Ok(())
+}
 
 /// A PD.
 #[repr(C)]
@@ -410,28 +435,25 @@ struct Pd {
 
 unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     object("alloc_pd", || {
-        let pd = Box::into_raw(Box::new(Pd {
+        let pd = Pd {
             ibv: ibv_pd::zeroed(),
             pdn: 0,
-        }));
+        };
         let mut req = ibv_alloc_pd::default();
         let mut resp = AllocPdResp::default();
-        // SAFETY: our PD and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_alloc_pd(
-                ctx,
-                pd.cast(),
-                &mut req,
-                size_of::<ibv_alloc_pd>(),
-                &mut resp.core,
-                size_of::<AllocPdResp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(pd) });
-            return Err(e);
-        }
+        let pd = created(pd, |pd| {
+            // SAFETY: our PD and buffers.
+            unsafe {
+                ibv_cmd_alloc_pd(
+                    ctx,
+                    pd.cast(),
+                    &mut req,
+                    size_of::<ibv_alloc_pd>(),
+                    &mut resp.core,
+                    size_of::<AllocPdResp>(),
+                )
+            }
+        })?;
         // SAFETY: ours.
         unsafe { (*pd).pdn = resp.drv.pdn };
         Ok(pd.cast())
@@ -439,12 +461,9 @@ unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    status("dealloc_pd", || {
-        // SAFETY: a PD of ours.
-        cmd(unsafe { ibv_cmd_dealloc_pd(pd) })?;
-        // SAFETY: allocated by alloc_pd, now gone from the kernel.
-        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
-        Ok(())
+    // SAFETY: a PD of ours, made by alloc_pd.
+    status("dealloc_pd", || unsafe {
+        destroyed(pd.cast::<Pd>(), |pd| ibv_cmd_dealloc_pd(pd.cast()))
     })
 }
 
@@ -457,81 +476,65 @@ unsafe extern "C" fn reg_mr(
 ) -> *mut ibv_mr {
     object("reg_mr", || {
         // SAFETY: verbs_mr is valid all-zero.
-        let mr: *mut verbs_mr = Box::into_raw(Box::new(unsafe { std::mem::zeroed() }));
+        let mr: verbs_mr = unsafe { std::mem::zeroed() };
         let mut req = ibv_reg_mr::default();
         let mut resp = ib_uverbs_reg_mr_resp::default();
-        // SAFETY: the application's region and our MR and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_reg_mr(
-                pd,
-                addr,
-                length,
-                hca_va,
-                access,
-                mr,
-                &mut req,
-                size_of::<ibv_reg_mr>(),
-                &mut resp,
-                size_of::<ib_uverbs_reg_mr_resp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(mr) });
-            return Err(e);
-        }
+        let mr = created(mr, |mr| {
+            // SAFETY: the application's region and our MR and buffers.
+            unsafe {
+                ibv_cmd_reg_mr(
+                    pd,
+                    addr,
+                    length,
+                    hca_va,
+                    access,
+                    mr,
+                    &mut req,
+                    size_of::<ibv_reg_mr>(),
+                    &mut resp,
+                    size_of::<ib_uverbs_reg_mr_resp>(),
+                )
+            }
+        })?;
         Ok(mr.cast())
     })
 }
 
 unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
-    status("dereg_mr", || {
-        // SAFETY: an MR of ours.
-        cmd(unsafe { ibv_cmd_dereg_mr(mr) })?;
-        // SAFETY: allocated by reg_mr.
-        drop(unsafe { Box::from_raw(mr) });
-        Ok(())
+    // SAFETY: an MR of ours, made by reg_mr.
+    status("dereg_mr", || unsafe {
+        destroyed(mr, |mr| ibv_cmd_dereg_mr(mr))
     })
 }
-
-// ---- MW ----
 
 /// `ibv_alloc_mw`: a window of type 1 or 2 (the kernel refuses other types with `EINVAL`,
 /// and all of them with `EOPNOTSUPP` on a function without memory windows). Its key's tag
 /// is 0 until a bind.
 unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
     object("alloc_mw", || {
-        let mw = Box::into_raw(Box::new(ibv_mw::zeroed()));
         let mut req = ibv_alloc_mw::default();
         let mut resp = ib_uverbs_alloc_mw_resp::default();
-        // SAFETY: the application's PD, our window and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_alloc_mw(
-                pd,
-                mw_type,
-                mw,
-                &mut req,
-                size_of::<ibv_alloc_mw>(),
-                &mut resp,
-                size_of::<ib_uverbs_alloc_mw_resp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(mw) });
-            return Err(e);
-        }
-        Ok(mw)
+        created(ibv_mw::zeroed(), |mw| {
+            // SAFETY: the application's PD, our window and buffers.
+            unsafe {
+                ibv_cmd_alloc_mw(
+                    pd,
+                    mw_type,
+                    mw,
+                    &mut req,
+                    size_of::<ibv_alloc_mw>(),
+                    &mut resp,
+                    size_of::<ib_uverbs_alloc_mw_resp>(),
+                )
+            }
+        })
     })
 }
 
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    status("dealloc_mw", || {
-        // SAFETY: a window of ours.
-        cmd(unsafe { ibv_cmd_dealloc_mw(mw) })?;
-        // SAFETY: allocated by alloc_mw, now gone from the kernel.
-        drop(unsafe { Box::from_raw(mw) });
-        Ok(())
+    // SAFETY: a window of ours, made by alloc_mw.
+    status("dealloc_mw", || unsafe {
+        destroyed(mw, |mw| ibv_cmd_dealloc_mw(mw))
     })
 }
 
