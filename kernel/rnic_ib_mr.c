@@ -271,8 +271,8 @@ int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 }
 
 /*
- * ibv_alloc_mw: a window of the PD, of type 1 or 2 (the core has checked
- * the type), unbound. Its key has tag 0; binds set the tag.
+ * ibv_alloc_mw: a window of the PD, of type 1 or 2 (another type is
+ * -EINVAL), unbound. Its key has tag 0; binds set the tag.
  */
 int rnic_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
 {
