@@ -71,6 +71,7 @@
 #define RNIC_CAP_UD			0x400ULL
 #define RNIC_CAP_PAGE_TABLES		0x20000ULL
 #define RNIC_CAP_UC			0x40000ULL
+#define RNIC_CAP_MW			0x80000ULL
 #define RNIC_CAP_ETH			0x100000ULL
 #define RNIC_CAP_FAST_REG		0x200000ULL
 #define RNIC_CAP_GSI			0x400000ULL
@@ -126,6 +127,8 @@ struct rnic_vring_desc {
 #define RNIC_CMD_DEALLOC_PD		0x0111
 #define RNIC_CMD_REG_MR			0x0120
 #define RNIC_CMD_DEREG_MR		0x0121
+#define RNIC_CMD_ALLOC_MW		0x0124
+#define RNIC_CMD_DEALLOC_MW		0x0125
 #define RNIC_CMD_REG_DMA_MR		0x0126
 #define RNIC_CMD_ALLOC_FAST_REG_MR	0x0127
 #define RNIC_CMD_CREATE_CQ		0x0130
@@ -234,6 +237,7 @@ struct rnic_doorbell_slot {
 #define RNIC_ACCESS_REMOTE_WRITE	0x2
 #define RNIC_ACCESS_REMOTE_READ		0x4
 #define RNIC_ACCESS_REMOTE_ATOMIC	0x8
+#define RNIC_ACCESS_MW_BIND		0x10
 
 /* QP types (verbs.rs, ud.rs) */
 #define RNIC_QPT_GSI			1
@@ -384,6 +388,23 @@ struct rnic_reg_dma_mr_req {
 struct rnic_alloc_fast_reg_mr_req {
 	__le32 pdn;
 	__le32 max_pages;
+};
+
+/* abi/src/mw.rs (ABI 1.6): memory windows */
+#define RNIC_MW_KEY_BIT			0x40000000
+#define RNIC_MAX_MW_INDEX		0x400000
+#define RNIC_MW_TYPE_1			1
+#define RNIC_MW_TYPE_2			2
+
+struct rnic_alloc_mw_req {
+	__le32 pdn;
+	__u8 mw_type;
+	__u8 reserved[3];
+};
+
+struct rnic_alloc_mw_resp {
+	__le32 rkey;
+	__le32 reserved;
 };
 
 struct rnic_create_cq_req {
@@ -765,6 +786,8 @@ static_assert(sizeof(struct rnic_reg_mr_resp) == 8);
 static_assert(sizeof(struct rnic_reg_mr_req) == 40);
 static_assert(sizeof(struct rnic_reg_dma_mr_req) == 8);
 static_assert(sizeof(struct rnic_alloc_fast_reg_mr_req) == 8);
+static_assert(sizeof(struct rnic_alloc_mw_req) == 8);
+static_assert(sizeof(struct rnic_alloc_mw_resp) == 8);
 static_assert(sizeof(struct rnic_create_cq_req) == 24);
 static_assert(sizeof(struct rnic_create_cq_resp) == 16);
 static_assert(sizeof(struct rnic_cqe) == 32);

@@ -155,7 +155,13 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 		a->max_srq_wr = le32_to_cpu(l->max_qp_wr);
 		a->max_srq_sge = le32_to_cpu(l->max_sge);
 	}
-	a->max_mw = 0;
+	/* Windows count against the MR quota (datasheet 14.12). */
+	if (rd->caps & RNIC_CAP_MW && ibdev->ops.alloc_mw) {
+		a->device_cap_flags |= IB_DEVICE_MEM_WINDOW |
+				       IB_DEVICE_MEM_WINDOW_TYPE_2B;
+		a->max_mw = min_t(u32, le32_to_cpu(l->max_mr),
+				  RNIC_MAX_MW_INDEX);
+	}
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	if (rd->caps & RNIC_CAP_FAST_REG)
@@ -366,6 +372,17 @@ static const struct ib_device_ops rnic_ib_uverbs_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ucontext, ibuc),
 };
 
+/*
+ * Memory windows (CAP_MW), for processes: their binds are WQEs the provider
+ * writes; kernel ULPs do not bind windows.
+ */
+static const struct ib_device_ops rnic_ib_mw_ops = {
+	.alloc_mw = rnic_alloc_mw,
+	.dealloc_mw = rnic_dealloc_mw,
+
+	INIT_RDMA_OBJ_SIZE(ib_mw, rnic_mw, ibmw),
+};
+
 /* Shared receive queues (CAP_SRQ), the kernel's and processes'. */
 static const struct ib_device_ops rnic_ib_srq_ops = {
 	.create_srq = rnic_create_srq,
@@ -466,8 +483,11 @@ int rnic_ib_add(struct rnic_dev *rd)
 	 * processes need, comes with the kernel verbs' caps above.
 	 */
 	if ((rd->caps & RNIC_UVERBS_CAPS) == RNIC_UVERBS_CAPS &&
-	    rib->db_pages > RNIC_DB_PAGE_USER)
+	    rib->db_pages > RNIC_DB_PAGE_USER) {
 		ib_set_device_ops(ibdev, &rnic_ib_uverbs_ops);
+		if (rd->caps & RNIC_CAP_MW)
+			ib_set_device_ops(ibdev, &rnic_ib_mw_ops);
+	}
 	if (rd->caps & RNIC_CAP_SRQ)
 		ib_set_device_ops(ibdev, &rnic_ib_srq_ops);
 

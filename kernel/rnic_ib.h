@@ -123,6 +123,16 @@ struct rnic_mr {
 	u32 npages;
 };
 
+/*
+ * A process's memory window (CAP_MW): its key from ALLOC_MW, index fixed,
+ * tag set by each bind (the provider's BIND_MW WQEs); the device goes by its
+ * index, so DEALLOC_MW takes the key it was allocated with.
+ */
+struct rnic_mw {
+	struct ib_mw ibmw;
+	u32 key;
+};
+
 struct rnic_cq {
 	struct ib_cq ibcq;
 	spinlock_t lock;	/* polling and arming */
@@ -215,6 +225,11 @@ static inline struct rnic_mr *to_rmr(struct ib_mr *mr)
 	return container_of(mr, struct rnic_mr, ibmr);
 }
 
+static inline struct rnic_mw *to_rmw(struct ib_mw *mw)
+{
+	return container_of(mw, struct rnic_mw, ibmw);
+}
+
 static inline struct rnic_cq *to_rcq(struct ib_cq *cq)
 {
 	return container_of(cq, struct rnic_cq, ibcq);
@@ -301,6 +316,8 @@ struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 int rnic_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		   unsigned int *sg_offset);
 int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+int rnic_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+int rnic_dealloc_mw(struct ib_mw *ibmw);
 u32 rnic_ib_access(int ib_access);
 
 /* rnic_ib_qp.c */

@@ -5,7 +5,9 @@
  * the PD's local_dma_lkey through get_dma_mr, and fast-registration MRs
  * (ALLOC_FAST_REG_MR) whose pages map_mr_sg gathers into a coherent page
  * list that an IB_WR_REG_MR work request names. User verbs (datasheet 17):
- * REG_MR of a process's pinned memory. A process never gets a DMA key.
+ * REG_MR of a process's pinned memory, and with CAP_MW memory windows
+ * (ALLOC_MW; the provider binds them with BIND_MW WQEs of its own). A
+ * process never gets a DMA key.
  */
 #include <linux/dma-mapping.h>
 
@@ -62,6 +64,8 @@ u32 rnic_ib_access(int ib_access)
 		access |= RNIC_ACCESS_REMOTE_READ;
 	if (ib_access & IB_ACCESS_REMOTE_ATOMIC)
 		access |= RNIC_ACCESS_REMOTE_ATOMIC;
+	if (ib_access & IB_ACCESS_MW_BIND)
+		access |= RNIC_ACCESS_MW_BIND;
 	return access;
 }
 
@@ -144,7 +148,8 @@ err_free:
 
 #define RNIC_USER_MR_ACCESS	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
 				 IB_ACCESS_REMOTE_READ |			\
-				 IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_OPTIONAL)
+				 IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND | \
+				 IB_ACCESS_OPTIONAL)
 
 /*
  * ibv_reg_mr: the process's memory from @start, pinned (ib_umem), named to
@@ -165,6 +170,9 @@ struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	int ret;
 
 	if (!udata || access & ~RNIC_USER_MR_ACCESS)
+		return ERR_PTR(-EOPNOTSUPP);
+	/* Windows are bound to regions that allow it (CAP_MW). */
+	if (access & IB_ACCESS_MW_BIND && !(rib->rd->caps & RNIC_CAP_MW))
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!length || length > le64_to_cpu(l->max_mr_size))
 		return ERR_PTR(-EINVAL);
@@ -238,9 +246,17 @@ int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	struct rnic_mr *mr = to_rmr(ibmr);
 	/* A fast-registration MR goes by any key of its index (fast_reg.rs). */
 	struct rnic_object_req req = { .handle = cpu_to_le32(mr->key) };
+	int ret;
 
-	/* A function reset under us has freed it already. */
-	rnic_cmd(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req), NULL, 0);
+	/*
+	 * BUSY: a memory window is bound to it, and the device still reaches
+	 * its pages (as rxe, the region stays). Any other failure: a function
+	 * reset under us has freed it already.
+	 */
+	ret = rnic_cmd_quiet(rib->rd, RNIC_CMD_DEREG_MR, &req, sizeof(req),
+			     NULL, 0, RNIC_ST_BUSY);
+	if (ret == -EBUSY)
+		return ret;
 	if (mr->pages)
 		dma_free_coherent(&rib->rd->pdev->dev,
 				  mr->max_pages * sizeof(__le64), mr->pages,
@@ -251,5 +267,50 @@ int rnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 		ib_umem_release(mr->umem);
 	}
 	kfree(mr);
+	return 0;
+}
+
+/*
+ * ibv_alloc_mw: a window of the PD, of type 1 or 2 (another type is
+ * -EINVAL), unbound. Its key has tag 0; binds set the tag.
+ */
+int rnic_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibmw->device);
+	struct rnic_alloc_mw_req req = {};
+	struct rnic_alloc_mw_resp resp;
+	struct rnic_mw *mw = to_rmw(ibmw);
+	int ret;
+
+	switch (ibmw->type) {
+	case IB_MW_TYPE_1:
+		req.mw_type = RNIC_MW_TYPE_1;
+		break;
+	case IB_MW_TYPE_2:
+		req.mw_type = RNIC_MW_TYPE_2;
+		break;
+	default:
+		return -EINVAL;
+	}
+	req.pdn = cpu_to_le32(to_rpd(ibmw->pd)->pdn);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_ALLOC_MW, &req, sizeof(req), &resp,
+		       sizeof(resp));
+	if (ret)
+		return ret;
+	mw->key = le32_to_cpu(resp.rkey);
+	ibmw->rkey = mw->key;
+	return 0;
+}
+
+int rnic_dealloc_mw(struct ib_mw *ibmw)
+{
+	struct rnic_ib *rib = to_rib(ibmw->device);
+	/* The device goes by the key's index, whatever its tag is now. */
+	struct rnic_object_req req = {
+		.handle = cpu_to_le32(to_rmw(ibmw)->key),
+	};
+
+	/* A function reset under us has freed it already. */
+	rnic_cmd(rib->rd, RNIC_CMD_DEALLOC_MW, &req, sizeof(req), NULL, 0);
 	return 0;
 }

@@ -24,6 +24,8 @@ const FUNCTIONS: &[&str] = &[
     "ibv_cmd_dealloc_pd",
     "ibv_cmd_reg_mr",
     "ibv_cmd_dereg_mr",
+    "ibv_cmd_alloc_mw",
+    "ibv_cmd_dealloc_mw",
     "ibv_cmd_create_cq",
     "ibv_cmd_destroy_cq",
     "ibv_cmd_create_qp",

@@ -136,7 +136,7 @@ macro_rules! context_ops {
 context_ops! {
     advise_mr: Unused,
     alloc_dm: Unused,
-    alloc_mw: Unused,
+    alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, ibv_mw_type) -> *mut ibv_mw>,
     alloc_null_mr: Unused,
     alloc_parent_domain: Unused,
     alloc_pd: Option<unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd>,
@@ -144,7 +144,7 @@ context_ops! {
     async_event: Unused,
     attach_counters_point_flow: Unused,
     attach_mcast: Unused,
-    bind_mw: Unused,
+    bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
     close_xrcd: Unused,
     cq_event: Unused,
     create_ah: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah>,
@@ -165,7 +165,7 @@ context_ops! {
     create_srq: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq>,
     create_srq_ex: Unused,
     create_wq: Unused,
-    dealloc_mw: Unused,
+    dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     dealloc_td: Unused,
     dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
@@ -280,6 +280,8 @@ kabi! {
     ib_uverbs_query_port { response: u64, port_num: u8, reserved: [u8; 7], }
     /// `struct ib_uverbs_alloc_pd`.
     ib_uverbs_alloc_pd { response: u64, }
+    /// `struct ib_uverbs_alloc_mw`.
+    ib_uverbs_alloc_mw { response: u64, pd_handle: u32, mw_type: u8, reserved: [u8; 3], }
     /// `struct ib_uverbs_reg_mr`.
     ib_uverbs_reg_mr {
         response: u64, start: u64, length: u64, hca_va: u64, pd_handle: u32,
@@ -340,6 +342,16 @@ pub struct ib_uverbs_reg_mr_resp {
     /// Local key.
     pub lkey: u32,
     /// Remote key.
+    pub rkey: u32,
+}
+
+/// `struct ib_uverbs_alloc_mw_resp` (8 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ib_uverbs_alloc_mw_resp {
+    /// The window's handle.
+    pub mw_handle: u32,
+    /// Its key.
     pub rkey: u32,
 }
 
@@ -407,6 +419,10 @@ command!(
     ibv_alloc_pd = ib_uverbs_alloc_pd
 );
 command!(
+    /// `struct ibv_alloc_mw`.
+    ibv_alloc_mw = ib_uverbs_alloc_mw
+);
+command!(
     /// `struct ibv_reg_mr`.
     ibv_reg_mr = ib_uverbs_reg_mr
 );
@@ -447,6 +463,8 @@ const _: () = {
     assert!(size_of::<ibv_query_port>() == 24);
     assert!(size_of::<ibv_alloc_pd>() == 16);
     assert!(size_of::<ibv_reg_mr>() == 48);
+    assert!(size_of::<ibv_alloc_mw>() == 24);
+    assert!(size_of::<ib_uverbs_alloc_mw_resp>() == 8);
     assert!(size_of::<ibv_query_qp>() == 24);
     assert!(size_of::<ibv_modify_qp>() == 120);
     assert!(size_of::<ib_uverbs_create_cq>() == 32);
@@ -601,6 +619,18 @@ extern "C" {
     ) -> c_int;
     /// `DEREG_MR`.
     pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
+    /// `ALLOC_MW`: fills the window's context, PD, key, handle and type.
+    pub fn ibv_cmd_alloc_mw(
+        pd: *mut ibv_pd,
+        mw_type: ibv_mw_type,
+        mw: *mut ibv_mw,
+        cmd: *mut ibv_alloc_mw,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_mw_resp,
+        resp_size: usize,
+    ) -> c_int;
+    /// `DEALLOC_MW`.
+    pub fn ibv_cmd_dealloc_mw(mw: *mut ibv_mw) -> c_int;
     /// `CREATE_CQ`.
     pub fn ibv_cmd_create_cq(
         context: *mut ibv_context,
@@ -713,6 +743,8 @@ mod test_stubs {
         ibv_cmd_dealloc_pd,
         ibv_cmd_reg_mr,
         ibv_cmd_dereg_mr,
+        ibv_cmd_alloc_mw,
+        ibv_cmd_dealloc_mw,
         ibv_cmd_create_cq,
         ibv_cmd_destroy_cq,
         ibv_cmd_create_qp,
@@ -741,6 +773,10 @@ mod tests {
                 size_of::<ib_uverbs_alloc_pd_resp>(),
             ),
             ("ib_uverbs_reg_mr_resp", size_of::<ib_uverbs_reg_mr_resp>()),
+            (
+                "ib_uverbs_alloc_mw_resp",
+                size_of::<ib_uverbs_alloc_mw_resp>(),
+            ),
             (
                 "ib_uverbs_create_qp_resp",
                 size_of::<ib_uverbs_create_qp_resp>(),

@@ -1,8 +1,10 @@
-//! Send work requests as send WQEs (datasheet §7.6; UD per `rnic_abi::ud`): what
-//! `ibv_post_send` writes into a send ring entry for one `struct ibv_send_wr`.
+//! Send work requests as send WQEs (datasheet §7.6; UD per `rnic_abi::ud`, memory window
+//! binds per `rnic_abi::mw`): what `ibv_post_send` writes into a send ring entry for one
+//! `struct ibv_send_wr`.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_uint};
 
+use rnic_abi::mw::{BindMwWqe, MW_ACCESS_ALL};
 use rnic_abi::ud::UdSendWqe;
 use rnic_abi::verbs::{send_flags, wr, SendWqe, Sge};
 use rnic_verbs_abi::*;
@@ -35,6 +37,67 @@ pub struct SendLimits {
     pub ud: bool,
 }
 
+/// `ibv_inc_rkey`: the key with the next tag (the low byte), as a bind's new key.
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & 0xffff_ff00) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// The window rights of a bind's `mw_access_flags`, or `EINVAL`. `IBV_ACCESS_LOCAL_WRITE`
+/// means nothing for a window (rdma-core's tests give it) and is dropped; the remote
+/// rights and `IBV_ACCESS_ZERO_BASED` are the device's bits.
+pub fn bind_access(flags: c_uint) -> Result<u32, c_int> {
+    const _: () = assert!(
+        IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC
+            | IBV_ACCESS_ZERO_BASED
+            == MW_ACCESS_ALL
+    );
+    let access = flags & !IBV_ACCESS_LOCAL_WRITE;
+    if access & !MW_ACCESS_ALL != 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(access)
+}
+
+/// The `BIND_MW` WQE of `IBV_WR_BIND_MW` work request `w`: window `w.bind_mw.mw` (by its
+/// current key) under the new key `w.bind_mw.rkey`, bound to `bind_info`. No SGEs, no
+/// immediate data, no inline data.
+///
+/// # Safety
+///
+/// `w.bind_mw.mw` is null or a window, `bind_info.mr` null or a region.
+unsafe fn bind_mw_wqe(w: &ibv_send_wr) -> Result<BindMwWqe, c_int> {
+    // SAFETY: `bind_mw` is the union member of binds.
+    let b = unsafe { w.anon_bind_mw_tso.bind_mw };
+    if b.mw.is_null() || w.num_sge != 0 || w.imm_data != 0 {
+        return Err(libc::EINVAL);
+    }
+    let info = b.bind_info;
+    let mr_lkey = if info.mr.is_null() {
+        if info.length != 0 || info.addr != 0 {
+            return Err(libc::EINVAL);
+        }
+        0
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { (*info.mr).lkey }
+    };
+    Ok(BindMwWqe {
+        wr_id: w.wr_id,
+        opcode: wr::BIND_MW,
+        flags: (w.send_flags & c_uint::from(send_flags::SIGNALED | send_flags::FENCE)) as u8,
+        // SAFETY: the caller's contract.
+        mw_key: unsafe { (*b.mw).rkey },
+        addr: info.addr,
+        new_key: b.rkey,
+        mr_lkey,
+        length: info.length,
+        access: bind_access(info.mw_access_flags)?,
+        ..BindMwWqe::default()
+    })
+}
+
 /// Writes the WQE of `w` into `entry` (a whole send ring entry); for UD, `av` is the
 /// address of `w.wr.ud.ah`. Returns the errno `ibv_post_send` reports for a WR it
 /// refuses.
@@ -42,7 +105,8 @@ pub struct SendLimits {
 /// # Safety
 ///
 /// `w.sg_list` holds `w.num_sge` SGEs, and with `IBV_SEND_INLINE` each SGE's `addr` is
-/// `length` readable bytes of the process.
+/// `length` readable bytes of the process; a bind's window and region are null or
+/// objects of theirs.
 pub unsafe fn write_send_wqe(
     entry: &mut [u8],
     w: &ibv_send_wr,
@@ -63,11 +127,18 @@ pub unsafe fn write_send_wqe(
                 | wr::ATOMIC_CMP_AND_SWP
                 | wr::ATOMIC_FETCH_AND_ADD
                 | wr::LOCAL_INV
+                | wr::BIND_MW
                 | wr::SEND_WITH_INV
         )
     };
     if !supported {
         return Err(libc::EINVAL);
+    }
+    if opcode == wr::BIND_MW {
+        // SAFETY: the caller's contract.
+        let wqe = unsafe { bind_mw_wqe(w)? };
+        entry[..size_of::<BindMwWqe>()].copy_from_slice(wqe.as_bytes());
+        return Ok(());
     }
     let num_sge = usize::try_from(w.num_sge).map_err(|_| libc::EINVAL)?;
     let sges: &[ibv_sge] = if num_sge == 0 || w.sg_list.is_null() {
@@ -281,6 +352,92 @@ mod tests {
             (wqe.remote_addr, wqe.compare_add, wqe.swap, wqe.rkey),
             (0x8000, 1, 2, 3)
         );
+    }
+
+    #[test]
+    fn inc_rkey_steps_the_tag_and_keeps_the_index() {
+        assert_eq!(inc_rkey(0x4000_0100), 0x4000_0101);
+        assert_eq!(inc_rkey(0x4000_01ff), 0x4000_0100);
+        assert_eq!(inc_rkey(0xffff_ffff), 0xffff_ff00);
+    }
+
+    #[test]
+    fn a_bind_is_a_bind_mw_wqe_of_the_window_the_region_and_the_rights() {
+        let mut mr = ibv_mr::zeroed();
+        mr.lkey = 0x0000_0305;
+        let mut mw = ibv_mw::zeroed();
+        mw.rkey = 0x4000_0700;
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = 9;
+        w.opcode = IBV_WR_BIND_MW;
+        w.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE | IBV_SEND_SOLICITED;
+        w.anon_bind_mw_tso.bind_mw = ibv_send_wr_bind_mw {
+            mw: &mut mw,
+            rkey: inc_rkey(mw.rkey),
+            bind_info: ibv_mw_bind_info {
+                mr: &mut mr,
+                addr: 0x7f00_1000,
+                length: 4096,
+                mw_access_flags: IBV_ACCESS_LOCAL_WRITE
+                    | IBV_ACCESS_REMOTE_WRITE
+                    | IBV_ACCESS_REMOTE_READ,
+            },
+        };
+        let mut e = vec![0xaau8; 128];
+        // SAFETY: the window and region above.
+        unsafe { write_send_wqe(&mut e, &w, None, RC) }.unwrap();
+        let wqe = BindMwWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!(
+            wqe,
+            BindMwWqe {
+                wr_id: 9,
+                opcode: wr::BIND_MW,
+                flags: send_flags::SIGNALED | send_flags::FENCE,
+                mw_key: 0x4000_0700,
+                addr: 0x7f00_1000,
+                new_key: 0x4000_0701,
+                mr_lkey: 0x305,
+                length: 4096,
+                access: rnic_abi::verbs::ACCESS_REMOTE_WRITE | rnic_abi::verbs::ACCESS_REMOTE_READ,
+                ..BindMwWqe::default()
+            }
+        );
+        // An unbind (type 1) without a region.
+        w.anon_bind_mw_tso.bind_mw.bind_info = ibv_mw_bind_info {
+            mr: std::ptr::null_mut(),
+            addr: 0,
+            length: 0,
+            mw_access_flags: 0,
+        };
+        // SAFETY: as above.
+        unsafe { write_send_wqe(&mut e, &w, None, RC) }.unwrap();
+        let wqe = BindMwWqe::read_from_bytes(&e[..64]).unwrap();
+        assert_eq!((wqe.mr_lkey, wqe.length, wqe.access), (0, 0, 0));
+        // Refused: rights a window cannot have, a length without a region, SGEs, UD, no
+        // window.
+        let refused = |w: &ibv_send_wr, limits: SendLimits| {
+            let mut e = vec![0u8; 128];
+            // SAFETY: as above.
+            unsafe { write_send_wqe(&mut e, w, None, limits) }
+        };
+        let mut bad = w;
+        bad.anon_bind_mw_tso.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_MW_BIND;
+        assert_eq!(refused(&bad, RC), Err(libc::EINVAL));
+        let mut bad = w;
+        bad.anon_bind_mw_tso.bind_mw.bind_info.length = 8;
+        assert_eq!(refused(&bad, RC), Err(libc::EINVAL));
+        let mut sges = [ibv_sge::zeroed(); 1];
+        let mut bad = w;
+        bad.sg_list = sges.as_mut_ptr();
+        bad.num_sge = 1;
+        assert_eq!(refused(&bad, RC), Err(libc::EINVAL));
+        assert_eq!(
+            refused(&w, SendLimits { ud: true, ..RC }),
+            Err(libc::EINVAL)
+        );
+        let mut bad = w;
+        bad.anon_bind_mw_tso.bind_mw.mw = std::ptr::null_mut();
+        assert_eq!(refused(&bad, RC), Err(libc::EINVAL));
     }
 
     #[test]

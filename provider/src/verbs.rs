@@ -24,7 +24,7 @@ use rnic_verbs_abi::*;
 
 use crate::driver::*;
 use crate::ring::{ibv_wc_of, is_recv, write_recv_wqe, CqReader, Doorbells, Ring};
-use crate::send::{write_send_wqe, SendLimits, UdAv};
+use crate::send::{inc_rkey, write_send_wqe, SendLimits, UdAv};
 use crate::wr::{Batch, SUPPORTED_SEND_OPS};
 
 type Errno = c_int;
@@ -244,13 +244,16 @@ unsafe fn inner<'a>(ctx: *mut ibv_context) -> &'a Inner {
 }
 
 static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
+    alloc_mw: Some(alloc_mw),
     alloc_pd: Some(alloc_pd),
+    bind_mw: Some(bind_mw),
     create_ah: Some(create_ah),
     create_cq: Some(create_cq),
     create_cq_ex: Some(create_cq_ex),
     create_qp: Some(create_qp),
     create_qp_ex: Some(create_qp_ex),
     create_srq: Some(create_srq),
+    dealloc_mw: Some(dealloc_mw),
     dealloc_pd: Some(dealloc_pd),
     dereg_mr: Some(dereg_mr),
     destroy_ah: Some(destroy_ah),
@@ -396,7 +399,32 @@ unsafe extern "C" fn query_port(
     })
 }
 
-// ---- PD, MR ----
+// ---- PD, MR, MW ----
+
+/// Makes a provider object: `obj` boxed, then `create` (the `ibv_cmd_*` that makes it in
+/// the kernel and fills it) run on it; the box goes again if that fails.
+fn created<T>(obj: T, create: impl FnOnce(*mut T) -> c_int) -> Result<*mut T, Errno> {
+    let p = Box::into_raw(Box::new(obj));
+    if let Err(e) = cmd(create(p)) {
+        // SAFETY: ours, never handed out.
+        drop(unsafe { Box::from_raw(p) });
+        return Err(e);
+    }
+    Ok(p)
+}
+
+/// Undoes [`created`]: `destroy` (the object's `ibv_cmd_*`), then the box, unless the
+/// kernel refused.
+///
+/// # Safety
+///
+/// `p` was made by [`created`] as a `T`, and is not used once destroyed.
+unsafe fn destroyed<T>(p: *mut T, destroy: impl FnOnce(*mut T) -> c_int) -> Result<(), Errno> {
+    cmd(destroy(p))?;
+    // SAFETY: the caller's contract; the kernel has let go of it.
+    drop(unsafe { Box::from_raw(p) });
+    Ok(())
+}
 
 /// A PD.
 #[repr(C)]
@@ -407,28 +435,25 @@ struct Pd {
 
 unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     object("alloc_pd", || {
-        let pd = Box::into_raw(Box::new(Pd {
+        let pd = Pd {
             ibv: ibv_pd::zeroed(),
             pdn: 0,
-        }));
+        };
         let mut req = ibv_alloc_pd::default();
         let mut resp = AllocPdResp::default();
-        // SAFETY: our PD and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_alloc_pd(
-                ctx,
-                pd.cast(),
-                &mut req,
-                size_of::<ibv_alloc_pd>(),
-                &mut resp.core,
-                size_of::<AllocPdResp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(pd) });
-            return Err(e);
-        }
+        let pd = created(pd, |pd| {
+            // SAFETY: our PD and buffers.
+            unsafe {
+                ibv_cmd_alloc_pd(
+                    ctx,
+                    pd.cast(),
+                    &mut req,
+                    size_of::<ibv_alloc_pd>(),
+                    &mut resp.core,
+                    size_of::<AllocPdResp>(),
+                )
+            }
+        })?;
         // SAFETY: ours.
         unsafe { (*pd).pdn = resp.drv.pdn };
         Ok(pd.cast())
@@ -436,12 +461,9 @@ unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    status("dealloc_pd", || {
-        // SAFETY: a PD of ours.
-        cmd(unsafe { ibv_cmd_dealloc_pd(pd) })?;
-        // SAFETY: allocated by alloc_pd, now gone from the kernel.
-        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
-        Ok(())
+    // SAFETY: a PD of ours, made by alloc_pd.
+    status("dealloc_pd", || unsafe {
+        destroyed(pd.cast::<Pd>(), |pd| ibv_cmd_dealloc_pd(pd.cast()))
     })
 }
 
@@ -454,40 +476,104 @@ unsafe extern "C" fn reg_mr(
 ) -> *mut ibv_mr {
     object("reg_mr", || {
         // SAFETY: verbs_mr is valid all-zero.
-        let mr: *mut verbs_mr = Box::into_raw(Box::new(unsafe { std::mem::zeroed() }));
+        let mr: verbs_mr = unsafe { std::mem::zeroed() };
         let mut req = ibv_reg_mr::default();
         let mut resp = ib_uverbs_reg_mr_resp::default();
-        // SAFETY: the application's region and our MR and buffers.
-        let r = cmd(unsafe {
-            ibv_cmd_reg_mr(
-                pd,
-                addr,
-                length,
-                hca_va,
-                access,
-                mr,
-                &mut req,
-                size_of::<ibv_reg_mr>(),
-                &mut resp,
-                size_of::<ib_uverbs_reg_mr_resp>(),
-            )
-        });
-        if let Err(e) = r {
-            // SAFETY: ours, never handed out.
-            drop(unsafe { Box::from_raw(mr) });
-            return Err(e);
-        }
+        let mr = created(mr, |mr| {
+            // SAFETY: the application's region and our MR and buffers.
+            unsafe {
+                ibv_cmd_reg_mr(
+                    pd,
+                    addr,
+                    length,
+                    hca_va,
+                    access,
+                    mr,
+                    &mut req,
+                    size_of::<ibv_reg_mr>(),
+                    &mut resp,
+                    size_of::<ib_uverbs_reg_mr_resp>(),
+                )
+            }
+        })?;
         Ok(mr.cast())
     })
 }
 
 unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
-    status("dereg_mr", || {
-        // SAFETY: an MR of ours.
-        cmd(unsafe { ibv_cmd_dereg_mr(mr) })?;
-        // SAFETY: allocated by reg_mr.
-        drop(unsafe { Box::from_raw(mr) });
-        Ok(())
+    // SAFETY: an MR of ours, made by reg_mr.
+    status("dereg_mr", || unsafe {
+        destroyed(mr, |mr| ibv_cmd_dereg_mr(mr))
+    })
+}
+
+/// `ibv_alloc_mw`: a window of type 1 or 2 (the kernel refuses other types with `EINVAL`,
+/// and all of them with `EOPNOTSUPP` on a function without memory windows). Its key's tag
+/// is 0 until a bind.
+unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
+    object("alloc_mw", || {
+        let mut req = ibv_alloc_mw::default();
+        let mut resp = ib_uverbs_alloc_mw_resp::default();
+        created(ibv_mw::zeroed(), |mw| {
+            // SAFETY: the application's PD, our window and buffers.
+            unsafe {
+                ibv_cmd_alloc_mw(
+                    pd,
+                    mw_type,
+                    mw,
+                    &mut req,
+                    size_of::<ibv_alloc_mw>(),
+                    &mut resp,
+                    size_of::<ib_uverbs_alloc_mw_resp>(),
+                )
+            }
+        })
+    })
+}
+
+unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    // SAFETY: a window of ours, made by alloc_mw.
+    status("dealloc_mw", || unsafe {
+        destroyed(mw, |mw| ibv_cmd_dealloc_mw(mw))
+    })
+}
+
+/// `ibv_bind_mw` (verbs.h has checked that the window is of type 1 and the region of its
+/// PD): posts a `BIND_MW` WQE on `qp` under the window's next key (`ibv_inc_rkey`) and,
+/// once posted, makes that `mw->rkey`, as rdma-core's providers do (if the bind then
+/// completes in error, the application puts the old key back). A type 1 window cannot be
+/// zero-based: `EINVAL`.
+unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int {
+    status("bind_mw", || {
+        if mw.is_null() || mw_bind.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the application's bind.
+        let b = unsafe { *mw_bind };
+        if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the application's window.
+        let new_key = inc_rkey(unsafe { (*mw).rkey });
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = b.wr_id;
+        w.opcode = IBV_WR_BIND_MW;
+        w.send_flags = b.send_flags;
+        w.anon_bind_mw_tso.bind_mw = ibv_send_wr_bind_mw {
+            mw,
+            rkey: new_key,
+            bind_info: b.bind_info,
+        };
+        let mut bad: *mut ibv_send_wr = null_mut();
+        // SAFETY: a QP of ours and a WR of one bind, alive during the call.
+        match unsafe { post_send(qp, &mut w, &mut bad) } {
+            0 => {
+                // SAFETY: the application's window; its key is the provider's to keep.
+                unsafe { (*mw).rkey = new_key };
+                Ok(())
+            }
+            e => Err(e),
+        }
     })
 }
 
@@ -855,8 +941,8 @@ unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> 
 /// `ibv_create_qp_ex` (libibverbs calls `create_qp` itself when the mask is the PD alone):
 /// the PD with `create_flags` 0 (rdma-core's tests ask for none on other vendors'
 /// devices) is an ordinary QP; with `send_ops_flags` (those of [`SUPPORTED_SEND_OPS`]) it
-/// also has the `ibv_wr_*` API ([`crate::wr`]). No XRC, no create flags, no TSO, memory
-/// window binds, ATOMIC WRITE or FLUSH: `EOPNOTSUPP`.
+/// also has the `ibv_wr_*` API ([`crate::wr`]), memory window binds included. No XRC, no
+/// create flags, no TSO, ATOMIC WRITE or FLUSH: `EOPNOTSUPP`.
 unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -1383,6 +1469,7 @@ const VERBS_QP_EX: u32 = 1 << 1;
 fn set_wr_ops(x: &mut ibv_qp_ex) {
     x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_rdma_read = Some(wr_rdma_read);
     x.wr_rdma_write = Some(wr_rdma_write);
@@ -1465,6 +1552,35 @@ unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
 unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
     begin("ibv_wr_local_inv", qpx, IBV_WR_LOCAL_INV, |w| {
         w.imm_data = rkey
+    })
+}
+
+/// `ibv_wr_bind_mw`: binds `mw` (type 2, or type 1) under `rkey` (the application's new
+/// key, `mw->rkey` left as it is, as in rxe and mlx5). The region is read when the batch
+/// is posted.
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    begin("ibv_wr_bind_mw", qpx, IBV_WR_BIND_MW, |w| {
+        w.anon_bind_mw_tso.bind_mw = ibv_send_wr_bind_mw {
+            mw,
+            rkey,
+            bind_info: if info.is_null() {
+                // Refused when posted: a bind needs its window's region or an unbind.
+                ibv_mw_bind_info {
+                    mr: null_mut(),
+                    addr: u64::MAX,
+                    length: 0,
+                    mw_access_flags: 0,
+                }
+            } else {
+                // SAFETY: the application's bind information.
+                unsafe { *info }
+            },
+        }
     })
 }
 

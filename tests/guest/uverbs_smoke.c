@@ -9,7 +9,8 @@
  *   uverbs_smoke run DEV     contexts, PD, MRs (16 MiB, 256 MiB, unmapped),
  *                            CQ, RC QP connected to itself, two RDMA WRITEs
  *                            (the second with a completion event), a UD QP
- *                            with no receive queue, the page pool's limit
+ *                            with no receive queue, memory windows (with
+ *                            CAP_MW), the page pool's limit
  *   uverbs_smoke hold DEV    a context with objects, then sleeps (for rmmod)
  *
  * Prints "UVERBS-SMOKE OK" at the end of a successful run.
@@ -126,6 +127,16 @@ static int reg_mr(struct ctx *c, uint32_t pd, void *addr, uint64_t len,
 	};
 
 	return cmd(c->fd, IB_USER_VERBS_CMD_REG_MR, &r, sizeof(r), NULL, 0,
+		   resp, sizeof(*resp));
+}
+
+/* ALLOC_MW of @type: 0 with the window's handle and key, or -errno. */
+static int alloc_mw(struct ctx *c, uint32_t pd, uint8_t type,
+		    struct ib_uverbs_alloc_mw_resp *resp)
+{
+	struct ib_uverbs_alloc_mw a = { .pd_handle = pd, .mw_type = type };
+
+	return cmd(c->fd, IB_USER_VERBS_CMD_ALLOC_MW, &a, sizeof(a), NULL, 0,
 		   resp, sizeof(*resp));
 }
 
@@ -514,6 +525,28 @@ int main(int argc, char **argv)
 	check(!create_qp(&c, &ud, pd, &cq, RNIC_QPT_UD, 8, 0), "CREATE_QP UD");
 	ret = create_qp(&c, &ud, pd, &cq, 0xff, 8, 8);
 	check(ret, "QP of an unknown type created");
+
+	/*
+	 * Memory windows: a key of each type with MW_KEY_BIT and tag 0, type 3
+	 * refused; one freed, the other left to the close.
+	 */
+	if (c.uc.caps & RNIC_CAP_MW) {
+		struct ib_uverbs_alloc_mw_resp mw1, mw2, mw3;
+		struct ib_uverbs_dealloc_mw d = {};
+
+		check(!alloc_mw(&c, pd, 1, &mw1), "ALLOC_MW type 1");
+		check(!alloc_mw(&c, pd, 2, &mw2), "ALLOC_MW type 2");
+		printf("MWs: type 1 rkey %#x, type 2 rkey %#x\n", mw1.rkey,
+		       mw2.rkey);
+		check(mw1.rkey & RNIC_MW_KEY_BIT && !(mw1.rkey & 0xff) &&
+		      mw2.rkey & RNIC_MW_KEY_BIT && !(mw2.rkey & 0xff) &&
+		      mw1.rkey != mw2.rkey, "MW keys");
+		ret = alloc_mw(&c, pd, 3, &mw3);
+		check(ret == -EINVAL, "ALLOC_MW of type 3: %d", ret);
+		d.mw_handle = mw1.mw_handle;
+		check(!cmd(c.fd, IB_USER_VERBS_CMD_DEALLOC_MW, &d, sizeof(d),
+			   NULL, 0, NULL, 0), "DEALLOC_MW");
+	}
 
 	/* Every page 4 and up: one context each, then none. */
 	for (n = 0; n < 16; n++) {

@@ -14,6 +14,7 @@ use rnic_abi::cmd::{
 use rnic_abi::eth::{self, *};
 use rnic_abi::fast_reg::{AllocFastRegMrReq, FastRegWqe, RegDmaMrReq, MAX_FAST_REG_PAGES};
 use rnic_abi::gid::SetGidReq;
+use rnic_abi::mw::{self, AllocMwReq, AllocMwResp};
 use rnic_abi::srq::{self, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp};
 use rnic_abi::ud::{self, ModifyQpQkey, UdSendWqe};
 use rnic_abi::verbs::{
@@ -295,6 +296,8 @@ fn items() -> Vec<Item> {
         max_inline_data
     );
     layout!(v, "rnic_reg_dma_mr_req", RegDmaMrReq, pdn, access);
+    layout!(v, "rnic_alloc_mw_req", AllocMwReq, pdn, mw_type, reserved);
+    layout!(v, "rnic_alloc_mw_resp", AllocMwResp, rkey, reserved);
     layout!(
         v,
         "rnic_alloc_fast_reg_mr_req",
@@ -657,6 +660,14 @@ fn items() -> Vec<Item> {
         "RNIC_ACCESS_REMOTE_WRITE" = verbs::ACCESS_REMOTE_WRITE,
         "RNIC_ACCESS_REMOTE_READ" = verbs::ACCESS_REMOTE_READ,
         "RNIC_ACCESS_REMOTE_ATOMIC" = verbs::ACCESS_REMOTE_ATOMIC,
+        "RNIC_ACCESS_MW_BIND" = verbs::ACCESS_MW_BIND,
+        "RNIC_CAP_MW" = regs::CAP_MW,
+        "RNIC_CMD_ALLOC_MW" = Opcode::AllocMw as u16,
+        "RNIC_CMD_DEALLOC_MW" = Opcode::DeallocMw as u16,
+        "RNIC_MW_KEY_BIT" = mw::MW_KEY_BIT,
+        "RNIC_MAX_MW_INDEX" = mw::MAX_MW_INDEX,
+        "RNIC_MW_TYPE_1" = mw::MW_TYPE_1,
+        "RNIC_MW_TYPE_2" = mw::MW_TYPE_2,
         "RNIC_QPT_GSI" = ud::QPT_GSI,
         "RNIC_QPT_RC" = verbs::QPT_RC,
         "RNIC_QPT_UC" = verbs::QPT_UC,

@@ -61,8 +61,10 @@
 //! driver data of kernel/rnic-abi-user.h, maps its doorbell page and the user kick page,
 //! registers MRs (16 MiB, 256 MiB in page tables, unmapped memory refused), connects an RC
 //! QP to itself, and completes two RDMA WRITEs through its own rings and doorbells (the
-//! second with a completion event); then the function is reset (FLR) and rnic.ko is
-//! unloaded while a process holds a context with objects, and the run repeated after each.
+//! second with a completion event), allocates memory windows of both types (keys with
+//! `MW_KEY_BIT`, type 3 refused) and frees one; then the function is reset (FLR) and
+//! rnic.ko is unloaded while a process holds a context with objects, and the run repeated
+//! after each.
 //! And with rnic's provider: tests/guest/srq_limit.c, built against Debian's libibverbs,
 //! uses an SRQ (query, resize refused, the limit armed and its async event, receives of an
 //! RC QP on it with their wr_ids, destroy refused while the QP lives).
@@ -1538,6 +1540,11 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
         console.matches("UVERBS-SMOKE OK").count(),
         3,
         "three complete runs"
+    );
+    assert_eq!(
+        console.matches("MWs: type 1 rkey ").count(),
+        3,
+        "memory windows in each run"
     );
     assert!(console.contains("=== reset under a process"));
     assert!(console.contains("=== unloaded under a process"));
