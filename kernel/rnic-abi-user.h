@@ -42,6 +42,13 @@ struct rnic_uverbs_create_cq_req {
 	__u32 reserved;
 };
 
+/* RESIZE_CQ request: the new ring (ABI 1.10, RNIC_CAP_RESIZE_CQ). */
+struct rnic_uverbs_resize_cq_req {
+	__aligned_u64 ring_va;	/* 4 KiB aligned, entries * 32 bytes */
+	__u32 entries;		/* power of two, >= 2, >= cqe and pending, <= max_cqe */
+	__u32 reserved;
+};
+
 /* CREATE_CQ response. */
 struct rnic_uverbs_create_cq_resp {
 	__u32 cqn;

@@ -77,6 +77,7 @@
 #define RNIC_CAP_GSI			0x400000ULL
 #define RNIC_CAP_USER_KICK		0x800000ULL
 #define RNIC_CAP_GID_TABLE		0x1000000ULL
+#define RNIC_CAP_RESIZE_CQ		0x2000000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -133,6 +134,7 @@ struct rnic_vring_desc {
 #define RNIC_CMD_ALLOC_FAST_REG_MR	0x0127
 #define RNIC_CMD_CREATE_CQ		0x0130
 #define RNIC_CMD_DESTROY_CQ		0x0131
+#define RNIC_CMD_RESIZE_CQ		0x0132
 #define RNIC_CMD_CREATE_QP		0x0140
 #define RNIC_CMD_MODIFY_QP		0x0141
 #define RNIC_CMD_QUERY_QP		0x0142
@@ -411,6 +413,12 @@ struct rnic_create_cq_req {
 	struct rnic_page_list ring;
 	__le32 entries;
 	__le32 doorbell_page;
+};
+
+struct rnic_resize_cq_req {
+	struct rnic_page_list ring;
+	__le32 entries;
+	__le32 cqn;
 };
 
 struct rnic_create_cq_resp {
@@ -814,6 +822,7 @@ static_assert(sizeof(struct rnic_create_eth_queue_resp) == 16);
 static_assert(sizeof(struct rnic_eth_queue_req) == 8);
 static_assert(sizeof(struct rnic_set_eth_req) == 16);
 static_assert(sizeof(struct rnic_set_gid_req) == 32);
+static_assert(sizeof(struct rnic_resize_cq_req) == 24);
 static_assert(sizeof(struct rnic_mac_entry) == 8);
 static_assert(sizeof(struct rnic_eth_counters) == 128);
 static_assert(sizeof(struct rnic_query_eth_resp) == 24 + 128);

@@ -383,6 +383,11 @@ static const struct ib_device_ops rnic_ib_mw_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_mw, rnic_mw, ibmw),
 };
 
+/* Resizing a process's CQ (CAP_RESIZE_CQ): the provider gives the new ring. */
+static const struct ib_device_ops rnic_ib_resize_cq_ops = {
+	.resize_cq = rnic_resize_cq,
+};
+
 /* Shared receive queues (CAP_SRQ), the kernel's and processes'. */
 static const struct ib_device_ops rnic_ib_srq_ops = {
 	.create_srq = rnic_create_srq,
@@ -487,6 +492,8 @@ int rnic_ib_add(struct rnic_dev *rd)
 		ib_set_device_ops(ibdev, &rnic_ib_uverbs_ops);
 		if (rd->caps & RNIC_CAP_MW)
 			ib_set_device_ops(ibdev, &rnic_ib_mw_ops);
+		if (rd->caps & RNIC_CAP_RESIZE_CQ)
+			ib_set_device_ops(ibdev, &rnic_ib_resize_cq_ops);
 	}
 	if (rd->caps & RNIC_CAP_SRQ)
 		ib_set_device_ops(ibdev, &rnic_ib_srq_ops);

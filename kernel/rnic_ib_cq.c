@@ -323,6 +323,67 @@ err_buf:
 	return ret;
 }
 
+/*
+ * A process's CQ moves to the new ring its provider gives (RESIZE_CQ): the
+ * device copies the completions not polled yet to their indexes there, and
+ * the old ring is unpinned. The provider does not poll meanwhile and keeps
+ * its consumer index. The kernel's own CQs keep their size: no kernel user
+ * of 6.12 resizes one.
+ */
+int rnic_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
+{
+	struct rnic_ib *rib = to_rib(ibcq->device);
+	struct rnic_cq *cq = to_rcq(ibcq);
+	u32 max = le32_to_cpu(rib->rd->info.limits.max_cqe);
+	struct rnic_uverbs_resize_cq_req ureq;
+	struct rnic_resize_cq_req req = {};
+	struct rnic_ib_pbl pbl = {};
+	struct ib_umem *umem;
+	int ret;
+
+	if (!cq->uctx || !udata)
+		return -EOPNOTSUPP;
+	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
+	if (ret)
+		return ret;
+	if (cqe < 1 || ureq.reserved || ureq.entries < 2 ||
+	    !is_power_of_2(ureq.entries) || ureq.entries < cqe ||
+	    ureq.entries > max) {
+		ibdev_dbg(&rib->ibdev, "CQ %u: %u entries (cqe %d) refused\n",
+			  cq->cqn, ureq.entries, cqe);
+		return -EINVAL;
+	}
+	umem = rnic_umem_ring(rib, ureq.ring_va,
+			      (size_t)ureq.entries * sizeof(struct rnic_cqe));
+	if (IS_ERR(umem))
+		return PTR_ERR(umem);
+	ret = rnic_ib_pbl_alloc(rib, &pbl, umem);
+	if (ret)
+		goto err_umem;
+	rnic_ib_pbl_page_list(&pbl, &req.ring);
+	req.entries = cpu_to_le32(ureq.entries);
+	req.cqn = cpu_to_le32(cq->cqn);
+	/* BAD_PARAM: fewer entries than completions not polled yet. */
+	ret = rnic_cmd_quiet(rib->rd, RNIC_CMD_RESIZE_CQ, &req, sizeof(req),
+			     NULL, 0, RNIC_ST_BAD_PARAM);
+	if (ret)
+		goto err_pbl;
+	/* The device writes only the new ring now: unpin the old one. */
+	rnic_ib_pbl_free(rib, &cq->pbl);
+	ib_umem_release(cq->umem);
+	cq->pbl = pbl;
+	cq->umem = umem;
+	cq->entries = ureq.entries;
+	ibcq->cqe = ureq.entries;
+	return 0;
+
+err_pbl:
+	rnic_ib_pbl_free(rib, &pbl);
+err_umem:
+	ib_umem_release(umem);
+	return ret;
+}
+
 int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
 	struct rnic_ib *rib = to_rib(ibcq->device);

@@ -28,6 +28,7 @@ const FUNCTIONS: &[&str] = &[
     "ibv_cmd_dealloc_mw",
     "ibv_cmd_create_cq",
     "ibv_cmd_destroy_cq",
+    "ibv_cmd_resize_cq",
     "ibv_cmd_create_qp",
     "ibv_cmd_query_qp",
     "ibv_cmd_modify_qp",

@@ -81,6 +81,25 @@ pub struct CreateCqReq {
     pub reserved: u32,
 }
 
+/// `RESIZE_CQ` request data (ABI 1.10, `regs::CAP_RESIZE_CQ`): the CQ's new ring, in the
+/// process's memory. The kernel moves the CQ there (the device's `RESIZE_CQ`, which
+/// copies the completions not polled yet to their indexes in it) and unpins the old ring,
+/// which the process may then free; its consumer index stays. No response data.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct ResizeCqReq {
+    /// Virtual address of the new ring: 4 KiB aligned, `entries * size_of::<verbs::Cqe>()`
+    /// bytes, zeroed, readable and writable.
+    pub ring_va: u64,
+    /// Entries: a power of two, at least 2, at least the `cqe` asked for and the
+    /// completions not polled yet, at most the device's `max_cqe`.
+    pub entries: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
 /// `CREATE_CQ` response data.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,

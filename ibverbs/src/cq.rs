@@ -264,6 +264,32 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
 /// # Safety
 ///
 /// Any pointer.
+/// `ibv_resize_cq`: the CQ moves to a ring of at least `cqe` entries with the completions
+/// not polled yet (the device's `RESIZE_CQ`, ABI 1.10); `cq->cqe` becomes its size.
+/// `EINVAL` for a size out of range or below the completions not polled yet.
+///
+/// # Safety
+///
+/// `cq` is a CQ of this library, or any pointer (refused).
+pub(crate) unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    errno_result("ibv_resize_cq", || {
+        let obj = lookup::<ibv_cq_ex, Cq>(cq.cast())?;
+        let rctx = &obj.r.ctx;
+        let max = rctx.verbs.attr().limits.max_cqe;
+        if cqe < 1 || cqe as u32 > max {
+            return Err(invalid(format_args!("{cqe} CQ entries (1 to {max})")));
+        }
+        obj.r.cq.resize(cqe as u32).map_err(|e| {
+            log::debug!("{}: ibv_resize_cq to {cqe} entries: {e}", rctx.name());
+            errno_of(&e)
+        })?;
+        // SAFETY: the application's CQ, one of ours (looked up above); a provider sets
+        // its `cqe` so.
+        unsafe { (*cq).cqe = obj.r.cq.entries().try_into().unwrap_or(c_int::MAX) };
+        Ok(())
+    })
+}
+
 pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     errno_result("ibv_destroy_cq", || {
         // The event thread holds a CQ for a moment while it queues its event, under the

@@ -92,7 +92,7 @@ exports! {
         provider::ibv_attach_mcast,
         provider::ibv_copy_ah_attr_from_kern,
         provider::ibv_detach_mcast,
-        provider::ibv_resize_cq,
+        cq::ibv_resize_cq,
         provider::ibv_resolve_eth_l2_from_gid,
         qp::ibv_create_qp,
         qp::ibv_destroy_qp,

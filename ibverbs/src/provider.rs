@@ -350,17 +350,6 @@ pub(crate) unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
     })
 }
 
-/// `ibv_resize_cq`: CQs keep their size; `EOPNOTSUPP`.
-///
-/// # Safety
-///
-/// Any pointer.
-pub(crate) unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    guard("ibv_resize_cq", libc::EOPNOTSUPP, || {
-        unsupported("resizing CQs (ibv_resize_cq)")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,7 +385,6 @@ mod tests {
                 ibv_query_ece(std::ptr::null_mut(), std::ptr::null_mut()),
                 libc::EOPNOTSUPP
             );
-            assert_eq!(ibv_resize_cq(std::ptr::null_mut(), 4), libc::EOPNOTSUPP);
         }
     }
 }

@@ -228,7 +228,7 @@ context_ops! {
     >,
     req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     rereg_mr: Unused,
-    resize_cq: Unused,
+    resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     set_ece: Unused,
     unimport_dm: Unused,
     unimport_mr: Unused,
@@ -294,6 +294,10 @@ kabi! {
     }
     /// `struct ib_uverbs_create_cq_resp`.
     ib_uverbs_create_cq_resp { cq_handle: u32, cqe: u32, }
+    /// `struct ib_uverbs_resize_cq`.
+    ib_uverbs_resize_cq { response: u64, cq_handle: u32, cqe: u32, }
+    /// `struct ib_uverbs_resize_cq_resp`.
+    ib_uverbs_resize_cq_resp { cqe: u32, reserved: u32, }
     /// `struct ib_uverbs_create_qp`.
     ib_uverbs_create_qp {
         response: u64, user_handle: u64, pd_handle: u32, send_cq_handle: u32,
@@ -451,6 +455,10 @@ command!(
     rnic_create_cq = ib_uverbs_create_cq, rnic_abi::uverbs::CreateCqReq
 );
 command!(
+    /// `struct ibv_resize_cq` with rnic's request data.
+    rnic_resize_cq = ib_uverbs_resize_cq, rnic_abi::uverbs::ResizeCqReq
+);
+command!(
     /// `struct ibv_create_qp` with rnic's request data.
     rnic_create_qp = ib_uverbs_create_qp, rnic_abi::uverbs::CreateQpReq
 );
@@ -469,6 +477,9 @@ const _: () = {
     assert!(size_of::<ibv_modify_qp>() == 120);
     assert!(size_of::<ib_uverbs_create_cq>() == 32);
     assert!(offset_of!(rnic_create_cq, drv) == 40);
+    assert!(size_of::<ib_uverbs_resize_cq>() == 16);
+    assert!(offset_of!(rnic_resize_cq, drv) == 24);
+    assert!(size_of::<ib_uverbs_resize_cq_resp>() == 8);
     assert!(size_of::<ib_uverbs_create_qp>() == 56);
     assert!(offset_of!(rnic_create_qp, drv) == 64);
     assert!(size_of::<ib_uverbs_get_context_resp>() == 8);
@@ -645,6 +656,15 @@ extern "C" {
     ) -> c_int;
     /// `DESTROY_CQ`.
     pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    /// `RESIZE_CQ`: sets the CQ's `cqe` from the kernel's answer.
+    pub fn ibv_cmd_resize_cq(
+        cq: *mut ibv_cq,
+        cqe: c_int,
+        cmd: *mut ib_uverbs_cmd_hdr,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_resize_cq_resp,
+        resp_size: usize,
+    ) -> c_int;
     /// `CREATE_QP`.
     pub fn ibv_cmd_create_qp(
         pd: *mut ibv_pd,
@@ -747,6 +767,7 @@ mod test_stubs {
         ibv_cmd_dealloc_mw,
         ibv_cmd_create_cq,
         ibv_cmd_destroy_cq,
+        ibv_cmd_resize_cq,
         ibv_cmd_create_qp,
         ibv_cmd_query_qp,
         ibv_cmd_destroy_qp,

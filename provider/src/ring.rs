@@ -176,6 +176,12 @@ impl CqReader {
         }
     }
 
+    /// Reads `ring` from now on (the CQ was resized: the device copied the entries not
+    /// consumed yet to their indexes there), from the same consumer index.
+    pub fn set_ring(&mut self, ring: Ring) {
+        self.ring = ring;
+    }
+
     /// The next new CQE, if the device wrote one; does not store the consumer index.
     pub fn take(&mut self) -> Option<Cqe> {
         let entries = self.ring.entries();

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::pci::{PF_DEVICE_ID, VENDOR_ID, VF_DEVICE_ID};
-use rnic_abi::uverbs::{CreateCqReq, CreateQpReq, CreateSrqReq, MMAP_LEN, UVERBS_ABI_VERSION};
+use rnic_abi::uverbs::{
+    CreateCqReq, CreateQpReq, CreateSrqReq, ResizeCqReq, MMAP_LEN, UVERBS_ABI_VERSION,
+};
 use rnic_abi::verbs::{rq_stride, sq_stride, Cqe, Sge};
 use rnic_driver::verbs::{RqState, SendSlot, SqState};
 use rnic_verbs_abi::*;
@@ -273,6 +275,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     query_srq: Some(query_srq),
     reg_mr: Some(reg_mr),
     req_notify_cq: Some(req_notify_cq),
+    resize_cq: Some(resize_cq),
     ..verbs_context_ops::EMPTY
 };
 
@@ -589,7 +592,8 @@ struct Cq {
     reader: Mutex<CqReader>,
     /// The completion an extended CQ's poll is at (`ibv_start_poll`, `ibv_next_poll`).
     current: Mutex<ibv_wc>,
-    _ring: Mapping,
+    /// The ring the reader reads (another after `ibv_resize_cq`).
+    ring: Mutex<Mapping>,
 }
 
 /// The CQ of an `ibv_cq` of ours.
@@ -689,7 +693,7 @@ unsafe fn new_cq(
         // The slot is the kernel's answer, below.
         reader: Mutex::new(CqReader::new(view, 0)),
         current: Mutex::new(ibv_wc::zeroed()),
-        _ring: ring,
+        ring: Mutex::new(ring),
     }));
     // SAFETY: our CQ and buffers.
     let r = cmd(unsafe {
@@ -827,6 +831,50 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         cmd(unsafe { ibv_cmd_destroy_cq(cq) })?;
         // SAFETY: allocated by create_cq; the device no longer writes its ring.
         drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+        Ok(())
+    })
+}
+
+/// `ibv_resize_cq`: the CQ moves to a new ring of at least `cqe` entries (a power of two)
+/// with the completions not polled yet (the kernel's and the device's `RESIZE_CQ`); the
+/// reader keeps its consumer index and reads the new ring from it.
+unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    status("resize_cq", || {
+        let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+        let entries = want
+            .max(2)
+            .checked_next_power_of_two()
+            .ok_or(libc::EINVAL)?;
+        let size = c_int::try_from(entries).map_err(|_| libc::EINVAL)?;
+        // SAFETY: a CQ of ours, alive during the call.
+        let c = unsafe { cq_of(cq) };
+        let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
+        let mut req = rnic_resize_cq {
+            drv: ResizeCqReq {
+                ring_va: ring.addr(),
+                entries,
+                reserved: 0,
+            },
+            ..Default::default()
+        };
+        let mut resp = ib_uverbs_resize_cq_resp::default();
+        // No poll reads either ring while the CQ moves.
+        let mut reader = lock(&c.reader);
+        // SAFETY: our CQ and buffers.
+        cmd(unsafe {
+            ibv_cmd_resize_cq(
+                cq,
+                size,
+                &mut req.hdr,
+                size_of::<rnic_resize_cq>(),
+                &mut resp,
+                size_of::<ib_uverbs_resize_cq_resp>(),
+            )
+        })?;
+        // SAFETY: a ring of `entries` CQEs, mapped above, which the CQ keeps from now on.
+        reader.set_ring(unsafe { Ring::new(ring.ptr, entries, size_of::<Cqe>() as u32) });
+        // The old ring, which the kernel unpinned, goes.
+        *lock(&c.ring) = ring;
         Ok(())
     })
 }
@@ -1800,7 +1848,7 @@ mod tests {
             inner: &*inner,
             reader: Mutex::new(CqReader::new(view, 5)),
             current: Mutex::new(ibv_wc::zeroed()),
-            _ring: cq_ring,
+            ring: Mutex::new(cq_ring),
         });
         let (sq_stride, rq_stride) = (sq_stride(1, 64), rq_stride(1));
         let sq_ring = Mapping::anonymous(4 * sq_stride as usize).unwrap();
@@ -1901,7 +1949,7 @@ mod tests {
         unsafe {
             ptr::copy_nonoverlapping(
                 zerocopy::IntoBytes::as_bytes(&cqe).as_ptr(),
-                cq._ring.ptr,
+                lock(&cq.ring).ptr,
                 32,
             )
         };
@@ -1923,7 +1971,7 @@ mod tests {
         unsafe {
             ptr::copy_nonoverlapping(
                 zerocopy::IntoBytes::as_bytes(&stale).as_ptr(),
-                cq._ring.ptr.add(32),
+                lock(&cq.ring).ptr.add(32),
                 32,
             )
         };
@@ -2043,7 +2091,7 @@ mod tests {
         unsafe {
             ptr::copy_nonoverlapping(
                 zerocopy::IntoBytes::as_bytes(&cqe).as_ptr(),
-                cq._ring.ptr,
+                lock(&cq.ring).ptr,
                 32,
             )
         };

@@ -268,6 +268,14 @@ fn items() -> Vec<Item> {
     );
     layout!(
         v,
+        "rnic_uverbs_resize_cq_req",
+        uverbs::ResizeCqReq,
+        ring_va,
+        entries,
+        reserved
+    );
+    layout!(
+        v,
         "rnic_uverbs_create_cq_resp",
         uverbs::CreateCqResp,
         cqn,
@@ -312,6 +320,14 @@ fn items() -> Vec<Item> {
         ring,
         entries,
         doorbell_page
+    );
+    layout!(
+        v,
+        "rnic_resize_cq_req",
+        rnic_abi::verbs::ResizeCqReq,
+        ring,
+        entries,
+        cqn
     );
     layout!(
         v,
@@ -634,6 +650,7 @@ fn items() -> Vec<Item> {
         "RNIC_CAP_GSI" = regs::CAP_GSI,
         "RNIC_CAP_USER_KICK" = regs::CAP_USER_KICK,
         "RNIC_CAP_GID_TABLE" = regs::CAP_GID_TABLE,
+        "RNIC_CAP_RESIZE_CQ" = regs::CAP_RESIZE_CQ,
         "RNIC_GID_TABLE_LEN" = rnic_abi::gid::GID_TABLE_LEN,
         "RNIC_GID_VALID" = rnic_abi::gid::GID_VALID,
         "RNIC_CAP_PAGE_TABLES" = regs::CAP_PAGE_TABLES,
@@ -648,6 +665,7 @@ fn items() -> Vec<Item> {
         "RNIC_CMD_ALLOC_FAST_REG_MR" = Opcode::AllocFastRegMr as u16,
         "RNIC_CMD_CREATE_CQ" = Opcode::CreateCq as u16,
         "RNIC_CMD_DESTROY_CQ" = Opcode::DestroyCq as u16,
+        "RNIC_CMD_RESIZE_CQ" = Opcode::ResizeCq as u16,
         "RNIC_CMD_CREATE_QP" = Opcode::CreateQp as u16,
         "RNIC_CMD_MODIFY_QP" = Opcode::ModifyQp as u16,
         "RNIC_CMD_QUERY_QP" = Opcode::QueryQp as u16,

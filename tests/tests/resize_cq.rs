@@ -47,7 +47,10 @@ fn writes(
 fn expect_ids(cq: &Cq, ids: std::ops::Range<u64>) {
     let want: Vec<u64> = ids.collect();
     let got = poll_n(cq, want.len(), WAIT);
-    assert!(got.iter().all(|w| w.status == Ok(WcStatus::Success)), "{got:?}");
+    assert!(
+        got.iter().all(|w| w.status == Ok(WcStatus::Success)),
+        "{got:?}"
+    );
     assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), want);
 }
 

@@ -241,9 +241,8 @@ impl Cq {
         let inner = &*self.inner;
         let (ctx, cqn, _) = inner.bind.get().clone();
         if ctx.attr.caps & rnic_abi::regs::CAP_RESIZE_CQ == 0 {
-            return Err(crate::error::Error::Device(
-                "resizing a CQ: the device does not report CAP_RESIZE_CQ (an rnicd older than ABI 1.10?)"
-                    .into(),
+            return Err(crate::error::Error::Unsupported(
+                "resizing a CQ: the device does not report CAP_RESIZE_CQ (an rnicd older than ABI 1.10?)",
             ));
         }
         let entries = ring::ring_entries(entries, 2)?;
