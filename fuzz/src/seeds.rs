@@ -515,6 +515,7 @@ pub fn send_seeds() -> Vec<Vec<u8>> {
                 dgid: a.ctx.attr().gid,
                 hop_limit: 0,
                 traffic_class: 0,
+                sgid_index: 0,
             },
         )
         .expect("post a seed datagram");

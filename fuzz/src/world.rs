@@ -385,6 +385,7 @@ impl World {
                     dgid: gid_b,
                     hop_limit: 0,
                     traffic_class: 0,
+                    sgid_index: 0,
                 },
             )
             .expect("post A's datagram");
