@@ -257,8 +257,13 @@ impl State {
                 self.used_switch = true;
             }
             if let Some(addresses) = f.take_gid_addresses() {
-                // Every thread takes the new forwarding table before its next pass.
-                lock(&shared.switch).set_gid_addresses(member, &addresses);
+                let mut switch = lock(&shared.switch);
+                switch.set_gid_addresses(member, &addresses);
+                // This thread's functions after this one see the change in this pass (a
+                // reset freed an address another may set now); the other threads take it
+                // before their next pass.
+                self.neighbors = switch.neighbors();
+                self.route = switch.route();
                 shared.admin_version.fetch_add(1, Ordering::AcqRel);
                 self.used_switch = true;
             }
