@@ -16,7 +16,7 @@
 #          system libibverbs in place of Debian's, so Debian's unmodified ibverbs-utils and
 #          perftest drive the rnic functions attached to the guest (through PCI sysfs), and
 #          UCX too (/init makes the /dev/infiniband/rnic_N stand-ins it looks for). No
-#          rdma_rxe and no provider plug-ins. Image: $VERBS_KIT/initramfs.img, a cached base
+#          rdma_rxe and no provider plug-ins. Image: $VERBS_KIT/initramfs-<hash>.img, a cached base
 #          image ($VERBS_KIT/base.zst) followed by a small cpio holding the library (the
 #          kernel unpacks concatenated archives), so a library change repacks only that.
 #          Before packing, Debian's ibv_devices runs on the library in the root (chroot), which
@@ -32,7 +32,7 @@
 #          but rpcrdma, and rdma_ucm); ib_uverbs and rdma_ucm are loaded at boot, and Debian's libibverbs finds rnic's provider
 #          plug-in (provider/, librnic-rdmav34.so, /etc/libibverbs.d/rnic.driver), so
 #          Debian's verbs and rdma_cm programs run on rnic0. `roce-gid-index rnic0` prints
-#          the GID index of the IPv4 address. Image: $KERNEL_KIT/initramfs.img, a cached
+#          the GID index of the IPv4 address. Image: $KERNEL_KIT/initramfs-<hash>.img, a cached
 #          base image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod
 #          runs at boot) and the provider, so a driver change repacks only that.
 #
@@ -470,22 +470,36 @@ if [ "$flavour" = rxe ]; then
     exit 0
 fi
 
+# The kernel and verbs guests' images are named after what they carry (rnic.ko and the
+# provider, or rnic's libibverbs), so checkouts with different sources (worktrees) never
+# boot each other's drivers. Reusing an image refreshes its time; images nobody asked for
+# in two hours go (the old unnamed initramfs.img with them).
+image_path() { # KIT STAMP
+    echo "$1/initramfs-$(echo "$2" | sha256sum | cut -c1-16).img"
+}
+image_fresh() { [ -f "$1" ] && touch "$1"; }
+prune_images() { # KIT
+    find "$1" -maxdepth 1 -name 'initramfs-*.img' -mmin +120 -delete
+    rm -f "$1/initramfs.img" "$1/image-stamp"
+}
+
 # --- the kernel-driver guest's module ---------------------------------------------------------
 if [ "$flavour" = kernel ]; then
     need_root
     ko=$(bash "$here/kernel-module.sh") || die "building rnic.ko failed (see above)"
-    out=$KERNEL_KIT/initramfs.img
     check_dir=$(mktemp -d "$KERNEL_KIT/.module.XXXXXX")
     provider=$check_dir/$libdir/libibverbs/librnic-rdmav34.so
     mkdir -p "$(dirname "$provider")" "$check_dir/etc/libibverbs.d"
     build_provider "$provider"
     ko_stamp="$stamp $(sha256sum <"$ko" | cut -d' ' -f1) $(sha256sum <"$provider" | cut -d' ' -f1)"
-    if [ -f "$out" ] && [ "$(cat "$KERNEL_KIT/image-stamp" 2>/dev/null)" = "$ko_stamp" ]; then
+    out=$(image_path "$KERNEL_KIT" "$ko_stamp")
+    if image_fresh "$out"; then
         echo "$out"
         exit 0
     fi
     exec 9>"$RNIC_CACHE/.debian-guest.lock"
     flock 9
+    prune_images "$KERNEL_KIT"
     moddir=usr/lib/modules/$kver/extra
     mkdir -p "$check_dir/$moddir"
     strip --strip-debug -o "$check_dir/$moddir/rnic.ko" "$ko" || die "strip $ko failed"
@@ -500,7 +514,6 @@ if [ "$flavour" = kernel ]; then
     } >"$tmp_out"
     chmod 644 "$tmp_out"
     mv -f "$tmp_out" "$out"
-    echo "$ko_stamp" >"$KERNEL_KIT/image-stamp"
     log "wrote $out (rnic.ko, $(du -h "$ko" | cut -f1); librnic-rdmav34.so, $(du -h "$provider" | cut -f1))"
     echo "$out"
     exit 0
@@ -508,18 +521,19 @@ fi
 
 # --- the verbs guest's library --------------------------------------------------------------
 need_root
-out=$VERBS_KIT/initramfs.img
 check_dir=$(mktemp -d "$RXE_ROOT/var/tmp/rnic-libibverbs.XXXXXX")
 lib=$check_dir/libibverbs.so.1
 build_library "$lib"
 lib_stamp="$stamp $(sha256sum <"$lib" | cut -d' ' -f1)"
-if [ -f "$out" ] && [ "$(cat "$VERBS_KIT/image-stamp" 2>/dev/null)" = "$lib_stamp" ]; then
+out=$(image_path "$VERBS_KIT" "$lib_stamp")
+if image_fresh "$out"; then
     echo "$out"
     exit 0
 fi
 check_library "${lib#"$RXE_ROOT"}"
 exec 9>"$RNIC_CACHE/.debian-guest.lock"
 flock 9
+prune_images "$VERBS_KIT"
 # The library replaces Debian's under its own name (Debian's is not in the base image).
 mkdir -p "$check_dir/cpio/$libdir"
 cp "$lib" "$check_dir/cpio/$libdir/libibverbs.so.1"
@@ -531,6 +545,5 @@ tmp_out=$(mktemp "$VERBS_KIT/.initramfs.XXXXXX")
 } >"$tmp_out"
 chmod 644 "$tmp_out"
 mv -f "$tmp_out" "$out"
-echo "$lib_stamp" >"$VERBS_KIT/image-stamp"
 log "wrote $out (rnic's libibverbs.so.1, $(du -h "$lib" | cut -f1))"
 echo "$out"

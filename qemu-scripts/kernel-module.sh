@@ -5,7 +5,8 @@
 # and runs `make W=1` there. Rebuilds only when kernel/'s sources or the kernel version
 # changed; a warning fails the build. Needs root, the trixie root and the guest kit
 # (setup.sh makes both; setup.sh calls this script). Prints the module's path on stdout:
-# $RNIC_CACHE/kernel-module/rnic.ko.
+# $RNIC_CACHE/kernel-module/rnic-<hash of its sources>.ko, so checkouts with different
+# sources (worktrees) never boot each other's module.
 # Usage: kernel-module.sh
 set -euo pipefail
 
@@ -23,11 +24,14 @@ src=$repo/kernel
 [ -x "$TRIXIE_ROOT/usr/bin/apt-get" ] || die "no trixie root at $TRIXIE_ROOT; run qemu-scripts/setup.sh"
 kver=$(cat "$GUEST_KIT/kernel-version")
 sources=("$src"/Kbuild "$src"/Makefile "$src"/*.c "$src"/*.h)
-stamp=$({ echo "$kver"; cat "${sources[@]}" "${BASH_SOURCE[0]}"; } | sha256sum | cut -d' ' -f1)
+stamp=$({ echo "$kver"; cat "${sources[@]}" "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
+ko=$out_dir/rnic-$stamp.ko
 
-fresh() { [ -f "$out_dir/rnic.ko" ] && [ "$(cat "$out_dir/stamp" 2>/dev/null)" = "$stamp" ]; }
+# A module in use stays: reusing one refreshes its time, and only modules nobody asked for
+# in two hours go.
+fresh() { [ -f "$ko" ] && touch "$ko"; }
 if fresh; then
-    echo "$out_dir/rnic.ko"
+    echo "$ko"
     exit 0
 fi
 [ "$(id -u)" = 0 ] || die "must run as root (chroot and apt-get need it); re-run with sudo"
@@ -36,9 +40,11 @@ mkdir -p "$out_dir"
 exec 9>"$RNIC_CACHE/.kernel-module.lock"
 flock 9
 if fresh; then
-    echo "$out_dir/rnic.ko"
+    echo "$ko"
     exit 0
 fi
+find "$out_dir" -maxdepth 1 -name 'rnic*.ko' -mmin +120 -delete
+rm -f "$out_dir/rnic.ko" "$out_dir/stamp"
 
 headers=linux-headers-$kver
 build=/usr/src/$headers
@@ -65,9 +71,8 @@ if grep -Eiq 'warning:|error:' <<<"$output"; then
     printf '%s\n' "$output" >&2
     die "the module built with warnings (see above); kernel/ must build warning-free with W=1"
 fi
-cp "$work/rnic.ko" "$out_dir/rnic.ko.tmp"
-mv -f "$out_dir/rnic.ko.tmp" "$out_dir/rnic.ko"
-echo "$stamp" >"$out_dir/stamp"
+cp "$work/rnic.ko" "$ko.tmp"
+mv -f "$ko.tmp" "$ko"
 rm -rf --one-file-system "$work"
-log "built $out_dir/rnic.ko"
-echo "$out_dir/rnic.ko"
+log "built $ko"
+echo "$ko"
