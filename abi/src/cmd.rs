@@ -100,6 +100,10 @@ pub enum Opcode {
     /// Give a QP a window for send WQEs by MMIO: `verbs::ObjectReq` (QPN) ->
     /// `mmio::SqWindowResp`.
     CreateSqWindow = 0x0145,
+    /// A UD QP joins a multicast group (ABI 1.11): `mcast::McastReq`.
+    AttachMcast = 0x0146,
+    /// A UD QP leaves a multicast group (ABI 1.11): `mcast::McastReq`.
+    DetachMcast = 0x0147,
     /// Create a control queue: `ctrlq::CreateCtrlqReq` -> `ctrlq::CreateCtrlqResp`.
     CreateCtrlq = 0x0170,
     /// Destroy a control queue: `verbs::ObjectReq`.
@@ -193,6 +197,8 @@ impl Opcode {
             0x0143 => Self::DestroyQp,
             0x0144 => Self::AdoptQp,
             0x0145 => Self::CreateSqWindow,
+            0x0146 => Self::AttachMcast,
+            0x0147 => Self::DetachMcast,
             0x0150 => Self::CreateSrq,
             0x0151 => Self::ModifySrq,
             0x0152 => Self::QuerySrq,

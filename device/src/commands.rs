@@ -103,6 +103,8 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::ResizeCq
         | Opcode::ModifyQp
         | Opcode::DestroyQp
+        | Opcode::AttachMcast
+        | Opcode::DetachMcast
         | Opcode::ModifySrq
         | Opcode::DestroySrq
         | Opcode::SetDcKey

@@ -313,7 +313,9 @@ impl State {
                         self.fresh.push(port);
                     }
                 }
-                Hop::Switch | Hop::Uplink | Hop::Flood | Hop::Nowhere => through_switch.push(frame),
+                Hop::Switch | Hop::Uplink | Hop::Flood | Hop::Multicast | Hop::Nowhere => {
+                    through_switch.push(frame)
+                }
             }
         }
         if !through_switch.is_empty() {

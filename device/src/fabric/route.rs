@@ -22,6 +22,9 @@ pub enum Hop {
     /// To every port but the sender's, and to the network: a broadcast or multicast
     /// frame (§15.1); through the switch, which knows the sender.
     Flood,
+    /// To every port, the sender's too, and to the network: a RoCEv2 frame for a
+    /// multicast group, which any function's QPs may have joined (§14.15).
+    Multicast,
     /// Nowhere (counted unroutable): an address of a port under a MAC no port has, or no
     /// IPv4 destination at all.
     Nowhere,
@@ -63,6 +66,7 @@ impl Route {
             };
         }
         match roce_destination(frame) {
+            Some((ip, _)) if ip[0] & 0xf0 == 0xe0 => Hop::Multicast,
             Some((ip, _)) if !self.ips.contains(&ip) => Hop::Uplink,
             Some(_) => Hop::Nowhere,
             // Another frame: to every port if it is broadcast or multicast, else, its MAC

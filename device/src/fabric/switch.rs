@@ -390,6 +390,16 @@ impl Switch {
                     self.capture_uplink();
                 }
             }
+            (Hop::Multicast, _) => {
+                for port in 0..self.inboxes.len() {
+                    self.deliver(port, frame.clone());
+                }
+                if let Some(uplink) = &mut self.uplink {
+                    frame.seal();
+                    uplink.send(&frame.bytes);
+                    self.capture_uplink();
+                }
+            }
             (Hop::Uplink, Some(uplink)) => {
                 frame.seal();
                 uplink.send(&frame.bytes);
@@ -699,5 +709,21 @@ mod tests {
         s.send_from(1, Frame::sealed(other.clone()));
         assert_eq!(sent.lock().unwrap()[1], other);
         assert_eq!(s.unroutable, 0);
+    }
+
+    #[test]
+    fn a_roce_frame_to_a_group_reaches_every_port_its_sender_too_and_the_network() {
+        let mut s = Switch::new(two_ports().to_vec(), None);
+        let fake = Fake::default();
+        let sent = fake.sent.clone();
+        s.set_uplink(Box::new(fake));
+        let group = [239, 1, 2, 3];
+        let f = roce(rnic_abi::mcast::mac_of(group), group, 0xFF_FFFF, 1);
+        assert_eq!(s.route().hop(&f, false), Hop::Multicast);
+        s.send_from(0, Frame::sealed(f.clone()));
+        for port in [0, 1] {
+            assert_eq!(s.take(port), VecDeque::from([Frame::sealed(f.clone())]));
+        }
+        assert_eq!(*sent.lock().unwrap(), [f]);
     }
 }

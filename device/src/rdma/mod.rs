@@ -15,7 +15,8 @@
 //!   those transports); [`wire`] turns packets of a QP into frames;
 //! - the objects: [`qp`] (a QP and its transport state), [`wqe`] (work queues and their
 //!   entries; [`mmio`] windows), [`cq`] (completion and event queues), [`mkey`] (memory
-//!   keys), [`srq`], [`shared_sq`], [`ctrlq`], [`session`], [`sched`], [`answers`];
+//!   keys), [`srq`], [`shared_sq`], [`ctrlq`], [`session`], [`sched`], [`answers`],
+//!   [`mcast`] (multicast groups);
 //!   [`drops`] (why a frame is dropped), [`env`](mod@env) (the memory work runs against),
 //!   [`error`] (why a command is refused).
 
@@ -28,6 +29,7 @@ pub mod drops;
 pub mod env;
 pub mod error;
 pub mod handover;
+pub mod mcast;
 pub mod mkey;
 pub mod mmio;
 pub mod qp;
@@ -112,6 +114,8 @@ pub struct RdmaState {
     qps: BTreeMap<u32, Box<Qp>>,
     srqs: srq::SrqTable,
     ud: ud::UdTable,
+    /// The multicast groups its UD QPs joined.
+    mcast: mcast::McastTable,
     uc: uc::UcTable,
     dc: dc::DcTable,
     ctrlqs: ctrlq::CtrlqTable,
@@ -184,6 +188,7 @@ impl RdmaState {
             qps: BTreeMap::new(),
             srqs: Default::default(),
             ud: Default::default(),
+            mcast: Default::default(),
             uc: Default::default(),
             dc: Default::default(),
             ctrlqs: Default::default(),

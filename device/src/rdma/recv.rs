@@ -8,13 +8,14 @@
 
 use std::time::Instant;
 
+use rnic_abi::mcast::MULTICAST_QPN;
 use rnic_abi::verbs::QpState;
 
 use super::drops::{self, Drop, QpTransport};
 use super::env::Env;
 use super::qp::{self, mtu, Qp};
 use super::wire::Wire;
-use super::{completer, dc, responder, RdmaState};
+use super::{completer, dc, mcast, responder, RdmaState};
 use crate::fabric::frame::{Endpoint, Frame};
 use crate::fabric::held::Payload;
 use crate::fabric::train::Run;
@@ -53,7 +54,12 @@ pub fn parse<'a>(
     } else {
         parse::parse_unsealed(&frame.bytes)
     };
-    let here = |mac: [u8; 6], ip: [u8; 4]| mac == local.mac && (ip == local.ip || gids.holds(ip));
+    // A multicast group's frame comes to every function (§14.15): the function's own
+    // groups are for the multicast dispatch to find.
+    let here = |mac: [u8; 6], ip: [u8; 4]| {
+        (mac == local.mac && (ip == local.ip || gids.holds(ip)))
+            || (mcast::is_group(ip) && mac == rnic_abi::mcast::mac_of(ip))
+    };
     match parsed {
         Ok(pkt) if here(pkt.dst_mac, pkt.dst_ip) => Ok(pkt),
         Err(ParseError::Unsupported(u)) if here(u.dst_mac, u.dst_ip) => Err(Refused::Foreign(u)),
@@ -152,6 +158,10 @@ impl RdmaState {
             }
         };
         let qpn = pkt.hdrs.bth.dest_qp;
+        if mcast::is_group(pkt.dst_ip) || qpn == MULTICAST_QPN {
+            self.deliver_multicast(frame, &pkt, env, wire, now, received);
+            return;
+        }
         let Some(mut qp) = self.qps.remove(&qpn) else {
             let (opcode, len) = (pkt.hdrs.bth.opcode, pkt.payload.len());
             log::trace!("qp {qpn:#x}: frame {opcode:#x} dropped: UnknownQp");
@@ -177,6 +187,43 @@ impl RdmaState {
         self.qps.insert(qpn, qp);
         self.reschedule(qpn);
         self.report_drained(qpn, env);
+    }
+
+    /// Hands a multicast packet to each QP of the function in its group (rxe's
+    /// `rxe_rcv_mcast_pkt`), each taking it as a datagram of its own. A function with no
+    /// QP in the group ignores it without counting it: the switch gives every function a
+    /// copy, as an Ethernet switch floods a group's frames (§14.15). Multicast needs both
+    /// the group's address and [`MULTICAST_QPN`]: either alone is dropped.
+    fn deliver_multicast(
+        &mut self,
+        frame: &Frame,
+        pkt: &Packet,
+        env: &Env,
+        wire: &mut Wire,
+        now: Instant,
+        received: &mut Vec<u32>,
+    ) {
+        let (group, qpn) = (pkt.dst_ip, pkt.hdrs.bth.dest_qp);
+        if !mcast::is_group(group) || qpn != MULTICAST_QPN || frame.train.is_some() {
+            let why = if mcast::is_group(group) {
+                Drop::UnknownQp
+            } else {
+                Drop::Address
+            };
+            log::trace!("multicast frame to {group:?}, qp {qpn:#x}, dropped: {why:?}");
+            self.count_drops(why, frame.packets());
+            return;
+        }
+        for qpn in self.mcast.members(group).to_vec() {
+            let Some(mut qp) = self.qps.remove(&qpn) else {
+                continue;
+            };
+            received.push(qpn);
+            self.take_packet(&mut qp, pkt, &frame.bytes, env, wire, now);
+            self.qps.insert(qpn, qp);
+            self.reschedule(qpn);
+            self.report_drained(qpn, env);
+        }
     }
 
     /// Hands a run of a train's packets to `qp`'s transport: as one, if its responder or

@@ -184,9 +184,14 @@ impl Wire<'_> {
         };
         let addressing = Addressing {
             src_mac: local.mac,
-            // An unknown destination goes to the broadcast address and, on the internal
-            // switch, nowhere: the requester's retry timer then reports it.
-            dst_mac: self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6]),
+            // A multicast group's MAC is the group's (§14.15). An unknown destination goes
+            // to the broadcast address and, on the internal switch, nowhere: the
+            // requester's retry timer then reports it.
+            dst_mac: if super::mcast::is_group(dst_ip) {
+                rnic_abi::mcast::mac_of(dst_ip)
+            } else {
+                self.neighbors.get(&dst_ip).copied().unwrap_or([0xff; 6])
+            },
             src_ip,
             dst_ip,
             src_port: self

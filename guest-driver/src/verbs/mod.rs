@@ -77,7 +77,7 @@ pub use rnic_abi::verbs::{
 pub use shared_sq::SharedSq;
 pub use srq::Srq;
 pub use transition::{init_attr, rtr_attr, rts_attr, uc_rtr_attr, uc_rts_attr};
-pub use ud::{UdAddress, GRH_LEN, QKEY_USE_OWN};
+pub use ud::{UdAddress, GRH_LEN, MULTICAST_QPN, QKEY_USE_OWN};
 
 use ring::{Doorbells, ListKinds, Ring};
 

@@ -879,6 +879,21 @@ impl Qp {
         self.modify_with(attr, mask | attr::QKEY, extra.as_bytes())
     }
 
+    /// `ATTACH_MCAST` or `DETACH_MCAST` (`opcode`) of this QP and group `gid`.
+    pub(super) fn mcast(&self, opcode: Opcode, gid: &[u8; 16]) -> Result<()> {
+        if self.pd.ctx().attr.caps & rnic_abi::regs::CAP_MULTICAST == 0 {
+            return Err(crate::Error::Unsupported(
+                "multicast: the device does not report CAP_MULTICAST (an rnicd older than ABI 1.11?)",
+            ));
+        }
+        let req = rnic_abi::mcast::McastReq {
+            qpn: self.qpn,
+            reserved: 0,
+            gid: *gid,
+        };
+        self.pd.ctx().command_no_body(opcode, req.as_bytes())
+    }
+
     /// Whether the QP takes its receives from an SRQ.
     pub fn has_srq(&self) -> bool {
         self.srq.is_some()

@@ -1,6 +1,7 @@
 //! Unreliable datagram QPs ([`rnic_abi::ud`]): single-packet SENDs to any UD QP, addressed
 //! per work request.
 
+use rnic_abi::cmd::Opcode;
 use rnic_abi::ud::{UdSendWqe, QPT_UD, UD_MAX_PAYLOAD};
 use rnic_abi::verbs::{attr, QpAttr, QpState, SendWqe};
 use zerocopy::{FromBytes, IntoBytes};
@@ -9,6 +10,7 @@ use super::qp::encode_send_wqe;
 use super::{invalid, Cq, Pd, Qp, QpCaps, SendWr, WrOpcode};
 use crate::error::{Error, Result};
 
+pub use rnic_abi::mcast::MULTICAST_QPN;
 pub use rnic_abi::ud::{GRH_LEN, QKEY_USE_OWN};
 
 /// Where a UD send goes: the address vector and the Q_Key (as an ibverbs address handle
@@ -58,6 +60,18 @@ impl Qp {
             ..QpAttr::default()
         };
         self.modify(&rts, attr::STATE | attr::SQ_PSN)
+    }
+
+    /// The UD QP joins the multicast group `gid`, an IPv4-mapped multicast GID
+    /// (`ATTACH_MCAST`, ABI 1.11, datasheet §14.15): it receives what any QP sends to the
+    /// group (`dest_qpn` [`MULTICAST_QPN`], `dgid` the group's GID) from now on.
+    pub fn attach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        self.mcast(Opcode::AttachMcast, gid)
+    }
+
+    /// The UD QP leaves the multicast group `gid` (`DETACH_MCAST`).
+    pub fn detach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        self.mcast(Opcode::DetachMcast, gid)
     }
 
     /// Posts a UD SEND (`WrOpcode::Send` or `SendWithImm`, at most 4096 bytes) to `to`.

@@ -7,9 +7,10 @@
 //! (the quota, doorbell slots). The handlers of each kind of object are in the files
 //! beside: `qp.rs`, `mkeys.rs` (regions, indirect and pattern keys, control queues, the
 //! DMA key and fast-registration MRs),
-//! `mw.rs` (memory windows), `srq.rs`, `shared_sq.rs`.
+//! `mw.rs` (memory windows), `srq.rs`, `shared_sq.rs`, `mcast.rs` (multicast groups).
 
 mod kernel_keys;
+mod mcast;
 mod mkeys;
 mod mw;
 mod qp;
@@ -87,6 +88,8 @@ impl RdmaState {
             Opcode::DestroyQp => self.destroy_qp(body, env),
             Opcode::AdoptQp => self.adopt_qp(body, env),
             Opcode::CreateSqWindow => self.create_sq_window(body, env),
+            Opcode::AttachMcast => self.attach_mcast(body),
+            Opcode::DetachMcast => self.detach_mcast(body),
             Opcode::CreateSrq => self.create_srq(body, env),
             Opcode::ModifySrq => self.modify_srq(body),
             Opcode::QuerySrq => self.query_srq(body),

@@ -301,6 +301,7 @@ impl RdmaState {
         self.free_slots_of(SlotOwner::Window(qp.qpn));
         self.srqs.detach(qp.qpn);
         self.ud.remove(qp.qpn);
+        self.mcast.remove_qp(qp.qpn);
         self.uc.remove(qp.qpn);
         self.dc.remove(qp.qpn);
         // No request arrives on it any more: the type 2 windows bound through it are free.
