@@ -22,7 +22,7 @@
 
 /* abi/src/lib.rs */
 #define RNIC_ABI_MAJOR			1
-#define RNIC_ABI_MINOR			10
+#define RNIC_ABI_MINOR			11
 #define RNIC_PAGE_SIZE			4096
 
 /* abi/src/pci.rs */
@@ -78,6 +78,7 @@
 #define RNIC_CAP_USER_KICK		0x800000ULL
 #define RNIC_CAP_GID_TABLE		0x1000000ULL
 #define RNIC_CAP_RESIZE_CQ		0x2000000ULL
+#define RNIC_CAP_MULTICAST		0x20000000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -139,6 +140,8 @@ struct rnic_vring_desc {
 #define RNIC_CMD_MODIFY_QP		0x0141
 #define RNIC_CMD_QUERY_QP		0x0142
 #define RNIC_CMD_DESTROY_QP		0x0143
+#define RNIC_CMD_ATTACH_MCAST		0x0146
+#define RNIC_CMD_DETACH_MCAST		0x0147
 #define RNIC_CMD_CREATE_SRQ		0x0150
 #define RNIC_CMD_MODIFY_SRQ		0x0151
 #define RNIC_CMD_QUERY_SRQ		0x0152
@@ -731,6 +734,17 @@ struct rnic_set_gid_req {
 	__u8 gid[16];
 };
 
+/* UD multicast (abi/src/mcast.rs, ABI 1.11, RNIC_CAP_MULTICAST) */
+#define RNIC_MCAST_MAX_GROUPS		64
+#define RNIC_MCAST_MAX_QPS_PER_GROUP	16
+
+/* ATTACH_MCAST and DETACH_MCAST request. */
+struct rnic_mcast_req {
+	__le32 qpn;
+	__le32 reserved;
+	__u8 gid[16];
+};
+
 struct rnic_mac_entry {
 	__u8 mac[6];
 	__le16 reserved;
@@ -822,6 +836,7 @@ static_assert(sizeof(struct rnic_create_eth_queue_resp) == 16);
 static_assert(sizeof(struct rnic_eth_queue_req) == 8);
 static_assert(sizeof(struct rnic_set_eth_req) == 16);
 static_assert(sizeof(struct rnic_set_gid_req) == 32);
+static_assert(sizeof(struct rnic_mcast_req) == 24);
 static_assert(sizeof(struct rnic_resize_cq_req) == 24);
 static_assert(sizeof(struct rnic_mac_entry) == 8);
 static_assert(sizeof(struct rnic_eth_counters) == 128);

@@ -162,6 +162,12 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 		a->max_mw = min_t(u32, le32_to_cpu(l->max_mr),
 				  RNIC_MAX_MW_INDEX);
 	}
+	if (rd->caps & RNIC_CAP_MULTICAST) {
+		a->max_mcast_grp = RNIC_MCAST_MAX_GROUPS;
+		a->max_mcast_qp_attach = RNIC_MCAST_MAX_QPS_PER_GROUP;
+		a->max_total_mcast_qp_attach = RNIC_MCAST_MAX_GROUPS *
+					       RNIC_MCAST_MAX_QPS_PER_GROUP;
+	}
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	if (rd->caps & RNIC_CAP_FAST_REG)
@@ -388,6 +394,12 @@ static const struct ib_device_ops rnic_ib_resize_cq_ops = {
 	.resize_cq = rnic_resize_cq,
 };
 
+/* UD multicast (CAP_MULTICAST), for the kernel's QPs and processes'. */
+static const struct ib_device_ops rnic_ib_mcast_ops = {
+	.attach_mcast = rnic_attach_mcast,
+	.detach_mcast = rnic_detach_mcast,
+};
+
 /* Shared receive queues (CAP_SRQ), the kernel's and processes'. */
 static const struct ib_device_ops rnic_ib_srq_ops = {
 	.create_srq = rnic_create_srq,
@@ -497,6 +509,8 @@ int rnic_ib_add(struct rnic_dev *rd)
 	}
 	if (rd->caps & RNIC_CAP_SRQ)
 		ib_set_device_ops(ibdev, &rnic_ib_srq_ops);
+	if (rd->caps & RNIC_CAP_MULTICAST)
+		ib_set_device_ops(ibdev, &rnic_ib_mcast_ops);
 
 	ret = rnic_ib_eq_create(rib);
 	if (ret)

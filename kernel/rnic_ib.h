@@ -329,6 +329,8 @@ int rnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 int rnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		  struct ib_qp_init_attr *init);
 int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int rnic_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+int rnic_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 int rnic_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		   const struct ib_send_wr **bad_wr);
 int rnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,

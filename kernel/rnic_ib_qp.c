@@ -385,6 +385,34 @@ int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	return 0;
 }
 
+/*
+ * UD multicast (datasheet 14.15): the device keeps each group's QPs and hands
+ * a group's packets to all of them. The core checked that the QP is UD and
+ * the GID a multicast one; RoCE has no LIDs. Leaving a group the QP is not in
+ * is the caller's to expect: not logged.
+ */
+static int rnic_mcast(struct ib_qp *ibqp, const union ib_gid *gid, u16 opcode)
+{
+	struct rnic_ib *rib = to_rib(ibqp->device);
+	struct rnic_mcast_req req = {
+		.qpn = cpu_to_le32(to_rqp(ibqp)->qpn),
+	};
+
+	memcpy(req.gid, gid->raw, sizeof(req.gid));
+	return rnic_cmd_quiet(rib->rd, opcode, &req, sizeof(req), NULL, 0,
+			      RNIC_ST_BAD_PARAM);
+}
+
+int rnic_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid)
+{
+	return rnic_mcast(ibqp, gid, RNIC_CMD_ATTACH_MCAST);
+}
+
+int rnic_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid)
+{
+	return rnic_mcast(ibqp, gid, RNIC_CMD_DETACH_MCAST);
+}
+
 /* After a move to RESET the queues start over, slots included (7.8). */
 static void rnic_qp_reset_queues(struct rnic_qp *qp)
 {

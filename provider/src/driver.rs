@@ -143,7 +143,7 @@ context_ops! {
     alloc_td: Unused,
     async_event: Unused,
     attach_counters_point_flow: Unused,
-    attach_mcast: Unused,
+    attach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
     close_xrcd: Unused,
     cq_event: Unused,
@@ -178,7 +178,7 @@ context_ops! {
     destroy_rwq_ind_table: Unused,
     destroy_srq: Option<unsafe extern "C" fn(*mut ibv_srq) -> c_int>,
     destroy_wq: Unused,
-    detach_mcast: Unused,
+    detach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
     free_dm: Unused,
     get_srq_num: Unused,
@@ -721,6 +721,10 @@ extern "C" {
     ) -> c_int;
     /// `DESTROY_SRQ`.
     pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    /// `ATTACH_MCAST`.
+    pub fn ibv_cmd_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    /// `DETACH_MCAST`.
+    pub fn ibv_cmd_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
 }
 
 /// Stand-ins for libibverbs' functions in the crate's unit tests, which run without
@@ -774,7 +778,9 @@ mod test_stubs {
         ibv_cmd_create_srq,
         ibv_cmd_modify_srq,
         ibv_cmd_query_srq,
-        ibv_cmd_destroy_srq
+        ibv_cmd_destroy_srq,
+        ibv_cmd_attach_mcast,
+        ibv_cmd_detach_mcast
     );
 }
 

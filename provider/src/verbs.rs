@@ -256,6 +256,8 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     create_qp_ex: Some(create_qp_ex),
     create_srq: Some(create_srq),
     dealloc_mw: Some(dealloc_mw),
+    attach_mcast: Some(attach_mcast),
+    detach_mcast: Some(detach_mcast),
     dealloc_pd: Some(dealloc_pd),
     dereg_mr: Some(dereg_mr),
     destroy_ah: Some(destroy_ah),
@@ -538,6 +540,23 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     // SAFETY: a window of ours, made by alloc_mw.
     status("dealloc_mw", || unsafe {
         destroyed(mw, |mw| ibv_cmd_dealloc_mw(mw))
+    })
+}
+
+/// `ibv_attach_mcast`: the kernel's `attach_mcast` (ATTACH_MCAST, datasheet §14.15) joins
+/// the UD QP to the group; the device then hands it the group's datagrams.
+unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    status("attach_mcast", || {
+        // SAFETY: the application's QP and GID, which libibverbs passes on.
+        cmd(unsafe { ibv_cmd_attach_mcast(qp, gid, lid) })
+    })
+}
+
+/// `ibv_detach_mcast`: the QP leaves the group (DETACH_MCAST).
+unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    status("detach_mcast", || {
+        // SAFETY: as attach_mcast.
+        cmd(unsafe { ibv_cmd_detach_mcast(qp, gid, lid) })
     })
 }
 

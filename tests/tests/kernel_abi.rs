@@ -157,6 +157,14 @@ fn items() -> Vec<Item> {
     layout!(v, "rnic_mac_entry", MacEntry, mac, reserved);
     layout!(
         v,
+        "rnic_mcast_req",
+        rnic_abi::mcast::McastReq,
+        qpn,
+        reserved,
+        gid
+    );
+    layout!(
+        v,
         "rnic_set_gid_req",
         SetGidReq,
         index,
@@ -651,6 +659,11 @@ fn items() -> Vec<Item> {
         "RNIC_CAP_USER_KICK" = regs::CAP_USER_KICK,
         "RNIC_CAP_GID_TABLE" = regs::CAP_GID_TABLE,
         "RNIC_CAP_RESIZE_CQ" = regs::CAP_RESIZE_CQ,
+        "RNIC_CAP_MULTICAST" = regs::CAP_MULTICAST,
+        "RNIC_CMD_ATTACH_MCAST" = Opcode::AttachMcast as u16,
+        "RNIC_CMD_DETACH_MCAST" = Opcode::DetachMcast as u16,
+        "RNIC_MCAST_MAX_GROUPS" = rnic_abi::mcast::MAX_GROUPS,
+        "RNIC_MCAST_MAX_QPS_PER_GROUP" = rnic_abi::mcast::MAX_QPS_PER_GROUP,
         "RNIC_GID_TABLE_LEN" = rnic_abi::gid::GID_TABLE_LEN,
         "RNIC_GID_VALID" = rnic_abi::gid::GID_VALID,
         "RNIC_CAP_PAGE_TABLES" = regs::CAP_PAGE_TABLES,

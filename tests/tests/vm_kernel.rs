@@ -29,6 +29,8 @@
 //! objects, read from the host with `rnic-admin quota show`, is what it was before the
 //! process) and the next process works. Each guest then adds a second address to eth0
 //! (ABI 1.10's GID table, datasheet §6.13): `rping` and `ibv_ud_pingpong` run from it.
+//! Then B's `mckey` joins a RoCE multicast group and receives the 20 datagrams A's
+//! `mckey` sends to it (ABI 1.11, §14.15).
 //!
 //! Two more topologies, one boot per guest each:
 //!
@@ -102,6 +104,10 @@ const B_IP: &str = "10.82.0.3";
 /// The addresses each guest adds to its eth0 for a while: RoCE runs from them.
 const A_IP2: &str = "10.83.0.2";
 const B_IP2: &str = "10.83.0.3";
+/// The RoCE multicast group the guests' `mckey` runs use, and the address B adds to
+/// eth0 once its receiver joined (A sends when it answers).
+const MC_GROUP: &str = "239.82.0.1";
+const B_READY: &str = "10.82.0.103";
 /// The MAC the PF gives VF1 at the end.
 const NEW_MAC: &str = "02:52:4e:49:43:99";
 /// The NVMe subsystem B serves over RDMA.
@@ -303,6 +309,14 @@ retry 90 "ibv_ud_pingpong to {B_IP2}" ibv_ud_pingpong -d rnic0 -g "$gid2" -n 100
 echo "=== ud pingpong second address ok"
 ip addr del {A_IP2}/24 dev eth0
 rdma res show | sed 's/^/=== rdma-res uverbs /'
+step multicast-rdma
+# RoCE multicast (datasheet section 14.15) with Debian's mckey: once B's receiver has
+# joined {MC_GROUP} (B then adds {B_READY}), A joins and sends 20 datagrams to the group.
+wait_ping {B_READY} || die "B never got ready to receive multicast"
+timeout 120 mckey -m {MC_GROUP} -b {A_IP} -s -C 20 -S 512 > /tmp/mckey.txt 2>&1 ||
+    {{ cat /tmp/mckey.txt; die "mckey sender"; }}
+sed 's/^/=== mckey /' /tmp/mckey.txt
+echo "=== mckey ok"
 step iperf3
 iperf_to {B_IP} 10 /tmp/iperf.txt 30 "iperf3 run"
 cat /tmp/iperf.txt
@@ -413,6 +427,24 @@ timeout 300 rping -s -a {B_IP2} -C 10 -S 1024 -V || die "rping server on {B_IP2}
 timeout 300 ibv_ud_pingpong -d rnic0 -g "$gid2" -n 100 -s 1024 || die "ibv_ud_pingpong server on {B_IP2}"
 ip addr del {B_IP2}/24 dev eth0
 echo "=== second address served"
+step multicast-rdma
+# Line-buffered, so its "receiving data transfers" shows when it has joined.
+stdbuf -oL mckey -m {MC_GROUP} -b {B_IP} -C 20 -S 512 > /tmp/mckey.txt 2>&1 &
+mk=$!
+i=0
+until grep -q "receiving data transfers" /tmp/mckey.txt; do
+    i=$((i + 1)); [ $i -lt 600 ] || {{ cat /tmp/mckey.txt; die "mckey never joined {MC_GROUP}"; }}
+    kill -0 $mk 2>/dev/null || {{ cat /tmp/mckey.txt; die "mckey receiver went away"; }}
+    sleep 0.1
+done
+ip addr add {B_READY}/16 dev eth0 || die "ip addr add {B_READY}"
+( sleep 180; kill $mk 2>/dev/null ) &
+watchdog=$!
+wait $mk || {{ cat /tmp/mckey.txt; die "mckey receiver: not all of A's 20 datagrams came"; }}
+kill $watchdog 2>/dev/null
+ip addr del {B_READY}/16 dev eth0
+sed 's/^/=== mckey /' /tmp/mckey.txt
+echo "=== mckey served"
 step kill
 # A process killed while it holds a context, PD, MR, CQs and a QP: the core destroys
 # them through the driver, and the function serves the next process. The host reads the
@@ -730,13 +762,16 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         // From an address the OS added: the device's GID table (ABI 1.10).
         "rping second address",
         "ud pingpong second address",
+        // RoCE multicast to B's QP through librdmacm (ABI 1.11).
+        "mckey",
     ] {
         assert!(a.contains(&format!("=== {what} ok")), "A: {what}");
     }
     assert!(
         b.contains("=== two processes ok")
             && b.contains("=== uverbs served")
-            && b.contains("=== second address served"),
+            && b.contains("=== second address served")
+            && b.contains("=== mckey served"),
         "B: two processes on one function, and the servers"
     );
     // The killed process held a context; the core released it and everything in it.
