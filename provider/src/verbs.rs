@@ -543,7 +543,7 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     })
 }
 
-/// `ibv_attach_mcast`: the kernel's `attach_mcast` (ATTACH_MCAST, datasheet §14.15) joins
+/// `ibv_attach_mcast`: the kernel's `attach_mcast` (ATTACH_MCAST, datasheet §14.14) joins
 /// the UD QP to the group; the device then hands it the group's datagrams.
 unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
     status("attach_mcast", || {

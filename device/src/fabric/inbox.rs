@@ -1,6 +1,6 @@
 //! The switch's ports as the engine's threads see them: each port's inbox, which any
 //! thread may fill and the thread running the port's function empties
-//! (docs/hardware-interface.md §7.12, §4.5).
+//! (docs/hardware-interface.md §7.12, §4.7).
 //!
 //! The inboxes and the forwarding table ([`super::route`]) live outside the switch's lock
 //! so that, when nothing watches the switch (no capture, no fault injector), a thread
