@@ -137,6 +137,12 @@ pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex
         o.max_mw = o.max_mr;
         o.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     }
+    if q.caps & rnic_abi::regs::CAP_MULTICAST != 0 {
+        use rnic_abi::mcast::{MAX_GROUPS, MAX_QPS_PER_GROUP};
+        o.max_mcast_grp = int(MAX_GROUPS.into());
+        o.max_mcast_qp_attach = int(MAX_QPS_PER_GROUP.into());
+        o.max_total_mcast_qp_attach = int(u64::from(MAX_GROUPS * MAX_QPS_PER_GROUP));
+    }
     o.max_ah = c_int::MAX;
     a.device_cap_flags_ex = u64::from(o.device_cap_flags);
     a.phys_port_cnt_ex = u32::from(PORT_NUM);

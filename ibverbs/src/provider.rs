@@ -279,36 +279,6 @@ pub(crate) unsafe extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _sr
     })
 }
 
-/// `ibv_attach_mcast`: rnic has no multicast; `EOPNOTSUPP`.
-///
-/// # Safety
-///
-/// Any pointers.
-pub(crate) unsafe extern "C" fn ibv_attach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    guard("ibv_attach_mcast", libc::EOPNOTSUPP, || {
-        unsupported("multicast (ibv_attach_mcast)")
-    })
-}
-
-/// `ibv_detach_mcast`: as [`ibv_attach_mcast`].
-///
-/// # Safety
-///
-/// Any pointers.
-pub(crate) unsafe extern "C" fn ibv_detach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    guard("ibv_detach_mcast", libc::EOPNOTSUPP, || {
-        unsupported("multicast (ibv_detach_mcast)")
-    })
-}
-
 /// `ibv_query_ece`: no enhanced connection establishment options; `EOPNOTSUPP`, as
 /// rdma-core answers for a provider without them.
 ///

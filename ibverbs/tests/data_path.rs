@@ -5,7 +5,8 @@
 //! immediate, inline SEND, SEND with immediate from two SGEs into two, READ, fetch-and-add,
 //! compare-and-swap, batches, `ibv_post_send` chains and `bad_wr`), the extended poll API,
 //! a completion channel under epoll, `ibv_query_qp`, a remote access error and its
-//! asynchronous events; UD QPs with AHs (one made from a received GRH); an SRQ and its
+//! asynchronous events; UD QPs with AHs (one made from a received GRH) and a multicast
+//! group one joins and the other sends to; an SRQ and its
 //! limit event; a QP asked for more READs in flight than the function allows (lowered to
 //! its most, as perftest needs against Soft-RoCE); and what must be refused, with
 //! rdma-core's errnos. The program checks

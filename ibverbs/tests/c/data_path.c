@@ -393,6 +393,38 @@ static void ud_steps(struct end *a, struct end *b)
 	expect(wc, 201, IBV_WC_RECV);
 	CHECK(wc.src_qp == qb->qp_num && memcmp(a->buf + 20040, a->buf + 1000, 64) == 0,
 	      "UD reply");
+	/*
+	 * Multicast (datasheet 14.14): B's QP joins 239.82.1.1 and takes what A sends to the
+	 * group (remote QPN 0xFFFFFF); the GRH's IPv4 destination is the group's.
+	 */
+	union ibv_gid group = { .raw = { [10] = 0xff, [11] = 0xff, [12] = 239, [13] = 82,
+					 [14] = 1, [15] = 1 } };
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(b->ctx, &da) == 0 && da.max_mcast_grp == 64 &&
+	      da.max_mcast_qp_attach == 16, "multicast limits %d %d", da.max_mcast_grp,
+	      da.max_mcast_qp_attach);
+	CHECK(ibv_attach_mcast(qb, &b->gid, 0) == EINVAL, "attach to a unicast GID");
+	CHECK(ibv_attach_mcast(qb, &group, 0) == 0, "attach_mcast");
+	struct ibv_ah_attr mc_attr = {
+		.is_global = 1, .port_num = 1,
+		.grh = { .dgid = group, .sgid_index = 1, .hop_limit = 1 },
+	};
+	struct ibv_ah *mc = ibv_create_ah(a->pd, &mc_attr);
+	CHECK(mc, "create_ah to the group");
+	post_recv(qb, b->mr, b->buf + 100, 40 + 512, 202);
+	wr.wr_id = 42;
+	wr.opcode = IBV_WR_SEND;
+	wr.wr.ud.ah = mc;
+	wr.wr.ud.remote_qpn = 0xffffff;
+	CHECK(ibv_post_send(qa, &wr, &bad) == 0, "UD post_send to the group");
+	expect(poll_one(a->cq), 42, IBV_WC_SEND);
+	wc = poll_one(b->cq);
+	expect(wc, 202, IBV_WC_RECV);
+	CHECK(wc.src_qp == qa->qp_num && memcmp(b->buf + 140, a->buf + 1000, 512) == 0 &&
+	      memcmp(b->buf + 100 + 36, &group.raw[12], 4) == 0, "multicast receive");
+	CHECK(ibv_detach_mcast(qb, &group, 0) == 0, "detach_mcast");
+	CHECK(ibv_detach_mcast(qb, &group, 0) == EINVAL, "detach twice");
+	CHECK(ibv_destroy_ah(mc) == 0, "destroy the group's AH");
 	/* What UD QPs cannot do. */
 	ibv_wr_start(qbx);
 	ibv_wr_rdma_write(qbx, 1, 2);
