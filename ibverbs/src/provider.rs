@@ -348,10 +348,6 @@ mod tests {
             ibv_copy_qp_attr_from_kern(&mut a, std::ptr::null());
             assert_eq!(a.qkey, 0);
             assert_eq!(
-                ibv_attach_mcast(std::ptr::null_mut(), std::ptr::null(), 0),
-                libc::EOPNOTSUPP
-            );
-            assert_eq!(
                 ibv_query_ece(std::ptr::null_mut(), std::ptr::null_mut()),
                 libc::EOPNOTSUPP
             );

@@ -1295,6 +1295,55 @@ unsafe extern "C" fn wr_set_ud_addr(
     })
 }
 
+/// `ibv_attach_mcast`: the UD QP joins the multicast group `gid`, an IPv4-mapped multicast
+/// GID (`ATTACH_MCAST`, datasheet §14.14); RoCE has no LIDs, so `lid` is not used. 0 or an
+/// errno (`EINVAL` for a QP that is not UD or a GID that is no group).
+///
+/// # Safety
+///
+/// `gid` is NULL or points to a GID.
+pub(crate) unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    errno_result("ibv_attach_mcast", || unsafe { mcast(qp, gid, true) })
+}
+
+/// `ibv_detach_mcast`: the QP leaves the group (`DETACH_MCAST`); `EINVAL` if it is not in
+/// it.
+///
+/// # Safety
+///
+/// As [`ibv_attach_mcast`].
+pub(crate) unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    errno_result("ibv_detach_mcast", || unsafe { mcast(qp, gid, false) })
+}
+
+/// Joins (`attach`) or leaves group `gid`.
+///
+/// # Safety
+///
+/// `gid` is NULL or points to a GID.
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> Result<(), Errno> {
+    let obj = lookup::<ibv_qp_ex, Qp>(qp.cast())?;
+    // SAFETY: the caller's contract; every bit pattern is a GID.
+    let gid = unsafe { gid.as_ref().map(|g| g.raw) }
+        .ok_or_else(|| invalid(format_args!("multicast: the GID is NULL")))?;
+    let done = if attach {
+        obj.r.qp.attach_mcast(&gid)
+    } else {
+        obj.r.qp.detach_mcast(&gid)
+    };
+    done.map_err(|e| errno_of(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1522,53 +1571,4 @@ mod tests {
             assert_eq!(ibv_query_qp_data_in_order(std::ptr::null_mut(), 0, 1), 0);
         }
     }
-}
-
-/// `ibv_attach_mcast`: the UD QP joins the multicast group `gid`, an IPv4-mapped multicast
-/// GID (`ATTACH_MCAST`, datasheet §14.14); RoCE has no LIDs, so `lid` is not used. 0 or an
-/// errno (`EINVAL` for a QP that is not UD or a GID that is no group).
-///
-/// # Safety
-///
-/// `gid` is NULL or points to a GID.
-pub(crate) unsafe extern "C" fn ibv_attach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    // SAFETY: the caller's contract.
-    errno_result("ibv_attach_mcast", || unsafe { mcast(qp, gid, true) })
-}
-
-/// `ibv_detach_mcast`: the QP leaves the group (`DETACH_MCAST`); `EINVAL` if it is not in
-/// it.
-///
-/// # Safety
-///
-/// As [`ibv_attach_mcast`].
-pub(crate) unsafe extern "C" fn ibv_detach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    // SAFETY: the caller's contract.
-    errno_result("ibv_detach_mcast", || unsafe { mcast(qp, gid, false) })
-}
-
-/// Joins (`attach`) or leaves group `gid`.
-///
-/// # Safety
-///
-/// `gid` is NULL or points to a GID.
-unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> Result<(), Errno> {
-    let obj = lookup::<ibv_qp_ex, Qp>(qp.cast())?;
-    // SAFETY: the caller's contract; every bit pattern is a GID.
-    let gid = unsafe { gid.as_ref().map(|g| g.raw) }
-        .ok_or_else(|| invalid(format_args!("multicast: the GID is NULL")))?;
-    let done = if attach {
-        obj.r.qp.attach_mcast(&gid)
-    } else {
-        obj.r.qp.detach_mcast(&gid)
-    };
-    done.map_err(|e| errno_of(&e))
 }
