@@ -37,6 +37,9 @@ python3 tests/check-module-cycles-tests.py
 step "module dependency cycles: none among device/src's top-level modules, nor in rdma/"
 python3 tests/check-module-cycles.py device/src device/src/rdma
 
+step "the datasheet's figures: drawn from the ABI crate by docs/figures/render.py, none stale"
+python3 docs/figures/render.py --check
+
 step "build the binaries the integration tests start"
 cargo build --workspace --bins
 
