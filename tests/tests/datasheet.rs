@@ -584,3 +584,53 @@ fn every_rnicd_option_is_in_the_table_of_section_1_1() {
         missing.join(", --")
     );
 }
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens, and only
+/// letters, digits, hyphens and underscores kept.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_link_into_the_datasheet_and_its_figures_resolves() {
+    let repo = rnic_tests::vm::repo();
+    let doc = datasheet();
+    let anchors: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("## ").or_else(|| l.strip_prefix("### ")))
+        .map(anchor)
+        .collect();
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(repo.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        for link in text.split("](").skip(1).filter_map(|s| s.split(')').next()) {
+            if let Some(a) = link.strip_prefix("hardware-interface.md#") {
+                checked += 1;
+                if !anchors.contains(a) {
+                    wrong.push(format!("{name}: {link}: no such heading"));
+                }
+            } else if link.starts_with("figures/") && !repo.join("docs").join(link).exists() {
+                wrong.push(format!("{name}: {link}: no such figure"));
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} links into the datasheet found"
+    );
+    verdict("links into docs/hardware-interface.md", &wrong);
+}
