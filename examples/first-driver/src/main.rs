@@ -173,6 +173,7 @@ fn run(t: &dyn Transport) -> Result<String> {
     })?;
     let command = config_read16(t, cfg::COMMAND)?;
     config_write16(t, cfg::COMMAND, command | cfg::COMMAND_BUS_MASTER)?;
+    // (§10 step 6, MSI-X interrupts, is optional: this driver polls every ring.)
 
     // All the DMA memory we use: one zeroed 4 KiB page per ring or buffer, so that each
     // page list below names a single page (§7.3).
