@@ -19,7 +19,8 @@ fn boot(args: &[&str], guest_cmd: &str) -> (String, Option<i32>) {
 #[test]
 #[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn guest_with_two_vfs_runs_rnic_info_on_each() {
-    // Each function by address, then all of them as JSON, from inside the guest.
+    // Each function by address (rnic-info, then the first-driver example's one RDMA
+    // WRITE by hand), then all of them as JSON, from inside the guest.
     let script = r#"
 set -e
 for dev in /sys/bus/pci/devices/*; do
@@ -27,6 +28,7 @@ for dev in /sys/bus/pci/devices/*; do
         bdf=$(basename $dev)
         echo "FOUND $bdf $(cat $dev/device)"
         rnic-info --pci $bdf
+        rnic-first-driver --pci $bdf
     fi
 done
 echo JSON-BEGIN
@@ -51,6 +53,9 @@ echo JSON-END
         console.contains("interrupts:   polled"),
         "in a VM the driver polls"
     );
+    // The first-driver example (examples/first-driver) did its RDMA WRITE on each VF.
+    let wrote = "first-driver: success: RDMA WRITE of 63 bytes from QP 0x11 to QP 0x12 arrived";
+    assert_eq!(console.matches(wrote).count(), 2, "{console}");
     let json = console
         .split("JSON-BEGIN")
         .nth(1)
