@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the guest initramfs: $GUEST_KIT/initramfs.gz (default /var/cache/rnic/guest-kit).
+# Builds the guest initramfs: $GUEST_KIT/initramfs-<checkout>.gz (default
+# /var/cache/rnic/guest-kit), one per checkout of the repository (named after its path), so
+# worktrees never boot each other's tools.
 #   - busybox (static, from setup.sh) with a /bin symlink for each applet,
 #   - every bin of the rnic-tools package and the first-driver example
 #     (examples/first-driver, rnic-first-driver), built static, in /usr/bin,
@@ -26,7 +28,7 @@ die() { log "error: $*"; exit 1; }
 
 target=x86_64-unknown-linux-gnu
 busybox="$GUEST_KIT/busybox"
-out="$GUEST_KIT/initramfs.gz"
+out="$GUEST_KIT/initramfs-$(echo "$repo" | sha256sum | cut -c1-12).gz"
 
 [ -x "$busybox" ] || die "$busybox is missing; run qemu-scripts/setup.sh first"
 command -v cargo >/dev/null || die "cargo is not on PATH; install Rust (rustup) first"
@@ -42,6 +44,10 @@ mapfile -t bins < <(printf '%s\n' "$artifacts" |
     grep '"reason":"compiler-artifact"' | grep '"kind":\["bin"\]' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | sort -u)
 [ ${#bins[@]} -gt 0 ] || die "cargo built no executable for rnic-tools (does it declare any [[bin]]?)"
+
+# Other checkouts' images nobody booted for a day go, and the old shared one.
+find "$GUEST_KIT" -maxdepth 1 -name 'initramfs-*.gz' -mtime +0 ! -path "$out" -delete
+rm -f "$GUEST_KIT/initramfs.gz"
 
 stage=$(mktemp -d "$GUEST_KIT/.initramfs-stage.XXXXXX")
 tmp_out=$(mktemp "$GUEST_KIT/.initramfs.gz.XXXXXX")
