@@ -8,6 +8,7 @@
 #ifndef RNIC_IB_H
 #define RNIC_IB_H
 
+#include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
@@ -190,6 +191,7 @@ struct rnic_srq {
 	u32 entries;
 	u32 max_sge;
 	struct rnic_ucontext *uctx;	/* a process's SRQ, else NULL */
+	struct mutex resize_lock;	/* a process's: one resize at a time */
 	struct ib_umem *umem;
 	struct rnic_ib_pbl pbl;
 	struct rnic_wq wq;	/* the kernel's: ring, lock, posted, slot */

@@ -218,6 +218,9 @@ pub const CAP_GID_TABLE: u64 = 1 << 24;
 /// `RESIZE_CQ` (ABI 1.10): a CQ moves to a ring of another size with its unconsumed
 /// completions.
 pub const CAP_RESIZE_CQ: u64 = 1 << 25;
+/// `RESIZE_SRQ` (ABI 1.11): an SRQ moves to a ring of another size with the receives
+/// posted and not taken yet.
+pub const CAP_RESIZE_SRQ: u64 = 1 << 26;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

@@ -104,6 +104,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::ModifyQp
         | Opcode::DestroyQp
         | Opcode::ModifySrq
+        | Opcode::ResizeSrq
         | Opcode::DestroySrq
         | Opcode::SetDcKey
         | Opcode::DestroyCtrlq
