@@ -26,8 +26,7 @@ static void rnic_srq_destroy_cmd(struct rnic_ib *rib, u32 srqn)
 
 static void rnic_srq_unpin(struct rnic_ib *rib, struct rnic_srq *srq)
 {
-	rnic_ib_pbl_free(rib, &srq->pbl);
-	ib_umem_release(srq->umem);
+	rnic_ib_ring_unpin(rib, srq->umem, &srq->pbl);
 	srq->umem = NULL;
 }
 
@@ -125,17 +124,10 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	srq->uctx = uc;
 	srq->entries = ureq.entries;
 	srq->max_sge = a->max_sge;
-	srq->umem = rnic_umem_ring(rib, ureq.ring_va,
-				   (size_t)ureq.entries * stride);
-	if (IS_ERR(srq->umem)) {
-		ret = PTR_ERR(srq->umem);
-		srq->umem = NULL;
-		return ret;
-	}
-	ret = rnic_ib_pbl_alloc(rib, &srq->pbl, srq->umem);
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va, (size_t)ureq.entries * stride,
+			       &srq->umem, &srq->pbl, &req.ring);
 	if (ret)
-		goto err_umem;
-	rnic_ib_pbl_page_list(&srq->pbl, &req.ring);
+		return ret;
 	req.pdn = cpu_to_le32(to_rpd(ibsrq->pd)->pdn);
 	req.entries = cpu_to_le32(ureq.entries);
 	req.max_sge = cpu_to_le32(a->max_sge);
@@ -144,7 +136,7 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 				     &req, sizeof(req), &req.doorbell_page,
 				     &resp, sizeof(resp));
 	if (ret)
-		goto err_pbl;
+		goto err_unpin;
 	srq->srqn = le32_to_cpu(resp.srqn);
 	if (WARN_ON_ONCE(le32_to_cpu(resp.doorbell.page) != uc->db_page ||
 			 !srq->srqn || srq->srqn > RNIC_MAX_SRQN)) {
@@ -166,11 +158,8 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 
 err_destroy:
 	rnic_srq_destroy_cmd(rib, srq->srqn);
-err_pbl:
-	rnic_ib_pbl_free(rib, &srq->pbl);
-err_umem:
-	ib_umem_release(srq->umem);
-	srq->umem = NULL;
+err_unpin:
+	rnic_srq_unpin(rib, srq);
 	return ret;
 }
 
@@ -187,7 +176,7 @@ static int rnic_resize_user_srq(struct rnic_ib *rib, struct rnic_srq *srq,
 	struct rnic_uverbs_resize_srq_req ureq;
 	struct rnic_resize_srq_req req = {};
 	struct rnic_ib_pbl pbl = {};
-	struct ib_umem *umem;
+	struct ib_umem *umem = NULL;
 	int ret;
 
 	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
@@ -200,33 +189,26 @@ static int rnic_resize_user_srq(struct rnic_ib *rib, struct rnic_srq *srq,
 			  srq->srqn, ureq.entries, max_wr);
 		return -EINVAL;
 	}
-	umem = rnic_umem_ring(rib, ureq.ring_va, (size_t)ureq.entries *
-			      rnic_rq_stride(srq->max_sge));
-	if (IS_ERR(umem))
-		return PTR_ERR(umem);
-	ret = rnic_ib_pbl_alloc(rib, &pbl, umem);
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va, (size_t)ureq.entries *
+			       rnic_rq_stride(srq->max_sge), &umem, &pbl,
+			       &req.ring);
 	if (ret)
-		goto err_umem;
-	rnic_ib_pbl_page_list(&pbl, &req.ring);
+		return ret;
 	req.entries = cpu_to_le32(ureq.entries);
 	req.srqn = cpu_to_le32(srq->srqn);
 	/* BAD_PARAM: not above the armed limit, or below the receives pending. */
 	ret = rnic_cmd_quiet(rib->rd, RNIC_CMD_RESIZE_SRQ, &req, sizeof(req),
 			     NULL, 0, RNIC_ST_BAD_PARAM);
-	if (ret)
-		goto err_pbl;
+	if (ret) {
+		rnic_ib_ring_unpin(rib, umem, &pbl);
+		return ret;
+	}
 	/* The device reads only the new ring now: unpin the old one. */
 	rnic_srq_unpin(rib, srq);
 	srq->pbl = pbl;
 	srq->umem = umem;
 	srq->entries = ureq.entries;
 	return 0;
-
-err_pbl:
-	rnic_ib_pbl_free(rib, &pbl);
-err_umem:
-	ib_umem_release(umem);
-	return ret;
 }
 
 /*

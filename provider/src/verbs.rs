@@ -663,18 +663,33 @@ unsafe extern "C" fn create_cq_ex(
 /// # Safety
 ///
 /// `ctx` is an open context of ours, `channel` null or a channel of it.
+/// The entries and the zeroed memory of a new ring for at least `wanted` CQEs or WQEs of
+/// `stride` bytes: a power of two, at least 2 (the rings of `new_cq`, `resize_cq`,
+/// `create_srq` and `resize_srq`).
+fn ring_memory(wanted: u32, stride: u32) -> Result<(u32, Mapping), Errno> {
+    let entries = wanted
+        .max(2)
+        .checked_next_power_of_two()
+        .ok_or(libc::EINVAL)?;
+    let len = (entries as usize)
+        .checked_mul(stride as usize)
+        .ok_or(libc::EINVAL)?;
+    Ok((entries, Mapping::anonymous(len)?))
+}
+
+/// [`ring_memory`] of a CQ of at least `cqe` entries.
+fn cq_ring_memory(cqe: c_int) -> Result<(u32, Mapping), Errno> {
+    let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    ring_memory(want, size_of::<Cqe>() as u32)
+}
+
 unsafe fn new_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> Result<*mut Cq, Errno> {
-    let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-    let entries = want
-        .max(2)
-        .checked_next_power_of_two()
-        .ok_or(libc::EINVAL)?;
-    let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
+    let (entries, ring) = cq_ring_memory(cqe)?;
     let mut req = rnic_create_cq {
         drv: CreateCqReq {
             ring_va: ring.addr(),
@@ -840,15 +855,10 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// reader keeps its consumer index and reads the new ring from it.
 unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     status("resize_cq", || {
-        let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-        let entries = want
-            .max(2)
-            .checked_next_power_of_two()
-            .ok_or(libc::EINVAL)?;
+        let (entries, ring) = cq_ring_memory(cqe)?;
         let size = c_int::try_from(entries).map_err(|_| libc::EINVAL)?;
         // SAFETY: a CQ of ours, alive during the call.
         let c = unsafe { cq_of(cq) };
-        let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
         let mut req = rnic_resize_cq {
             drv: ResizeCqReq {
                 ring_va: ring.addr(),
@@ -1361,18 +1371,12 @@ unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -
         // SAFETY: libibverbs' arguments.
         let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
         let max_sge = a.attr.max_sge.max(1);
-        let entries = a
-            .attr
-            .max_wr
-            .max(2)
-            .checked_next_power_of_two()
-            .ok_or(libc::EINVAL)?;
+        let stride = rq_stride(max_sge);
+        let (entries, ring) = ring_memory(a.attr.max_wr, stride)?;
         if a.attr.srq_limit >= entries {
             return Err(libc::EINVAL);
         }
         a.attr.max_sge = max_sge;
-        let stride = rq_stride(max_sge);
-        let ring = Mapping::anonymous(entries as usize * stride as usize)?;
         let mut req = rnic_create_srq {
             drv: CreateSrqReq {
                 ring_va: ring.addr(),
@@ -1476,12 +1480,8 @@ unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask
 unsafe fn resize_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> Result<(), c_int> {
     // SAFETY: the caller's promise.
     let (q, max_wr) = unsafe { (srq_of(srq), (*attr).max_wr) };
-    let entries = max_wr
-        .max(2)
-        .checked_next_power_of_two()
-        .ok_or(libc::EINVAL)?;
     let stride = rq_stride(q.max_sge);
-    let mapping = Mapping::anonymous(entries as usize * stride as usize)?;
+    let (entries, mapping) = ring_memory(max_wr, stride)?;
     let mut req = rnic_modify_srq {
         drv: ResizeSrqReq {
             ring_va: mapping.addr(),
@@ -1885,6 +1885,23 @@ unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rings_round_up_to_a_power_of_two_of_at_least_two_entries_of_zeroed_pages() {
+        let (entries, m) = ring_memory(5, 32).unwrap();
+        assert_eq!((entries, m.len), (8, 4096));
+        let (entries, m) = ring_memory(0, 64).unwrap();
+        assert_eq!((entries, m.len), (2, 4096));
+        let (entries, m) = ring_memory(129, 32).unwrap();
+        assert_eq!((entries, m.len), (256, 8192));
+        // SAFETY: the mapping's own bytes.
+        assert!(unsafe { std::slice::from_raw_parts(m.ptr, m.len) }
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(ring_memory(u32::MAX, 32).err(), Some(libc::EINVAL));
+        assert_eq!(cq_ring_memory(-1).err(), Some(libc::EINVAL));
+        assert_eq!(cq_ring_memory(3).unwrap().0, 4);
+    }
 
     #[test]
     fn the_match_table_names_the_pf_and_the_vf_and_ends() {
