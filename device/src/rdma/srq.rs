@@ -175,13 +175,20 @@ impl SrqTable {
 mod tests {
     use super::*;
 
-    /// An SRQ of `entries` WQEs of stride 32 (one SGE) on the page at 0x11000, nothing
-    /// taken, its slot at 0x100.
-    fn srq(entries: u32) -> (GuestMemoryMmap, Srq) {
-        let (m, ring) = crate::rdma::mkey::pages::one_page(0, u64::from(entries) * 32);
-        let srq = Srq {
+    /// An SRQ of 4 WQEs of stride 32 (one SGE) on the page at 0x11000, its slot at 0x100,
+    /// with 7 posted in all (wr_ids 100 + index) and 5 taken: indexes 5 and 6 (entries 1
+    /// and 2 of the second lap) are pending. And a loader of a new ring of N entries on
+    /// the page at 0x12000 (its page list at 0x10008).
+    fn pending() -> (
+        GuestMemoryMmap,
+        Srq,
+        impl Fn(&GuestMemoryMmap, u32) -> PagedBuffer,
+    ) {
+        use vm_memory::{Bytes, GuestAddress};
+        let (m, ring) = crate::rdma::mkey::pages::one_page(0, 4 * 32);
+        let mut srq = Srq {
             pdn: 1,
-            wq: super::super::wqe::WorkQueue::new(ring, entries, 32, 0x100),
+            wq: super::super::wqe::WorkQueue::new(ring, 4, 32, 0x100),
             caps: QpCaps {
                 max_send_sge: 0,
                 max_recv_sge: 1,
@@ -189,65 +196,60 @@ mod tests {
             },
             limit: 0,
         };
-        (m, srq)
+        for index in 0..7u64 {
+            let mut wqe = [0u8; 32];
+            wqe[..8].copy_from_slice(&(index + 100).to_le_bytes());
+            wqe[8..12].copy_from_slice(&1u32.to_le_bytes());
+            m.write_slice(&wqe, GuestAddress(0x11000 + index % 4 * 32))
+                .unwrap();
+        }
+        srq.wq.taken = 5;
+        m.write_slice(&0x12000u64.to_le_bytes(), GuestAddress(0x10008))
+            .unwrap();
+        let load = |m: &GuestMemoryMmap, entries: u32| {
+            let list = rnic_abi::verbs::PageList::flat(0x10008, 1);
+            PagedBuffer::load(&list, 0, u64::from(entries) * 32, m).unwrap()
+        };
+        (m, srq, load)
     }
 
-    /// Writes a WQE whose first 8 bytes (the wr_id) are `id` at ring entry `slot` of the
-    /// ring at `base`.
-    fn put(m: &GuestMemoryMmap, base: u64, slot: u64, id: u64) {
-        use vm_memory::{Bytes, GuestAddress};
-        let mut wqe = [0u8; 32];
-        wqe[..8].copy_from_slice(&id.to_le_bytes());
-        wqe[8..12].copy_from_slice(&1u32.to_le_bytes());
-        m.write_slice(&wqe, GuestAddress(base + slot * 32)).unwrap();
-    }
-
-    fn id_at(m: &GuestMemoryMmap, base: u64, slot: u64) -> u64 {
+    /// The wr_id of entry `slot` of the new ring.
+    fn id_at(m: &GuestMemoryMmap, slot: u64) -> u64 {
         use vm_memory::{Bytes, GuestAddress};
         let mut b = [0u8; 8];
-        m.read_slice(&mut b, GuestAddress(base + slot * 32))
+        m.read_slice(&mut b, GuestAddress(0x12000 + slot * 32))
             .unwrap();
         u64::from_le_bytes(b)
     }
 
     #[test]
     fn a_resize_moves_the_untaken_wqes_to_their_indexes_in_the_new_ring() {
-        use vm_memory::{Bytes, GuestAddress};
-        let (m, mut s) = srq(4);
-        // Seven posted in all, five taken: indexes 5 and 6 (slots 1 and 2 of the second
-        // lap) are pending, and slot 0 (index 4) was taken.
-        for index in 0..7u64 {
-            put(&m, 0x11000, index % 4, index + 100);
-        }
-        s.wq.taken = 5;
-        // The new ring: page 0x12000, its list at 0x10008.
-        m.write_slice(&0x12000u64.to_le_bytes(), GuestAddress(0x10008))
-            .unwrap();
-        let list = rnic_abi::verbs::PageList::flat(0x10008, 1);
-        let load = |entries: u32| PagedBuffer::load(&list, 0, u64::from(entries) * 32, &m).unwrap();
+        let (m, mut s, load) = pending();
         // Too small for what is pending, or a posted count the old ring cannot hold.
-        assert_eq!(s.resize(load(1), 1, 7, &m, &m), Err(ResizeError::TooSmall));
-        assert_eq!(s.resize(load(8), 8, 10, &m, &m), Err(ResizeError::TooSmall));
+        assert_eq!(
+            s.resize(load(&m, 1), 1, 7, &m, &m),
+            Err(ResizeError::TooSmall)
+        );
+        assert_eq!(
+            s.resize(load(&m, 8), 8, 10, &m, &m),
+            Err(ResizeError::TooSmall)
+        );
         assert_eq!(s.wq.entries, 4);
-        s.resize(load(8), 8, 7, &m, &m).unwrap();
+        s.resize(load(&m, 8), 8, 7, &m, &m).unwrap();
         assert_eq!((s.wq.entries, s.wq.stride, s.wq.taken), (8, 32, 5));
         // Indexes 5 and 6 of an 8-entry ring.
-        assert_eq!((id_at(&m, 0x12000, 5), id_at(&m, 0x12000, 6)), (105, 106));
+        assert_eq!((id_at(&m, 5), id_at(&m, 6)), (105, 106));
         // The device reads them there, at its own index.
         let caps = s.caps;
-        let op = read_recv(&s.wq, &caps, &m, 5).unwrap();
-        assert_eq!(op.wr_id, 105);
-        // A shrink to 2: index 5 goes to slot 1, index 6 to slot 0.
-        let (m2, mut s2) = srq(4);
-        for index in 0..7u64 {
-            put(&m2, 0x11000, index % 4, index + 100);
-        }
-        s2.wq.taken = 5;
-        m2.write_slice(&0x12000u64.to_le_bytes(), GuestAddress(0x10008))
-            .unwrap();
-        let ring = PagedBuffer::load(&list, 0, 64, &m2).unwrap();
-        s2.resize(ring, 2, 7, &m2, &m2).unwrap();
-        assert_eq!((id_at(&m2, 0x12000, 1), id_at(&m2, 0x12000, 0)), (105, 106));
+        assert_eq!(read_recv(&s.wq, &caps, &m, 5).unwrap().wr_id, 105);
+    }
+
+    #[test]
+    fn a_shrink_wraps_the_untaken_wqes_in_the_smaller_ring() {
+        let (m, mut s, load) = pending();
+        // Index 5 goes to entry 1 of 2, index 6 to entry 0.
+        s.resize(load(&m, 2), 2, 7, &m, &m).unwrap();
+        assert_eq!((id_at(&m, 1), id_at(&m, 0)), (105, 106));
     }
 
     #[test]
