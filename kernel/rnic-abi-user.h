@@ -89,6 +89,17 @@ struct rnic_uverbs_create_srq_req {
 	__u32 reserved;
 };
 
+/*
+ * MODIFY_SRQ request with IB_SRQ_MAX_WR: the new ring (ABI 1.11,
+ * RNIC_CAP_RESIZE_SRQ), of the SRQ's stride. Without IB_SRQ_MAX_WR there is
+ * no request data.
+ */
+struct rnic_uverbs_resize_srq_req {
+	__aligned_u64 ring_va;	/* 4 KiB aligned, entries * stride */
+	__u32 entries;		/* power of two, >= 2, >= max_wr, <= max_qp_wr */
+	__u32 reserved;
+};
+
 /* CREATE_SRQ response. */
 struct rnic_uverbs_create_srq_resp {
 	__u32 srqn;

@@ -78,6 +78,7 @@
 #define RNIC_CAP_USER_KICK		0x800000ULL
 #define RNIC_CAP_GID_TABLE		0x1000000ULL
 #define RNIC_CAP_RESIZE_CQ		0x2000000ULL
+#define RNIC_CAP_RESIZE_SRQ		0x4000000ULL
 #define RNIC_CAP_MULTICAST		0x20000000ULL
 
 #define RNIC_STATUS_READY		0x01
@@ -146,6 +147,7 @@ struct rnic_vring_desc {
 #define RNIC_CMD_MODIFY_SRQ		0x0151
 #define RNIC_CMD_QUERY_SRQ		0x0152
 #define RNIC_CMD_DESTROY_SRQ		0x0153
+#define RNIC_CMD_RESIZE_SRQ		0x0154
 #define RNIC_CMD_CREATE_ETH_QUEUE	0x0180
 #define RNIC_CMD_DESTROY_ETH_QUEUE	0x0181
 #define RNIC_CMD_SET_ETH		0x0182
@@ -532,6 +534,13 @@ struct rnic_modify_srq_req {
 	__le32 srq_limit;
 };
 
+/* RESIZE_SRQ (ABI 1.11, RNIC_CAP_RESIZE_SRQ): the new ring, same stride. */
+struct rnic_resize_srq_req {
+	struct rnic_page_list ring;
+	__le32 entries;
+	__le32 srqn;
+};
+
 struct rnic_query_srq_resp {
 	__le32 max_wr;
 	__le32 max_sge;
@@ -854,6 +863,8 @@ static_assert(sizeof(struct rnic_create_srq_req) == 40);
 static_assert(offsetof(struct rnic_create_srq_req, ring) == 24);
 static_assert(sizeof(struct rnic_create_srq_resp) == 16);
 static_assert(sizeof(struct rnic_modify_srq_req) == 16);
+static_assert(sizeof(struct rnic_resize_srq_req) == 24);
+static_assert(sizeof(struct rnic_uverbs_resize_srq_req) == 16);
 static_assert(sizeof(struct rnic_query_srq_resp) == 16);
 
 #endif /* RNIC_ABI_H */

@@ -154,6 +154,9 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 		a->max_srq = RNIC_MAX_SRQN;
 		a->max_srq_wr = le32_to_cpu(l->max_qp_wr);
 		a->max_srq_sge = le32_to_cpu(l->max_sge);
+		/* Only a process's SRQs resize (the provider gives the ring). */
+		if (rd->caps & RNIC_CAP_RESIZE_SRQ && ibdev->ops.alloc_ucontext)
+			a->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	}
 	/* Windows count against the MR quota (datasheet 14.12). */
 	if (rd->caps & RNIC_CAP_MW && ibdev->ops.alloc_mw) {

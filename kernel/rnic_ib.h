@@ -8,6 +8,7 @@
 #ifndef RNIC_IB_H
 #define RNIC_IB_H
 
+#include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
@@ -143,6 +144,7 @@ struct rnic_cq {
 	u32 cqn;
 	void __iomem *db;	/* consumer index at +0, arm word at +4 */
 	struct rnic_ucontext *uctx;	/* a user CQ's context, else NULL */
+	struct mutex resize_lock;	/* a user CQ's: one resize at a time */
 	struct ib_umem *umem;	/* a user CQ's ring */
 	struct rnic_ib_pbl pbl;
 };
@@ -190,6 +192,7 @@ struct rnic_srq {
 	u32 entries;
 	u32 max_sge;
 	struct rnic_ucontext *uctx;	/* a process's SRQ, else NULL */
+	struct mutex resize_lock;	/* a process's: one resize at a time */
 	struct ib_umem *umem;
 	struct rnic_ib_pbl pbl;
 	struct rnic_wq wq;	/* the kernel's: ring, lock, posted, slot */
@@ -290,6 +293,11 @@ int rnic_ib_pbl_alloc(struct rnic_ib *rib, struct rnic_ib_pbl *pbl,
 void rnic_ib_pbl_free(struct rnic_ib *rib, struct rnic_ib_pbl *pbl);
 void rnic_ib_pbl_page_list(const struct rnic_ib_pbl *pbl,
 			   struct rnic_page_list *pl);
+int rnic_ib_ring_pin(struct rnic_ib *rib, u64 va, size_t size,
+		     struct ib_umem **umem, struct rnic_ib_pbl *pbl,
+		     struct rnic_page_list *pl);
+void rnic_ib_ring_unpin(struct rnic_ib *rib, struct ib_umem *umem,
+			struct rnic_ib_pbl *pbl);
 
 /* rnic_ib_cq.c */
 int rnic_ib_create_on_page(struct rnic_ib *rib, u32 page, u16 opcode,

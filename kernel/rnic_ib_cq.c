@@ -215,24 +215,19 @@ static int rnic_create_user_cq(struct rnic_ib *rib, struct rnic_cq *cq,
 			  ureq.entries, attr->cqe);
 		return -EINVAL;
 	}
+	mutex_init(&cq->resize_lock);
 	cq->uctx = uc;
-	cq->umem = rnic_umem_ring(rib, ureq.ring_va,
-				  (size_t)ureq.entries * sizeof(struct rnic_cqe));
-	if (IS_ERR(cq->umem)) {
-		ret = PTR_ERR(cq->umem);
-		cq->umem = NULL;
-		return ret;
-	}
-	ret = rnic_ib_pbl_alloc(rib, &cq->pbl, cq->umem);
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va,
+			       (size_t)ureq.entries * sizeof(struct rnic_cqe),
+			       &cq->umem, &cq->pbl, &req.ring);
 	if (ret)
-		goto err_umem;
-	rnic_ib_pbl_page_list(&cq->pbl, &req.ring);
+		return ret;
 	req.entries = cpu_to_le32(ureq.entries);
 	ret = rnic_ib_create_on_page(rib, uc->db_page, RNIC_CMD_CREATE_CQ, &req,
 				     sizeof(req), &req.doorbell_page, &resp,
 				     sizeof(resp));
 	if (ret)
-		goto err_pbl;
+		goto err_unpin;
 	cq->cqn = le32_to_cpu(resp.cqn);
 	cq->entries = ureq.entries;
 	cq->ibcq.cqe = ureq.entries;
@@ -259,10 +254,8 @@ err_destroy:
 		rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &oreq, sizeof(oreq),
 			 NULL, 0);
 	}
-err_pbl:
-	rnic_ib_pbl_free(rib, &cq->pbl);
-err_umem:
-	ib_umem_release(cq->umem);
+err_unpin:
+	rnic_ib_ring_unpin(rib, cq->umem, &cq->pbl);
 	cq->umem = NULL;
 	return ret;
 }
@@ -338,7 +331,7 @@ int rnic_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	struct rnic_uverbs_resize_cq_req ureq;
 	struct rnic_resize_cq_req req = {};
 	struct rnic_ib_pbl pbl = {};
-	struct ib_umem *umem;
+	struct ib_umem *umem = NULL;
 	int ret;
 
 	if (!cq->uctx || !udata)
@@ -353,35 +346,31 @@ int rnic_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 			  cq->cqn, ureq.entries, cqe);
 		return -EINVAL;
 	}
-	umem = rnic_umem_ring(rib, ureq.ring_va,
-			      (size_t)ureq.entries * sizeof(struct rnic_cqe));
-	if (IS_ERR(umem))
-		return PTR_ERR(umem);
-	ret = rnic_ib_pbl_alloc(rib, &pbl, umem);
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va,
+			       (size_t)ureq.entries * sizeof(struct rnic_cqe),
+			       &umem, &pbl, &req.ring);
 	if (ret)
-		goto err_umem;
-	rnic_ib_pbl_page_list(&pbl, &req.ring);
+		return ret;
 	req.entries = cpu_to_le32(ureq.entries);
 	req.cqn = cpu_to_le32(cq->cqn);
+	/* Two threads resizing at once must not unpin one ring twice. */
+	mutex_lock(&cq->resize_lock);
 	/* BAD_PARAM: fewer entries than completions not polled yet. */
 	ret = rnic_cmd_quiet(rib->rd, RNIC_CMD_RESIZE_CQ, &req, sizeof(req),
 			     NULL, 0, RNIC_ST_BAD_PARAM);
-	if (ret)
-		goto err_pbl;
+	if (ret) {
+		mutex_unlock(&cq->resize_lock);
+		rnic_ib_ring_unpin(rib, umem, &pbl);
+		return ret;
+	}
 	/* The device writes only the new ring now: unpin the old one. */
-	rnic_ib_pbl_free(rib, &cq->pbl);
-	ib_umem_release(cq->umem);
+	rnic_ib_ring_unpin(rib, cq->umem, &cq->pbl);
 	cq->pbl = pbl;
 	cq->umem = umem;
 	cq->entries = ureq.entries;
 	ibcq->cqe = ureq.entries;
+	mutex_unlock(&cq->resize_lock);
 	return 0;
-
-err_pbl:
-	rnic_ib_pbl_free(rib, &pbl);
-err_umem:
-	ib_umem_release(umem);
-	return ret;
 }
 
 int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
@@ -396,8 +385,7 @@ int rnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	rnic_cmd(rib->rd, RNIC_CMD_DESTROY_CQ, &req, sizeof(req), NULL, 0);
 	if (cq->uctx) {
 		/* The device has let go of the ring: unpin it. */
-		rnic_ib_pbl_free(rib, &cq->pbl);
-		ib_umem_release(cq->umem);
+		rnic_ib_ring_unpin(rib, cq->umem, &cq->pbl);
 		atomic_dec(&cq->uctx->objects);
 		return 0;
 	}

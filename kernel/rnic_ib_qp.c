@@ -105,8 +105,7 @@ static void rnic_qp_destroy_cmd(struct rnic_ib *rib, u32 qpn)
 
 static void rnic_user_wq_free(struct rnic_ib *rib, struct rnic_wq *wq)
 {
-	rnic_ib_pbl_free(rib, &wq->pbl);
-	ib_umem_release(wq->umem);
+	rnic_ib_ring_unpin(rib, wq->umem, &wq->pbl);
 	wq->umem = NULL;
 	/* The kernel's one-entry receive ring of a QP without one. */
 	rnic_ib_buf_free(rib, &wq->buf);
@@ -134,20 +133,8 @@ static int rnic_user_wq_alloc(struct rnic_ib *rib, struct rnic_wq *wq,
 			rnic_ib_page_list(&wq->buf, pl);
 		return ret;
 	}
-	wq->umem = rnic_umem_ring(rib, va, (size_t)entries * stride);
-	if (IS_ERR(wq->umem)) {
-		ret = PTR_ERR(wq->umem);
-		wq->umem = NULL;
-		return ret;
-	}
-	ret = rnic_ib_pbl_alloc(rib, &wq->pbl, wq->umem);
-	if (ret) {
-		ib_umem_release(wq->umem);
-		wq->umem = NULL;
-		return ret;
-	}
-	rnic_ib_pbl_page_list(&wq->pbl, pl);
-	return 0;
+	return rnic_ib_ring_pin(rib, va, (size_t)entries * stride, &wq->umem,
+				&wq->pbl, pl);
 }
 
 /*

@@ -5,7 +5,9 @@
  * on the context's page; the process posts to it itself (the core never
  * calls post_srq_recv for it). A kernel SRQ has a coherent ring on the
  * kernel's doorbell page, posted by rnic_post_srq_recv. RC QPs created with
- * an SRQ take their receives from it. SRQ_LIMIT_REACHED comes through the EQ
+ * an SRQ take their receives from it. A process's SRQ resizes (RESIZE_SRQ,
+ * the new ring from its provider); the kernel's keeps its size.
+ * SRQ_LIMIT_REACHED comes through the EQ
  * to the SRQ's event handler (for a process's SRQ the core's, behind
  * ibv_get_async_event).
  */
@@ -24,8 +26,7 @@ static void rnic_srq_destroy_cmd(struct rnic_ib *rib, u32 srqn)
 
 static void rnic_srq_unpin(struct rnic_ib *rib, struct rnic_srq *srq)
 {
-	rnic_ib_pbl_free(rib, &srq->pbl);
-	ib_umem_release(srq->umem);
+	rnic_ib_ring_unpin(rib, srq->umem, &srq->pbl);
 	srq->umem = NULL;
 }
 
@@ -119,20 +120,14 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		return -EINVAL;
 	}
 	stride = rnic_rq_stride(a->max_sge);
+	mutex_init(&srq->resize_lock);
 	srq->uctx = uc;
 	srq->entries = ureq.entries;
 	srq->max_sge = a->max_sge;
-	srq->umem = rnic_umem_ring(rib, ureq.ring_va,
-				   (size_t)ureq.entries * stride);
-	if (IS_ERR(srq->umem)) {
-		ret = PTR_ERR(srq->umem);
-		srq->umem = NULL;
-		return ret;
-	}
-	ret = rnic_ib_pbl_alloc(rib, &srq->pbl, srq->umem);
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va, (size_t)ureq.entries * stride,
+			       &srq->umem, &srq->pbl, &req.ring);
 	if (ret)
-		goto err_umem;
-	rnic_ib_pbl_page_list(&srq->pbl, &req.ring);
+		return ret;
 	req.pdn = cpu_to_le32(to_rpd(ibsrq->pd)->pdn);
 	req.entries = cpu_to_le32(ureq.entries);
 	req.max_sge = cpu_to_le32(a->max_sge);
@@ -141,7 +136,7 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 				     &req, sizeof(req), &req.doorbell_page,
 				     &resp, sizeof(resp));
 	if (ret)
-		goto err_pbl;
+		goto err_unpin;
 	srq->srqn = le32_to_cpu(resp.srqn);
 	if (WARN_ON_ONCE(le32_to_cpu(resp.doorbell.page) != uc->db_page ||
 			 !srq->srqn || srq->srqn > RNIC_MAX_SRQN)) {
@@ -163,38 +158,104 @@ int rnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 
 err_destroy:
 	rnic_srq_destroy_cmd(rib, srq->srqn);
-err_pbl:
-	rnic_ib_pbl_free(rib, &srq->pbl);
-err_umem:
-	ib_umem_release(srq->umem);
-	srq->umem = NULL;
+err_unpin:
+	rnic_srq_unpin(rib, srq);
 	return ret;
 }
 
-/* The limit (re)armed; resizing (IB_SRQ_MAX_WR) is the device's BAD_PARAM. */
+/*
+ * A process's SRQ moves to the new ring its provider gives (RESIZE_SRQ): the
+ * device copies the receives posted and not taken yet to their indexes
+ * there, and the old ring is unpinned. The provider does not post meanwhile
+ * and keeps its producer index; the armed limit stays.
+ */
+static int rnic_resize_user_srq(struct rnic_ib *rib, struct rnic_srq *srq,
+				u32 max_wr, struct ib_udata *udata)
+{
+	u32 max = le32_to_cpu(rib->rd->info.limits.max_qp_wr);
+	struct rnic_uverbs_resize_srq_req ureq;
+	struct rnic_resize_srq_req req = {};
+	struct rnic_ib_pbl pbl = {};
+	struct ib_umem *umem = NULL;
+	int ret;
+
+	ret = rnic_udata_in(udata, &ureq, sizeof(ureq));
+	if (ret)
+		return ret;
+	if (!max_wr || ureq.reserved || ureq.entries < 2 ||
+	    !is_power_of_2(ureq.entries) || ureq.entries < max_wr ||
+	    ureq.entries > max) {
+		ibdev_dbg(&rib->ibdev, "SRQ %u: %u entries (max_wr %u) refused\n",
+			  srq->srqn, ureq.entries, max_wr);
+		return -EINVAL;
+	}
+	ret = rnic_ib_ring_pin(rib, ureq.ring_va, (size_t)ureq.entries *
+			       rnic_rq_stride(srq->max_sge), &umem, &pbl,
+			       &req.ring);
+	if (ret)
+		return ret;
+	req.entries = cpu_to_le32(ureq.entries);
+	req.srqn = cpu_to_le32(srq->srqn);
+	/* BAD_PARAM: not above the armed limit, or below the receives pending. */
+	ret = rnic_cmd_quiet(rib->rd, RNIC_CMD_RESIZE_SRQ, &req, sizeof(req),
+			     NULL, 0, RNIC_ST_BAD_PARAM);
+	if (ret) {
+		rnic_ib_ring_unpin(rib, umem, &pbl);
+		return ret;
+	}
+	/* The device reads only the new ring now: unpin the old one. */
+	rnic_srq_unpin(rib, srq);
+	srq->pbl = pbl;
+	srq->umem = umem;
+	srq->entries = ureq.entries;
+	return 0;
+}
+
+/*
+ * The size (IB_SRQ_MAX_WR: a process's SRQ, its new ring in the request
+ * data; the kernel's SRQs keep their size, -EOPNOTSUPP), then the limit
+ * (re)armed.
+ */
 int rnic_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 		    enum ib_srq_attr_mask mask, struct ib_udata *udata)
 {
 	struct rnic_ib *rib = to_rib(ibsrq->device);
 	struct rnic_srq *srq = to_rsrq(ibsrq);
 	struct rnic_modify_srq_req req = {};
+	int ret = 0;
 
-	if (udata && udata->inlen &&
-	    !ib_is_udata_cleared(udata, 0, udata->inlen))
-		return -EOPNOTSUPP;
 	if (mask & ~(IB_SRQ_MAX_WR | IB_SRQ_LIMIT))
 		return -EINVAL;
-	if (mask & IB_SRQ_MAX_WR)
+	if (mask & IB_SRQ_MAX_WR) {
+		if (!srq->uctx || !udata ||
+		    !(rib->rd->caps & RNIC_CAP_RESIZE_SRQ))
+			return -EOPNOTSUPP;
+	} else if (udata && udata->inlen &&
+		   !ib_is_udata_cleared(udata, 0, udata->inlen)) {
 		return -EOPNOTSUPP;
+	}
+	if (srq->uctx)
+		mutex_lock(&srq->resize_lock);
+	if (mask & IB_SRQ_MAX_WR) {
+		ret = rnic_resize_user_srq(rib, srq, attr->max_wr, udata);
+		if (ret)
+			goto out;
+	}
 	if (!(mask & IB_SRQ_LIMIT))
-		return 0;
-	if (attr->srq_limit >= srq->entries)
-		return -EINVAL;
+		goto out;
+	if (attr->srq_limit >= srq->entries) {
+		ret = -EINVAL;
+		goto out;
+	}
 	req.srqn = cpu_to_le32(srq->srqn);
 	req.attr_mask = cpu_to_le32(RNIC_SRQ_ATTR_LIMIT);
 	req.srq_limit = cpu_to_le32(attr->srq_limit);
-	return rnic_cmd(rib->rd, RNIC_CMD_MODIFY_SRQ, &req, sizeof(req), NULL,
-			0);
+	ret = rnic_cmd(rib->rd, RNIC_CMD_MODIFY_SRQ, &req, sizeof(req), NULL,
+		       0);
+out:
+	if (srq->uctx)
+		mutex_unlock(&srq->resize_lock);
+	return ret;
 }
 
 int rnic_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)

@@ -44,6 +44,39 @@ struct ib_umem *rnic_umem_ring(struct rnic_ib *rib, u64 va, size_t size)
 	return ib_umem_get(&rib->ibdev, va, size, IB_ACCESS_LOCAL_WRITE);
 }
 
+/*
+ * Pins a process's ring of @size bytes at @va (rnic_umem_ring) and names it
+ * to the device: *@umem and @pbl hold it until rnic_ib_ring_unpin(), @pl is
+ * its page list for the command. On an error nothing stays pinned and
+ * *@umem is left as it was. CQs, SRQs and QPs, at creation and at a resize.
+ */
+int rnic_ib_ring_pin(struct rnic_ib *rib, u64 va, size_t size,
+		     struct ib_umem **umem, struct rnic_ib_pbl *pbl,
+		     struct rnic_page_list *pl)
+{
+	struct ib_umem *u = rnic_umem_ring(rib, va, size);
+	int ret;
+
+	if (IS_ERR(u))
+		return PTR_ERR(u);
+	ret = rnic_ib_pbl_alloc(rib, pbl, u);
+	if (ret) {
+		ib_umem_release(u);
+		return ret;
+	}
+	rnic_ib_pbl_page_list(pbl, pl);
+	*umem = u;
+	return 0;
+}
+
+/* Unpins a ring of rnic_ib_ring_pin(), once the device has let go of it. */
+void rnic_ib_ring_unpin(struct rnic_ib *rib, struct ib_umem *umem,
+			struct rnic_ib_pbl *pbl)
+{
+	rnic_ib_pbl_free(rib, pbl);
+	ib_umem_release(umem);
+}
+
 void rnic_ib_pbl_free(struct rnic_ib *rib, struct rnic_ib_pbl *pbl)
 {
 	struct device *dev = &rib->rd->pdev->dev;

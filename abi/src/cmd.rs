@@ -92,6 +92,9 @@ pub enum Opcode {
     QuerySrq = 0x0152,
     /// Destroy an SRQ (fails with [`Status::Busy`] while QPs use it): `verbs::ObjectReq`.
     DestroySrq = 0x0153,
+    /// Move an SRQ to a ring of another size, the receives posted and not taken with it
+    /// (ABI 1.11, [`crate::regs::CAP_RESIZE_SRQ`]): `srq::ResizeSrqReq`.
+    ResizeSrq = 0x0154,
     /// Sets a DC target's access key ([`crate::dc::SetDcKeyReq`]).
     SetDcKey = 0x0160,
     /// Describe a QP that arrived on this function with `MIGRATE_QP` (its new PD, CQ and
@@ -203,6 +206,7 @@ impl Opcode {
             0x0151 => Self::ModifySrq,
             0x0152 => Self::QuerySrq,
             0x0153 => Self::DestroySrq,
+            0x0154 => Self::ResizeSrq,
             0x0160 => Self::SetDcKey,
             0x0170 => Self::CreateCtrlq,
             0x0171 => Self::DestroyCtrlq,

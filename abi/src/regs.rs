@@ -218,6 +218,9 @@ pub const CAP_GID_TABLE: u64 = 1 << 24;
 /// `RESIZE_CQ` (ABI 1.10): a CQ moves to a ring of another size with its unconsumed
 /// completions.
 pub const CAP_RESIZE_CQ: u64 = 1 << 25;
+/// `RESIZE_SRQ` (ABI 1.11): an SRQ moves to a ring of another size with the receives
+/// posted and not taken yet.
+pub const CAP_RESIZE_SRQ: u64 = 1 << 26;
 /// UD multicast (ABI 1.11): `ATTACH_MCAST` and `DETACH_MCAST` ([`crate::mcast`]), and UD
 /// sends to a multicast group.
 pub const CAP_MULTICAST: u64 = 1 << 29;

@@ -29,7 +29,8 @@ pub const MAX_SRQN: u32 = 0xFFFF;
 
 /// `MODIFY_SRQ` attribute mask bits, as `enum ibv_srq_attr_mask`.
 pub mod srq_attr {
-    /// `max_wr` (resizing: not supported, `BAD_PARAM`).
+    /// `max_wr`: `MODIFY_SRQ` refuses it (`BAD_PARAM`); resizing is `RESIZE_SRQ`
+    /// ([`super::ResizeSrqReq`], ABI 1.11), which needs the new ring.
     pub const MAX_WR: u32 = 1 << 0;
     /// `srq_limit`.
     pub const LIMIT: u32 = 1 << 1;
@@ -81,10 +82,34 @@ pub struct ModifySrqReq {
     pub srqn: u32,
     /// [`srq_attr`] bits.
     pub attr_mask: u32,
-    /// New size (with [`srq_attr::MAX_WR`]; not supported).
+    /// New size (with [`srq_attr::MAX_WR`]; refused: `RESIZE_SRQ` resizes).
     pub max_wr: u32,
     /// New limit (with [`srq_attr::LIMIT`]): 0 disarms, otherwise less than the entries.
     pub srq_limit: u32,
+}
+
+/// `RESIZE_SRQ` request (ABI 1.11, [`crate::regs::CAP_RESIZE_SRQ`]): the SRQ's new ring,
+/// of the SRQ's stride (`rq_stride(max_sge)` of `CREATE_SRQ`). The device copies the
+/// receive WQEs the driver posted (the count in the SRQ's doorbell slot) and the device has
+/// not taken into the new ring, each at its free-running index modulo the new size, and
+/// reads only the new ring from then on. Indexes keep counting: the driver keeps its
+/// producer index and writes the new ring from it, modulo the new size. WQEs the device
+/// took already (a message in progress) are not read again. The armed limit stays.
+/// `BAD_PARAM` (syndrome `entries`) for a size that is not a power of two in
+/// 1 ..= `max_qp_wr`, not above the armed limit, or smaller than the WQEs posted and not
+/// taken (or a posted count more than the old ring holds); on any refusal the SRQ keeps its
+/// ring.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct ResizeSrqReq {
+    /// The new ring: `entries * rq_stride(max_sge)` bytes, which the device writes.
+    pub ring: PageList,
+    /// Its entries: a power of two.
+    pub entries: u32,
+    /// The SRQ.
+    pub srqn: u32,
 }
 
 /// `QUERY_SRQ` response (request: `verbs::ObjectReq` with the SRQ number).
@@ -113,5 +138,6 @@ mod tests {
         assert_eq!(size_of::<CreateSrqResp>(), 16);
         assert_eq!(size_of::<ModifySrqReq>(), 16);
         assert_eq!(size_of::<QuerySrqResp>(), 16);
+        assert_eq!(size_of::<ResizeSrqReq>(), 24);
     }
 }

@@ -177,6 +177,27 @@ pub struct CreateSrqReq {
     pub reserved: u32,
 }
 
+/// `MODIFY_SRQ` request data with `IBV_SRQ_MAX_WR` (ABI 1.11, `regs::CAP_RESIZE_SRQ`): the
+/// SRQ's new ring, in the process's memory. The kernel moves the SRQ there (the device's
+/// `RESIZE_SRQ`, which copies the receives posted and not taken yet to their indexes in
+/// it) and unpins the old ring, which the process may then free; its producer index stays.
+/// A `MODIFY_SRQ` without `IBV_SRQ_MAX_WR` carries no request data. No response data.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct ResizeSrqReq {
+    /// Virtual address of the new ring: 4 KiB aligned, `entries * rq_stride(max_sge)`
+    /// bytes (the SRQ's stride), readable and writable.
+    pub ring_va: u64,
+    /// Entries: a power of two, at least 2 and at least the `max_wr` asked for, above the
+    /// armed limit and the receives posted and not taken, at most the device's
+    /// `max_qp_wr`.
+    pub entries: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
 /// `CREATE_SRQ` response data.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
@@ -209,5 +230,6 @@ mod tests {
         assert_eq!(size_of::<CreateQpResp>(), 24);
         assert_eq!(size_of::<CreateSrqReq>(), 16);
         assert_eq!(size_of::<CreateSrqResp>(), 16);
+        assert_eq!(size_of::<ResizeSrqReq>(), 16);
     }
 }

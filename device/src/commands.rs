@@ -106,6 +106,7 @@ pub fn response_len(opcode: Opcode) -> usize {
         | Opcode::AttachMcast
         | Opcode::DetachMcast
         | Opcode::ModifySrq
+        | Opcode::ResizeSrq
         | Opcode::DestroySrq
         | Opcode::SetDcKey
         | Opcode::DestroyCtrlq

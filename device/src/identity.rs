@@ -94,6 +94,7 @@ impl Identity {
                 | CAP_USER_KICK
                 | CAP_GID_TABLE
                 | CAP_RESIZE_CQ
+                | CAP_RESIZE_SRQ
                 | CAP_MULTICAST
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {

@@ -91,7 +91,9 @@ fn int(v: u64) -> c_int {
 ///
 /// The limits are the function's own (its quota, QUERY_DEVICE's `limits`). SRQs
 /// (where the device reports `CAP_SRQ`) hold as many WRs and SGEs as QPs; address
-/// handles are the library's alone, so there is no limit to them but memory. Memory
+/// handles are the library's alone, so there is no limit to them but memory; where the
+/// device reports `CAP_RESIZE_SRQ` too, `IBV_DEVICE_SRQ_RESIZE` (`ibv_modify_srq` with
+/// `IBV_SRQ_MAX_WR`). Memory
 /// windows (where the device reports `CAP_MW`) count against the function's quota of
 /// MRs, so `max_mw` is `max_mr`, with `IBV_DEVICE_MEM_WINDOW` and
 /// `IBV_DEVICE_MEM_WINDOW_TYPE_2B` (rnic's type 2 windows are 2B: bound to one QP). What
@@ -132,6 +134,9 @@ pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex
         o.max_srq = int(rnic_abi::srq::MAX_SRQN.into());
         o.max_srq_wr = o.max_qp_wr;
         o.max_srq_sge = o.max_sge;
+        if q.caps & rnic_abi::regs::CAP_RESIZE_SRQ != 0 {
+            o.device_cap_flags |= IBV_DEVICE_SRQ_RESIZE;
+        }
     }
     if q.caps & rnic_abi::regs::CAP_MW != 0 {
         o.max_mw = o.max_mr;
@@ -287,6 +292,26 @@ mod tests {
         assert_eq!((o.max_ah, o.max_mw, o.max_mcast_grp), (c_int::MAX, 0, 0));
         assert_eq!(o.atomic_cap, IBV_ATOMIC_HCA);
         assert_eq!(o.device_cap_flags & IBV_DEVICE_MEM_WINDOW, 0);
+        assert_eq!(o.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0);
+    }
+
+    #[test]
+    fn srqs_resize_where_the_device_can() {
+        let mut q = resp();
+        q.caps = rnic_abi::regs::CAP_RESIZE_SRQ;
+        // Without CAP_SRQ, no SRQs at all.
+        let a = device_attr(&q, &pci());
+        assert_eq!(a.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0);
+        q.caps |= rnic_abi::regs::CAP_SRQ;
+        let a = device_attr(&q, &pci());
+        assert_eq!(
+            a.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE,
+            IBV_DEVICE_SRQ_RESIZE
+        );
+        assert_eq!(
+            a.device_cap_flags_ex,
+            u64::from(a.orig_attr.device_cap_flags)
+        );
     }
 
     #[test]

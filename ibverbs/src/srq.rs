@@ -1,5 +1,5 @@
 //! Shared receive queues: `ibv_create_srq`, `ibv_create_srq_ex` (basic SRQs),
-//! `ibv_modify_srq` (the limit), `ibv_query_srq`, `ibv_destroy_srq`, `ibv_get_srq_num`,
+//! `ibv_modify_srq` (the size and the limit), `ibv_query_srq`, `ibv_destroy_srq`, `ibv_get_srq_num`,
 //! and the data-path op `ibv_post_srq_recv`.
 
 use std::ffi::c_int;
@@ -19,8 +19,7 @@ pub(crate) struct Srq {
     pub(crate) ctx: Arc<RnicContext>,
     pd: Arc<PdObj>,
     pub(crate) srq: verbs::Srq,
-    /// Receive WRs it holds and SGEs per WR, as created.
-    max_wr: u32,
+    /// SGEs per WR, as created (the size is the driver's [`verbs::Srq::max_wr`]).
     max_sge: u32,
 }
 
@@ -63,8 +62,7 @@ fn create(
             errno_of(&e)
         })?;
     let srqn = srq.srqn();
-    let max_wr = srq.free_slots();
-    attr.max_wr = max_wr;
+    attr.max_wr = srq.max_wr();
     let mut c = ibv_srq::zeroed();
     c.context = ctx.ibv_context();
     c.srq_context = srq_context;
@@ -74,7 +72,6 @@ fn create(
         ctx: ctx.clone(),
         pd: pdo,
         srq,
-        max_wr,
         max_sge: attr.max_sge,
     };
     let obj = register(ctx.ibv_context(), c, state, |_| ());
@@ -135,8 +132,11 @@ pub(crate) unsafe extern "C" fn create_srq_ex_op(
     })
 }
 
-/// `ibv_modify_srq`: the limit (`IBV_SRQ_LIMIT`); resizing is not offered. 0 or an
-/// errno.
+/// `ibv_modify_srq`: the size (`IBV_SRQ_MAX_WR`: the device's `RESIZE_SRQ`, to at least
+/// `max_wr` entries, with the receives posted and not taken yet; the limit stays) and the
+/// limit (`IBV_SRQ_LIMIT`), in that order. 0 or an errno: `EINVAL` for a size of 0, above
+/// `max_srq_wr`, not above the armed limit or below the receives pending, or a limit not
+/// below the size; `EOPNOTSUPP` for a resize where the device lacks `CAP_RESIZE_SRQ`.
 ///
 /// # Safety
 ///
@@ -151,22 +151,34 @@ pub(crate) unsafe extern "C" fn ibv_modify_srq(
         if attr.is_null() {
             return Err(invalid(format_args!("ibv_modify_srq: attr is NULL")));
         }
-        if mask & IBV_SRQ_MAX_WR != 0 {
-            return Err(unsupported("resizing an SRQ (IBV_SRQ_MAX_WR)"));
-        }
         if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
             return Err(invalid(format_args!("ibv_modify_srq mask {mask:#x}")));
         }
-        if mask & IBV_SRQ_LIMIT != 0 {
-            // SAFETY: non-NULL; the caller's structure.
-            let limit = unsafe { attr.read_unaligned() }.srq_limit;
-            if limit > obj.r.max_wr {
+        // SAFETY: non-NULL; the caller's structure.
+        let a = unsafe { attr.read_unaligned() };
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            let rctx = &obj.r.ctx;
+            let max = rctx.verbs.attr().limits.max_qp_wr;
+            if a.max_wr == 0 || a.max_wr > max {
                 return Err(invalid(format_args!(
-                    "SRQ limit {limit} above its {} WRs",
-                    obj.r.max_wr
+                    "an SRQ of {} WRs (1 to {max})",
+                    a.max_wr
                 )));
             }
-            obj.r.srq.set_limit(limit).map_err(|e| errno_of(&e))?;
+            obj.r.srq.resize(a.max_wr).map_err(|e| {
+                log::debug!("{}: ibv_modify_srq to {} WRs: {e}", rctx.name(), a.max_wr);
+                errno_of(&e)
+            })?;
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            let max_wr = obj.r.srq.max_wr();
+            if a.srq_limit >= max_wr {
+                return Err(invalid(format_args!(
+                    "SRQ limit {} not below its {max_wr} WRs",
+                    a.srq_limit
+                )));
+            }
+            obj.r.srq.set_limit(a.srq_limit).map_err(|e| errno_of(&e))?;
         }
         Ok(())
     })
@@ -182,7 +194,7 @@ pub(crate) unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_
         let obj = srq_of(srq)?;
         let q = obj.r.srq.query().map_err(|e| errno_of(&e))?;
         let a = ibv_srq_attr {
-            max_wr: obj.r.max_wr,
+            max_wr: q.max_wr,
             max_sge: obj.r.max_sge,
             srq_limit: q.srq_limit,
         };

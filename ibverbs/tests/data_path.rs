@@ -51,7 +51,6 @@ fn a_c_program_moves_data_through_every_verb() {
         "on-demand paging (IBV_ACCESS_ON_DEMAND) memory regions is not supported",
         "dma-buf memory regions (ibv_reg_dmabuf_mr) is not supported",
         "raw packet QPs (IBV_QPT_RAW_PACKET) is not supported",
-        "resizing an SRQ (IBV_SRQ_MAX_WR) is not supported",
         "an address without a GRH (is_global = 0)",
         "is not mapped in this process",
         "it is a shared mapping",

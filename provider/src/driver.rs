@@ -443,6 +443,10 @@ command!(
     ibv_modify_srq = ib_uverbs_modify_srq
 );
 command!(
+    /// `struct ibv_modify_srq` with rnic's request data (a resize, `IBV_SRQ_MAX_WR`).
+    rnic_modify_srq = ib_uverbs_modify_srq, rnic_abi::uverbs::ResizeSrqReq
+);
+command!(
     /// `struct ibv_query_srq`.
     ibv_query_srq = ib_uverbs_query_srq
 );
@@ -491,6 +495,8 @@ const _: () = {
     assert!(offset_of!(rnic_create_srq, drv) == 40);
     assert!(size_of::<ib_uverbs_create_srq_resp>() == 16);
     assert!(size_of::<ibv_modify_srq>() == 24);
+    assert!(offset_of!(rnic_modify_srq, drv) == 24);
+    assert!(size_of::<rnic_modify_srq>() == 40);
     assert!(size_of::<ibv_query_srq>() == 24);
     // driver.h.
     assert!(size_of::<verbs_match_ent>() == 24);

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::pci::{PF_DEVICE_ID, VENDOR_ID, VF_DEVICE_ID};
 use rnic_abi::uverbs::{
-    CreateCqReq, CreateQpReq, CreateSrqReq, ResizeCqReq, MMAP_LEN, UVERBS_ABI_VERSION,
+    CreateCqReq, CreateQpReq, CreateSrqReq, ResizeCqReq, ResizeSrqReq, MMAP_LEN, UVERBS_ABI_VERSION,
 };
 use rnic_abi::verbs::{rq_stride, sq_stride, Cqe, Sge};
 use rnic_driver::verbs::{RqState, SendSlot, SqState};
@@ -682,18 +682,33 @@ unsafe extern "C" fn create_cq_ex(
 /// # Safety
 ///
 /// `ctx` is an open context of ours, `channel` null or a channel of it.
+/// The entries and the zeroed memory of a new ring for at least `wanted` CQEs or WQEs of
+/// `stride` bytes: a power of two, at least 2 (the rings of `new_cq`, `resize_cq`,
+/// `create_srq` and `resize_srq`).
+fn ring_memory(wanted: u32, stride: u32) -> Result<(u32, Mapping), Errno> {
+    let entries = wanted
+        .max(2)
+        .checked_next_power_of_two()
+        .ok_or(libc::EINVAL)?;
+    let len = (entries as usize)
+        .checked_mul(stride as usize)
+        .ok_or(libc::EINVAL)?;
+    Ok((entries, Mapping::anonymous(len)?))
+}
+
+/// [`ring_memory`] of a CQ of at least `cqe` entries.
+fn cq_ring_memory(cqe: c_int) -> Result<(u32, Mapping), Errno> {
+    let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    ring_memory(want, size_of::<Cqe>() as u32)
+}
+
 unsafe fn new_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> Result<*mut Cq, Errno> {
-    let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-    let entries = want
-        .max(2)
-        .checked_next_power_of_two()
-        .ok_or(libc::EINVAL)?;
-    let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
+    let (entries, ring) = cq_ring_memory(cqe)?;
     let mut req = rnic_create_cq {
         drv: CreateCqReq {
             ring_va: ring.addr(),
@@ -859,15 +874,10 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// reader keeps its consumer index and reads the new ring from it.
 unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     status("resize_cq", || {
-        let want = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-        let entries = want
-            .max(2)
-            .checked_next_power_of_two()
-            .ok_or(libc::EINVAL)?;
+        let (entries, ring) = cq_ring_memory(cqe)?;
         let size = c_int::try_from(entries).map_err(|_| libc::EINVAL)?;
         // SAFETY: a CQ of ours, alive during the call.
         let c = unsafe { cq_of(cq) };
-        let ring = Mapping::anonymous(entries as usize * size_of::<Cqe>())?;
         let mut req = rnic_resize_cq {
             drv: ResizeCqReq {
                 ring_va: ring.addr(),
@@ -1338,10 +1348,31 @@ struct Srq {
     inner: *const Inner,
     /// Posted and completed receives; the completions of every QP on the SRQ credit it.
     rq: Arc<Mutex<RqState>>,
-    ring: Ring,
+    /// Its ring (another after a resize); locked after `rq`.
+    ring: Mutex<SrqRing>,
     slot: u32,
     max_sge: u32,
-    _ring: Mapping,
+}
+
+/// An SRQ's ring and the memory it is in.
+struct SrqRing {
+    ring: Ring,
+    _mapping: Mapping,
+}
+
+impl SrqRing {
+    /// The ring of `entries` WQEs of `stride` bytes in `mapping`, which it keeps.
+    ///
+    /// # Safety
+    ///
+    /// `mapping` holds `entries * stride` bytes.
+    unsafe fn new(mapping: Mapping, entries: u32, stride: u32) -> Self {
+        Self {
+            // SAFETY: the caller's promise; the mapping lives as long as the ring.
+            ring: unsafe { Ring::new(mapping.ptr, entries, stride) },
+            _mapping: mapping,
+        }
+    }
 }
 
 /// The SRQ of an `ibv_srq` of ours.
@@ -1359,18 +1390,12 @@ unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -
         // SAFETY: libibverbs' arguments.
         let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
         let max_sge = a.attr.max_sge.max(1);
-        let entries = a
-            .attr
-            .max_wr
-            .max(2)
-            .checked_next_power_of_two()
-            .ok_or(libc::EINVAL)?;
+        let stride = rq_stride(max_sge);
+        let (entries, ring) = ring_memory(a.attr.max_wr, stride)?;
         if a.attr.srq_limit >= entries {
             return Err(libc::EINVAL);
         }
         a.attr.max_sge = max_sge;
-        let stride = rq_stride(max_sge);
-        let ring = Mapping::anonymous(entries as usize * stride as usize)?;
         let mut req = rnic_create_srq {
             drv: CreateSrqReq {
                 ring_va: ring.addr(),
@@ -1385,11 +1410,10 @@ unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -
             // SAFETY: an open context of ours.
             inner: unsafe { inner(ctx) },
             rq: Arc::new(Mutex::new(RqState::new(entries))),
-            // SAFETY: the ring just mapped, of this geometry, owned by the SRQ.
-            ring: unsafe { Ring::new(ring.ptr, entries, stride) },
+            // SAFETY: the ring just mapped, of this geometry.
+            ring: Mutex::new(unsafe { SrqRing::new(ring, entries, stride) }),
             slot: 0,
             max_sge,
-            _ring: ring,
         }));
         // SAFETY: our SRQ (its ibv_srq first) and buffers; libibverbs' attributes.
         let r = cmd(unsafe {
@@ -1438,13 +1462,71 @@ unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
     })
 }
 
+/// `ibv_modify_srq`: the size (`IBV_SRQ_MAX_WR`: a new ring of at least `max_wr` entries,
+/// a power of two, to which the kernel's and the device's `RESIZE_SRQ` move the receives
+/// posted and not taken yet; the SRQ keeps its producer index and posts to the new ring
+/// from it), then the limit (`IBV_SRQ_LIMIT`), each its own command.
 unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
     status("modify_srq", || {
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            // SAFETY: an SRQ of ours and libibverbs' attributes.
+            unsafe { resize_srq(srq, attr) }?;
+        }
+        if mask & !IBV_SRQ_MAX_WR == 0 {
+            return Ok(());
+        }
         let mut req = ibv_modify_srq::default();
-        // SAFETY: an SRQ of ours, libibverbs' attributes, our buffer. The kernel refuses
-        // a resize (IBV_SRQ_MAX_WR) and arms the limit (IBV_SRQ_LIMIT).
-        cmd(unsafe { ibv_cmd_modify_srq(srq, attr, mask, &mut req, size_of::<ibv_modify_srq>()) })
+        // SAFETY: an SRQ of ours, libibverbs' attributes, our buffer. The kernel arms the
+        // limit (IBV_SRQ_LIMIT) and refuses other bits.
+        cmd(unsafe {
+            ibv_cmd_modify_srq(
+                srq,
+                attr,
+                mask & !IBV_SRQ_MAX_WR,
+                &mut req,
+                size_of::<ibv_modify_srq>(),
+            )
+        })
     })
+}
+
+/// The resize of [`modify_srq`]: the SRQ moves to a new ring of at least `attr->max_wr`
+/// entries.
+///
+/// # Safety
+///
+/// `srq` is an SRQ of ours, `attr` readable.
+unsafe fn resize_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> Result<(), c_int> {
+    // SAFETY: the caller's promise.
+    let (q, max_wr) = unsafe { (srq_of(srq), (*attr).max_wr) };
+    let stride = rq_stride(q.max_sge);
+    let (entries, mapping) = ring_memory(max_wr, stride)?;
+    let mut req = rnic_modify_srq {
+        drv: ResizeSrqReq {
+            ring_va: mapping.addr(),
+            entries,
+            reserved: 0,
+        },
+        ..Default::default()
+    };
+    // Nothing is posted to either ring while the SRQ moves.
+    let mut rq = lock(&q.rq);
+    let mut ring = lock(&q.ring);
+    // SAFETY: our SRQ and buffers; the command starts with `struct ibv_modify_srq`.
+    cmd(unsafe {
+        ibv_cmd_modify_srq(
+            srq,
+            attr,
+            IBV_SRQ_MAX_WR,
+            (&mut req as *mut rnic_modify_srq).cast(),
+            size_of::<rnic_modify_srq>(),
+        )
+    })?;
+    // The old ring, which the kernel unpinned, goes.
+    // SAFETY: a ring of `entries` WQEs of the SRQ's stride, mapped above.
+    *ring = unsafe { SrqRing::new(mapping, entries, stride) };
+    rq.set_entries(entries);
+    Ok(())
 }
 
 unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
@@ -1523,8 +1605,13 @@ unsafe extern "C" fn post_srq_recv(
         // SAFETY: the context outlives its SRQs.
         let inner = unsafe { &*q.inner };
         let mut rq = lock(&q.rq);
+        let ring = lock(&q.ring);
         // SAFETY: the application's list; the SRQ's ring and its accounting, locked.
-        unsafe { post_recv_list(&inner.db, &q.ring, q.slot, q.max_sge, &mut rq, wr, bad_wr) }
+        unsafe {
+            post_recv_list(
+                &inner.db, &ring.ring, q.slot, q.max_sge, &mut rq, wr, bad_wr,
+            )
+        }
     })
 }
 
@@ -1819,6 +1906,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rings_round_up_to_a_power_of_two_of_at_least_two_entries_of_zeroed_pages() {
+        let (entries, m) = ring_memory(5, 32).unwrap();
+        assert_eq!((entries, m.len), (8, 4096));
+        let (entries, m) = ring_memory(0, 64).unwrap();
+        assert_eq!((entries, m.len), (2, 4096));
+        let (entries, m) = ring_memory(129, 32).unwrap();
+        assert_eq!((entries, m.len), (256, 8192));
+        // SAFETY: the mapping's own bytes.
+        assert!(unsafe { std::slice::from_raw_parts(m.ptr, m.len) }
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(ring_memory(u32::MAX, 32).err(), Some(libc::EINVAL));
+        assert_eq!(cq_ring_memory(-1).err(), Some(libc::EINVAL));
+        assert_eq!(cq_ring_memory(3).unwrap().0, 4);
+    }
+
+    #[test]
     fn the_match_table_names_the_pf_and_the_vf_and_ends() {
         assert_eq!(MATCH_TABLE[0].vendor, 0xF1C0);
         assert_eq!(MATCH_TABLE[0].device, 0x0001);
@@ -2054,11 +2158,10 @@ mod tests {
             ibv: ibv_srq::zeroed(),
             inner: &*inner,
             rq: Arc::new(Mutex::new(RqState::new(2))),
-            // SAFETY: the ring the SRQ owns.
-            ring: unsafe { Ring::new(ring.ptr, 2, stride) },
+            // SAFETY: a ring of 2 entries of this stride.
+            ring: Mutex::new(unsafe { SrqRing::new(ring, 2, stride) }),
             slot: 7,
             max_sge: 1,
-            _ring: ring,
         });
         let srq_ptr: *mut ibv_srq = (&mut *srq as *mut Srq).cast();
         // Two QPs on it, as create_qp with the SRQ leaves their tracks.
@@ -2142,7 +2245,7 @@ mod tests {
     impl Srq {
         fn ring_entry(&self, i: u32) -> Vec<u8> {
             // SAFETY: an entry of the SRQ's ring, read by the test alone.
-            unsafe { self.ring.entry(i) }.to_vec()
+            unsafe { lock(&self.ring).ring.entry(i) }.to_vec()
         }
     }
 

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * SRQ control verbs through Debian's libibverbs and rnic's provider on one
- * function: ibv_create_srq, ibv_query_srq, ibv_modify_srq (a resize refused,
- * the limit armed), two RC QPs connected to each other, the receiver on the
- * SRQ; SENDs until the limit fires (IBV_EVENT_SRQ_LIMIT_REACHED from
- * ibv_get_async_event, the limit then 0), the receives completed with their
- * wr_ids, ibv_post_recv on the SRQ's QP refused, and everything destroyed.
+ * function: ibv_create_srq, ibv_query_srq, ibv_modify_srq (the limit armed),
+ * two RC QPs connected to each other, the receiver on the SRQ; SENDs until the
+ * limit fires (IBV_EVENT_SRQ_LIMIT_REACHED from ibv_get_async_event, the limit
+ * then 0), the receives completed with their wr_ids; a resize (IBV_SRQ_MAX_WR)
+ * below the receives pending refused, one to 16 WRs with them, which the next
+ * SENDs then take in order; ibv_post_recv on the SRQ's QP refused, and
+ * everything destroyed.
  * Usage: srq_limit DEVICE GID_INDEX. Prints "srq_limit: ok" at the end.
  */
 #include <errno.h>
@@ -111,10 +113,6 @@ int main(int argc, char **argv)
 	CHECK(sia.attr.max_wr == 8 && sia.attr.max_sge == 1);
 	CHECK(!ibv_query_srq(srq, &sa));
 	CHECK(sa.max_wr == 8 && sa.max_sge == 1 && sa.srq_limit == 0);
-	sa.max_wr = 16;
-	errno = 0;
-	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) != 0);
-	printf("srq_limit: resize refused (errno %d)\n", errno);
 	sa.srq_limit = 4;
 	CHECK(!ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT));
 	CHECK(!ibv_query_srq(srq, &sa));
@@ -173,6 +171,17 @@ int main(int argc, char **argv)
 	ibv_ack_async_event(&ev);
 	CHECK(!ibv_query_srq(srq, &sa));
 	CHECK(sa.srq_limit == 0);
+	/* Receives 105 to 107 pending: a resize below them is refused. */
+	sa.max_wr = 2;
+	errno = 0;
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) != 0);
+	printf("srq_limit: resize below the pending receives refused (errno %d)\n",
+	       errno);
+	sa.max_wr = 16;
+	CHECK(!ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR));
+	CHECK(!ibv_query_srq(srq, &sa));
+	CHECK(sa.max_wr == 16 && sa.srq_limit == 0);
+	printf("srq_limit: resized to %u WRs\n", sa.max_wr);
 	/* Entries freed by the completions can be posted again. */
 	for (i = 0; i < 5; i++) {
 		struct ibv_sge s = { (uintptr_t)(buf + i * 64), 64, mr->lkey };
@@ -181,6 +190,24 @@ int main(int argc, char **argv)
 
 		CHECK(!ibv_post_srq_recv(srq, &w, &bad));
 	}
+	/* Four SENDs take 105 to 107 from the new ring, then 200. */
+	for (i = 0; i < 4; i++) {
+		struct ibv_sge s = { (uintptr_t)(buf + 15 * 64), 32, mr->lkey };
+		struct ibv_send_wr w = { .wr_id = 10 + i, .sg_list = &s,
+					 .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		CHECK(!ibv_post_send(tx, &w, &bad));
+	}
+	CHECK(poll_n(cq, wc, 8) == 8);
+	for (i = 0, n = 0; i < 8; i++) {
+		CHECK(wc[i].status == IBV_WC_SUCCESS);
+		if (wc[i].opcode == IBV_WC_RECV) {
+			CHECK(wc[i].wr_id == (n < 3 ? 105 + (uint64_t)n : 200));
+			n++;
+		}
+	}
+	CHECK(n == 4);
 	errno = 0;
 	CHECK(ibv_destroy_srq(srq) != 0);	/* rx still uses it */
 	CHECK(!ibv_destroy_qp(rx));

@@ -141,6 +141,7 @@ const CAPS: &[(&str, u64)] = &[
     ("CAP_USER_KICK", regs::CAP_USER_KICK),
     ("CAP_GID_TABLE", regs::CAP_GID_TABLE),
     ("CAP_RESIZE_CQ", regs::CAP_RESIZE_CQ),
+    ("CAP_RESIZE_SRQ", regs::CAP_RESIZE_SRQ),
     ("CAP_MULTICAST", regs::CAP_MULTICAST),
 ];
 
@@ -239,6 +240,8 @@ fn sizes() -> BTreeMap<&'static str, BTreeSet<usize>> {
         srq::CreateSrqResp,
         srq::ModifySrqReq,
         srq::QuerySrqResp,
+        srq::ResizeSrqReq,
+        uverbs::ResizeSrqReq,
         gid::QueryGidReq,
         gid::QueryGidResp,
         gid::SetGidReq,

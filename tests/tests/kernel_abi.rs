@@ -15,7 +15,7 @@ use rnic_abi::eth::{self, *};
 use rnic_abi::fast_reg::{AllocFastRegMrReq, FastRegWqe, RegDmaMrReq, MAX_FAST_REG_PAGES};
 use rnic_abi::gid::SetGidReq;
 use rnic_abi::mw::{self, AllocMwReq, AllocMwResp};
-use rnic_abi::srq::{self, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp};
+use rnic_abi::srq::{self, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp, ResizeSrqReq};
 use rnic_abi::ud::{self, ModifyQpQkey, UdSendWqe};
 use rnic_abi::verbs::{
     self, attr, event, owner_phase, rq_stride, send_flags, sq_stride, wc, wc_flags, wr, Cqe,
@@ -414,6 +414,15 @@ fn items() -> Vec<Item> {
         max_wr,
         srq_limit
     );
+    layout!(v, "rnic_resize_srq_req", ResizeSrqReq, ring, entries, srqn);
+    layout!(
+        v,
+        "rnic_uverbs_resize_srq_req",
+        uverbs::ResizeSrqReq,
+        ring_va,
+        entries,
+        reserved
+    );
     layout!(
         v,
         "rnic_query_srq_resp",
@@ -659,6 +668,7 @@ fn items() -> Vec<Item> {
         "RNIC_CAP_USER_KICK" = regs::CAP_USER_KICK,
         "RNIC_CAP_GID_TABLE" = regs::CAP_GID_TABLE,
         "RNIC_CAP_RESIZE_CQ" = regs::CAP_RESIZE_CQ,
+        "RNIC_CAP_RESIZE_SRQ" = regs::CAP_RESIZE_SRQ,
         "RNIC_CAP_MULTICAST" = regs::CAP_MULTICAST,
         "RNIC_CMD_ATTACH_MCAST" = Opcode::AttachMcast as u16,
         "RNIC_CMD_DETACH_MCAST" = Opcode::DetachMcast as u16,
@@ -687,6 +697,7 @@ fn items() -> Vec<Item> {
         "RNIC_CMD_MODIFY_SRQ" = Opcode::ModifySrq as u16,
         "RNIC_CMD_QUERY_SRQ" = Opcode::QuerySrq as u16,
         "RNIC_CMD_DESTROY_SRQ" = Opcode::DestroySrq as u16,
+        "RNIC_CMD_RESIZE_SRQ" = Opcode::ResizeSrq as u16,
         "RNIC_ACCESS_LOCAL_WRITE" = verbs::ACCESS_LOCAL_WRITE,
         "RNIC_ACCESS_REMOTE_WRITE" = verbs::ACCESS_REMOTE_WRITE,
         "RNIC_ACCESS_REMOTE_READ" = verbs::ACCESS_REMOTE_READ,

@@ -68,8 +68,9 @@
 //! rnic.ko is unloaded while a process holds a context with objects, and the run repeated
 //! after each.
 //! And with rnic's provider: tests/guest/srq_limit.c, built against Debian's libibverbs,
-//! uses an SRQ (query, resize refused, the limit armed and its async event, receives of an
-//! RC QP on it with their wr_ids, destroy refused while the QP lives).
+//! uses an SRQ (query, the limit armed and its async event, receives of an RC QP on it
+//! with their wr_ids, a resize with receives pending: refused below them, then to 16 WRs,
+//! after which they complete in order; destroy refused while the QP lives).
 //!
 //! And two kernel guests (VF0, VF1) running what the verbs guests run (tests/tests/vm_verbs.rs),
 //! here through Debian's libibverbs on rnic's provider: Debian's pingpongs (the SRQ one
@@ -1782,10 +1783,11 @@ fn srq_limit_program(dir: &std::path::Path) -> std::path::PathBuf {
     exe
 }
 
-/// One kernel guest, one function: an SRQ through the provider (create, query, a resize
-/// refused, the limit armed), an RC QP on it connected to another of the function's QPs,
-/// SENDs until IBV_EVENT_SRQ_LIMIT_REACHED arrives, the receives' wr_ids, the limit 0
-/// after it fired, the SRQ busy while its QP lives, and everything destroyed.
+/// One kernel guest, one function: an SRQ through the provider (create, query, the limit
+/// armed), an RC QP on it connected to another of the function's QPs, SENDs until
+/// IBV_EVENT_SRQ_LIMIT_REACHED arrives, the receives' wr_ids, the limit 0 after it fired;
+/// a resize below the receives pending refused, one to 16 WRs, and the pending receives
+/// then taken in order; the SRQ busy while its QP lives, and everything destroyed.
 #[test]
 #[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn a_process_uses_an_srq_through_the_provider_and_gets_its_limit_event() {
@@ -1819,5 +1821,6 @@ echo '=== script done'
         ));
     assert!(succeeded(&console, status), "the guest failed ({status:?})");
     assert!(console.contains("srq_limit: async event SRQ limit reached"));
+    assert!(console.contains("srq_limit: resized to 16 WRs"));
     assert!(console.contains("srq_limit: ok"));
 }

@@ -71,6 +71,7 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_USER_KICK, "user-kick"),
     (regs::CAP_GID_TABLE, "gid-table"),
     (regs::CAP_RESIZE_CQ, "resize-cq"),
+    (regs::CAP_RESIZE_SRQ, "resize-srq"),
 ];
 
 impl Report {

@@ -508,15 +508,23 @@ impl RqState {
         self.posted = self.posted.wrapping_add(1);
     }
 
+    /// The queue has `entries` entries from now on (an SRQ moved to a ring of another
+    /// size with its WQEs at their indexes: the counts stay).
+    pub fn set_entries(&mut self, entries: u32) {
+        self.entries = entries;
+    }
+
     /// Forgets every WQE (the QP went back to RESET).
     pub fn reset(&mut self) {
         self.posted = 0;
         self.completed = 0;
     }
 
-    /// Entries free for new WQEs.
+    /// Entries free for new WQEs (none while an SRQ shrunk below its receives not
+    /// completed yet: the device took some, which free their entries as they complete).
     pub fn free(&self) -> u32 {
-        self.entries - self.posted.wrapping_sub(self.completed)
+        self.entries
+            .saturating_sub(self.posted.wrapping_sub(self.completed))
     }
 
     /// Accounts for a receive completion; returns whether a WQE was outstanding.

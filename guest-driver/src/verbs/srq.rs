@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_abi::cmd::Opcode;
 use rnic_abi::regs;
-use rnic_abi::srq::{srq_attr, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp, MAX_SRQN};
+use rnic_abi::srq::{
+    srq_attr, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp, ResizeSrqReq, MAX_SRQN,
+};
 use rnic_abi::verbs::{rq_stride, DoorbellSlot, ObjectReq};
 use zerocopy::IntoBytes;
 
@@ -31,8 +33,9 @@ pub(crate) struct SrqInner {
     srqn: u32,
     max_sge: u32,
     slot: DoorbellSlot,
-    /// Freed only after DESTROY_SRQ succeeded.
-    ring: ManuallyDrop<Ring>,
+    /// The ring (another after a resize); freed only after DESTROY_SRQ succeeded. Locked
+    /// after `rq`.
+    ring: Mutex<ManuallyDrop<Ring>>,
     /// Posted and completed receives; every QP on the SRQ credits it.
     pub(crate) rq: Arc<Mutex<RqState>>,
 }
@@ -41,7 +44,7 @@ impl std::fmt::Debug for Srq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Srq")
             .field("srqn", &self.inner.srqn)
-            .field("max_wr", &self.inner.ring.entries())
+            .field("max_wr", &self.inner.ring().entries())
             .field("max_sge", &self.inner.max_sge)
             .finish()
     }
@@ -93,7 +96,7 @@ impl Pd {
                 srqn: resp.srqn,
                 max_sge,
                 slot,
-                ring: ManuallyDrop::new(ring),
+                ring: Mutex::new(ManuallyDrop::new(ring)),
                 rq: Arc::new(Mutex::new(RqState {
                     entries,
                     ..RqState::default()
@@ -110,6 +113,10 @@ impl SrqInner {
 
     fn rq(&self) -> MutexGuard<'_, RqState> {
         self.rq.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ring(&self) -> MutexGuard<'_, ManuallyDrop<Ring>> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -141,13 +148,51 @@ impl Srq {
             .map(|wr| encode_recv_wqe(wr, &caps))
             .collect::<Result<Vec<_>>>()?;
         let mut rq = self.inner.rq();
+        let ring = self.inner.ring();
         post_recv_wqes(
             &self.inner.pd.ctx(),
-            (&self.inner.ring, self.inner.slot),
+            (&ring, self.inner.slot),
             &mut rq,
             &wqes,
             || format!("post_recv on SRQ {}", self.inner.srqn),
         )
+    }
+
+    /// Entries in the ring (the requested number rounded up; another after a resize).
+    pub fn max_wr(&self) -> u32 {
+        self.inner.ring().entries()
+    }
+
+    /// Moves the SRQ to a ring of `max_wr` entries (rounded up to a power of two), with
+    /// the receives posted and not taken by the device yet (`RESIZE_SRQ`, ABI 1.11); the
+    /// armed limit stays. Fails, changing nothing, when the device lacks
+    /// `CAP_RESIZE_SRQ`, or the new size is not above the armed limit or cannot hold what
+    /// is pending (`BAD_PARAM`).
+    pub fn resize(&self, max_wr: u32) -> Result<()> {
+        let inner = &*self.inner;
+        let ctx = inner.pd.ctx();
+        if ctx.attr.caps & regs::CAP_RESIZE_SRQ == 0 {
+            return Err(Error::Unsupported(
+                "resizing an SRQ: the device does not report CAP_RESIZE_SRQ (an rnicd older than ABI 1.11?)",
+            ));
+        }
+        let entries = ring::ring_entries(max_wr, 1)?;
+        let t = ctx.transport();
+        let new = Ring::new(t, entries, rq_stride(inner.max_sge), ctx.list_kinds())?;
+        // Held across the command: nothing is posted to either ring meanwhile.
+        let mut rq = inner.rq();
+        let mut ring = inner.ring();
+        let req = ResizeSrqReq {
+            ring: new.page_list(),
+            entries,
+            srqn: inner.srqn,
+        };
+        ctx.command_no_body(Opcode::ResizeSrq, req.as_bytes())?;
+        // The device reads only the new ring now; the old one is free.
+        let old = std::mem::replace(&mut *ring, ManuallyDrop::new(new));
+        drop(ManuallyDrop::into_inner(old));
+        rq.set_entries(entries);
+        Ok(())
     }
 
     /// Arms the limit: when the device takes a receive that leaves fewer than `limit`
@@ -180,8 +225,9 @@ impl Srq {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        let ring = self.ring.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the ring is not used again: this is the last use of `self`.
-        let ring = unsafe { ManuallyDrop::take(&mut self.ring) };
+        let ring = unsafe { ManuallyDrop::take(ring) };
         let _ = self
             .pd
             .ctx()

@@ -92,6 +92,7 @@ impl RdmaState {
             Opcode::DetachMcast => self.detach_mcast(body),
             Opcode::CreateSrq => self.create_srq(body, env),
             Opcode::ModifySrq => self.modify_srq(body),
+            Opcode::ResizeSrq => self.resize_srq(body, env),
             Opcode::QuerySrq => self.query_srq(body),
             Opcode::DestroySrq => self.destroy_srq(body),
             Opcode::SetDcKey => self.set_dc_key(body),

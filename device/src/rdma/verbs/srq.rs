@@ -1,17 +1,19 @@
 //! The SRQ commands (docs/hardware-interface.md §7.4, `rnic_abi::srq`): `CREATE_SRQ`,
-//! `MODIFY_SRQ`, `QUERY_SRQ`, `DESTROY_SRQ`, and a QP's attachment to an SRQ at
+//! `MODIFY_SRQ`, `QUERY_SRQ`, `DESTROY_SRQ`, `RESIZE_SRQ`, and a QP's attachment to an SRQ at
 //! `CREATE_QP`.
 
 use rnic_abi::cmd::Status;
 use rnic_abi::doorbell::slot_offset;
-use rnic_abi::srq::{srq_attr, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp};
+use rnic_abi::srq::{
+    srq_attr, CreateSrqReq, CreateSrqResp, ModifySrqReq, QuerySrqResp, ResizeSrqReq,
+};
 use rnic_abi::verbs::{rq_stride, CreateQpReq, DoorbellSlot, ObjectReq};
 
 use super::{decode, page_list_error, reply};
 use crate::rdma::env::Env;
 use crate::rdma::error::VerbsError;
 use crate::rdma::mkey::pages::PagedBuffer;
-use crate::rdma::srq::Srq;
+use crate::rdma::srq::{ResizeError, Srq};
 use crate::rdma::wqe::{QpCaps, WorkQueue};
 use crate::rdma::{RdmaState, SlotOwner};
 
@@ -63,7 +65,7 @@ impl RdmaState {
     pub(super) fn modify_srq(&mut self, body: &[u8]) -> Result<Vec<u8>, VerbsError> {
         let req: ModifySrqReq = decode(body)?;
         let srq = self.srqs.get_mut(req.srqn)?;
-        // Resizing is not supported; nothing else is known.
+        // Resizing is RESIZE_SRQ, with the new ring; nothing else is known.
         if req.attr_mask & !srq_attr::LIMIT != 0 {
             return Err(VerbsError::new(Status::BadParam, req.attr_mask));
         }
@@ -73,6 +75,28 @@ impl RdmaState {
             }
             srq.limit = req.srq_limit;
         }
+        Ok(Vec::new())
+    }
+
+    /// `RESIZE_SRQ`: the SRQ moves to a new ring with the WQEs posted and not taken.
+    pub(super) fn resize_srq(&mut self, body: &[u8], env: &Env) -> Result<Vec<u8>, VerbsError> {
+        let req: ResizeSrqReq = decode(body)?;
+        let max = self.limits.max_qp_wr;
+        let srq = self.srqs.get_mut(req.srqn)?;
+        let n = req.entries;
+        // The armed limit stays: the new size must be above it, as at CREATE_SRQ.
+        if n == 0 || !n.is_power_of_two() || n > max || srq.limit >= n {
+            return Err(VerbsError::new(Status::BadParam, n));
+        }
+        let len = u64::from(n) * u64::from(srq.wq.stride);
+        let ring = PagedBuffer::load(&req.ring, 0, len, env.w).map_err(page_list_error)?;
+        let posted = env.doorbells.read32(srq.wq.slot).unwrap_or(srq.wq.taken);
+        srq.resize(ring, n, posted, env.r, env.w)
+            .map_err(|e| match e {
+                ResizeError::TooSmall | ResizeError::Unreachable => {
+                    VerbsError::new(Status::BadParam, n)
+                }
+            })?;
         Ok(Vec::new())
     }
 
