@@ -44,7 +44,7 @@ pub mod vfio_user;
 /// Major version of this interface. A driver refuses a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
 /// Minor version: grows with backwards-compatible additions (new commands, new registers).
-pub const ABI_MINOR: u16 = 10;
+pub const ABI_MINOR: u16 = 11;
 
 /// The ABI version as the [`regs::ABI_VERSION`] register reports it: major in bits 31:16.
 pub const fn abi_version() -> u32 {

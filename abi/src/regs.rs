@@ -218,6 +218,12 @@ pub const CAP_GID_TABLE: u64 = 1 << 24;
 /// `RESIZE_CQ` (ABI 1.10): a CQ moves to a ring of another size with its unconsumed
 /// completions.
 pub const CAP_RESIZE_CQ: u64 = 1 << 25;
+/// RDMA ATOMIC WRITE (ABI 1.11): [`crate::verbs::wr::ATOMIC_WRITE`], executed by the
+/// responder (datasheet §14.14).
+pub const CAP_ATOMIC_WRITE: u64 = 1 << 27;
+/// RDMA FLUSH (ABI 1.11): [`crate::verbs::wr::FLUSH`], the FLUSH access flags on regions
+/// and QPs (datasheet §14.14).
+pub const CAP_FLUSH: u64 = 1 << 28;
 
 /// [`DEVICE_STATUS`]: the function finished reset and accepts set-up.
 pub const STATUS_READY: u32 = 1 << 0;

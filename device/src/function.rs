@@ -1320,7 +1320,9 @@ mod tests {
             | CAP_GSI
             | CAP_USER_KICK
             | CAP_GID_TABLE
-            | CAP_RESIZE_CQ;
+            | CAP_RESIZE_CQ
+            | CAP_ATOMIC_WRITE
+            | CAP_FLUSH;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);
         assert_eq!(rd64(&f, CAPS_LO), caps);

@@ -94,6 +94,8 @@ impl Identity {
                 | CAP_USER_KICK
                 | CAP_GID_TABLE
                 | CAP_RESIZE_CQ
+                | CAP_ATOMIC_WRITE
+                | CAP_FLUSH
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {
                 max_qp: 256,

@@ -71,6 +71,8 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_USER_KICK, "user-kick"),
     (regs::CAP_GID_TABLE, "gid-table"),
     (regs::CAP_RESIZE_CQ, "resize-cq"),
+    (regs::CAP_ATOMIC_WRITE, "atomic-write"),
+    (regs::CAP_FLUSH, "flush"),
 ];
 
 impl Report {
