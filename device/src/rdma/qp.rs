@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::{
-    attr, mtu_bytes, wc, Cqe, QpAttr, QpState, WcStatus, ACCESS_FLUSH, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
-    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    attr, mtu_bytes, wc, Cqe, QpAttr, QpState, WcStatus, ACCESS_FLUSH, ACCESS_LOCAL_WRITE,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 
 use super::drops::Drop;
