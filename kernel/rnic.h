@@ -21,7 +21,7 @@
 
 #define RNIC_DRV_NAME		"rnic"
 /* The driver's version: the ABI level it implements. */
-#define RNIC_DRV_VERSION	"1.10"
+#define RNIC_DRV_VERSION	"1.11"
 
 /* MSI-X vectors the driver uses. */
 enum rnic_vector {

@@ -22,7 +22,7 @@
 
 /* abi/src/lib.rs */
 #define RNIC_ABI_MAJOR			1
-#define RNIC_ABI_MINOR			10
+#define RNIC_ABI_MINOR			11
 #define RNIC_PAGE_SIZE			4096
 
 /* abi/src/pci.rs */
@@ -78,6 +78,8 @@
 #define RNIC_CAP_USER_KICK		0x800000ULL
 #define RNIC_CAP_GID_TABLE		0x1000000ULL
 #define RNIC_CAP_RESIZE_CQ		0x2000000ULL
+#define RNIC_CAP_ATOMIC_WRITE		0x8000000ULL
+#define RNIC_CAP_FLUSH			0x10000000ULL
 
 #define RNIC_STATUS_READY		0x01
 #define RNIC_STATUS_CMDQ_RUNNING	0x02
@@ -240,6 +242,8 @@ struct rnic_doorbell_slot {
 #define RNIC_ACCESS_REMOTE_READ		0x4
 #define RNIC_ACCESS_REMOTE_ATOMIC	0x8
 #define RNIC_ACCESS_MW_BIND		0x10
+#define RNIC_ACCESS_FLUSH_GLOBAL	0x100
+#define RNIC_ACCESS_FLUSH_PERSISTENT	0x200
 
 /* QP types (verbs.rs, ud.rs) */
 #define RNIC_QPT_GSI			1
@@ -310,6 +314,8 @@ struct rnic_doorbell_slot {
 #define RNIC_WC_BIND_MW			5
 #define RNIC_WC_LOCAL_INV		6
 #define RNIC_WC_REG_MR			8
+#define RNIC_WC_ATOMIC_WRITE		9
+#define RNIC_WC_FLUSH			14
 #define RNIC_WC_RECV			128
 #define RNIC_WC_RECV_RDMA_WITH_IMM	129
 
