@@ -3,11 +3,17 @@
 //! QP each. An ATOMIC WRITE lands its 8 bytes and nothing else; one at a misaligned
 //! address is refused as rxe refuses it (remote invalid request); a FLUSH completes over
 //! a range and over the whole region, and one whose placement type the region does not
-//! allow is a remote access error.
+//! allow is a remote access error; through a network that loses, duplicates and reorders
+//! frames, every ATOMIC WRITE and FLUSH completes once and none is executed twice.
 
 use rnic_driver::verbs::{self, flush, AsyncEvent, SendWr, WcOpcode, WcStatus, WrOpcode};
 use rnic_tests::verbs_checks::{assert_ok, connected, expect_remote_error, one, FILL, GUARD};
-use rnic_tests::verbs_pair::{guarded_mr, read_mr, signaled, PairOptions};
+use std::time::Duration;
+
+use rnic_tests::verbs_pair::{
+    connect, guarded_mr, poll_n, read_mr, read_u64, side, signaled, PairOptions,
+};
+use rnic_tests::Rnicd;
 
 /// QPs (and buffers) that allow everything, FLUSH of both placement types included.
 fn options() -> PairOptions {
@@ -164,4 +170,58 @@ fn a_flush_of_a_region_without_flush_access_is_a_remote_access_error() {
         flush::MR,
     );
     expect_remote_error(&a, &b, bad, WcStatus::RemAccessErr, AsyncEvent::QpAccessErr);
+}
+
+/// A faulty network (`--net-faults`): ATOMIC WRITEs of a new value each to one word, and
+/// FLUSHes between them, all complete with success in order; the word ends with the last
+/// value and keeps it: a duplicate request is answered from the responder's resources,
+/// never written again (which would bring back an older value).
+#[test]
+fn through_loss_and_duplicates_each_atomic_write_lands_once_in_order() {
+    let rnicd = Rnicd::start(
+        2,
+        &["--net-faults", "loss=0.05,dup=0.05,reorder=0.02,seed=11"],
+    );
+    let o = PairOptions {
+        // 4.096 µs * 2^10 = 4 ms: lost answers are asked for again quickly.
+        timeout: 10,
+        ..options()
+    };
+    let a = side(&rnicd.socket("vf0"), &o);
+    let b = side(&rnicd.socket("vf1"), &o);
+    connect(&a, &b, &o, 0x10, 0x20);
+    let word = b.mr.addr(64);
+    let value = |k: u64| (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5).to_le_bytes();
+    const ROUNDS: u64 = 300;
+    const BATCH: u64 = 12;
+    let mut k = 0;
+    while k < ROUNDS {
+        let wrs: Vec<SendWr> = (k..k + BATCH)
+            .map(|i| {
+                if i % 3 == 2 {
+                    flush_wr(i, word, b.mr.rkey(), 8, flush::GLOBAL, flush::RANGE)
+                } else {
+                    atomic_write(i, word, b.mr.rkey(), value(i))
+                }
+            })
+            .collect();
+        a.qp.post_send_list(&wrs).unwrap();
+        let wcs = poll_n(&a.cq, BATCH as usize, Duration::from_secs(20));
+        assert_eq!(wcs.len(), BATCH as usize, "completions of WRs {k}..");
+        for (wc, i) in wcs.iter().zip(k..) {
+            assert_eq!((wc.wr_id, wc.status), (i, Ok(WcStatus::Success)));
+            let op = if i % 3 == 2 {
+                WcOpcode::Flush
+            } else {
+                WcOpcode::AtomicWrite
+            };
+            assert_eq!(wc.opcode, op);
+        }
+        k += BATCH;
+    }
+    let last = u64::from_le_bytes(value(ROUNDS - 2));
+    assert_eq!(read_u64(&b.mr, 64), last);
+    // Duplicates still on their way change nothing.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read_u64(&b.mr, 64), last);
 }

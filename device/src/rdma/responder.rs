@@ -728,32 +728,19 @@ fn atomic(
     if a.va % 8 != 0 {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
-    let mut runs = rdma
+    let runs = rdma
         .mrs
         .check_remote(a.rkey, (qp.pdn, qp.qpn), Access::RemoteAtomic, a.va, 8)
         .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
-    let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
-        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
-    };
-    let slice = env
-        .w
-        .get_slice(addr, 8)
-        .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
-    let guard = slice.ptr_guard_mut();
-    let ptr = guard.as_ptr();
-    if !(ptr as usize).is_multiple_of(8) {
-        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
-    }
-    // SAFETY: an 8-aligned pointer into guest memory mapped for as long as the slice
-    // lives; the guest may touch it concurrently, which is why this is an atomic.
-    let cell = unsafe { &*(ptr as *const AtomicU64) };
-    let orig = if pkt.hdrs.bth.opcode == op::RC_COMPARE_SWAP {
-        match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
+    let orig = on_word(runs, env, |cell| {
+        if pkt.hdrs.bth.opcode == op::RC_COMPARE_SWAP {
+            match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            cell.fetch_add(a.swap_add, Ordering::SeqCst)
         }
-    } else {
-        cell.fetch_add(a.swap_add, Ordering::SeqCst)
-    };
+    })?;
     let p = pkt.hdrs.bth.psn;
     remember(qp, Resource::Atomic { psn: p, orig });
     qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
@@ -809,7 +796,7 @@ fn flush_or_atomic_write(
         std::sync::atomic::fence(Ordering::SeqCst);
     } else {
         qp_allows(qp, ACCESS_REMOTE_WRITE)?;
-        let mut runs = rdma
+        let runs = rdma
             .mrs
             .check_remote(reth.rkey, who, Access::RemoteWrite, reth.va, 8)
             .map_err(refused)?;
@@ -817,26 +804,15 @@ fn flush_or_atomic_write(
         if reth.dma_len != 8 || payload.len() != 8 || reth.va % 8 != 0 {
             return Err(invalid());
         }
-        let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
-            return Err(invalid());
-        };
         let mut value = Vec::with_capacity(8);
-        let unmapped = || fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr);
         if !payload.append_to(&mut value) {
-            return Err(unmapped());
+            return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
         }
         let value: [u8; 8] = value.try_into().map_err(|_| invalid())?;
-        let slice = env.w.get_slice(addr, 8).map_err(|_| unmapped())?;
-        let guard = slice.ptr_guard_mut();
-        let ptr = guard.as_ptr();
-        if !(ptr as usize).is_multiple_of(8) {
-            return Err(invalid());
-        }
-        // SAFETY: an 8-aligned pointer into guest memory mapped for as long as the slice
-        // lives; the guest may touch it concurrently, which is why this is an atomic.
-        let cell = unsafe { &*(ptr as *const AtomicU64) };
         // The bytes land in the order they came: native order both ways.
-        cell.store(u64::from_ne_bytes(value), Ordering::Release);
+        on_word(runs, env, |cell| {
+            cell.store(u64::from_ne_bytes(value), Ordering::Release)
+        })?;
     }
     let p = pkt.hdrs.bth.psn;
     remember(qp, Resource::Answered { psn: p });
@@ -855,6 +831,32 @@ fn send_empty_read_response(qp: &Qp, wire: &mut Wire, p: u32) {
         ..Headers::default()
     };
     wire.send(qp, &hdrs, &[]);
+}
+
+/// Runs `f` on the guest word that `runs` (a checked key's runs for 8 bytes) names, as a
+/// 64-bit atomic: the guest may touch it concurrently. The 8 bytes must be one run, 8-aligned
+/// in host memory too (else an invalid request, as rxe's misaligned atomic).
+fn on_word<R>(
+    mut runs: impl Iterator<Item = (vm_memory::GuestAddress, usize)>,
+    env: &Env,
+    f: impl FnOnce(&AtomicU64) -> R,
+) -> Result<R, Failure> {
+    let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    };
+    let slice = env
+        .w
+        .get_slice(addr, 8)
+        .map_err(|_| fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr))?;
+    let guard = slice.ptr_guard_mut();
+    let ptr = guard.as_ptr();
+    if !(ptr as usize).is_multiple_of(8) {
+        return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+    }
+    // SAFETY: an 8-aligned pointer into guest memory mapped for as long as the slice
+    // lives; the guest may touch it concurrently, which is why this is an atomic.
+    let cell = unsafe { &*(ptr as *const AtomicU64) };
+    Ok(f(cell))
 }
 
 fn send_atomic_ack(qp: &Qp, wire: &mut Wire, p: u32, orig: u64) {
