@@ -182,6 +182,18 @@ fn flush_and_atomic_write_are_laid_out_as_rxe() {
     assert_eq!(&t[28..32], &[0x00, 0xBC, 0x61, 0x4E]);
     let p = parse(&out).unwrap();
     assert_eq!((p.hdrs, p.payload), (flush, &[][..]));
+    // rxe 6.12's ICRC of a FLUSH: its table has no payload offset for FLUSH, so after the
+    // masked headers the CRC runs on over the 32 transport header bytes again, unmasked.
+    let ip = &out[ETH_HEADER_LEN..out.len() - ICRC_LEN];
+    let mut masked = ip.to_vec();
+    for i in [1, 8, 10, 11, 26, 27, 32] {
+        masked[i] = 0xFF;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xFF; 8]);
+    h.update(&masked);
+    h.update(&ip[28..]);
+    assert_eq!(out[out.len() - ICRC_LEN..], h.finalize().to_le_bytes());
 
     let write = Headers {
         bth: Bth {
@@ -707,12 +719,16 @@ proptest! {
         prop_assert_eq!(p.ttl, addr.ttl);
         prop_assert_eq!(p.tos, addr.tos);
 
-        // The ICRC in the frame is what an independent reading of the spec gives.
+        // The ICRC in the frame is what an independent reading of the spec gives (and,
+        // for a FLUSH, of rxe's quirk: its transport headers once more, unmasked).
         let end = out.len() - ICRC_LEN;
         let mut masked = vec![0xFFu8; 8];
         masked.extend_from_slice(&out[ETH_HEADER_LEN..end]);
         for off in [1usize, 8, 10, 11, 26, 27, 32] {
             masked[8 + off] = 0xFF;
+        }
+        if hdrs.bth.opcode == opcode::RC_FLUSH {
+            masked.extend_from_slice(&out[ETH_HEADER_LEN + 28..end]);
         }
         prop_assert_eq!(&out[end..], &crc32fast::hash(&masked).to_le_bytes()[..]);
     }
