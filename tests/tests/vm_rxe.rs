@@ -558,8 +558,13 @@ fn atomic_write_and_flush_between_rnic_and_soft_roce_in_both_directions() {
     let console = String::from_utf8_lossy(&guest.stdout);
     let peer_lines: Vec<&str> = console.lines().filter(|l| l.starts_with("PEER")).collect();
     let report = format!("{console}\n{}", String::from_utf8_lossy(&guest.stderr));
-    // rxe's region got rnic's 8 bytes after 8 of its own.
-    let region = format!("PEER region {}{}", "5a".repeat(8), hex_of(b"rnic2rxe"));
+    // rxe's region got rnic's 8 bytes between 8 of its own on each side.
+    let region = format!(
+        "PEER region {}{}{}",
+        "5a".repeat(8),
+        hex_of(b"rnic2rxe"),
+        "5a".repeat(8)
+    );
     assert!(peer_lines.contains(&region.as_str()), "{report}");
     // ibverbs' opcodes: IBV_WC_ATOMIC_WRITE 9, IBV_WC_FLUSH 8.
     for want in [
