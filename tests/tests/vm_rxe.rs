@@ -105,6 +105,23 @@ server() { # TEST SIZE ITERS
     s
 }
 
+/// Starts the Soft-RoCE guest's boot.sh `cmd` with a second NIC on QEMU's user network
+/// (eth1, 10.0.2.15), whose TCP port 18515 the host reaches at 127.0.0.1:`forward`.
+fn spawn_with_forward(mut cmd: Command, forward: u16) -> std::process::Child {
+    cmd.env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
+        .env(
+            "RNIC_BOOT_EXTRA_QEMU_ARGS",
+            format!(
+                "-netdev user,id=u0,hostfwd=tcp:127.0.0.1:{forward}-10.0.2.15:18515 \
+                 -device virtio-net-pci,netdev=u0,romfile="
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run boot.sh")
+}
+
 /// What a session against the Soft-RoCE guest gave.
 struct Session {
     /// rnic-perf's runs: as the server of the guest's clients, then as the client of its
@@ -137,22 +154,13 @@ fn against_soft_roce(runs: &[Run]) -> Session {
     let forward = free_port();
 
     // eth1: QEMU's user network, for TCP with the host.
-    let guest = Boot::rxe()
-        .nic(link.nic_b(), "10.82.1.10/16")
-        .timeout(900)
-        .command(&guest_script(runs, &server_ports))
-        .env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
-        .env(
-            "RNIC_BOOT_EXTRA_QEMU_ARGS",
-            format!(
-                "-netdev user,id=u0,hostfwd=tcp:127.0.0.1:{forward}-10.0.2.15:18515 \
-                 -device virtio-net-pci,netdev=u0,romfile="
-            ),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run boot.sh");
+    let guest = spawn_with_forward(
+        Boot::rxe()
+            .nic(link.nic_b(), "10.82.1.10/16")
+            .timeout(900)
+            .command(&guest_script(runs, &server_ports)),
+        forward,
+    );
 
     // rnic-perf serves the guest's perftest clients, one test at a time.
     let mut outputs = Vec::new();
@@ -416,19 +424,8 @@ fn atomic_write_and_flush_between_rnic_and_soft_roce_in_both_directions() {
         .arg(format!("{}:/root/atomic_write_peer.py", peer.display()))
         .nic(link.nic_b(), "10.82.1.10/16")
         .timeout(600)
-        .command("python3 /root/atomic_write_peer.py $(rxe-gid-index) 18515 2>&1")
-        .env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
-        .env(
-            "RNIC_BOOT_EXTRA_QEMU_ARGS",
-            format!(
-                "-netdev user,id=u0,hostfwd=tcp:127.0.0.1:{forward}-10.0.2.15:18515 \
-                 -device virtio-net-pci,netdev=u0,romfile="
-            ),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run boot.sh");
+        .command("python3 /root/atomic_write_peer.py $(rxe-gid-index) 18515 2>&1");
+    let guest = spawn_with_forward(guest, forward);
 
     let o = PairOptions {
         access: PairOptions::default().access | verbs::ACCESS_FLUSH,
