@@ -79,6 +79,8 @@
 #define RNIC_CAP_GID_TABLE		0x1000000ULL
 #define RNIC_CAP_RESIZE_CQ		0x2000000ULL
 #define RNIC_CAP_RESIZE_SRQ		0x4000000ULL
+#define RNIC_CAP_ATOMIC_WRITE		0x8000000ULL
+#define RNIC_CAP_FLUSH			0x10000000ULL
 #define RNIC_CAP_MULTICAST		0x20000000ULL
 
 #define RNIC_STATUS_READY		0x01
@@ -245,6 +247,8 @@ struct rnic_doorbell_slot {
 #define RNIC_ACCESS_REMOTE_READ		0x4
 #define RNIC_ACCESS_REMOTE_ATOMIC	0x8
 #define RNIC_ACCESS_MW_BIND		0x10
+#define RNIC_ACCESS_FLUSH_GLOBAL	0x100
+#define RNIC_ACCESS_FLUSH_PERSISTENT	0x200
 
 /* QP types (verbs.rs, ud.rs) */
 #define RNIC_QPT_GSI			1
@@ -315,6 +319,8 @@ struct rnic_doorbell_slot {
 #define RNIC_WC_BIND_MW			5
 #define RNIC_WC_LOCAL_INV		6
 #define RNIC_WC_REG_MR			8
+#define RNIC_WC_ATOMIC_WRITE		9
+#define RNIC_WC_FLUSH			14
 #define RNIC_WC_RECV			128
 #define RNIC_WC_RECV_RDMA_WITH_IMM	129
 

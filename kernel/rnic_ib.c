@@ -138,6 +138,12 @@ static int rnic_query_device_attr(struct ib_device *ibdev,
 			      IB_DEVICE_PORT_ACTIVE_EVENT;
 	if (rd->caps & RNIC_CAP_FAST_REG)
 		a->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+	/* RDMA FLUSH and ATOMIC WRITE (ABI 1.11, datasheet 14.14). */
+	if (rd->caps & RNIC_CAP_FLUSH)
+		a->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL |
+				       IB_DEVICE_FLUSH_PERSISTENT;
+	if (rd->caps & RNIC_CAP_ATOMIC_WRITE)
+		a->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
 	a->max_send_sge = le32_to_cpu(l->max_sge);
 	a->max_recv_sge = le32_to_cpu(l->max_sge);
 	a->max_sge_rd = le32_to_cpu(l->max_sge);

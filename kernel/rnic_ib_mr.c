@@ -66,6 +66,10 @@ u32 rnic_ib_access(int ib_access)
 		access |= RNIC_ACCESS_REMOTE_ATOMIC;
 	if (ib_access & IB_ACCESS_MW_BIND)
 		access |= RNIC_ACCESS_MW_BIND;
+	if (ib_access & IB_ACCESS_FLUSH_GLOBAL)
+		access |= RNIC_ACCESS_FLUSH_GLOBAL;
+	if (ib_access & IB_ACCESS_FLUSH_PERSISTENT)
+		access |= RNIC_ACCESS_FLUSH_PERSISTENT;
 	return access;
 }
 
@@ -149,7 +153,8 @@ err_free:
 #define RNIC_USER_MR_ACCESS	(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
 				 IB_ACCESS_REMOTE_READ |			\
 				 IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_MW_BIND | \
-				 IB_ACCESS_OPTIONAL)
+				 IB_ACCESS_FLUSH_GLOBAL |			\
+				 IB_ACCESS_FLUSH_PERSISTENT | IB_ACCESS_OPTIONAL)
 
 /*
  * ibv_reg_mr: the process's memory from @start, pinned (ib_umem), named to
@@ -173,6 +178,10 @@ struct ib_mr *rnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 		return ERR_PTR(-EOPNOTSUPP);
 	/* Windows are bound to regions that allow it (CAP_MW). */
 	if (access & IB_ACCESS_MW_BIND && !(rib->rd->caps & RNIC_CAP_MW))
+		return ERR_PTR(-EOPNOTSUPP);
+	/* FLUSH targets where the device does FLUSH (CAP_FLUSH, ABI 1.11). */
+	if (access & (IB_ACCESS_FLUSH_GLOBAL | IB_ACCESS_FLUSH_PERSISTENT) &&
+	    !(rib->rd->caps & RNIC_CAP_FLUSH))
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!length || length > le64_to_cpu(l->max_mr_size))
 		return ERR_PTR(-EINVAL);

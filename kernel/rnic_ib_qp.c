@@ -373,7 +373,7 @@ int rnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 }
 
 /*
- * UD multicast (datasheet 14.14): the device keeps each group's QPs and hands
+ * UD multicast (datasheet 14.15): the device keeps each group's QPs and hands
  * a group's packets to all of them. The core checked that the QP is UD and
  * the GID a multicast one; RoCE has no LIDs. Leaving a group the QP is not in
  * is the caller's to expect: not logged.

@@ -1,5 +1,5 @@
 //! UD multicast (ABI 1.11, [`crate::regs::CAP_MULTICAST`]; docs/hardware-interface.md
-//! §14.14).
+//! §14.15).
 //!
 //! A UD QP joins a multicast group with `ATTACH_MCAST` and leaves it with `DETACH_MCAST`
 //! ([`McastReq`]). A group is an IPv4-mapped multicast GID (`::ffff:224.0.0.0/4`, as the

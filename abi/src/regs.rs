@@ -221,6 +221,12 @@ pub const CAP_RESIZE_CQ: u64 = 1 << 25;
 /// `RESIZE_SRQ` (ABI 1.11): an SRQ moves to a ring of another size with the receives
 /// posted and not taken yet.
 pub const CAP_RESIZE_SRQ: u64 = 1 << 26;
+/// RDMA ATOMIC WRITE (ABI 1.11): [`crate::verbs::wr::ATOMIC_WRITE`], executed by the
+/// responder (datasheet §14.14).
+pub const CAP_ATOMIC_WRITE: u64 = 1 << 27;
+/// RDMA FLUSH (ABI 1.11): [`crate::verbs::wr::FLUSH`], the FLUSH access flags on regions
+/// and QPs (datasheet §14.14).
+pub const CAP_FLUSH: u64 = 1 << 28;
 /// UD multicast (ABI 1.11): `ATTACH_MCAST` and `DETACH_MCAST` ([`crate::mcast`]), and UD
 /// sends to a multicast group.
 pub const CAP_MULTICAST: u64 = 1 << 29;

@@ -34,8 +34,47 @@ pub const ACCESS_MW_BIND: u32 = 1 << 4;
 /// A type 2 memory window bound zero-based (`IBV_ACCESS_ZERO_BASED`): peers address its
 /// first byte as 0 ([`crate::mw::BindMwWqe::access`] only; ABI 1.6).
 pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
-/// The access flags `REG_MR` takes: [`ACCESS_ALL`] and [`ACCESS_MW_BIND`].
-pub const ACCESS_REG_MR: u32 = ACCESS_ALL | ACCESS_MW_BIND;
+/// Remote FLUSH to global visibility (`IBV_ACCESS_FLUSH_GLOBAL`; ABI 1.11,
+/// [`crate::regs::CAP_FLUSH`]): on a region, the FLUSH requests of placement type
+/// [`flush::GLOBAL`] it admits; on a QP, that its responder takes them.
+pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+/// Remote FLUSH to persistence (`IBV_ACCESS_FLUSH_PERSISTENT`; ABI 1.11,
+/// [`crate::regs::CAP_FLUSH`]): as [`ACCESS_FLUSH_GLOBAL`] for placement type
+/// [`flush::PERSISTENT`].
+pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// Both FLUSH access flags.
+pub const ACCESS_FLUSH: u32 = ACCESS_FLUSH_GLOBAL | ACCESS_FLUSH_PERSISTENT;
+/// The access flags `REG_MR` takes: [`ACCESS_ALL`], [`ACCESS_MW_BIND`] and (ABI 1.11)
+/// [`ACCESS_FLUSH`].
+pub const ACCESS_REG_MR: u32 = ACCESS_ALL | ACCESS_MW_BIND | ACCESS_FLUSH;
+
+/// RDMA FLUSH's placement types and selectivity levels, as `enum ibv_placement_type` and
+/// `enum ibv_selectivity_level` (ABI 1.11, [`crate::regs::CAP_FLUSH`]). A FLUSH WQE
+/// carries them in [`SendWqe::imm_or_inv`] as the FETH does on the wire: the placement
+/// type in bits 3:0, the selectivity level in bits 5:4 ([`flush::feth`]).
+pub mod flush {
+    /// Placement type: global visibility (`IBV_FLUSH_GLOBAL`).
+    pub const GLOBAL: u8 = 1 << 0;
+    /// Placement type: persistence (`IBV_FLUSH_PERSISTENT`).
+    pub const PERSISTENT: u8 = 1 << 1;
+    /// Selectivity level: the range the RETH names (`IBV_FLUSH_RANGE`).
+    pub const RANGE: u8 = 0;
+    /// Selectivity level: the whole region the R_Key names (`IBV_FLUSH_MR`).
+    pub const MR: u8 = 1;
+    /// The FETH word of placement type `ptype` and selectivity level `level`: bits 3:0
+    /// and 5:4, as IBTA 1.5 and rxe's `feth_init` lay them out.
+    pub const fn feth(ptype: u8, level: u8) -> u32 {
+        (ptype as u32 & 0xF) | ((level as u32 & 0x3) << 4)
+    }
+    /// The placement type of FETH word `bits`.
+    pub const fn ptype(bits: u32) -> u8 {
+        (bits & 0xF) as u8
+    }
+    /// The selectivity level of FETH word `bits`.
+    pub const fn level(bits: u32) -> u8 {
+        ((bits >> 4) & 0x3) as u8
+    }
+}
 
 /// Queue pair type: reliable connected (`IBV_QPT_RC`).
 pub const QPT_RC: u8 = 2;
@@ -185,6 +224,15 @@ pub mod wr {
     /// Fast-register memory under a fast-registration MR's key
     /// (`crate::fast_reg::FastRegWqe`, ABI 1.8; the kernel's `IB_WR_REG_MR`).
     pub const REG_MR: u8 = 10;
+    /// RDMA FLUSH (`IBV_WR_FLUSH`; ABI 1.11, [`crate::regs::CAP_FLUSH`]): `remote_addr`,
+    /// `rkey`, the length in `compare_add`, the FETH word
+    /// ([`super::flush::feth`]) in `imm_or_inv`; no SGEs, no inline data.
+    pub const FLUSH: u8 = 14;
+    /// RDMA ATOMIC WRITE (`IBV_WR_ATOMIC_WRITE`; ABI 1.11,
+    /// [`crate::regs::CAP_ATOMIC_WRITE`]): the 8 bytes of `compare_add`, in memory order
+    /// (as `ibv_wr_atomic_write` takes them), to the 8-aligned `remote_addr` under
+    /// `rkey`; no SGEs, no inline data.
+    pub const ATOMIC_WRITE: u8 = 15;
 }
 
 /// Send flags in [`SendWqe::flags`], as `enum ibv_send_flags`.
@@ -218,6 +266,11 @@ pub mod wc {
     /// A memory registration completed: a control queue's, or a REG_MR work request's (as
     /// the kernel's `IB_WC_REG_MR`).
     pub const REG_MR: u8 = 8;
+    /// RDMA ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`; ABI 1.11).
+    pub const ATOMIC_WRITE: u8 = 9;
+    /// RDMA FLUSH completed (ABI 1.11). ibverbs numbers it 8 (`IBV_WC_FLUSH`), which
+    /// rnic gave [`REG_MR`] first: drivers translate this one.
+    pub const FLUSH: u8 = 14;
     /// A receive completed (SEND in).
     pub const RECV: u8 = 128;
     /// A receive consumed by an RDMA WRITE with immediate.
@@ -839,7 +892,8 @@ pub struct SendWqe {
     /// 1.4, formerly reserved). 0: the QP's own UDP source port.
     pub session_group: u8,
     /// Immediate data (byte for byte onto the wire), or the rkey to invalidate (SEND with
-    /// invalidate, LOCAL_INV: an MR, indirect, pattern or memory window key).
+    /// invalidate, LOCAL_INV: an MR, indirect, pattern or memory window key), or the FETH
+    /// word (FLUSH, ABI 1.11: [`flush::feth`]).
     pub imm_or_inv: u32,
     /// Remote address (RDMA and atomics).
     pub remote_addr: u64,
@@ -847,7 +901,9 @@ pub struct SendWqe {
     pub rkey: u32,
     /// Bytes of inline data.
     pub inline_len: u32,
-    /// Compare value (compare and swap) or addend (fetch and add).
+    /// Compare value (compare and swap) or addend (fetch and add); the 8 bytes to write,
+    /// in memory order (ATOMIC WRITE, ABI 1.11); the length (FLUSH, ABI 1.11; the RETH
+    /// carries its low 32 bits, as rxe's).
     pub compare_add: u64,
     /// Swap value (compare and swap).
     pub swap: u64,

@@ -1322,6 +1322,8 @@ mod tests {
             | CAP_GID_TABLE
             | CAP_RESIZE_CQ
             | CAP_RESIZE_SRQ
+            | CAP_ATOMIC_WRITE
+            | CAP_FLUSH
             | CAP_MULTICAST;
         assert_eq!(rd32(&f, CAPS_LO), caps as u32);
         assert_eq!(rd32(&f, CAPS_HI), (caps >> 32) as u32);

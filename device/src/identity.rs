@@ -95,6 +95,8 @@ impl Identity {
                 | CAP_GID_TABLE
                 | CAP_RESIZE_CQ
                 | CAP_RESIZE_SRQ
+                | CAP_ATOMIC_WRITE
+                | CAP_FLUSH
                 | CAP_MULTICAST
                 | if id == FunctionId::Pf { CAP_ADMIN } else { 0 },
             limits: Limits {

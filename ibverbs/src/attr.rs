@@ -87,6 +87,13 @@ fn int(v: u64) -> c_int {
     c_int::try_from(v).unwrap_or(c_int::MAX)
 }
 
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL` (kernel uapi `ib_user_verbs.h`).
+const UVERBS_DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+/// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`.
+const UVERBS_DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE`.
+const UVERBS_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
+
 /// The device attributes (`ibv_query_device_ex`; `orig_attr` is `ibv_query_device`'s).
 ///
 /// The limits are the function's own (its quota, QUERY_DEVICE's `limits`). SRQs
@@ -150,6 +157,14 @@ pub fn device_attr(q: &QueryDeviceResp, pci: &PciIdentity) -> ibv_device_attr_ex
     }
     o.max_ah = c_int::MAX;
     a.device_cap_flags_ex = u64::from(o.device_cap_flags);
+    // The kernel's IB_UVERBS_DEVICE_FLUSH_GLOBAL, _FLUSH_PERSISTENT and _ATOMIC_WRITE,
+    // which libibverbs passes through unnamed (ABI 1.11, datasheet §14.14).
+    if q.caps & rnic_abi::regs::CAP_FLUSH != 0 {
+        a.device_cap_flags_ex |= UVERBS_DEVICE_FLUSH_GLOBAL | UVERBS_DEVICE_FLUSH_PERSISTENT;
+    }
+    if q.caps & rnic_abi::regs::CAP_ATOMIC_WRITE != 0 {
+        a.device_cap_flags_ex |= UVERBS_DEVICE_ATOMIC_WRITE;
+    }
     a.phys_port_cnt_ex = u32::from(PORT_NUM);
     a
 }
@@ -330,6 +345,14 @@ mod tests {
             a.device_cap_flags_ex,
             u64::from(a.orig_attr.device_cap_flags)
         );
+    }
+
+    #[test]
+    fn flush_and_atomic_write_show_as_the_kernels_extended_flags() {
+        let mut q = resp();
+        assert_eq!(device_attr(&q, &pci()).device_cap_flags_ex >> 32, 0);
+        q.caps |= rnic_abi::regs::CAP_FLUSH | rnic_abi::regs::CAP_ATOMIC_WRITE;
+        assert_eq!(device_attr(&q, &pci()).device_cap_flags_ex >> 38, 0b111);
     }
 
     #[test]

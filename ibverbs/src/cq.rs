@@ -86,7 +86,8 @@ impl Cq {
     }
 }
 
-/// `enum ibv_wc_opcode` of a driver opcode (the same numbers).
+/// `enum ibv_wc_opcode` of a driver opcode (the same numbers, but FLUSH's: see
+/// `rnic_abi::verbs::wc::FLUSH`).
 fn wc_opcode(op: WcOpcode) -> ibv_wc_opcode {
     match op {
         WcOpcode::Send => IBV_WC_SEND,
@@ -98,6 +99,8 @@ fn wc_opcode(op: WcOpcode) -> ibv_wc_opcode {
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+        WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
+        WcOpcode::Flush => IBV_WC_FLUSH,
         // Only control queues complete registrations; never on an application's CQ.
         WcOpcode::RegMr => u32::from(rnic_abi::verbs::wc::REG_MR),
         WcOpcode::Unknown(n) => n.into(),

@@ -110,8 +110,11 @@ const DEVICE_ACCESS: c_uint = IBV_ACCESS_LOCAL_WRITE
 
 /// Checks `access` as rdma-core's kernel does and returns what the device takes: with
 /// `windows` (the function has memory windows, `CAP_MW`) `IBV_ACCESS_MW_BIND` too,
-/// which the device needs to bind windows to the region (it has the same value).
-fn device_access(access: c_uint, windows: bool) -> Result<u32, Errno> {
+/// which the device needs to bind windows to the region (it has the same value); with
+/// `flush` (`CAP_FLUSH`, ABI 1.11) the `IBV_ACCESS_FLUSH_*` flags (the same values),
+/// which a function without it refuses, as the kernel does without
+/// `IB_DEVICE_FLUSH_*`.
+fn device_access(access: c_uint, windows: bool, flush: bool) -> Result<u32, Errno> {
     let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
     if access & IBV_ACCESS_ON_DEMAND != 0 {
         return Err(unsupported(
@@ -123,11 +126,12 @@ fn device_access(access: c_uint, windows: bool) -> Result<u32, Errno> {
             "zero-based memory regions (IBV_ACCESS_ZERO_BASED)",
         ));
     }
-    if access & (IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT) != 0 {
+    let flush_access = IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT;
+    if !flush && access & flush_access != 0 {
         return Err(unsupported("RDMA FLUSH targets (IBV_ACCESS_FLUSH_*)"));
     }
     // Without memory windows MW_BIND grants nothing; HUGETLB is a hint.
-    let known = DEVICE_ACCESS | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+    let known = DEVICE_ACCESS | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB | flush_access;
     if access & !known != 0 {
         return Err(invalid(format_args!("access flags {access:#x}")));
     }
@@ -140,9 +144,11 @@ fn device_access(access: c_uint, windows: bool) -> Result<u32, Errno> {
         )));
     }
     let mw_bind = if windows { IBV_ACCESS_MW_BIND } else { 0 };
-    Ok(access & (DEVICE_ACCESS | mw_bind))
+    Ok(access & (DEVICE_ACCESS | mw_bind | flush_access))
 }
 const _: () = assert!(IBV_ACCESS_MW_BIND == rnic_abi::verbs::ACCESS_MW_BIND);
+const _: () = assert!(IBV_ACCESS_FLUSH_GLOBAL == rnic_abi::verbs::ACCESS_FLUSH_GLOBAL);
+const _: () = assert!(IBV_ACCESS_FLUSH_PERSISTENT == rnic_abi::verbs::ACCESS_FLUSH_PERSISTENT);
 
 /// Registers `len` bytes at `addr` of this process with PD `pdo`, at `iova`.
 fn register_region(
@@ -153,8 +159,10 @@ fn register_region(
     access: c_uint,
 ) -> Result<Registration, Errno> {
     let ctx = &pdo.r.ctx;
-    let windows = ctx.verbs.attr().caps & rnic_abi::regs::CAP_MW != 0;
-    let device_access = device_access(access, windows)?;
+    let caps = ctx.verbs.attr().caps;
+    let windows = caps & rnic_abi::regs::CAP_MW != 0;
+    let flush = caps & rnic_abi::regs::CAP_FLUSH != 0;
+    let device_access = device_access(access, windows, flush)?;
     if addr.is_null() || len == 0 {
         return Err(invalid(format_args!(
             "ibv_reg_mr of {len} bytes at {addr:p}"
@@ -491,40 +499,55 @@ mod tests {
 
     #[test]
     fn access_flags_are_checked_as_the_kernel_does() {
-        assert_eq!(device_access(0, false), Ok(0));
+        assert_eq!(device_access(0, false, false), Ok(0));
         assert_eq!(
-            device_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, false),
+            device_access(
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                false,
+                false
+            ),
             Ok(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_REMOTE_READ, false),
+            device_access(IBV_ACCESS_REMOTE_READ, false, false),
             Ok(IBV_ACCESS_REMOTE_READ)
         );
         // Optional bits and hints are dropped; MW_BIND too, unless the function has
         // memory windows.
         let flags = IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE;
-        assert_eq!(device_access(flags, false), Ok(IBV_ACCESS_LOCAL_WRITE));
         assert_eq!(
-            device_access(flags, true),
+            device_access(flags, false, false),
+            Ok(IBV_ACCESS_LOCAL_WRITE)
+        );
+        assert_eq!(
+            device_access(flags, true, false),
             Ok(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_REMOTE_WRITE, false),
+            device_access(IBV_ACCESS_REMOTE_WRITE, false, false),
             Err(libc::EINVAL)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_REMOTE_ATOMIC, false),
+            device_access(IBV_ACCESS_REMOTE_ATOMIC, false, false),
             Err(libc::EINVAL)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_ON_DEMAND, false),
+            device_access(IBV_ACCESS_ON_DEMAND, false, false),
             Err(libc::EOPNOTSUPP)
         );
         assert_eq!(
-            device_access(IBV_ACCESS_ZERO_BASED, false),
+            device_access(IBV_ACCESS_ZERO_BASED, false, false),
             Err(libc::EOPNOTSUPP)
         );
-        assert_eq!(device_access(1 << 15, false), Err(libc::EINVAL));
+        assert_eq!(device_access(1 << 15, false, false), Err(libc::EINVAL));
+        // FLUSH targets where the function has CAP_FLUSH (ABI 1.11) only.
+        let flush = IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+        assert_eq!(device_access(flush, false, false), Err(libc::EOPNOTSUPP));
+        assert_eq!(device_access(flush, false, true), Ok(flush));
+        assert_eq!(
+            device_access(IBV_ACCESS_FLUSH_PERSISTENT, false, true),
+            Ok(IBV_ACCESS_FLUSH_PERSISTENT)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! Every send operation rnic has: SEND (with immediate, with invalidate), RDMA WRITE
 //! (with immediate), RDMA READ, compare-and-swap, fetch-and-add, local invalidate,
 //! memory-window binds (`IBV_WR_BIND_MW`, `ibv_wr_bind_mw`; `ibv_bind_mw` is in
-//! src/mw.rs), inline data. TSO, FLUSH and ATOMIC_WRITE are not. A UC QP takes SEND and
+//! src/mw.rs), inline data, FLUSH and ATOMIC_WRITE (ABI 1.11). TSO is not. A UC QP takes SEND and
 //! RDMA WRITE (with and without immediate), local invalidate and binds; anything else
 //! is `EINVAL` at post time, as UD's non-SENDs are.
 //!
@@ -628,7 +628,9 @@ const RC_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_BIND_MW
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_FLUSH
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 /// UC: as rxe's, without SEND with invalidate, which has no UC opcode.
 const UC_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
@@ -683,7 +685,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
             };
             if a.send_ops_flags & !have != 0 {
                 return Err(unsupported(
-                    "send operations rnic lacks in send_ops_flags (TSO, FLUSH, atomic write; on UD anything but SEND; on UC READs, atomics and SEND with invalidate)",
+                    "send operations rnic lacks in send_ops_flags (TSO; on UD anything but SEND; on UC READs, atomics, FLUSH, atomic write and SEND with invalidate)",
                 ));
             }
         }
@@ -843,14 +845,13 @@ fn device_attr(a: &ibv_qp_attr, mask: c_int) -> Result<(QpAttr, u32, Option<u32>
     Ok((d, (mask & DEVICE_MASK) as u32, qkey))
 }
 
-/// The access flags a QP gives the device: those asked for, but remote FLUSH
-/// (`IBV_ACCESS_FLUSH_*`). rnic has no FLUSH (the responder refuses its opcode), so
-/// allowing it allows nothing; and allowing it is no error elsewhere: the kernel hands a
-/// QP's access flags to its driver unchecked, mlx5 keeps those it knows, and rdma-core's
-/// own tests set both FLUSH flags on every extended RC QP ("we don't have capability bits
-/// for this"). Memory regions with FLUSH access stay refused (`ibv_reg_mr`).
+/// The access flags a QP gives the device: those asked for. Remote FLUSH
+/// (`IBV_ACCESS_FLUSH_*`, ABI 1.11) is among them, with the device's numbers: the
+/// responder takes a FLUSH only where the QP allows its placement type (datasheet
+/// §14.14), as rxe does; rdma-core's own tests set both FLUSH flags on every extended RC
+/// QP ("we don't have capability bits for this").
 fn qp_access(asked: c_uint) -> c_uint {
-    asked & !(IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT)
+    asked
 }
 
 /// The READs and atomics a QP may have in flight (`max_rd_atomic`) when asked for
@@ -1209,16 +1210,54 @@ unsafe extern "C" fn wr_set_xrc_srqn(qpx: *mut ibv_qp_ex, _: u32) {
     lacks("ibv_wr_set_xrc_srqn", qpx, "XRC QPs (ibv_wr_set_xrc_srqn)")
 }
 
-unsafe extern "C" fn wr_atomic_write(qpx: *mut ibv_qp_ex, _: u32, _: u64, _: *const c_void) {
-    lacks(
+/// `ibv_wr_atomic_write` (ABI 1.11): the 8 bytes at `atomic_wr`, as they lie in memory.
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        with_batch("ibv_wr_atomic_write", qpx, |_, _, _, _| {
+            Err(invalid(format_args!(
+                "ibv_wr_atomic_write: atomic_wr is NULL"
+            )))
+        });
+        return;
+    }
+    // SAFETY: non-NULL: the caller's 8 bytes (ibv_wr_atomic_write's contract).
+    let value = unsafe { atomic_wr.cast::<[u8; 8]>().read_unaligned() };
+    begin(
         "ibv_wr_atomic_write",
         qpx,
-        "atomic write (ibv_wr_atomic_write)",
+        WrOpcode::AtomicWrite {
+            remote_addr,
+            rkey,
+            value,
+        },
     )
 }
 
-unsafe extern "C" fn wr_flush(qpx: *mut ibv_qp_ex, _: u32, _: u64, _: usize, _: u8, _: u8) {
-    lacks("ibv_wr_flush", qpx, "RDMA FLUSH (ibv_wr_flush)")
+/// `ibv_wr_flush` (ABI 1.11): placement type `ptype`, selectivity level `level`.
+unsafe extern "C" fn wr_flush(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    length: usize,
+    ptype: u8,
+    level: u8,
+) {
+    begin(
+        "ibv_wr_flush",
+        qpx,
+        WrOpcode::Flush {
+            remote_addr,
+            rkey,
+            length: length as u64,
+            ptype,
+            level,
+        },
+    )
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
@@ -1296,7 +1335,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 }
 
 /// `ibv_attach_mcast`: the UD QP joins the multicast group `gid`, an IPv4-mapped multicast
-/// GID (`ATTACH_MCAST`, datasheet §14.14); RoCE has no LIDs, so `lid` is not used. 0 or an
+/// GID (`ATTACH_MCAST`, datasheet §14.15); RoCE has no LIDs, so `lid` is not used. 0 or an
 /// errno (`EINVAL` for a QP that is not UD or a GID that is no group).
 ///
 /// # Safety
@@ -1512,7 +1551,7 @@ mod tests {
     }
 
     #[test]
-    fn a_qp_may_allow_remote_flush_which_never_comes() {
+    fn a_qp_may_allow_remote_flush() {
         let mut a = ibv_qp_attr::zeroed();
         a.qp_state = IBV_QPS_INIT;
         a.port_num = 1;
@@ -1528,6 +1567,7 @@ mod tests {
             rnic_abi::verbs::ACCESS_REMOTE_WRITE
                 | rnic_abi::verbs::ACCESS_REMOTE_READ
                 | rnic_abi::verbs::ACCESS_REMOTE_ATOMIC
+                | rnic_abi::verbs::ACCESS_FLUSH
         );
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 
 use rnic_abi::doorbell::{slot_offset, NOTIFY_REQUEST, RUNG_BITMAP};
 use rnic_abi::verbs::{owner_phase, Cqe, RecvWqe, Sge};
-use rnic_verbs_abi::{ibv_wc, wc_flags_of, wc_sl_of, IBV_WC_GENERAL_ERR};
+use rnic_verbs_abi::{ibv_wc, wc_flags_of, wc_sl_of, IBV_WC_FLUSH, IBV_WC_GENERAL_ERR};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// A user context's doorbell page and the device's user kick page, as mapped.
@@ -218,13 +218,18 @@ impl CqReader {
 }
 
 /// A device completion as `struct ibv_wc` (opcodes and statuses have ibverbs' numbers,
-/// a status beyond `GENERAL_ERR` reads as `GENERAL_ERR`, as rnic.ko reports it; the
-/// immediate data or invalidated rkey is passed through as it arrived).
+/// but FLUSH's, which reads as `IBV_WC_FLUSH`; a status beyond `GENERAL_ERR` reads as
+/// `GENERAL_ERR`, as rnic.ko reports it; the immediate data or invalidated rkey is
+/// passed through as it arrived).
 pub fn ibv_wc_of(c: &Cqe) -> ibv_wc {
     let mut w = ibv_wc::zeroed();
     w.wr_id = c.wr_id;
     w.status = u32::from(c.status).min(IBV_WC_GENERAL_ERR);
-    w.opcode = c.opcode.into();
+    w.opcode = if c.opcode == rnic_abi::verbs::wc::FLUSH {
+        IBV_WC_FLUSH
+    } else {
+        c.opcode.into()
+    };
     w.vendor_err = c.vendor_err;
     w.byte_len = c.byte_len;
     w.imm_data = c.imm_or_inv;
@@ -393,5 +398,16 @@ mod tests {
         assert_eq!((w.imm_data, w.src_qp, w.byte_len), (0x0403_0201, 0x22, 48));
         assert_eq!(w.sl, rnic_verbs_abi::ROCE_V2_IPV4_PACKET_TYPE);
         assert!(is_recv(&ud));
+        // FLUSH has another number on the device (ibverbs' 8 was REG_MR's first).
+        let flush = Cqe {
+            opcode: rnic_abi::verbs::wc::FLUSH,
+            ..Cqe::default()
+        };
+        assert_eq!(ibv_wc_of(&flush).opcode, IBV_WC_FLUSH);
+        let atomic_write = Cqe {
+            opcode: rnic_abi::verbs::wc::ATOMIC_WRITE,
+            ..Cqe::default()
+        };
+        assert_eq!(ibv_wc_of(&atomic_write).opcode, 9);
     }
 }

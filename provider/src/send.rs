@@ -129,6 +129,8 @@ pub unsafe fn write_send_wqe(
                 | wr::LOCAL_INV
                 | wr::BIND_MW
                 | wr::SEND_WITH_INV
+                | wr::FLUSH
+                | wr::ATOMIC_WRITE
         )
     };
     if !supported {
@@ -237,6 +239,26 @@ pub unsafe fn write_send_wqe(
             wqe.rkey = a.rkey;
             wqe.compare_add = a.compare_add;
             wqe.swap = a.swap;
+        }
+        wr::FLUSH | wr::ATOMIC_WRITE => {
+            // No SGEs, no inline data: everything is in the fixed part (ABI 1.11). The
+            // operands are where `ibv_wr_flush` and `ibv_wr_atomic_write` put them:
+            // `wr.atomic`, the length or the 8 bytes in `compare_add`, FLUSH's FETH word
+            // in `swap`.
+            if num_sge != 0 || inline {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: `wr.atomic` is where the builders put the operands.
+            let a = unsafe { w.wr.atomic };
+            wqe.remote_addr = a.remote_addr;
+            wqe.rkey = a.rkey;
+            wqe.compare_add = a.compare_add;
+            wqe.imm_or_inv = if opcode == wr::FLUSH {
+                a.swap as u32
+            } else {
+                0
+            };
+            wqe.flags &= !send_flags::INLINE;
         }
         _ => {}
     }

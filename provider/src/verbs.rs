@@ -543,7 +543,7 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     })
 }
 
-/// `ibv_attach_mcast`: the kernel's `attach_mcast` (ATTACH_MCAST, datasheet §14.14) joins
+/// `ibv_attach_mcast`: the kernel's `attach_mcast` (ATTACH_MCAST, datasheet §14.15) joins
 /// the UD QP to the group; the device then hands it the group's datagrams.
 unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
     status("attach_mcast", || {
@@ -1623,6 +1623,8 @@ const VERBS_QP_EX: u32 = 1 << 1;
 fn set_wr_ops(x: &mut ibv_qp_ex) {
     x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_atomic_write = Some(wr_atomic_write);
+    x.wr_flush = Some(wr_flush);
     x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_rdma_read = Some(wr_rdma_read);
@@ -1807,6 +1809,55 @@ unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, addr: u
             }
         },
     )
+}
+
+/// `ibv_wr_atomic_write` (ABI 1.11): the 8 bytes at `value`, as they lie in memory, go
+/// in `wr.atomic.compare_add` (how [`crate::send::write_send_wqe`] takes them).
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    value: *const std::ffi::c_void,
+) {
+    // Refused when posted (no remote address to write to is no better than a NULL value).
+    let bytes = if value.is_null() {
+        None
+    } else {
+        // SAFETY: non-NULL: the application's 8 bytes (ibv_wr_atomic_write's contract).
+        Some(unsafe { value.cast::<[u8; 8]>().read_unaligned() })
+    };
+    begin("ibv_wr_atomic_write", qpx, IBV_WR_ATOMIC_WRITE, |w| {
+        w.wr.atomic = ibv_send_wr_atomic {
+            remote_addr: addr,
+            compare_add: bytes.map_or(0, u64::from_le_bytes),
+            swap: 0,
+            rkey,
+        };
+        if bytes.is_none() {
+            // An opcode the device has not: ibv_wr_complete reports EINVAL.
+            w.opcode = u32::MAX;
+        }
+    })
+}
+
+/// `ibv_wr_flush` (ABI 1.11): the length in `wr.atomic.compare_add`, the FETH word
+/// (placement type, selectivity level) in `wr.atomic.swap`.
+unsafe extern "C" fn wr_flush(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    ptype: u8,
+    level: u8,
+) {
+    begin("ibv_wr_flush", qpx, IBV_WR_FLUSH, |w| {
+        w.wr.atomic = ibv_send_wr_atomic {
+            remote_addr: addr,
+            compare_add: len as u64,
+            swap: u64::from(rnic_abi::verbs::flush::feth(ptype, level)),
+            rkey,
+        }
+    })
 }
 
 unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {

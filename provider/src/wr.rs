@@ -20,7 +20,9 @@ pub const SUPPORTED_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_BIND_MW
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_FLUSH
+    | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 /// One work request of a batch and what its `sg_list` points to when posted.
 struct Wr {

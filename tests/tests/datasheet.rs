@@ -142,6 +142,8 @@ const CAPS: &[(&str, u64)] = &[
     ("CAP_GID_TABLE", regs::CAP_GID_TABLE),
     ("CAP_RESIZE_CQ", regs::CAP_RESIZE_CQ),
     ("CAP_RESIZE_SRQ", regs::CAP_RESIZE_SRQ),
+    ("CAP_ATOMIC_WRITE", regs::CAP_ATOMIC_WRITE),
+    ("CAP_FLUSH", regs::CAP_FLUSH),
     ("CAP_MULTICAST", regs::CAP_MULTICAST),
 ];
 

@@ -1,4 +1,4 @@
-//! UD multicast (ABI 1.11, `CAP_MULTICAST`, datasheet §14.14) through the Rust driver over
+//! UD multicast (ABI 1.11, `CAP_MULTICAST`, datasheet §14.15) through the Rust driver over
 //! vfio-user, against a real rnicd: UD QPs of two functions join a group; a datagram one
 //! QP sends to the group (destination QPN 0xFFFFFF) reaches every QP in it, on the
 //! sender's own function too, each with the group's address in its GRH; a QP that left

@@ -30,7 +30,7 @@
 //! process) and the next process works. Each guest then adds a second address to eth0
 //! (ABI 1.10's GID table, datasheet §6.13): `rping` and `ibv_ud_pingpong` run from it.
 //! Then B's `mckey` joins a RoCE multicast group and receives the 20 datagrams A's
-//! `mckey` sends to it (ABI 1.11, §14.14).
+//! `mckey` sends to it (ABI 1.11, §14.15).
 //!
 //! Two more topologies, one boot per guest each:
 //!
@@ -311,7 +311,7 @@ echo "=== ud pingpong second address ok"
 ip addr del {A_IP2}/24 dev eth0
 rdma res show | sed 's/^/=== rdma-res uverbs /'
 step multicast-rdma
-# RoCE multicast (datasheet section 14.14) with Debian's mckey: once B's receiver has
+# RoCE multicast (datasheet section 14.15) with Debian's mckey: once B's receiver has
 # joined {MC_GROUP} (B then adds {B_READY}), A joins and sends 20 datagrams to the group.
 wait_ping {B_READY} || die "B never got ready to receive multicast"
 timeout 120 mckey -m {MC_GROUP} -b {A_IP} -s -C 20 -S 512 > /tmp/mckey.txt 2>&1 ||

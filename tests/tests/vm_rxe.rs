@@ -105,6 +105,23 @@ server() { # TEST SIZE ITERS
     s
 }
 
+/// Starts the Soft-RoCE guest's boot.sh `cmd` with a second NIC on QEMU's user network
+/// (eth1, 10.0.2.15), whose TCP port 18515 the host reaches at 127.0.0.1:`forward`.
+fn spawn_with_forward(mut cmd: Command, forward: u16) -> std::process::Child {
+    cmd.env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
+        .env(
+            "RNIC_BOOT_EXTRA_QEMU_ARGS",
+            format!(
+                "-netdev user,id=u0,hostfwd=tcp:127.0.0.1:{forward}-10.0.2.15:18515 \
+                 -device virtio-net-pci,netdev=u0,romfile="
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run boot.sh")
+}
+
 /// What a session against the Soft-RoCE guest gave.
 struct Session {
     /// rnic-perf's runs: as the server of the guest's clients, then as the client of its
@@ -137,22 +154,13 @@ fn against_soft_roce(runs: &[Run]) -> Session {
     let forward = free_port();
 
     // eth1: QEMU's user network, for TCP with the host.
-    let guest = Boot::rxe()
-        .nic(link.nic_b(), "10.82.1.10/16")
-        .timeout(900)
-        .command(&guest_script(runs, &server_ports))
-        .env("RNIC_BOOT_APPEND", "rnic_eth1_ip=10.0.2.15/24")
-        .env(
-            "RNIC_BOOT_EXTRA_QEMU_ARGS",
-            format!(
-                "-netdev user,id=u0,hostfwd=tcp:127.0.0.1:{forward}-10.0.2.15:18515 \
-                 -device virtio-net-pci,netdev=u0,romfile="
-            ),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run boot.sh");
+    let guest = spawn_with_forward(
+        Boot::rxe()
+            .nic(link.nic_b(), "10.82.1.10/16")
+            .timeout(900)
+            .command(&guest_script(runs, &server_ports)),
+        forward,
+    );
 
     // rnic-perf serves the guest's perftest clients, one test at a time.
     let mut outputs = Vec::new();
@@ -387,4 +395,185 @@ fn large_reads_against_soft_roce_complete_in_both_roles() {
     );
     assert_nothing_flagged(&session.pcap);
     let _ = std::fs::remove_file(&session.pcap);
+}
+
+/// RDMA ATOMIC WRITE and FLUSH (datasheet §14.14) between rnic and Soft-RoCE, both ways:
+/// wire compatibility with rxe, which defines them for Linux. VF0 on the host (the Rust
+/// driver) and an RC QP of pyverbs on rxe0 in the guest (tests/rdma-core/atomic_write_peer.py)
+/// swap their QPs over TCP. rnic's ATOMIC WRITE lands its 8 bytes in rxe's region and its
+/// FLUSHes (a range, the whole region) complete; rxe's ATOMIC WRITE lands in rnic's region
+/// and its FLUSHes complete with the opcodes ibverbs gives them; a persistent FLUSH of a
+/// region that allows global visibility only is refused by rxe with a remote access error.
+#[test]
+#[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
+fn atomic_write_and_flush_between_rnic_and_soft_roce_in_both_directions() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpStream;
+
+    use rnic_driver::verbs::{self, flush, WcOpcode, WcStatus, WrOpcode};
+    use rnic_tests::verbs_pair::{poll_n, read_mr, side, signaled, to_rts, PairOptions};
+
+    let link = DgramLink::new();
+    let net = format!("eth:dgram:127.0.0.1:{}:127.0.0.1:{}", link.a, link.b);
+    let rnicd = Rnicd::start(1, &["--net", &net]);
+    let forward = free_port();
+    let peer = rnic_tests::vm::repo().join("tests/rdma-core/atomic_write_peer.py");
+    let guest = Boot::rxe()
+        .arg("--pyverbs")
+        .arg("--file")
+        .arg(format!("{}:/root/atomic_write_peer.py", peer.display()))
+        .nic(link.nic_b(), "10.82.1.10/16")
+        .timeout(600)
+        .command("python3 /root/atomic_write_peer.py $(rxe-gid-index) 18515 2>&1");
+    let guest = spawn_with_forward(guest, forward);
+
+    let o = PairOptions {
+        access: PairOptions::default().access | verbs::ACCESS_FLUSH,
+        buf_len: 1 << 16,
+        ..PairOptions::default()
+    };
+    let a = side(&rnicd.socket("vf0"), &o);
+    a.mr.write(0, &[0xA5; 64]);
+    let hex: String = a.gid.iter().map(|b| format!("{b:02x}")).collect();
+    let mine = format!(
+        "{} {hex} 4660 {} {}\n",
+        a.qp.qp_num(),
+        a.mr.rkey(),
+        a.mr.addr(0)
+    );
+    // The forwarded port accepts before the guest listens: try until the peer answers.
+    let try_once = || {
+        let s = TcpStream::connect(format!("127.0.0.1:{forward}")).ok()?;
+        let mut r = BufReader::new(s.try_clone().ok()?);
+        (&s).write_all(mine.as_bytes()).ok()?;
+        let mut line = String::new();
+        match r.read_line(&mut line) {
+            Ok(n) if n > 0 => Some((s, (r, line))),
+            _ => None,
+        }
+    };
+    let (mut out, mut lines) = (0..600)
+        .find_map(|_| {
+            let got = try_once();
+            if got.is_none() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            got
+        })
+        .expect("the Soft-RoCE guest's peer answers");
+    let theirs: Vec<String> = lines.1.split_whitespace().map(String::from).collect();
+    let (qpn, psn, rkey, addr): (u32, u32, u32, u64) = (
+        theirs[0].parse().unwrap(),
+        theirs[2].parse().unwrap(),
+        theirs[3].parse().unwrap(),
+        theirs[4].parse().unwrap(),
+    );
+    let mut gid = [0u8; 16];
+    for (i, g) in gid.iter_mut().enumerate() {
+        *g = u8::from_str_radix(&theirs[1][2 * i..2 * i + 2], 16).unwrap();
+    }
+    let (at, m) = verbs::rtr_attr(qpn, gid, psn, o.mtu, 16, o.min_rnr_timer);
+    a.qp.modify(&at, m).expect("RTR");
+    to_rts(&a.qp, &o, 4660);
+    let mut ready = String::new();
+    lines.0.read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+
+    // rnic to rxe: ATOMIC WRITE, FLUSH of a range, FLUSH of the region.
+    let wrs = [
+        signaled(
+            1,
+            WrOpcode::AtomicWrite {
+                remote_addr: addr + 8,
+                rkey,
+                value: *b"rnic2rxe",
+            },
+            vec![],
+        ),
+        signaled(
+            2,
+            WrOpcode::Flush {
+                remote_addr: addr,
+                rkey,
+                length: 64,
+                ptype: flush::GLOBAL,
+                level: flush::RANGE,
+            },
+            vec![],
+        ),
+        signaled(
+            3,
+            WrOpcode::Flush {
+                remote_addr: 0,
+                rkey,
+                length: 0,
+                ptype: flush::GLOBAL,
+                level: flush::MR,
+            },
+            vec![],
+        ),
+    ];
+    a.qp.post_send_list(&wrs).unwrap();
+    let wcs = poll_n(&a.cq, 3, Duration::from_secs(60));
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, Ok(WcStatus::Success), WcOpcode::AtomicWrite),
+            (2, Ok(WcStatus::Success), WcOpcode::Flush),
+            (3, Ok(WcStatus::Success), WcOpcode::Flush),
+        ]
+    );
+    out.write_all(b"rnic-done\n").unwrap();
+    let mut done = String::new();
+    lines.0.read_line(&mut done).unwrap();
+    assert_eq!(done.trim(), "rxe-done");
+    // rxe to rnic: its ATOMIC WRITE landed, nothing around it moved.
+    assert_eq!(read_mr(&a.mr, 16, 8), b"rxe2rnic");
+    assert_eq!(read_mr(&a.mr, 0, 16), vec![0xA5; 16]);
+    assert_eq!(read_mr(&a.mr, 24, 40), vec![0xA5; 40]);
+    // A persistent FLUSH of rxe's region, which allows global visibility only.
+    a.qp.post_send(&signaled(
+        4,
+        WrOpcode::Flush {
+            remote_addr: addr,
+            rkey,
+            length: 64,
+            ptype: flush::PERSISTENT,
+            level: flush::RANGE,
+        },
+        vec![],
+    ))
+    .unwrap();
+    let wcs = poll_n(&a.cq, 1, Duration::from_secs(60));
+    assert_eq!(
+        wcs.first().map(|w| (w.wr_id, w.status)),
+        Some((4, Ok(WcStatus::RemAccessErr)))
+    );
+    out.write_all(b"bye\n").unwrap();
+    let guest = finish_within(guest, Duration::from_secs(300));
+    let console = String::from_utf8_lossy(&guest.stdout);
+    let peer_lines: Vec<&str> = console.lines().filter(|l| l.starts_with("PEER")).collect();
+    let report = format!("{console}\n{}", String::from_utf8_lossy(&guest.stderr));
+    // rxe's region got rnic's 8 bytes between 8 of its own on each side.
+    let region = format!(
+        "PEER region {}{}{}",
+        "5a".repeat(8),
+        hex_of(b"rnic2rxe"),
+        "5a".repeat(8)
+    );
+    assert!(peer_lines.contains(&region.as_str()), "{report}");
+    // ibverbs' opcodes: IBV_WC_ATOMIC_WRITE 9, IBV_WC_FLUSH 8.
+    for want in [
+        "PEER wc 1 status 0 opcode 9",
+        "PEER wc 2 status 0 opcode 8",
+        "PEER wc 3 status 0 opcode 8",
+        "PEER end",
+    ] {
+        assert!(peer_lines.contains(&want), "{want} missing:\n{report}");
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

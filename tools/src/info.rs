@@ -72,6 +72,9 @@ const CAP_NAMES: &[(u64, &str)] = &[
     (regs::CAP_GID_TABLE, "gid-table"),
     (regs::CAP_RESIZE_CQ, "resize-cq"),
     (regs::CAP_RESIZE_SRQ, "resize-srq"),
+    (regs::CAP_ATOMIC_WRITE, "atomic-write"),
+    (regs::CAP_FLUSH, "flush"),
+    (regs::CAP_MULTICAST, "multicast"),
 ];
 
 impl Report {

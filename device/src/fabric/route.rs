@@ -23,7 +23,7 @@ pub enum Hop {
     /// frame (§15.1); through the switch, which knows the sender.
     Flood,
     /// To every port, the sender's too, and to the network: a RoCEv2 frame for a
-    /// multicast group, which any function's QPs may have joined (§14.14).
+    /// multicast group, which any function's QPs may have joined (§14.15).
     Multicast,
     /// Nowhere (counted unroutable): an address of a port under a MAC no port has, or no
     /// IPv4 destination at all.

@@ -97,6 +97,14 @@ pub fn on_response(
         | op::RC_RDMA_READ_RESPONSE_MIDDLE
         | op::RC_RDMA_READ_RESPONSE_LAST
         | op::RC_RDMA_READ_RESPONSE_ONLY => {
+            if opcode == op::RC_RDMA_READ_RESPONSE_ONLY && payload.is_empty() {
+                if let Some(i) = flush_or_atomic_write_op(qp, p) {
+                    // Its answer: done, and every earlier PSN acknowledged with it.
+                    qp.req.ops[i].state = OpState::Done;
+                    acknowledge(qp, p);
+                    progress = true;
+                }
+            }
             progress |= read_response(rdma, qp, pkt, payload, 1, env);
         }
         op::RC_ATOMIC_ACKNOWLEDGE => progress |= atomic_ack(rdma, qp, pkt, env),
@@ -178,6 +186,17 @@ fn read_op(qp: &Qp, p: u32) -> Option<usize> {
         .ops
         .iter()
         .position(|o| o.op.wqe.opcode == wr::RDMA_READ && o.state != OpState::Done && o.contains(p))
+}
+
+/// The FLUSH or ATOMIC WRITE waiting for its answer (an empty READ RESPONSE ONLY) at PSN
+/// `p`.
+fn flush_or_atomic_write_op(qp: &Qp, p: u32) -> Option<usize> {
+    qp.req.ops.iter().position(|o| {
+        matches!(o.op.wqe.opcode, wr::FLUSH | wr::ATOMIC_WRITE)
+            && o.assigned
+            && o.state != OpState::Done
+            && o.first_psn == p
+    })
 }
 
 /// The READ that the response with PSN `p` belongs to, if it is the one it expects next.
@@ -351,7 +370,9 @@ pub fn retire(rdma: &mut RdmaState, qp: &mut Qp, env: &Env, _now: Instant) {
         if failed || signaled || o.shared.is_some() {
             let byte_len = match o.op.wqe.opcode {
                 wr::RDMA_READ => o.op.length().min(u64::from(u32::MAX)) as u32,
-                wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => 8,
+                wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD | wr::ATOMIC_WRITE => 8,
+                // rxe reports the range's length.
+                wr::FLUSH => o.op.wqe.compare_add.min(u64::from(u32::MAX)) as u32,
                 _ => o.op.length().min(u64::from(u32::MAX)) as u32,
             };
             let cqe = Cqe {

@@ -26,7 +26,7 @@ pub enum Drop {
     /// BTH transport version other than 0.
     Version,
     /// An opcode this device takes on no QP: a reserved value, a CNP (the device does no
-    /// congestion control), RC FLUSH or ATOMIC WRITE.
+    /// congestion control).
     Opcode,
     /// A pad count that does not fit the packet: more than the bytes after the headers,
     /// payload and pad not a multiple of 4, or payload on an opcode that carries none.
@@ -478,13 +478,12 @@ mod tests {
                 bth: hdr::Bth::new(opcode, 0x11, 0),
             })
         };
-        // RD and XRC are transports: the QP's is another. A CNP and RC FLUSH are not
-        // taken on any QP. (UC parses: its QPs are told apart by the receive checks.)
+        // RD and XRC are transports: the QP's is another. A CNP is not taken on any QP.
+        // (UC parses: its QPs are told apart by the receive checks.)
         for (opcode, why) in [
             (0x44, Drop::Transport),
             (0xA4, Drop::Transport),
             (0x80, Drop::Opcode),
-            (0x1C, Drop::Opcode),
         ] {
             assert_eq!(Drop::from(unsupported(opcode)), why, "{opcode:#x}");
         }
@@ -557,8 +556,6 @@ mod tests {
             .contains("rnic has no XRC QPs (the peer's QP is XRC: create it as DC"));
         assert!(say(Drop::Opcode, Some(Rc), 0x80)
             .starts_with("dropped a CNP from 10.0.0.2 for RC QP 0x11: rnic does no congestion"));
-        assert!(say(Drop::Opcode, Some(Rc), 0x1C)
-            .starts_with("dropped an RC_FLUSH from 10.0.0.2 for RC QP 0x11: rnic does not do"));
         assert_eq!(
             say(Drop::UnknownQp, None, 0x04),
             "dropped an RC_SEND_ONLY from 10.0.0.2 for QP 0x11, which this function does not \

@@ -1,4 +1,4 @@
-//! UD multicast groups of one function (docs/hardware-interface.md §14.14): which of its
+//! UD multicast groups of one function (docs/hardware-interface.md §14.15): which of its
 //! UD QPs each IPv4 group holds. `ATTACH_MCAST` and `DETACH_MCAST` fill the table;
 //! [`super::recv`] hands a multicast packet (destination QPN
 //! [`rnic_abi::mcast::MULTICAST_QPN`]) to every QP of its group, as rxe's

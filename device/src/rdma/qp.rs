@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rnic_abi::verbs::{
-    attr, mtu_bytes, wc, Cqe, QpAttr, QpState, WcStatus, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
-    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    attr, mtu_bytes, wc, Cqe, QpAttr, QpState, WcStatus, ACCESS_FLUSH, ACCESS_LOCAL_WRITE,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 
 use super::drops::Drop;
@@ -353,6 +353,11 @@ pub(super) enum Resource {
         psn: u32,
         orig: u64,
     },
+    /// A FLUSH or ATOMIC WRITE executed at `psn`: a repeat is answered with an empty READ
+    /// response again, never executed twice (rxe's replay).
+    Answered {
+        psn: u32,
+    },
 }
 
 /// Responder state of a QP.
@@ -496,7 +501,8 @@ pub fn check_modify_with(
             & !(ACCESS_LOCAL_WRITE
                 | ACCESS_REMOTE_WRITE
                 | ACCESS_REMOTE_READ
-                | ACCESS_REMOTE_ATOMIC)
+                | ACCESS_REMOTE_ATOMIC
+                | ACCESS_FLUSH)
             == 0,
     )?;
     bad(attr::PATH_MTU, mtu_bytes(a.path_mtu).is_some())?;

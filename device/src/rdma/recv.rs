@@ -54,7 +54,7 @@ pub fn parse<'a>(
     } else {
         parse::parse_unsealed(&frame.bytes)
     };
-    // A multicast group's frame comes to every function (§14.14): the function's own
+    // A multicast group's frame comes to every function (§14.15): the function's own
     // groups are for the multicast dispatch to find.
     let here = |mac: [u8; 6], ip: [u8; 4]| {
         (mac == local.mac && (ip == local.ip || gids.holds(ip)))
@@ -192,7 +192,7 @@ impl RdmaState {
     /// Hands a multicast packet to each QP of the function in its group (rxe's
     /// `rxe_rcv_mcast_pkt`), each taking it as a datagram of its own. A function with no
     /// QP in the group ignores it without counting it: the switch gives every function a
-    /// copy, as an Ethernet switch floods a group's frames (§14.14). Multicast needs both
+    /// copy, as an Ethernet switch floods a group's frames (§14.15). Multicast needs both
     /// the group's address and [`MULTICAST_QPN`]: either alone is dropped.
     fn deliver_multicast(
         &mut self,

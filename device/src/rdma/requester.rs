@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use rnic_abi::fast_reg::FastRegWqe;
 use rnic_abi::mw::BindMwWqe;
-use rnic_abi::verbs::{send_flags, wr, QpState, WcStatus};
+use rnic_abi::verbs::{send_flags, wr, QpState, SendWqe, WcStatus};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::answers::Answers;
@@ -169,7 +169,10 @@ pub fn run(
         if !qp.req.ops[i].assigned {
             let o = &mut qp.req.ops[i];
             o.npsn = match opcode {
-                wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => 1,
+                wr::ATOMIC_CMP_AND_SWP
+                | wr::ATOMIC_FETCH_AND_ADD
+                | wr::FLUSH
+                | wr::ATOMIC_WRITE => 1,
                 _ => packets(o.op.length(), mtu),
             };
             o.first_psn = qp.req.next_psn;
@@ -351,7 +354,11 @@ pub(super) fn send_op(
         ..Bth::default()
     };
     match w.opcode {
-        wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD => {
+        wr::RDMA_READ
+        | wr::ATOMIC_CMP_AND_SWP
+        | wr::ATOMIC_FETCH_AND_ADD
+        | wr::FLUSH
+        | wr::ATOMIC_WRITE => {
             if let Err(status) = ask(qp, i, mrs, wire) {
                 qp.req.ops[i].fail(status);
                 return true;
@@ -442,10 +449,15 @@ pub(super) fn send_op(
 /// first missing one on (the whole READ the first time), at the address and for the
 /// length that remain, with that response's PSN, as the InfiniBand spec has a requester
 /// resume a READ; an atomic asks again with its own PSN (the responder answers a repeat
-/// from what it kept, never executing it twice).
+/// from what it kept, never executing it twice). So do a FLUSH and an ATOMIC WRITE
+/// ([`flush_or_atomic_write`]).
 fn ask(qp: &Qp, i: usize, mrs: &MrTable, wire: &mut Wire) -> Result<(), WcStatus> {
     let o = &qp.req.ops[i];
     let w = &o.op.wqe;
+    if matches!(w.opcode, wr::FLUSH | wr::ATOMIC_WRITE) {
+        flush_or_atomic_write(qp, w, o.first_psn, wire);
+        return Ok(());
+    }
     // Where the answer will land must be writable before we ask for it.
     if w.opcode != wr::RDMA_READ && o.op.length() < 8 {
         return Err(WcStatus::LocLenErr);
@@ -490,6 +502,38 @@ fn ask(qp: &Qp, i: usize, mrs: &MrTable, wire: &mut Wire) -> Result<(), WcStatus
     };
     wire.send(qp, &hdrs, &[]);
     Ok(())
+}
+
+/// Sends the one packet of a FLUSH or ATOMIC WRITE WQE `w` with PSN `p`, as rxe builds
+/// it (datasheet §14.14). A FLUSH: the FETH (the WQE's word) and a RETH of the range (its
+/// length's low 32 bits), no payload. An ATOMIC WRITE: a RETH of the 8 bytes at
+/// `remote_addr` and those 8 bytes, in the order the application gave them. Both ask for
+/// an acknowledgement, which comes as an empty READ response.
+fn flush_or_atomic_write(qp: &Qp, w: &SendWqe, p: u32, wire: &mut Wire) {
+    let flush = w.opcode == wr::FLUSH;
+    let hdrs = Headers {
+        bth: Bth {
+            opcode: if flush {
+                op::RC_FLUSH
+            } else {
+                op::RC_ATOMIC_WRITE
+            },
+            pkey: DEFAULT_PKEY,
+            dest_qp: qp.attr.dest_qp_num,
+            ack_req: true,
+            psn: p,
+            ..Bth::default()
+        },
+        reth: Some(Reth {
+            va: w.remote_addr,
+            rkey: w.rkey,
+            dma_len: if flush { w.compare_add as u32 } else { 8 },
+        }),
+        feth: flush.then_some(w.imm_or_inv),
+        ..Headers::default()
+    };
+    let value = w.compare_add.to_le_bytes();
+    wire.send(qp, &hdrs, if flush { &[] } else { &value });
 }
 
 /// The request opcode of packet (first, last) of a SEND or WRITE work request.

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rnic_abi::ud::{GRH_LEN, UD_MAX_PAYLOAD};
 use rnic_abi::verbs::{
-    event, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    event, flush, wc, wc_flags, Cqe, QpState, WcStatus, ACCESS_FLUSH_GLOBAL,
+    ACCESS_FLUSH_PERSISTENT, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use vm_memory::GuestMemoryBackend;
 
@@ -285,6 +285,13 @@ fn execute(
         op::RC_RDMA_READ_REQUEST => return read_request(rdma, qp, pkt, env, wire).map(Some),
         op::RC_COMPARE_SWAP | op::RC_FETCH_ADD => {
             return atomic(rdma, qp, pkt, env, wire).map(Some)
+        }
+        op::RC_FLUSH | op::RC_ATOMIC_WRITE => {
+            // RC only, and never inside another message.
+            if uc || qp.resp.cur.is_some() {
+                return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
+            }
+            return flush_or_atomic_write(rdma, qp, pkt, payload, env, wire).map(Some);
         }
         _ => {}
     }
@@ -721,10 +728,119 @@ fn atomic(
     if a.va % 8 != 0 {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     }
-    let mut runs = rdma
+    let runs = rdma
         .mrs
         .check_remote(a.rkey, (qp.pdn, qp.qpn), Access::RemoteAtomic, a.va, 8)
         .map_err(|_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr))?;
+    let orig = on_word(runs, env, |cell| {
+        if pkt.hdrs.bth.opcode == op::RC_COMPARE_SWAP {
+            match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            cell.fetch_add(a.swap_add, Ordering::SeqCst)
+        }
+    })?;
+    let p = pkt.hdrs.bth.psn;
+    remember(qp, Resource::Atomic { psn: p, orig });
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    qp.resp.epsn = psn::add(p, 1);
+    send_atomic_ack(qp, wire, p, orig);
+    Ok(())
+}
+
+/// Executes an RDMA FLUSH or ATOMIC WRITE (datasheet §14.14) as rxe does, and answers it
+/// with an empty READ RESPONSE ONLY.
+///
+/// A FLUSH needs, for each bit of its placement type, the matching `ACCESS_FLUSH_*` flag
+/// on the QP and on the region its R_Key names, over the range its RETH gives (selectivity
+/// level RANGE) or the whole region (level MR, whose address and length are ignored).
+/// There is nothing to write back: what the responder placed is in guest memory already,
+/// visible to the guest's CPUs; the fence orders it before the answer. An ATOMIC WRITE
+/// needs remote write access to its 8 bytes, which must be 8-aligned (else an invalid
+/// request, as rxe's misaligned atomic): they are stored at once, after every earlier
+/// request's bytes.
+fn flush_or_atomic_write(
+    rdma: &mut RdmaState,
+    qp: &mut Qp,
+    pkt: &Packet,
+    payload: Payload,
+    env: &Env,
+    wire: &mut Wire,
+) -> Result<(), Failure> {
+    let invalid = || fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr);
+    let refused = |_| fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr);
+    let reth = pkt.hdrs.reth.ok_or_else(invalid)?;
+    let who = (qp.pdn, qp.qpn);
+    if pkt.hdrs.bth.opcode == op::RC_FLUSH {
+        let feth = pkt.hdrs.feth.ok_or_else(invalid)?;
+        let ptype = flush::ptype(feth);
+        let mut need = 0;
+        if ptype & flush::GLOBAL != 0 {
+            need |= ACCESS_FLUSH_GLOBAL;
+        }
+        if ptype & flush::PERSISTENT != 0 {
+            need |= ACCESS_FLUSH_PERSISTENT;
+        }
+        if qp.attr.qp_access_flags & need != need {
+            return Err(fail(nak::REMOTE_ACCESS_ERROR, WcStatus::LocQpOpErr));
+        }
+        let (va, len) = if flush::level(feth) == flush::MR {
+            (rdma.mrs.region_start(reth.rkey).unwrap_or(reth.va), 0)
+        } else {
+            (reth.va, u64::from(reth.dma_len))
+        };
+        rdma.mrs
+            .check_remote(reth.rkey, who, Access::Flush(need), va, len)
+            .map_err(refused)?;
+        std::sync::atomic::fence(Ordering::SeqCst);
+    } else {
+        qp_allows(qp, ACCESS_REMOTE_WRITE)?;
+        let runs = rdma
+            .mrs
+            .check_remote(reth.rkey, who, Access::RemoteWrite, reth.va, 8)
+            .map_err(refused)?;
+        // Exactly 8 bytes (IBA oA19-28), 8-aligned (A19.4.2).
+        if reth.dma_len != 8 || payload.len() != 8 || reth.va % 8 != 0 {
+            return Err(invalid());
+        }
+        let mut value = Vec::with_capacity(8);
+        if !payload.append_to(&mut value) {
+            return Err(fail(nak::REMOTE_OPERATIONAL_ERROR, WcStatus::LocQpOpErr));
+        }
+        let value: [u8; 8] = value.try_into().map_err(|_| invalid())?;
+        // The bytes land in the order they came: native order both ways.
+        on_word(runs, env, |cell| {
+            cell.store(u64::from_ne_bytes(value), Ordering::Release)
+        })?;
+    }
+    let p = pkt.hdrs.bth.psn;
+    remember(qp, Resource::Answered { psn: p });
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    qp.resp.epsn = psn::add(p, 1);
+    send_empty_read_response(qp, wire, p);
+    Ok(())
+}
+
+/// The answer to a FLUSH or ATOMIC WRITE: a READ RESPONSE ONLY with an ACK and no
+/// payload, as rxe's `send_read_response_ack`.
+fn send_empty_read_response(qp: &Qp, wire: &mut Wire, p: u32) {
+    let hdrs = Headers {
+        bth: reply_bth(qp, op::RC_RDMA_READ_RESPONSE_ONLY, p),
+        aeth: Some(Aeth::ack(AETH_CREDIT_INVALID).with_msn(qp.resp.msn)),
+        ..Headers::default()
+    };
+    wire.send(qp, &hdrs, &[]);
+}
+
+/// Runs `f` on the guest word that `runs` (a checked key's runs for 8 bytes) names, as a
+/// 64-bit atomic: the guest may touch it concurrently. The 8 bytes must be one run, 8-aligned
+/// in host memory too (else an invalid request, as rxe's misaligned atomic).
+fn on_word<R>(
+    mut runs: impl Iterator<Item = (vm_memory::GuestAddress, usize)>,
+    env: &Env,
+    f: impl FnOnce(&AtomicU64) -> R,
+) -> Result<R, Failure> {
     let (Some((addr, 8)), None) = (runs.next(), runs.next()) else {
         return Err(fail(nak::INVALID_REQUEST, WcStatus::LocQpOpErr));
     };
@@ -740,19 +856,7 @@ fn atomic(
     // SAFETY: an 8-aligned pointer into guest memory mapped for as long as the slice
     // lives; the guest may touch it concurrently, which is why this is an atomic.
     let cell = unsafe { &*(ptr as *const AtomicU64) };
-    let orig = if pkt.hdrs.bth.opcode == op::RC_COMPARE_SWAP {
-        match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        }
-    } else {
-        cell.fetch_add(a.swap_add, Ordering::SeqCst)
-    };
-    let p = pkt.hdrs.bth.psn;
-    remember(qp, Resource::Atomic { psn: p, orig });
-    qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
-    qp.resp.epsn = psn::add(p, 1);
-    send_atomic_ack(qp, wire, p, orig);
-    Ok(())
+    Ok(f(cell))
 }
 
 fn send_atomic_ack(qp: &Qp, wire: &mut Wire, p: u32, orig: u64) {
@@ -811,6 +915,17 @@ fn duplicate(
                 _ => None,
             });
             send_atomic_ack(qp, wire, p, orig.ok_or(drops::Drop::Psn)?);
+        }
+        op::RC_FLUSH | op::RC_ATOMIC_WRITE => {
+            let kept = qp
+                .resp
+                .resources
+                .iter()
+                .any(|r| matches!(*r, Resource::Answered { psn } if psn == p));
+            if !kept {
+                return Err(drops::Drop::Psn);
+            }
+            send_empty_read_response(qp, wire, p);
         }
         // Answered by the ACK owed for the batch: a go-back-N burst of duplicates draws
         // one ACK, not one each.

@@ -184,7 +184,7 @@ impl Wire<'_> {
         };
         let addressing = Addressing {
             src_mac: local.mac,
-            // A multicast group's MAC is the group's (§14.14). An unknown destination goes
+            // A multicast group's MAC is the group's (§14.15). An unknown destination goes
             // to the broadcast address and, on the internal switch, nowhere: the
             // requester's retry timer then reports it.
             dst_mac: if super::mcast::is_group(dst_ip) {

@@ -166,8 +166,19 @@ pub fn decode_send(
     let wqe =
         SendWqe::read_from_bytes(&head[..64]).map_err(|_| WqeError::Malformed { wr_id: 0 })?;
     let malformed = WqeError::Malformed { wr_id: wqe.wr_id };
-    if wqe.opcode > wr::REG_MR {
+    if wqe.opcode > wr::REG_MR && !matches!(wqe.opcode, wr::FLUSH | wr::ATOMIC_WRITE) {
         return Err(malformed);
+    }
+    if matches!(wqe.opcode, wr::FLUSH | wr::ATOMIC_WRITE) {
+        // Everything is in the fixed part (ABI 1.11): no SGEs, no inline data.
+        if wqe.num_sge != 0 || wqe.flags & send_flags::INLINE != 0 {
+            return Err(malformed);
+        }
+        return Ok(SendOp {
+            wqe,
+            sges: Vec::new(),
+            inline: None,
+        });
     }
     if wqe.opcode == wr::REG_MR {
         // The registration is where the RDMA fields are (`rnic_abi::fast_reg`): no SGEs,
@@ -339,11 +350,16 @@ impl Op {
         matches!(self.op.wqe.opcode, wr::LOCAL_INV | wr::BIND_MW | wr::REG_MR)
     }
 
-    /// Whether it is a READ or an atomic (answered by responses, limited in number).
+    /// Whether it is a READ, an atomic, a FLUSH or an ATOMIC WRITE (answered by
+    /// responses, limited in number: the responder keeps an answer for each).
     pub fn is_rd_atomic(&self) -> bool {
         matches!(
             self.op.wqe.opcode,
-            wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD
+            wr::RDMA_READ
+                | wr::ATOMIC_CMP_AND_SWP
+                | wr::ATOMIC_FETCH_AND_ADD
+                | wr::FLUSH
+                | wr::ATOMIC_WRITE
         )
     }
 
@@ -375,6 +391,8 @@ pub fn send_completion(opcode: u8) -> u8 {
         wr::LOCAL_INV => wc::LOCAL_INV,
         wr::BIND_MW => wc::BIND_MW,
         wr::REG_MR => wc::REG_MR,
+        wr::FLUSH => wc::FLUSH,
+        wr::ATOMIC_WRITE => wc::ATOMIC_WRITE,
         _ => wc::SEND,
     }
 }
@@ -426,11 +444,45 @@ mod tests {
                 ..good
             },
             SendWqe { opcode: 11, ..good },
+            SendWqe { opcode: 16, ..good },
         ] {
             let mut bytes = bad.as_bytes().to_vec();
             bytes.resize(128, 0);
             assert_eq!(decode(&bytes), Err(WqeError::Malformed { wr_id: 7 }));
         }
+    }
+
+    #[test]
+    fn flush_and_atomic_write_wqes_carry_everything_in_their_fixed_part() {
+        for opcode in [wr::FLUSH, wr::ATOMIC_WRITE] {
+            let good = SendWqe {
+                wr_id: 9,
+                opcode,
+                flags: send_flags::SIGNALED | send_flags::FENCE,
+                remote_addr: 0x1000,
+                rkey: 0x1234,
+                compare_add: 0x0807_0605_0403_0201,
+                imm_or_inv: rnic_abi::verbs::flush::feth(1, 1),
+                ..SendWqe::default()
+            };
+            let mut bytes = good.as_bytes().to_vec();
+            bytes.resize(128, 0);
+            let op = decode(&bytes).unwrap();
+            assert_eq!((op.wqe, op.sges.len(), op.inline), (good, 0, None));
+            for bad in [
+                SendWqe { num_sge: 1, ..good },
+                SendWqe {
+                    flags: send_flags::INLINE,
+                    ..good
+                },
+            ] {
+                let mut bytes = bad.as_bytes().to_vec();
+                bytes.resize(128, 0);
+                assert_eq!(decode(&bytes), Err(WqeError::Malformed { wr_id: 9 }));
+            }
+        }
+        assert_eq!(send_completion(wr::FLUSH), wc::FLUSH);
+        assert_eq!(send_completion(wr::ATOMIC_WRITE), wc::ATOMIC_WRITE);
     }
 
     /// Found by the `send` fuzz target: a malformed WQE completed with wr_id 0, so the

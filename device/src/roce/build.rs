@@ -196,6 +196,7 @@ pub fn build_headers(
         ExtHeader::Ieth,
         ExtHeader::Deth,
         ExtHeader::Dceth,
+        ExtHeader::Feth,
     ] {
         match (info.carries(h), hdrs.has(h)) {
             (true, false) => {
@@ -325,6 +326,11 @@ pub fn build_headers(
             ExtHeader::Ieth => {
                 if let Some(rkey) = hdrs.ieth {
                     out.extend_from_slice(&rkey.to_be_bytes());
+                }
+            }
+            ExtHeader::Feth => {
+                if let Some(bits) = hdrs.feth {
+                    out.extend_from_slice(&bits.to_be_bytes());
                 }
             }
             ExtHeader::Deth => {

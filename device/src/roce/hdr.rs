@@ -55,6 +55,9 @@ pub enum ExtHeader {
     Deth,
     /// DC Extended Transport Header: DC access key and the initiator's QP (16 bytes).
     Dceth,
+    /// FLUSH Extended Transport Header: placement type (bits 3:0) and selectivity level
+    /// (bits 5:4) of an RC FLUSH (4 bytes; IBTA 1.5, rxe's `rxe_feth`).
+    Feth,
 }
 
 impl ExtHeader {
@@ -69,6 +72,7 @@ impl ExtHeader {
             ExtHeader::Ieth => 4,
             ExtHeader::Deth => 8,
             ExtHeader::Dceth => 16,
+            ExtHeader::Feth => 4,
         }
     }
 
@@ -83,6 +87,7 @@ impl ExtHeader {
             ExtHeader::Ieth => "IETH",
             ExtHeader::Deth => "DETH",
             ExtHeader::Dceth => "DCETH",
+            ExtHeader::Feth => "FETH",
         }
     }
 }
@@ -320,6 +325,9 @@ pub struct Headers {
     pub deth: Option<Deth>,
     /// DCETH: DC connect and disconnect.
     pub dceth: Option<Dceth>,
+    /// FETH: an RC FLUSH's word, placement type in bits 3:0 and selectivity level in
+    /// bits 5:4 (`rnic_abi::verbs::flush::feth`); the other bits are reserved.
+    pub feth: Option<u32>,
 }
 
 /// The DC Extended Transport Header.
@@ -352,6 +360,7 @@ impl Headers {
             ExtHeader::Ieth => self.ieth.is_some(),
             ExtHeader::Deth => self.deth.is_some(),
             ExtHeader::Dceth => self.dceth.is_some(),
+            ExtHeader::Feth => self.feth.is_some(),
         }
     }
 }

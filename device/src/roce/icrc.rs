@@ -43,6 +43,13 @@ const MASKED_BYTES: [usize; 7] = [1, 8, 10, 11, 26, 27, 32];
 /// stored little-endian, i.e. `icrc(..).to_le_bytes()` are the last 4 bytes of the UDP
 /// payload (rxe stores the host-order u32 of an x86 host).
 ///
+/// An RC FLUSH (opcode 0x1C) is hashed as Linux's rxe hashes it (6.12, the rdma_rxe of
+/// the Soft-RoCE peers rnic is tested against): rxe_opcode.c gives FLUSH no payload
+/// offset, so rxe's `payload_addr` is the BTH and its `payload_size` the 32 bytes of
+/// BTH, FETH and RETH, and its ICRC runs on over those 32 bytes a second time, unmasked
+/// ([`RC_FLUSH_REHASHED`]). A FLUSH with the ICRC of the specification would be dropped
+/// by such an rxe, and its FLUSHes by rnic.
+///
 /// Input shorter than the IPv4+UDP+BTH headers is hashed as far as it goes (masking
 /// the bytes that exist), so the function never panics; such input is not a packet and
 /// [`crate::roce::parse::parse`] rejects it before asking for its ICRC.
@@ -63,8 +70,15 @@ pub fn icrc(ip_onwards_without_icrc: &[u8]) -> u32 {
     }
     hasher.update(&head[..head_len]);
     hasher.update(&bytes[head_len..]);
+    let transport = &bytes[(IPV4_HDR + UDP_HDR).min(bytes.len())..];
+    if transport.first() == Some(&RC_FLUSH_REHASHED) {
+        hasher.update(transport);
+    }
     hasher.finalize()
 }
+
+/// The opcode whose transport headers rxe's ICRC covers twice: RC FLUSH (see [`icrc`]).
+pub const RC_FLUSH_REHASHED: u8 = super::opcode::RC_FLUSH;
 
 #[cfg(test)]
 mod tests {

@@ -52,6 +52,12 @@ pub const RC_ATOMIC_ACKNOWLEDGE: u8 = 0x12;
 pub const RC_COMPARE_SWAP: u8 = 0x13;
 /// Atomic fetch and add request (carries the AtomicETH).
 pub const RC_FETCH_ADD: u8 = 0x14;
+/// RDMA FLUSH request (FETH, then RETH; no payload; IBTA 1.5). Answered by an empty
+/// [`RC_RDMA_READ_RESPONSE_ONLY`].
+pub const RC_FLUSH: u8 = 0x1c;
+/// RDMA ATOMIC WRITE request (RETH, then an 8-byte payload; IBTA 1.5). Answered by an
+/// empty [`RC_RDMA_READ_RESPONSE_ONLY`].
+pub const RC_ATOMIC_WRITE: u8 = 0x1d;
 /// Last packet of a SEND with invalidate (carries the IETH).
 pub const RC_SEND_LAST_WITH_INVALIDATE: u8 = 0x16;
 /// A single-packet SEND with invalidate (carries the IETH).
@@ -92,37 +98,40 @@ pub const DC_CONNECT: u8 = 0xC0;
 pub const DC_DISCONNECT: u8 = 0xC1;
 
 /// Sent by the requester (rxe's RXE_REQ_MASK).
-const F_REQUEST: u16 = 1 << 0;
+const F_REQUEST: u32 = 1 << 0;
 /// Sent by the responder: READ responses and ACKs (rxe's RXE_ACK_MASK).
-const F_RESPONSE: u16 = 1 << 1;
+const F_RESPONSE: u32 = 1 << 1;
 /// First packet of a message (rxe's RXE_START_MASK).
-const F_FIRST: u16 = 1 << 2;
+const F_FIRST: u32 = 1 << 2;
 /// Neither first nor last (rxe's RXE_MIDDLE_MASK).
-const F_MIDDLE: u16 = 1 << 3;
+const F_MIDDLE: u32 = 1 << 3;
 /// Last packet of a message (rxe's RXE_END_MASK).
-const F_LAST: u16 = 1 << 4;
+const F_LAST: u32 = 1 << 4;
 /// Part of a SEND.
-const F_SEND: u16 = 1 << 5;
+const F_SEND: u32 = 1 << 5;
 /// Part of an RDMA WRITE.
-const F_WRITE: u16 = 1 << 6;
+const F_WRITE: u32 = 1 << 6;
 /// An RDMA READ request.
-const F_READ_REQUEST: u16 = 1 << 7;
+const F_READ_REQUEST: u32 = 1 << 7;
 /// Part of an RDMA READ response.
-const F_READ_RESPONSE: u16 = 1 << 8;
+const F_READ_RESPONSE: u32 = 1 << 8;
 /// An atomic request.
-const F_ATOMIC: u16 = 1 << 9;
+const F_ATOMIC: u32 = 1 << 9;
 /// An ACK/NAK or atomic ACK: a response that carries no data.
-const F_ACK: u16 = 1 << 10;
+const F_ACK: u32 = 1 << 10;
 /// Completes a receive at the responder (rxe's RXE_COMP_MASK).
-const F_COMPLETES: u16 = 1 << 11;
+const F_COMPLETES: u32 = 1 << 11;
 /// Takes a receive WQE at the responder (rxe's RXE_RWR_MASK).
-const F_CONSUMES_RWQE: u16 = 1 << 12;
+const F_CONSUMES_RWQE: u32 = 1 << 12;
 /// A UD (datagram) opcode; all the others are RC.
-const F_DATAGRAM: u16 = 1 << 13;
+const F_DATAGRAM: u32 = 1 << 13;
 /// A DC connection-management packet (DC_CONNECT, DC_DISCONNECT).
-const F_DC_CONTROL: u16 = 1 << 14;
+const F_DC_CONTROL: u32 = 1 << 14;
 /// A UC opcode (a SEND or WRITE of the unreliable connected transport).
-const F_UC: u16 = 1 << 15;
+const F_UC: u32 = 1 << 15;
+/// An RDMA FLUSH or ATOMIC WRITE request (rxe's RXE_FLUSH_MASK, RXE_ATOMIC_WRITE_MASK):
+/// the responder answers it with an empty READ response, from a responder resource.
+const F_FLUSH_OR_ATOMIC_WRITE: u32 = 1 << 16;
 
 /// What one opcode carries and what kind of packet it is; from [`opcode_info`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +145,7 @@ pub struct OpcodeInfo {
     /// Whether the packet may carry a payload (it may still be empty, e.g. a zero-length
     /// SEND). Opcodes without one must have none.
     pub has_payload: bool,
-    flags: u16,
+    flags: u32,
 }
 
 impl OpcodeInfo {
@@ -168,7 +177,7 @@ impl OpcodeInfo {
         self.ext_headers.contains(&h)
     }
 
-    const fn has(&self, flag: u16) -> bool {
+    const fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
 
@@ -224,6 +233,10 @@ impl OpcodeInfo {
     pub const fn is_ack(&self) -> bool {
         self.has(F_ACK)
     }
+    /// An RDMA FLUSH or ATOMIC WRITE request: answered by an empty READ response.
+    pub const fn is_flush_or_atomic_write(&self) -> bool {
+        self.has(F_FLUSH_OR_ATOMIC_WRITE)
+    }
     /// A UD opcode.
     pub const fn is_datagram(&self) -> bool {
         self.has(F_DATAGRAM)
@@ -267,10 +280,11 @@ const IETH: &[ExtHeader] = &[ExtHeader::Ieth];
 const DETH: &[ExtHeader] = &[ExtHeader::Deth];
 const DETH_IMM: &[ExtHeader] = &[ExtHeader::Deth, ExtHeader::Imm];
 const DCETH: &[ExtHeader] = &[ExtHeader::Dceth];
+const FETH_RETH: &[ExtHeader] = &[ExtHeader::Feth, ExtHeader::Reth];
 
 /// The opcode table: the extension headers (in wire order), payload and classification
 /// of every RC, UC, UD and DC opcode, as in rxe_opcode.c. `None` for opcodes this device
-/// does not speak (RD, XRC, CNPs, RC FLUSH and ATOMIC WRITE, reserved values), which
+/// does not speak (RD, XRC, CNPs, reserved values), which
 /// [`super::parse::parse`] rejects.
 pub fn opcode_info(op: u8) -> Option<OpcodeInfo> {
     OPCODES[usize::from(op)]
@@ -317,11 +331,11 @@ static OPCODES: [Option<OpcodeInfo>; 256] = {
 
 /// What [`opcode_info`] says of `op`.
 const fn describe(op: u8) -> Option<OpcodeInfo> {
-    const REQ_SEND: u16 = F_REQUEST | F_SEND;
-    const REQ_WRITE: u16 = F_REQUEST | F_WRITE;
-    const READ_RESP: u16 = F_RESPONSE | F_READ_RESPONSE;
-    const ONE: u16 = F_FIRST | F_LAST;
-    let (name, ext_headers, has_payload, flags): (&str, &[ExtHeader], bool, u16) = match op {
+    const REQ_SEND: u32 = F_REQUEST | F_SEND;
+    const REQ_WRITE: u32 = F_REQUEST | F_WRITE;
+    const READ_RESP: u32 = F_RESPONSE | F_READ_RESPONSE;
+    const ONE: u32 = F_FIRST | F_LAST;
+    let (name, ext_headers, has_payload, flags): (&str, &[ExtHeader], bool, u32) = match op {
         // UC's SENDs and WRITEs carry what RC's of the same low bits carry.
         UC_SEND_FIRST..=UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => {
             let Some(rc) = describe(op & 0x1F) else {
@@ -412,6 +426,18 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
         ),
         RC_COMPARE_SWAP => ("RC_COMPARE_SWAP", ATOMIC, false, F_REQUEST | F_ATOMIC | ONE),
         RC_FETCH_ADD => ("RC_FETCH_ADD", ATOMIC, false, F_REQUEST | F_ATOMIC | ONE),
+        RC_FLUSH => (
+            "RC_FLUSH",
+            FETH_RETH,
+            false,
+            F_REQUEST | F_FLUSH_OR_ATOMIC_WRITE | ONE,
+        ),
+        RC_ATOMIC_WRITE => (
+            "RC_ATOMIC_WRITE",
+            RETH,
+            true,
+            F_REQUEST | F_FLUSH_OR_ATOMIC_WRITE | ONE,
+        ),
         RC_SEND_LAST_WITH_INVALIDATE => (
             "RC_SEND_LAST_WITH_INVALIDATE",
             IETH,
@@ -469,7 +495,7 @@ pub struct Foreign {
 
 impl Foreign {
     /// Whether the opcode is of a transport this device has no QPs of (RD, XRC), as
-    /// opposed to something it does on no QP (a CNP, RC FLUSH or ATOMIC WRITE).
+    /// opposed to something it does on no QP (a CNP).
     pub fn other_transport(&self) -> bool {
         matches!(self.transport, "RD" | "XRC")
     }
@@ -558,6 +584,8 @@ pub(super) mod tests {
             (RC_FETCH_ADD, ATOMIC, false),
             (RC_SEND_LAST_WITH_INVALIDATE, IETH, true),
             (RC_SEND_ONLY_WITH_INVALIDATE, IETH, true),
+            (RC_FLUSH, FETH_RETH, false),
+            (RC_ATOMIC_WRITE, RETH, true),
             (UC_SEND_FIRST, NO_EXT, true),
             (UC_SEND_MIDDLE, NO_EXT, true),
             (UC_SEND_LAST, NO_EXT, true),
@@ -606,9 +634,20 @@ pub(super) mod tests {
         let ack = opcode_info(RC_ATOMIC_ACKNOWLEDGE).unwrap();
         assert_eq!(ack.ext_offset(ExtHeader::AtomicAckEth), Some(16));
         assert_eq!(ack.ext_offset(ExtHeader::Reth), None);
-        // Not spoken: RC 0x15 (reserved), FLUSH, ATOMIC WRITE, UC beyond the WRITEs, RD,
-        // UD other than SEND.
-        for op in [0x15, 0x1c, 0x1d, 0x2c, 0x40, 0x66] {
+        // rxe's FLUSH: BTH, FETH at 12, RETH at 16, 32 bytes; ATOMIC WRITE: BTH, RETH,
+        // the 8-byte payload at 28 (rxe_opcode.c).
+        let flush = opcode_info(RC_FLUSH).unwrap();
+        assert_eq!(flush.header_len(), 32);
+        assert_eq!(flush.ext_offset(ExtHeader::Feth), Some(12));
+        assert_eq!(flush.ext_offset(ExtHeader::Reth), Some(16));
+        let atomic_write = opcode_info(RC_ATOMIC_WRITE).unwrap();
+        assert_eq!(atomic_write.header_len(), 28);
+        for info in [flush, atomic_write] {
+            assert!(info.is_flush_or_atomic_write() && info.is_only() && info.is_request());
+            assert!(!info.is_write() && !info.is_atomic() && !info.is_read());
+        }
+        // Not spoken: RC 0x15 (reserved), UC beyond the WRITEs, RD, UD other than SEND.
+        for op in [0x15, 0x2c, 0x40, 0x66] {
             assert!(opcode_info(op).is_none(), "{op:#x}");
         }
         let first = opcode_info(RC_SEND_FIRST).unwrap();
@@ -652,11 +691,11 @@ pub(super) mod tests {
         assert_eq!(name(0x55).as_deref(), Some("RD_RESYNC"));
         assert_eq!(name(0x80).as_deref(), Some("CNP"));
         assert_eq!(name(0xB7).as_deref(), Some("XRC_SEND_ONLY_WITH_INVALIDATE"));
-        assert_eq!(name(0x1C).as_deref(), Some("RC_FLUSH"));
-        assert_eq!(name(0x1D).as_deref(), Some("RC_ATOMIC_WRITE"));
+        // FLUSH and ATOMIC WRITE are spoken (ABI 1.11): not foreign.
+        assert_eq!(name(0x1C), None);
+        assert_eq!(name(0x1D), None);
         assert!(foreign(0x44).unwrap().other_transport());
         assert!(!foreign(0x80).unwrap().other_transport());
-        assert!(!foreign(0x1C).unwrap().other_transport());
         // Reserved: UC has no READ, RD no SEND with invalidate, the CNP range one opcode;
         // and what this device takes is not foreign.
         for op in [0x15, 0x2C, 0x56, 0x66, 0x81, 0xB5, 0xC2, 0xE0, 0xFF] {

@@ -383,6 +383,7 @@ fn parse_checked(frame: &[u8], check_icrc: bool) -> Result<Packet<'_>, ParseErro
             }
             ExtHeader::Imm => hdrs.imm = Some(r.take().ok_or(truncated)?),
             ExtHeader::Ieth => hdrs.ieth = Some(r.u32().ok_or(truncated)?),
+            ExtHeader::Feth => hdrs.feth = Some(r.u32().ok_or(truncated)?),
             ExtHeader::Deth => {
                 hdrs.deth = Some(Deth {
                     qkey: r.u32().ok_or(truncated)?,

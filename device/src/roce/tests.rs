@@ -63,6 +63,7 @@ fn headers_for(op: u8) -> Headers {
                     dci_qpn: 0x34,
                 })
             }
+            ExtHeader::Feth => h.feth = Some(0x11),
         }
     }
     h
@@ -145,6 +146,88 @@ fn build_lays_out_headers_as_rxe() {
     assert_eq!(&out[60..62], &[0, 0]); // pad bytes are zero
 }
 
+/// RDMA FLUSH and ATOMIC WRITE (IBTA 1.5) as rxe lays them out (rxe_opcode.c, rxe_hdr.h,
+/// rxe_req.c): FLUSH is BTH, FETH (placement type in bits 3:0, selectivity level in bits
+/// 5:4, big-endian), RETH, no payload; ATOMIC WRITE is BTH, RETH, the 8 bytes as the
+/// application gave them; both are answered by an empty READ RESPONSE ONLY (BTH, AETH).
+#[test]
+fn flush_and_atomic_write_are_laid_out_as_rxe() {
+    const BTH_AT: usize = ETH_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
+    let reth = Reth {
+        va: 0x0000_7F00_DEAD_B008,
+        rkey: 0x0000_1234,
+        dma_len: 0x00BC_614E,
+    };
+    let mut bth = Bth::new(opcode::RC_FLUSH, 0x11, 0xABCD);
+    bth.ack_req = true;
+    let flush = Headers {
+        bth,
+        feth: Some(rnic_abi::verbs::flush::feth(
+            rnic_abi::verbs::flush::PERSISTENT,
+            rnic_abi::verbs::flush::MR,
+        )),
+        reth: Some(reth),
+        ..Headers::default()
+    };
+    let mut out = Vec::new();
+    build(&addressing(), &flush, &[], &mut out).unwrap();
+    assert_eq!(out.len(), BTH_AT + 32 + ICRC_LEN);
+    let t = &out[BTH_AT..];
+    assert_eq!(t[0], 0x1C);
+    assert_eq!(t[1], 0); // no pad
+    assert_eq!(&t[8..12], &[0x80, 0x00, 0xAB, 0xCD]); // AckReq, PSN
+    assert_eq!(&t[12..16], &[0, 0, 0, 0x12]); // FETH: level 1 (MR), type 2 (persistent)
+    assert_eq!(&t[16..24], &0x0000_7F00_DEAD_B008u64.to_be_bytes());
+    assert_eq!(&t[24..28], &[0, 0, 0x12, 0x34]);
+    assert_eq!(&t[28..32], &[0x00, 0xBC, 0x61, 0x4E]);
+    let p = parse(&out).unwrap();
+    assert_eq!((p.hdrs, p.payload), (flush, &[][..]));
+    // rxe 6.12's ICRC of a FLUSH: its table has no payload offset for FLUSH, so after the
+    // masked headers the CRC runs on over the 32 transport header bytes again, unmasked.
+    let ip = &out[ETH_HEADER_LEN..out.len() - ICRC_LEN];
+    let mut masked = ip.to_vec();
+    for i in [1, 8, 10, 11, 26, 27, 32] {
+        masked[i] = 0xFF;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xFF; 8]);
+    h.update(&masked);
+    h.update(&ip[28..]);
+    assert_eq!(out[out.len() - ICRC_LEN..], h.finalize().to_le_bytes());
+
+    let write = Headers {
+        bth: Bth {
+            opcode: opcode::RC_ATOMIC_WRITE,
+            ..bth
+        },
+        reth: Some(Reth { dma_len: 8, ..reth }),
+        ..Headers::default()
+    };
+    let value = *b"cccccccc";
+    out.clear();
+    build(&addressing(), &write, &value, &mut out).unwrap();
+    assert_eq!(out.len(), BTH_AT + 28 + 8 + ICRC_LEN);
+    let t = &out[BTH_AT..];
+    assert_eq!((t[0], t[1]), (0x1D, 0));
+    assert_eq!(&t[12..20], &0x0000_7F00_DEAD_B008u64.to_be_bytes());
+    assert_eq!(&t[24..28], &[0, 0, 0, 8]);
+    assert_eq!(&t[28..36], &value);
+    let p = parse(&out).unwrap();
+    assert_eq!((p.hdrs, p.payload), (write, &value[..]));
+
+    // The answer to either: READ RESPONSE ONLY, AETH (ACK, MSN), nothing else.
+    let answer = Headers {
+        bth: Bth::new(opcode::RC_RDMA_READ_RESPONSE_ONLY, 0x12, 0xABCD),
+        aeth: Some(Aeth::ack(AETH_CREDIT_INVALID).with_msn(7)),
+        ..Headers::default()
+    };
+    out.clear();
+    build(&addressing(), &answer, &[], &mut out).unwrap();
+    assert_eq!(out.len(), BTH_AT + 16 + ICRC_LEN);
+    // rxe's AETH_ACK_UNLIMITED syndrome (0x1F), then the MSN.
+    assert_eq!(&out[BTH_AT + 12..BTH_AT + 16], &[0x1F, 0, 0, 7]);
+}
+
 #[test]
 fn build_rejects_missing_and_unexpected_headers() {
     let mut out = vec![0xEE];
@@ -162,6 +245,7 @@ fn build_rejects_missing_and_unexpected_headers() {
                 ExtHeader::Ieth => hdrs.ieth = None,
                 ExtHeader::Deth => hdrs.deth = None,
                 ExtHeader::Dceth => hdrs.dceth = None,
+                ExtHeader::Feth => hdrs.feth = None,
             }
             assert_eq!(
                 build(&addressing(), &hdrs, &[], &mut out),
@@ -601,6 +685,7 @@ fn arb_packet() -> impl Strategy<Value = (Headers, Vec<u8>)> {
                         dc_key: u64::from(ieth) << 8,
                         dci_qpn: ieth & MASK_24,
                     }),
+                    feth: c(ExtHeader::Feth).then_some(ieth),
                 };
                 (hdrs, payload)
             })
@@ -634,12 +719,16 @@ proptest! {
         prop_assert_eq!(p.ttl, addr.ttl);
         prop_assert_eq!(p.tos, addr.tos);
 
-        // The ICRC in the frame is what an independent reading of the spec gives.
+        // The ICRC in the frame is what an independent reading of the spec gives (and,
+        // for a FLUSH, of rxe's quirk: its transport headers once more, unmasked).
         let end = out.len() - ICRC_LEN;
         let mut masked = vec![0xFFu8; 8];
         masked.extend_from_slice(&out[ETH_HEADER_LEN..end]);
         for off in [1usize, 8, 10, 11, 26, 27, 32] {
             masked[8 + off] = 0xFF;
+        }
+        if hdrs.bth.opcode == opcode::RC_FLUSH {
+            masked.extend_from_slice(&out[ETH_HEADER_LEN + 28..end]);
         }
         prop_assert_eq!(&out[end..], &crc32fast::hash(&masked).to_le_bytes()[..]);
     }

@@ -42,6 +42,10 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
     /// A control queue's registration completed ([`rnic_abi::ctrlq`]).
     RegMr,
+    /// An RDMA ATOMIC WRITE completed (ABI 1.11).
+    AtomicWrite,
+    /// An RDMA FLUSH completed (ABI 1.11).
+    Flush,
     /// An opcode this driver does not know.
     Unknown(u8),
 }
@@ -60,6 +64,8 @@ impl WcOpcode {
             wc::RECV => Self::Recv,
             wc::RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
             wc::REG_MR => Self::RegMr,
+            wc::ATOMIC_WRITE => Self::AtomicWrite,
+            wc::FLUSH => Self::Flush,
             other => Self::Unknown(other),
         }
     }

@@ -70,9 +70,10 @@ pub use mw::{inc_rkey, BindInfo, MemoryWindow, MW_KEY_BIT};
 pub use qp::{mtu, Qp, QpCaps, RecvWr, RqState, SendSlot, SendWr, SqState, WrOpcode};
 pub use rnic_abi::mw::{MW_ACCESS_ALL, MW_TYPE_1, MW_TYPE_2};
 pub use rnic_abi::verbs::{
-    attr, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,
-    ACCESS_LOCAL_WRITE, ACCESS_MW_BIND, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE, ACCESS_ZERO_BASED, QPT_RC, QPT_UC,
+    attr, flush, mtu_bytes, mtu_code, QpAttr, QpState, QueryQpResp, Sge, WcStatus, ACCESS_ALL,
+    ACCESS_FLUSH, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_LOCAL_WRITE, ACCESS_MW_BIND,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, ACCESS_ZERO_BASED, QPT_RC,
+    QPT_UC,
 };
 pub use shared_sq::SharedSq;
 pub use srq::Srq;

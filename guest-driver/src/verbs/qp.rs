@@ -115,6 +115,31 @@ pub enum WrOpcode {
         /// Addend.
         add: u64,
     },
+    /// RDMA ATOMIC WRITE (ABI 1.11, `CAP_ATOMIC_WRITE`): `value`'s 8 bytes, in the order
+    /// given, to the 8-aligned `remote_addr`, all at once. No SGEs, no inline data.
+    AtomicWrite {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key (remote write access).
+        rkey: u32,
+        /// The bytes to write.
+        value: [u8; 8],
+    },
+    /// RDMA FLUSH (ABI 1.11, `CAP_FLUSH`): makes what reached the remote region visible
+    /// (placement type `flush::GLOBAL`) or persistent (`flush::PERSISTENT`), over the
+    /// range (`flush::RANGE`) or the whole region (`flush::MR`). No SGEs, no inline data.
+    Flush {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key (the `ACCESS_FLUSH_*` flags of the placement type).
+        rkey: u32,
+        /// Bytes of the range (the wire carries the low 32 bits).
+        length: u64,
+        /// Placement type ([`rnic_abi::verbs::flush`]).
+        ptype: u8,
+        /// Selectivity level ([`rnic_abi::verbs::flush`]).
+        level: u8,
+    },
     /// Invalidate this local key.
     LocalInv(u32),
     /// Bind a memory window ([`rnic_abi::mw::BindMwWqe`]; [`super::MemoryWindow::bind_opcode`]
@@ -245,6 +270,35 @@ pub(crate) fn encode_send_wqe(wr: &SendWr, caps: &QpCaps) -> Result<Vec<u8>> {
         } => {
             (w.opcode, w.remote_addr, w.rkey, w.compare_add) =
                 (wr::ATOMIC_FETCH_AND_ADD, remote_addr, rkey, add)
+        }
+        WrOpcode::AtomicWrite {
+            remote_addr,
+            rkey,
+            value,
+        } => {
+            no_data(wr, "an ATOMIC WRITE")?;
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add) = (
+                wr::ATOMIC_WRITE,
+                remote_addr,
+                rkey,
+                u64::from_le_bytes(value),
+            )
+        }
+        WrOpcode::Flush {
+            remote_addr,
+            rkey,
+            length,
+            ptype,
+            level,
+        } => {
+            no_data(wr, "a FLUSH")?;
+            (w.opcode, w.remote_addr, w.rkey, w.compare_add, w.imm_or_inv) = (
+                wr::FLUSH,
+                remote_addr,
+                rkey,
+                length,
+                rnic_abi::verbs::flush::feth(ptype, level),
+            )
         }
         WrOpcode::LocalInv(key) => (w.opcode, w.imm_or_inv) = (wr::LOCAL_INV, key),
         WrOpcode::BindMw {

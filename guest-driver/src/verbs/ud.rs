@@ -63,7 +63,7 @@ impl Qp {
     }
 
     /// The UD QP joins the multicast group `gid`, an IPv4-mapped multicast GID
-    /// (`ATTACH_MCAST`, ABI 1.11, datasheet §14.14): it receives what any QP sends to the
+    /// (`ATTACH_MCAST`, ABI 1.11, datasheet §14.15): it receives what any QP sends to the
     /// group (`dest_qpn` [`MULTICAST_QPN`], `dgid` the group's GID) from now on.
     pub fn attach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
         self.mcast(Opcode::AttachMcast, gid)

@@ -1421,6 +1421,12 @@ constants! {
     IBV_WC_BIND_MW: ibv_wc_opcode = 5;
     /// `IBV_WC_LOCAL_INV`.
     IBV_WC_LOCAL_INV: ibv_wc_opcode = 6;
+    /// `IBV_WC_TSO`.
+    IBV_WC_TSO: ibv_wc_opcode = 7;
+    /// `IBV_WC_FLUSH`.
+    IBV_WC_FLUSH: ibv_wc_opcode = 8;
+    /// `IBV_WC_ATOMIC_WRITE`.
+    IBV_WC_ATOMIC_WRITE: ibv_wc_opcode = 9;
     /// `IBV_WC_RECV`: receive completions have this bit.
     IBV_WC_RECV: ibv_wc_opcode = 1 << 7;
     /// `IBV_WC_RECV_RDMA_WITH_IMM`.

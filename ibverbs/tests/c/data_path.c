@@ -394,7 +394,7 @@ static void ud_steps(struct end *a, struct end *b)
 	CHECK(wc.src_qp == qb->qp_num && memcmp(a->buf + 20040, a->buf + 1000, 64) == 0,
 	      "UD reply");
 	/*
-	 * Multicast (datasheet 14.14): B's QP joins 239.82.1.1 and takes what A sends to the
+	 * Multicast (datasheet 14.15): B's QP joins 239.82.1.1 and takes what A sends to the
 	 * group (remote QPN 0xFFFFFF); the GRH's IPv4 destination is the group's.
 	 */
 	union ibv_gid group = { .raw = { [10] = 0xff, [11] = 0xff, [12] = 239, [13] = 82,

@@ -39,6 +39,8 @@ pub enum Access {
     ReadResponse,
     /// A remote atomic.
     RemoteAtomic,
+    /// A remote FLUSH needing these `ACCESS_FLUSH_*` flags (of its placement type).
+    Flush(u32),
 }
 
 impl Access {
@@ -49,6 +51,7 @@ impl Access {
             Access::RemoteWrite => ACCESS_REMOTE_WRITE,
             Access::RemoteRead | Access::ReadResponse => ACCESS_REMOTE_READ,
             Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
+            Access::Flush(flags) => flags,
         }
     }
 }

@@ -373,6 +373,8 @@ impl MrTable {
         let local = match access {
             Access::RemoteRead | Access::ReadResponse | Access::LocalRead => Access::LocalRead,
             Access::RemoteWrite | Access::RemoteAtomic | Access::LocalWrite => Access::LocalWrite,
+            // A window grants no FLUSH rights (`MW_ACCESS_ALL`): its resolve refused it.
+            Access::Flush(_) => Access::LocalRead,
         };
         self.check(mr_key, pdn, local, at, len)
     }
@@ -398,6 +400,14 @@ impl MrTable {
             })
         };
         self.windows.bind(wqe, (pdn, qpn), inline, region)
+    }
+}
+
+impl MrTable {
+    /// The first address of the region `key` names, if it names a registered region: where
+    /// a FLUSH of the whole region ([`rnic_abi::verbs::flush::MR`]) checks it from.
+    pub fn region_start(&self, key: u32) -> Option<u64> {
+        self.get(key).map(|mr| mr.iova)
     }
 }
 

@@ -281,6 +281,8 @@ impl MwTable {
             Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
             // A window is an rkey only.
             Access::LocalRead | Access::LocalWrite => return Err(KeyError::NoSuchKey),
+            // Nor does it grant FLUSH rights (`MW_ACCESS_ALL`).
+            Access::Flush(_) => return Err(KeyError::NoAccess),
         };
         if b.access & wanted == 0 {
             return Err(KeyError::NoAccess);

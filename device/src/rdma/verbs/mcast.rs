@@ -1,4 +1,4 @@
-//! `ATTACH_MCAST` and `DETACH_MCAST` (ABI 1.11, docs/hardware-interface.md §14.14): a UD
+//! `ATTACH_MCAST` and `DETACH_MCAST` (ABI 1.11, docs/hardware-interface.md §14.15): a UD
 //! QP joins or leaves a multicast group ([`super::super::mcast`]).
 
 use rnic_abi::cmd::Status;
