@@ -46,6 +46,11 @@ cargo build --workspace --bins
 step "unit and integration tests (a real rnicd over real vfio-user sockets)"
 cargo test --workspace
 
+step "the driver labs: every checker against its reference solution, through rnic-lab"
+for lab in $(target/debug/rnic-lab list | cut -d' ' -f1); do
+    target/debug/rnic-lab check "$lab" --solution
+done
+
 step "fuzz targets, a minute each (cargo fuzz; see fuzz/README.md)"
 # The fuzz crate is a workspace of its own (nightly): its lints, as the main workspace's.
 (cd fuzz && cargo +nightly clippy --all-targets -- -D warnings)

@@ -5,15 +5,16 @@
 //! vfio-user side, the doorbell BAR's memfd for the driver's stores, the engine's passes
 //! ([`rnic_device::engine::Engine::step`]) for the work, and the switch or the Ethernet
 //! port for frames. The set-up is the real guest driver (`rnic_driver`) over an
-//! in-process transport ([`transport`]).
+//! in-process transport ([`transport`]); both come from
+//! `rnic-harness`, the workspace's deterministic device, re-exported here.
 
-pub mod bench;
 pub mod eth;
 pub mod input;
 pub mod ops;
 pub mod rings;
 pub mod seeds;
-pub mod transport;
 pub mod vfio;
 pub mod vfio_socket;
 pub mod world;
+
+pub use rnic_harness::{bench, transport};

@@ -25,7 +25,7 @@ mod worker;
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-#[cfg(feature = "fuzzing")]
+#[cfg(feature = "stepping")]
 use std::sync::MutexGuard;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -70,7 +70,7 @@ pub struct Engine {
     stop: Arc<EventFd>,
     stopping: Arc<AtomicBool>,
     /// The single worker of [`Engine::step`].
-    #[cfg(feature = "fuzzing")]
+    #[cfg(feature = "stepping")]
     stepper: Option<Worker>,
 }
 
@@ -98,7 +98,7 @@ impl Engine {
             policy: Placement::Auto,
             stop: Arc::new(EventFd::new(libc::EFD_NONBLOCK)?),
             stopping: Arc::new(AtomicBool::new(false)),
-            #[cfg(feature = "fuzzing")]
+            #[cfg(feature = "stepping")]
             stepper: None,
         })
     }
@@ -260,10 +260,10 @@ impl Drop for RunningEngine {
     }
 }
 
-/// What a harness needs to drive the engine itself, one pass at a time, in one thread (the
-/// fuzz targets of `fuzz/`): the same passes a single engine thread makes, without its
+/// What a harness needs to drive the engine itself, one pass at a time, in one thread
+/// (rnic-harness, for the fuzz targets and the labs): the same passes a single engine thread makes, without its
 /// sleeping.
-#[cfg(feature = "fuzzing")]
+#[cfg(feature = "stepping")]
 impl Engine {
     /// The one worker that [`Engine::step`] drives, made at the first call from the
     /// engine as configured so far.

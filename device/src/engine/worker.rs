@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-#[cfg(feature = "fuzzing")]
+#[cfg(feature = "stepping")]
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -523,13 +523,13 @@ impl Worker {
     }
 
     /// One turn, for a harness that drives the engine in one thread.
-    #[cfg(feature = "fuzzing")]
+    #[cfg(feature = "stepping")]
     pub(super) fn step(&mut self) -> PollOutcome {
         self.st.turn(&self.shared)
     }
 
     /// The switch, for a harness that drives the engine in one thread.
-    #[cfg(feature = "fuzzing")]
+    #[cfg(feature = "stepping")]
     pub(super) fn switch(&self) -> MutexGuard<'_, Switch> {
         lock(&self.shared.switch)
     }

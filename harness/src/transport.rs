@@ -1,5 +1,6 @@
 //! The guest driver's [`Transport`] for a function of this process: what QEMU and the
-//! guest kernel do, done in one thread, so that a fuzz input runs the same way every time.
+//! guest kernel do, done in one thread, so that the same calls (a fuzz input, a lab
+//! solution) run the same way every time.
 //!
 //! - Guest RAM is a memfd, DMA-mapped into the function exactly as rnicd's vfio-user glue
 //!   maps a client's `DMA_MAP` ([`rnic_device::dma::DmaSpace::map`]), and mapped into this
@@ -32,7 +33,7 @@ use rnic_driver::{Error, Result};
 /// misses it.
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
 /// Bytes of guest RAM per function: room for the rings, the command buffers and the MRs
-/// of a fuzz world, small enough to compare on every input.
+/// of a fuzz world or a lab, small enough to compare on every input.
 pub const RAM_SIZE: usize = 2 << 20;
 
 /// The engine, shared by the transports of its functions.
@@ -72,7 +73,7 @@ pub struct GuestRam {
 impl GuestRam {
     /// Fresh RAM, all zero.
     pub fn new() -> std::io::Result<Arc<Self>> {
-        let file = sealed_memfd(c"rnic-fuzz-ram", RAM_SIZE as u64)?;
+        let file = sealed_memfd(c"rnic-harness-ram", RAM_SIZE as u64)?;
         let mapping = Mapping::new(file.as_raw_fd(), RAM_SIZE, 0, "guest RAM")
             .map_err(std::io::Error::other)?;
         Ok(Arc::new(Self {
@@ -113,7 +114,7 @@ impl GuestRam {
                 let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
                 if (*next + pages) * PAGE_SIZE as usize > RAM_SIZE {
                     return Err(Error::NoDmaMemory(format!(
-                        "the fuzz world's guest RAM ({RAM_SIZE} bytes) is used up: raise RAM_SIZE"
+                        "the harness's guest RAM ({RAM_SIZE} bytes) is used up: raise RAM_SIZE"
                     )));
                 }
                 *next += pages;
@@ -252,7 +253,7 @@ impl Transport for InProcess {
     }
 
     fn kind(&self) -> String {
-        "in-process (the fuzzer calls the device directly)".into()
+        "in-process (the harness calls the device directly)".into()
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<()> {
@@ -331,7 +332,7 @@ impl Transport for InProcess {
     fn wait_interrupt(&self, vector: u16, _timeout: Duration) -> Result<bool> {
         if self.detached.load(Ordering::Acquire) {
             return Err(Error::Device(
-                "the fuzz world is torn down: nothing runs the device any more".into(),
+                "the harness is torn down: nothing runs the device any more".into(),
             ));
         }
         lock(&self.engine).step();

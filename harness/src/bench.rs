@@ -92,17 +92,22 @@ impl Bench {
         }
     }
 
-    /// Opens function `index` as the driver does (reset, bus mastering, MSI-X, command
-    /// queue) and creates its verbs context.
-    pub fn open(&self, index: usize) -> Context {
-        let t = InProcess::new(
+    /// The transport of function `index`, untouched: for a caller that does what a driver
+    /// does itself (the labs).
+    pub fn transport(&self, index: usize) -> InProcess {
+        InProcess::new(
             self.functions[index].clone(),
             self.engine.clone(),
             self.rams[index].clone(),
             self.detached.clone(),
         )
-        .expect("in-process transport");
-        let device = Device::open(Box::new(t)).expect("open the function");
+        .expect("in-process transport")
+    }
+
+    /// Opens function `index` as the driver does (reset, bus mastering, MSI-X, command
+    /// queue) and creates its verbs context.
+    pub fn open(&self, index: usize) -> Context {
+        let device = Device::open(Box::new(self.transport(index))).expect("open the function");
         Context::new(device).expect("verbs context")
     }
 
