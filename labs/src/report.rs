@@ -1,9 +1,10 @@
 //! A checker's verdict: one line per step of the lab, passed, failed with the cause, or
 //! not reached because an earlier step failed.
 
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::Once;
 
 /// How one step went.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,35 +114,52 @@ impl fmt::Display for Report {
     }
 }
 
-/// Where the last panic of the student's code happened, with its message.
-static PANIC: Mutex<Option<String>> = Mutex::new(None);
+thread_local! {
+    /// Set while this thread runs a student's code.
+    static IN_STUDENT: Cell<bool> = const { Cell::new(false) };
+    /// Where the student's code last panicked on this thread, with its message.
+    static PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per process, the panic hook that keeps a student's panic (on the
+/// thread running it) for the verdict instead of printing it; other panics go to the
+/// hook that was there before. One hook for all threads, so that checkers running in
+/// parallel (the tests) do not swap hooks under each other.
+fn install_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if !IN_STUDENT.with(Cell::get) {
+                return previous(info);
+            }
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            let at = info
+                .location()
+                .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+                .unwrap_or_default();
+            PANIC.with(|p| *p.borrow_mut() = Some(format!("{message}{at}")));
+        }));
+    });
+}
 
 /// Runs the student's code: its result, or the reason it stopped when it panicked
 /// (`todo!()` in a skeleton, an index out of range, the lab device giving up a wait).
 pub fn run_student<T>(code: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-    let previous = panic::take_hook();
-    panic::set_hook(Box::new(|info| {
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
-        let at = info
-            .location()
-            .map(|l| format!(" (at {}:{})", l.file(), l.line()))
-            .unwrap_or_default();
-        *PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{message}{at}"));
-    }));
+    install_hook();
+    let outer = IN_STUDENT.with(|f| f.replace(true));
     let outcome = panic::catch_unwind(AssertUnwindSafe(code));
-    panic::set_hook(previous);
+    IN_STUDENT.with(|f| f.set(outer));
     match outcome {
         Ok(result) => result,
         Err(_) => {
             let why = PANIC
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
+                .with(|p| p.borrow_mut().take())
                 .unwrap_or_else(|| "a panic".into());
             Err(if why.starts_with("not yet implemented") {
                 format!("{why}: this part of the exercise is still to write")
