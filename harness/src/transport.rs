@@ -241,6 +241,42 @@ impl InProcess {
             detached,
         })
     }
+
+    /// What the VMM does for MSI-X: `count` vectors wired to eventfds with the function's
+    /// `SET_IRQS`. Enabling MSI-X in config space is the driver's part
+    /// ([`Transport::enable_interrupts`] does both).
+    pub fn wire_vectors(&self, count: u16) -> Result<()> {
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..count {
+            // SAFETY: plain eventfd creation; the result is checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(device_error(
+                    "eventfd for an MSI-X vector",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            // SAFETY: a fresh descriptor that we own.
+            let file = unsafe { File::from_raw_fd(fd) };
+            theirs.push(
+                file.try_clone()
+                    .map_err(|e| device_error("dup an eventfd", e))?,
+            );
+            ours.push(file);
+        }
+        self.function
+            .set_irqs(
+                IRQ_MSIX,
+                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
+                0,
+                u32::from(count),
+                theirs,
+            )
+            .map_err(|e| device_error("SET_IRQS", e))?;
+        *self.vectors.lock().unwrap_or_else(|e| e.into_inner()) = ours;
+        Ok(())
+    }
 }
 
 fn device_error(what: &str, e: std::io::Error) -> Error {
@@ -291,35 +327,7 @@ impl Transport for InProcess {
     }
 
     fn enable_interrupts(&self, count: u16) -> Result<bool> {
-        let mut ours = Vec::new();
-        let mut theirs = Vec::new();
-        for _ in 0..count {
-            // SAFETY: plain eventfd creation; the result is checked.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(device_error(
-                    "eventfd for an MSI-X vector",
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            // SAFETY: a fresh descriptor that we own.
-            let file = unsafe { File::from_raw_fd(fd) };
-            theirs.push(
-                file.try_clone()
-                    .map_err(|e| device_error("dup an eventfd", e))?,
-            );
-            ours.push(file);
-        }
-        self.function
-            .set_irqs(
-                IRQ_MSIX,
-                IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER,
-                0,
-                u32::from(count),
-                theirs,
-            )
-            .map_err(|e| device_error("SET_IRQS", e))?;
-        *self.vectors.lock().unwrap_or_else(|e| e.into_inner()) = ours;
+        self.wire_vectors(count)?;
         // As the guest's MSI-X set-up does: enable MSI-X, unmask the function.
         let at = (cfg::MSIX_CAP + cfg::MSIX_MSG_CTRL) as u16;
         let mut ctrl = [0u8; 2];

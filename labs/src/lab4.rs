@@ -60,10 +60,15 @@ pub const STEPS: [&str; 7] = [
 /// Title of the report.
 pub const TITLE: &str = "lab 4: the first RDMA WRITE";
 
-/// The lab 3 reference set-up on `nic`: both QPs in RTS.
+/// The lab 3 reference set-up on `nic`: both QPs in RTS, the EQ polled.
 pub fn set_up(nic: &dyn Nic) -> Result<Setup> {
+    set_up_with_eq_vector(nic, regs::NO_VECTOR)
+}
+
+/// [`set_up`], with the EQ's events on MSI-X `vector` (lab 5).
+pub fn set_up_with_eq_vector(nic: &dyn Nic, vector: u32) -> Result<Setup> {
     let (mut q, memory, info) = lab3::set_up(nic)?;
-    let objects = objects::create(nic, &mut q, &memory)?;
+    let objects = objects::create_with_eq_vector(nic, &mut q, &memory, vector)?;
     let [a, b] = objects.qps;
     objects::connect(nic, &mut q, a.qpn, b.qpn, info.gid)?;
     objects::connect(nic, &mut q, b.qpn, a.qpn, info.gid)?;

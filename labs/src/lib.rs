@@ -13,6 +13,7 @@ pub mod lab1;
 pub mod lab2;
 pub mod lab3;
 pub mod lab4;
+pub mod lab5;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -20,11 +21,12 @@ pub mod solutions;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 4] = [
+pub const LABS: [(u32, &str); 5] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
+    (5, lab5::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -49,6 +51,14 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
         (4, true) => lab4::check(lab4::Code {
             post: solutions::lab4::post,
             poll: solutions::lab4::poll,
+        }),
+        (5, false) => lab5::check(lab5::Code {
+            enable: exercises::lab5::enable,
+            write_and_wait: exercises::lab5::write_and_wait,
+        }),
+        (5, true) => lab5::check(lab5::Code {
+            enable: solutions::lab5::enable,
+            write_and_wait: solutions::lab5::write_and_wait,
         }),
         _ => return None,
     })

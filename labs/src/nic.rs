@@ -43,8 +43,10 @@ pub trait Nic {
     /// `size` bytes (whole pages) of zeroed memory the device can reach; its
     /// [`DmaBuffer::device_addr`] is what the device is told.
     fn alloc_dma(&self, size: usize) -> Result<DmaBuffer>;
-    /// What the VMM and the guest kernel do for MSI-X: `vectors` vectors wired to
-    /// the driver, MSI-X enabled in config space, the function unmasked (§3.5).
+    /// What the VMM does for MSI-X: `vectors` vectors wired so that
+    /// [`Nic::wait_interrupt`] sees them. Enabling MSI-X in the capability's Message
+    /// Control is the driver's part (§3.5); some functions (vfio-user, VFIO) do it here
+    /// too.
     fn enable_msix(&self, vectors: u16) -> Result<()>;
     /// Waits (at most a second) for MSI-X `vector`; whether it fired.
     fn wait_interrupt(&self, vector: u16) -> Result<bool>;
@@ -348,8 +350,7 @@ impl Nic for LabDevice {
     fn enable_msix(&self, vectors: u16) -> Result<()> {
         self.record(Access::EnableMsix { vectors });
         self.t
-            .enable_interrupts(vectors)
-            .map(|_| ())
+            .wire_vectors(vectors)
             .map_err(|e| format!("MSI-X: {e}"))
     }
 

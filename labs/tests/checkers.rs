@@ -10,7 +10,7 @@ use rnic_driver::transport::DmaBuffer;
 use rnic_labs::lab2::Queue;
 use rnic_labs::nic::{Nic, Result};
 use rnic_labs::report::{Report, Verdict};
-use rnic_labs::{lab1, lab2, lab3, lab4, solutions};
+use rnic_labs::{lab1, lab2, lab3, lab4, lab5, solutions};
 
 /// Asserts that `r` fails first at step `step` (1-based) with a cause containing `cause`.
 fn fails_at(r: &Report, step: usize, cause: &str) {
@@ -68,6 +68,8 @@ enum Mode {
     NoKick,
     /// Never sets a rung bit.
     NoRungBit,
+    /// Never stores to this doorbell-BAR offset.
+    DropStoresAt(u64),
 }
 
 impl Nic for Broken<'_> {
@@ -104,7 +106,12 @@ impl Nic for Broken<'_> {
     }
     fn db_write(&self, offset: u64, value: u32) {
         let in_bitmap = (doorbell::RUNG_BITMAP..doorbell::SLOTS_BASE).contains(&(offset % 4096));
-        if !(self.mode == Mode::NoRungBit && in_bitmap) {
+        let dropped = match self.mode {
+            Mode::NoRungBit => in_bitmap,
+            Mode::DropStoresAt(at) => offset == at,
+            _ => false,
+        };
+        if !dropped {
             self.nic.db_write(offset, value)
         }
     }
@@ -303,4 +310,72 @@ fn lab4_no_kick_fails_step_3() {
         3,
         "NOTIFY_REQUEST was set and no kick followed",
     );
+}
+
+#[test]
+fn lab5_armed_after_posting_fails_step_3() {
+    /// Posts first, arms after: the order a polling driver's habits suggest.
+    fn write_and_wait(
+        nic: &dyn Nic,
+        s: &mut lab5::State,
+        w: &lab4::Write,
+    ) -> Result<(v::Eqe, v::Cqe)> {
+        solutions::lab4::post(nic, &mut s.lab4, w)?;
+        s.arm_seq += 1;
+        let cq = s.lab4.objects.cq.doorbell;
+        nic.db_write(doorbell::slot_offset(cq.page, cq.slot) + 4, s.arm_seq << 1);
+        // The reference arms once more and posts again with the same count; the trace
+        // already shows the first post before the first arm.
+        s.arm_seq -= 1;
+        s.lab4.sq_posted -= 1;
+        solutions::lab5::write_and_wait(nic, s, w)
+    }
+    let code = lab5::Code {
+        enable: solutions::lab5::enable,
+        write_and_wait,
+    };
+    fails_at(
+        &lab5::check(code),
+        3,
+        "the CQ was armed after the WQE was posted",
+    );
+}
+
+#[test]
+fn lab5_function_mask_left_set_fails_step_1() {
+    fn enable(nic: &dyn Nic) -> Result<()> {
+        solutions::lab5::enable(nic)?;
+        let at = cfg::MSIX_CAP + cfg::MSIX_MSG_CTRL;
+        nic.config_write16(at, nic.config_read16(at)? | cfg::MSIX_FUNCTION_MASK)
+    }
+    let code = lab5::Code {
+        enable,
+        write_and_wait: solutions::lab5::write_and_wait,
+    };
+    fails_at(&lab5::check(code), 1, "Function Mask (bit 14) is set");
+}
+
+#[test]
+fn lab5_eq_entry_not_handed_back_fails_step_6() {
+    fn write_and_wait(
+        nic: &dyn Nic,
+        s: &mut lab5::State,
+        w: &lab4::Write,
+    ) -> Result<(v::Eqe, v::Cqe)> {
+        let eq = s.lab4.objects.eq.doorbell;
+        let slot = doorbell::slot_offset(eq.page, eq.slot);
+        solutions::lab5::write_and_wait(
+            &Broken {
+                nic,
+                mode: Mode::DropStoresAt(slot),
+            },
+            s,
+            w,
+        )
+    }
+    let code = lab5::Code {
+        enable: solutions::lab5::enable,
+        write_and_wait,
+    };
+    fails_at(&lab5::check(code), 6, "the EQ's slot");
 }

@@ -18,10 +18,20 @@ fn page_list(lists: &DmaBuffer, index: usize, buf: &DmaBuffer) -> PageList {
 
 /// Steps 1-4 (§7.4, §7.15 steps 2-4): EQ, PD, MR, CQ, two RC QPs.
 pub fn create(nic: &dyn Nic, q: &mut dyn Queue, m: &Memory) -> Result<Objects> {
+    create_with_eq_vector(nic, q, m, regs::NO_VECTOR) // the EQ is polled
+}
+
+/// [`create`], with the EQ's events signalled on MSI-X `vector` (lab 5).
+pub fn create_with_eq_vector(
+    nic: &dyn Nic,
+    q: &mut dyn Queue,
+    m: &Memory,
+    vector: u32,
+) -> Result<Objects> {
     let eq = v::CreateEqReq {
         ring: page_list(&m.lists, 0, &m.eq_ring),
         entries: ENTRIES,
-        vector: regs::NO_VECTOR, // polled
+        vector,
         doorbell_page: DB_PAGE,
         reserved: 0,
     };
