@@ -215,3 +215,20 @@ pub fn check(code: Code) -> Report {
     r.judge(6, step);
     r
 }
+
+/// Runs `code` on a real function (`rnic-lab run 1`): what it found.
+pub fn run(nic: &dyn Nic, code: Code) -> Result<String> {
+    let id = run_student(|| code(nic))?;
+    let function = id.vf_index.map_or("the PF".into(), |vf| format!("VF {vf}"));
+    Ok(format!(
+        "{:04x}:{:04x}, {function}, ABI {}.{}, caps {:#x}, {} MSI-X vectors, doorbell BAR of \
+         {:#x} bytes",
+        id.vendor_id,
+        id.device_id,
+        id.abi.0,
+        id.abi.1,
+        id.caps,
+        id.msix_vectors,
+        id.doorbell_bar_size
+    ))
+}

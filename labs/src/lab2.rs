@@ -355,3 +355,14 @@ fn judge_kicks(trace: &[Access]) -> std::result::Result<String, String> {
         "NOTIFY_REQUEST checked after each doorbell, {kicks} kicks"
     ))
 }
+
+/// Runs `start` on a real function (`rnic-lab run 2`) and sends QUERY_DEVICE through the
+/// queue it returns.
+pub fn run<Q: Queue>(nic: &dyn Nic, start: Start<Q>) -> Result<String> {
+    let mut q = run_student(|| start(nic))?;
+    let info = run_student(|| call::<QueryDeviceResp>(&mut q, nic, Opcode::QueryDevice, &[]))?;
+    Ok(format!(
+        "the command queue runs; QUERY_DEVICE: ABI {}.{}, caps {:#x}",
+        info.abi_major, info.abi_minor, info.caps
+    ))
+}

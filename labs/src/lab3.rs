@@ -404,3 +404,28 @@ fn stopped(mut r: Report, error: Option<String>) -> Report {
     }
     r
 }
+
+/// Runs `code` on a real function (`rnic-lab run 3`): the QPs' states as QUERY_QP reports
+/// them.
+pub fn run(nic: &dyn Nic, code: Code) -> Result<String> {
+    let (mut q, memory, info) = set_up(nic)?;
+    let o = run_student(|| (code.create)(nic, &mut q, &memory))?;
+    let [a, b] = o.qps;
+    run_student(|| (code.connect)(nic, &mut q, a.qpn, b.qpn, info.gid))?;
+    run_student(|| (code.connect)(nic, &mut q, b.qpn, a.qpn, info.gid))?;
+    let mut states = Vec::new();
+    for qpn in [a.qpn, b.qpn] {
+        let req = v::ObjectReq {
+            handle: qpn,
+            reserved: 0,
+        };
+        let got: v::QueryQpResp = call(&mut q, nic, Opcode::QueryQp, req.as_bytes())?;
+        let state = QpState::from_u8(got.attr.qp_state);
+        states.push(format!(
+            "QP {qpn:#x} in {} aimed at {:#x}",
+            state.map_or("an unknown state".into(), |s| format!("{s:?}")),
+            got.attr.dest_qp_num
+        ));
+    }
+    Ok(states.join(", "))
+}

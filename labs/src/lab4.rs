@@ -382,3 +382,25 @@ fn judge_consumer(trace: &[Access], cq_slot: u64, consumed: u32) -> Result<Strin
         )),
     }
 }
+
+/// Runs `code` on a real function (`rnic-lab run 4`): one WRITE, its bytes and its CQE.
+pub fn run(nic: &dyn Nic, code: Code) -> Result<String> {
+    let mut setup = set_up(nic)?;
+    let message = b"Hello from lab 4, on a real function.";
+    setup.memory.mr_buf.write(0, message);
+    let w = Write {
+        src: 0,
+        dst: 2048,
+        len: message.len() as u32,
+        wr_id: 0x1AB4,
+    };
+    run_student(|| (code.post)(nic, &mut setup, &w))?;
+    let cqe = run_student(|| (code.poll)(nic, &mut setup))?;
+    let seen = judge_cqe(&cqe, &w, setup.objects.qps[0].qpn)?;
+    let mut arrived = vec![0u8; message.len()];
+    setup.memory.mr_buf.read(w.dst as usize, &mut arrived);
+    if arrived != message {
+        return Err("the CQE came, but the bytes did not arrive".into());
+    }
+    Ok(format!("{} bytes written; CQE {seen}", message.len()))
+}

@@ -281,3 +281,31 @@ fn judge_round(
         Err(String::new())
     }
 }
+
+/// Runs `code` on a real function (`rnic-lab run 5`): one WRITE completed by interrupt.
+pub fn run(nic: &dyn Nic, code: Code) -> Result<String> {
+    nic.enable_msix(1)?;
+    let lab4 = lab4::set_up_with_eq_vector(nic, u32::from(VECTOR))?;
+    let mut state = State {
+        lab4,
+        eq_consumed: 0,
+        arm_seq: 0,
+    };
+    let message = b"Lab 5, on a real function.";
+    state.lab4.memory.mr_buf.write(0, message);
+    run_student(|| (code.enable)(nic))?;
+    let w = Write {
+        src: 0,
+        dst: 1024,
+        len: message.len() as u32,
+        wr_id: 0x1AB5,
+    };
+    let (eqe, cqe) = run_student(|| (code.write_and_wait)(nic, &mut state, &w))?;
+    if eqe.event_type != event::EVENT_COMPLETION || cqe.wr_id != w.wr_id {
+        return Err(format!("unexpected EQE {eqe:?} or CQE {cqe:?}"));
+    }
+    Ok(format!(
+        "completion event of CQ {} by interrupt; CQE wr_id {:#x} status {}",
+        eqe.object, cqe.wr_id, cqe.status
+    ))
+}

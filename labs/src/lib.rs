@@ -18,6 +18,7 @@ pub mod nic;
 pub mod report;
 pub mod solutions;
 
+use nic::Nic;
 use report::Report;
 
 /// The labs, by number: their titles.
@@ -62,4 +63,64 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
         }),
         _ => return None,
     })
+}
+
+/// Runs lab `lab`'s exercise (or its reference solution) on a real function: a line that
+/// says what it did, or why it failed. Ends with a reset of the function, so that the
+/// device stops using the program's memory.
+pub fn run(lab: u32, solution: bool, nic: &dyn Nic) -> Option<nic::Result<String>> {
+    let outcome = match (lab, solution) {
+        (1, false) => lab1::run(nic, exercises::lab1::identify),
+        (1, true) => lab1::run(nic, solutions::lab1::identify),
+        (2, false) => lab2::run(nic, exercises::lab2::start),
+        (2, true) => lab2::run(nic, solutions::lab2::start),
+        (3, false) => lab3::run(
+            nic,
+            lab3::Code {
+                create: exercises::lab3::create,
+                connect: exercises::lab3::connect,
+            },
+        ),
+        (3, true) => lab3::run(
+            nic,
+            lab3::Code {
+                create: solutions::lab3::create,
+                connect: solutions::lab3::connect,
+            },
+        ),
+        (4, false) => lab4::run(
+            nic,
+            lab4::Code {
+                post: exercises::lab4::post,
+                poll: exercises::lab4::poll,
+            },
+        ),
+        (4, true) => lab4::run(
+            nic,
+            lab4::Code {
+                post: solutions::lab4::post,
+                poll: solutions::lab4::poll,
+            },
+        ),
+        (5, false) => lab5::run(
+            nic,
+            lab5::Code {
+                enable: exercises::lab5::enable,
+                write_and_wait: exercises::lab5::write_and_wait,
+            },
+        ),
+        (5, true) => lab5::run(
+            nic,
+            lab5::Code {
+                enable: solutions::lab5::enable,
+                write_and_wait: solutions::lab5::write_and_wait,
+            },
+        ),
+        _ => return None,
+    };
+    let _ = nic.reg_write(
+        rnic_abi::regs::DEVICE_CONTROL,
+        rnic_abi::regs::CONTROL_RESET,
+    );
+    Some(outcome)
 }

@@ -4,12 +4,19 @@
 //! rnic-lab list                 the labs
 //! rnic-lab check N              judge your solution of lab N (labs/src/exercises/labN.rs)
 //! rnic-lab check N --solution   judge the reference solution
+//! rnic-lab run N [--solution] (--vfio-user SOCKET | --pci BDF)
+//!                               run it on a real function: a socket of a running rnicd
+//!                               on the host, or a PCI function in a VM
 //! ```
 //!
 //! Exit status 0 when every step passed, 1 when one failed, 2 on a usage error.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
+
+use rnic_driver::transport::{self, vfio_user::VfioUserTransport, Transport};
+use rnic_labs::nic::{Nic, TransportNic};
 
 /// How long a lab may run before the program gives up on it (a wait loop that never
 /// calls `nic.pause()` keeps the lab device from working).
@@ -49,11 +56,47 @@ fn main() -> ExitCode {
                 None => usage(),
             }
         }
+        ["run", n, rest @ ..] => {
+            let (solution, rest) = match rest {
+                ["--solution", rest @ ..] => (true, rest),
+                rest => (false, rest),
+            };
+            let Ok(n) = n.parse::<u32>() else {
+                return usage();
+            };
+            let transport = match rest {
+                ["--vfio-user", socket] => VfioUserTransport::connect(Path::new(socket))
+                    .map(|t| Box::new(t) as Box<dyn Transport>),
+                ["--pci", bdf] => transport::open_pci(bdf),
+                _ => return usage(),
+            };
+            let nic = match transport {
+                Ok(t) => TransportNic(t),
+                Err(e) => {
+                    eprintln!("rnic-lab: open the function: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rnic_labs::run(n, solution, &nic) {
+                Some(Ok(line)) => {
+                    println!("lab {n} on {}: {line}", nic.describe());
+                    ExitCode::SUCCESS
+                }
+                Some(Err(e)) => {
+                    eprintln!("lab {n} on {}: FAILED: {e}", nic.describe());
+                    ExitCode::FAILURE
+                }
+                None => usage(),
+            }
+        }
         _ => usage(),
     }
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: rnic-lab list | rnic-lab check N [--solution]");
+    eprintln!(
+        "usage: rnic-lab list | rnic-lab check N [--solution] | \
+         rnic-lab run N [--solution] (--vfio-user SOCKET | --pci BDF)"
+    );
     ExitCode::from(2)
 }

@@ -639,3 +639,55 @@ fn every_link_into_the_datasheet_and_its_figures_resolves() {
     );
     verdict("links into docs/hardware-interface.md", &wrong);
 }
+
+/// The section numbers (`§7.5`, `§10`) that `text` cites.
+fn cited_sections(text: &str) -> Vec<String> {
+    text.split('§')
+        .skip(1)
+        .filter_map(|rest| {
+            let n: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let n = n.trim_end_matches('.').to_string();
+            (!n.is_empty()).then_some(n)
+        })
+        .collect()
+}
+
+#[test]
+fn every_section_the_labs_and_the_first_driver_cite_exists() {
+    let repo = rnic_tests::vm::repo();
+    let doc = datasheet();
+    let headings: BTreeSet<String> = doc
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| l.trim_start_matches('#').split_whitespace().next())
+        .map(|n| n.trim_end_matches('.').to_string())
+        .collect();
+    let mut files = vec![repo.join("examples/first-driver/src/main.rs")];
+    let mut dirs = vec![repo.join("labs/src"), repo.join("docs/labs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for n in cited_sections(&text) {
+            checked += 1;
+            if !headings.contains(&n) {
+                wrong.push(format!("{}: §{n}: no such section", path.display()));
+            }
+        }
+    }
+    assert!(checked >= 100, "only {checked} citations found");
+    verdict("sections cited by the labs and the first driver", &wrong);
+}
