@@ -3,8 +3,9 @@
 # /var/cache/rnic/guest-kit), one per checkout of the repository (named after its path), so
 # worktrees never boot each other's tools.
 #   - busybox (static, from setup.sh) with a /bin symlink for each applet,
-#   - every bin of the rnic-tools package and the first-driver example
-#     (examples/first-driver, rnic-first-driver), built static, in /usr/bin,
+#   - every bin of the rnic-tools package, the first-driver example
+#     (examples/first-driver, rnic-first-driver) and the labs' rnic-lab (labs/), built
+#     static, in /usr/bin,
 #   - the virtio_net modules (from build-debian-guest.sh, in $GUEST_KIT/net-modules) and
 #     guest-lib.sh, so a guest booted with boot.sh --nic has its eth0 (eth1, ...),
 #   - an /init that mounts proc, sysfs and devtmpfs, loads the virtio_net modules when a
@@ -35,11 +36,11 @@ command -v cargo >/dev/null || die "cargo is not on PATH; install Rust (rustup) 
 
 # Build the guest tools static. The JSON lines on stdout name each built executable
 # (also when it was already fresh), which gives the bin list without hard-coding it.
-log "building the rnic-tools bins and the first-driver example (static, release, $target)"
+log "building the rnic-tools bins, the first-driver example and rnic-lab (static, release, $target)"
 artifacts=$(cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release \
-    --target "$target" -p rnic-tools -p rnic-first-driver --bins \
+    --target "$target" -p rnic-tools -p rnic-first-driver -p rnic-labs --bins \
     --message-format=json-render-diagnostics) ||
-    die "cargo build of rnic-tools and rnic-first-driver failed (see above); if the target is missing: rustup target add $target"
+    die "cargo build of rnic-tools, rnic-first-driver and rnic-labs failed (see above); if the target is missing: rustup target add $target"
 mapfile -t bins < <(printf '%s\n' "$artifacts" |
     grep '"reason":"compiler-artifact"' | grep '"kind":\["bin"\]' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | sort -u)

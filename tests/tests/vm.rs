@@ -20,7 +20,8 @@ fn boot(args: &[&str], guest_cmd: &str) -> (String, Option<i32>) {
 #[ignore = "boots a QEMU guest; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn guest_with_two_vfs_runs_rnic_info_on_each() {
     // Each function by address (rnic-info, then the first-driver example's one RDMA
-    // WRITE by hand), then all of them as JSON, from inside the guest.
+    // WRITE by hand, then the labs' reference solutions of the first four labs), then
+    // all of them as JSON, from inside the guest.
     let script = r#"
 set -e
 for dev in /sys/bus/pci/devices/*; do
@@ -29,6 +30,7 @@ for dev in /sys/bus/pci/devices/*; do
         echo "FOUND $bdf $(cat $dev/device)"
         rnic-info --pci $bdf
         rnic-first-driver --pci $bdf
+        for lab in 1 2 3 4; do rnic-lab run $lab --solution --pci $bdf; done
     fi
 done
 echo JSON-BEGIN
@@ -56,6 +58,17 @@ echo JSON-END
     // The first-driver example (examples/first-driver) did its RDMA WRITE on each VF.
     let wrote = "first-driver: success: RDMA WRITE of 63 bytes from QP 0x11 to QP 0x12 arrived";
     assert_eq!(console.matches(wrote).count(), 2, "{console}");
+    // So did the labs' reference solutions (labs/, `rnic-lab run`), through sysfs.
+    for seen in [
+        ", VF 0, ABI 1.",
+        ", VF 1, ABI 1.",
+        "the command queue runs; QUERY_DEVICE",
+        "QP 0x11 in Rts aimed at 0x12, QP 0x12 in Rts aimed at 0x11",
+        "bytes written; CQE wr_id 0x1ab4, SUCCESS, RDMA_WRITE",
+    ] {
+        let want = if seen.contains("VF") { 1 } else { 2 };
+        assert_eq!(console.matches(seen).count(), want, "{seen}: {console}");
+    }
     let json = console
         .split("JSON-BEGIN")
         .nth(1)
