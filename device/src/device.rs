@@ -71,6 +71,8 @@ pub fn socket_path(dir: &Path, id: FunctionId) -> PathBuf {
 pub struct Device {
     functions: Vec<Arc<Function>>,
     sockets: Vec<PathBuf>,
+    /// The control socket (§12.9).
+    control: PathBuf,
     /// The engine's threads, joined at shutdown so that their last words are logged.
     engine: std::sync::Mutex<RunningEngine>,
     /// Held (flock) for the life of the device: one rnicd per socket directory.
@@ -100,6 +102,7 @@ fn lock_dir(dir: &Path) -> Result<(std::fs::File, PathBuf), StartError> {
 impl Device {
     /// Creates the functions, binds their sockets and starts serving them.
     pub fn start(config: &DeviceConfig) -> Result<Self, StartError> {
+        let started = std::time::Instant::now();
         std::fs::create_dir_all(&config.socket_dir)
             .map_err(|e| StartError::SocketDir(config.socket_dir.clone(), e))?;
         let (lock, lock_path) = lock_dir(&config.socket_dir)?;
@@ -173,6 +176,22 @@ impl Device {
             .with_uplink(uplink)
             .spawn()
             .map_err(StartError::Create)?;
+        // The read-only view (§12.9), bound before the functions' sockets serve: a script
+        // that waits for them finds it too.
+        let control_path = config.socket_dir.join(rnic_control::SOCKET_NAME);
+        let control = crate::control::bind(&control_path).map_err(|e| {
+            sockets.iter().for_each(|p| remove_socket(p));
+            StartError::Bind(vfio::BindError::Bind(control_path.clone(), e.to_string()))
+        })?;
+        log::info!(
+            "control socket (read-only, §12.9): {}",
+            control_path.display()
+        );
+        let view = crate::control::View::new(functions.clone(), engine.switch_view(), started);
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || crate::control::serve(control, view))
+            .map_err(StartError::Create)?;
         for (server, function) in servers.into_iter().zip(&functions) {
             let function = function.clone();
             std::thread::Builder::new()
@@ -183,6 +202,7 @@ impl Device {
         Ok(Self {
             functions,
             sockets,
+            control: control_path,
             engine: std::sync::Mutex::new(engine),
             _lock: lock,
             lock_path,
@@ -192,6 +212,11 @@ impl Device {
     /// The functions, PF first.
     pub fn functions(&self) -> &[Arc<Function>] {
         &self.functions
+    }
+
+    /// The control socket's path (§12.9).
+    pub fn control_socket(&self) -> &Path {
+        &self.control
     }
 
     /// The socket paths, PF first.
@@ -245,6 +270,7 @@ impl Device {
             );
         }
         self.sockets.iter().for_each(|p| remove_socket(p));
+        remove_socket(&self.control);
         remove_socket(&self.lock_path);
     }
 }

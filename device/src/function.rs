@@ -122,6 +122,23 @@ struct State {
     /// resets the function when it opens it and its VMM when it goes away, so the
     /// counters GET_STATS reads (since the last reset) are 0 by the time rnicd exits.
     before_resets: MemberStats,
+    /// The same for the transport's drops by reason.
+    drops_before_resets: crate::rdma::drops::DropCounters,
+}
+
+/// A function's counters at one instant ([`Function::counter_snapshot`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CounterSnapshot {
+    /// GET_MEMBER_STATS's counters since the function's last reset.
+    pub since_reset: MemberStats,
+    /// The same since rnicd started.
+    pub since_start: MemberStats,
+    /// The transport's receive drops by reason since the last reset.
+    pub drops: crate::rdma::drops::DropCounters,
+    /// The same since rnicd started.
+    pub drops_since_start: crate::rdma::drops::DropCounters,
+    /// The Ethernet queues' counters since the last reset.
+    pub ethernet: rnic_abi::eth::EthCounters,
 }
 
 /// The function's addresses: set at creation, changed by the PF (`SET_ADDRESS`).
@@ -276,6 +293,7 @@ impl Function {
             eth: EthState::default(),
             traffic: Traffic::default(),
             before_resets: MemberStats::default(),
+            drops_before_resets: Default::default(),
         };
         Ok(Self {
             address: RwLock::new(Address {
@@ -605,6 +623,8 @@ impl Function {
         let sessions = st.rdma.sessions.ports().to_vec();
         let id = self.identity.id;
         st.before_resets = add_stats(&st.before_resets, &member_stats(st));
+        let drops = st.rdma.counters.drops;
+        st.drops_before_resets.add(&drops);
         if !st.rdma.gids.addresses().is_empty() {
             self.report_gid_addresses(Vec::new());
         }
@@ -956,6 +976,23 @@ impl Function {
     pub fn stats_since_start(&self) -> MemberStats {
         let st = self.lock();
         add_stats(&st.before_resets, &member_stats(&st))
+    }
+
+    /// Every counter of the function at one instant, since its last reset and since
+    /// rnicd started: what the control socket's `stats` reports (§12.9).
+    pub fn counter_snapshot(&self) -> CounterSnapshot {
+        let st = self.lock();
+        let since_reset = member_stats(&st);
+        let drops = st.rdma.counters.drops;
+        let mut drops_since_start = st.drops_before_resets;
+        drops_since_start.add(&drops);
+        CounterSnapshot {
+            since_reset,
+            since_start: add_stats(&st.before_resets, &since_reset),
+            drops,
+            drops_since_start,
+            ethernet: st.eth.counters,
+        }
     }
 
     /// Function-level reset ordered by the PF (`RESET_VF`): as a PCIe FLR.

@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod cmdq;
 pub mod commands;
+pub mod control;
 pub mod device;
 pub mod dma;
 pub mod doorbell;

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod control;
 pub mod error;
 pub mod features;
 pub mod ibv_compat;

@@ -246,9 +246,34 @@ impl RunningEngine {
         log::debug!("engine stopped");
     }
 
+    /// A read-only view of the switch, for the control socket.
+    pub fn switch_view(&self) -> SwitchView {
+        SwitchView(self.shared.clone())
+    }
+
     /// The thread each function runs on now (index: member).
     pub fn placement(&self) -> Vec<usize> {
         lock(&self.shared.placement).clone()
+    }
+}
+
+/// The switch of a running engine, read from another thread: the network port's counters
+/// and the fault injector's ([`RunningEngine::switch_view`]). Each read holds the switch's
+/// lock for a copy, no longer.
+#[derive(Clone)]
+pub struct SwitchView(Arc<Shared>);
+
+impl SwitchView {
+    /// GET_PORT_STATS's counters.
+    pub fn port_stats(&self) -> rnic_abi::admin::PortStats {
+        lock(&self.0.switch).port_stats()
+    }
+
+    /// What fault injection did so far, by name; `None` without it.
+    pub fn fault_counters(&self) -> Option<Vec<(&'static str, u64)>> {
+        lock(&self.0.switch)
+            .fault_counters()
+            .map(|c| c.named().to_vec())
     }
 }
 

@@ -163,6 +163,21 @@ pub struct FaultCounters {
     pub delayed: u64,
 }
 
+impl FaultCounters {
+    /// Every counter with its field name, for reports.
+    pub fn named(&self) -> [(&'static str, u64); 7] {
+        [
+            ("sent", self.sent),
+            ("delivered", self.delivered),
+            ("lost", self.lost),
+            ("duplicated", self.duplicated),
+            ("reordered", self.reordered),
+            ("corrupted", self.corrupted),
+            ("delayed", self.delayed),
+        ]
+    }
+}
+
 impl fmt::Display for FaultCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

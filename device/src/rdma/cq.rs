@@ -128,6 +128,11 @@ impl CompletionQueue {
         Posted::Written { event }
     }
 
+    /// Entries of the ring.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
     /// Completions written so far.
     pub fn produced(&self) -> u32 {
         self.produced

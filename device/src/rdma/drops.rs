@@ -153,7 +153,39 @@ pub struct DropCounters {
     pub refused: u64,
 }
 
+impl Drop {
+    /// Every reason, in the order of the checks (and of [`DropCounters::named`]).
+    pub const ALL: [Drop; 19] = [
+        Drop::Length,
+        Drop::Header,
+        Drop::Checksum,
+        Drop::Version,
+        Drop::Opcode,
+        Drop::Pad,
+        Drop::Icrc,
+        Drop::Address,
+        Drop::UnknownQp,
+        Drop::Transport,
+        Drop::Pkey,
+        Drop::State,
+        Drop::Source,
+        Drop::TooLong,
+        Drop::Psn,
+        Drop::Qkey,
+        Drop::NoReceive,
+        Drop::DcKey,
+        Drop::Refused,
+    ];
+}
+
 impl DropCounters {
+    /// Adds `other`'s counts to these, reason by reason.
+    pub fn add(&mut self, other: &DropCounters) {
+        for (why, (_, n)) in Drop::ALL.into_iter().zip(other.named()) {
+            self.count(why, n);
+        }
+    }
+
     /// Counts `packets` packets dropped for `why`.
     pub fn count(&mut self, why: Drop, packets: u64) {
         *self.slot(why) += packets;
@@ -421,6 +453,21 @@ mod tests {
     use super::*;
     use crate::roce::hdr;
     use crate::roce::parse;
+
+    #[test]
+    fn every_reason_has_its_own_counter_in_check_order() {
+        for (i, why) in Drop::ALL.into_iter().enumerate() {
+            let mut c = DropCounters::default();
+            c.count(why, 3);
+            let named = c.named();
+            assert_eq!(named[i].1, 3, "{why:?} is counted under {}", named[i].0);
+            assert_eq!(c.total(), 3);
+            let mut sum = DropCounters::default();
+            sum.add(&c);
+            sum.add(&c);
+            assert_eq!(sum.named()[i].1, 6);
+        }
+    }
 
     #[test]
     fn every_reason_has_its_own_counter() {

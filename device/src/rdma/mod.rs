@@ -36,6 +36,7 @@ pub mod qp;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+pub mod restrack;
 pub mod sched;
 pub mod session;
 pub mod shared_sq;

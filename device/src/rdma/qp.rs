@@ -172,6 +172,9 @@ pub enum Flushed {
 pub struct RequesterState {
     /// PSN of the next new packet.
     pub next_psn: u32,
+    /// Request retransmissions since the QP was created (timeouts, NAKs, RNR): the
+    /// control socket's `res qp` shows them.
+    pub retransmits: u64,
     /// The PSN after the highest one acknowledged (by an ACK, a NAK or a response).
     pub acked_end: u32,
     /// The PSN after the highest one ever sent (a READ's responses included).

@@ -421,7 +421,7 @@ impl RdmaState {
     }
 
     /// The transport of QP `qpn`.
-    fn transport_of(&self, qpn: u32) -> drops::QpTransport {
+    pub(super) fn transport_of(&self, qpn: u32) -> drops::QpTransport {
         if self.ud.qkey(qpn).is_some() {
             drops::QpTransport::Ud
         } else if self.uc.contains(qpn) {

@@ -98,6 +98,7 @@ impl RdmaState {
                 ),
             };
             self.counters.retransmits += retransmits;
+            qp.req.retransmits += retransmits;
             self.counters.tx_packets += wire.packets_since(before);
             completer::retire(self, &mut qp, env, now);
             if qp.state == QpState::Err {

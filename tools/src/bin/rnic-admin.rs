@@ -23,6 +23,10 @@ use serde::Serialize;
 /// names). Opening the PF resets the PF's own objects; VFs and device-wide settings
 /// (quotas, addresses, link states, VF enables) are kept.
 ///
+/// With --control DIR (rnicd's socket directory), `stats`, `res` and `metrics` read
+/// rnicd's read-only control socket instead: live, while VMs hold every function, the PF
+/// included, and without resetting anything (datasheet §12.9).
+///
 /// Members are named `pf`, `vf0`, `vf1`, ... or by member id (0 = PF, n = VF n-1).
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
@@ -41,6 +45,19 @@ struct Args {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+
+    /// rnicd's socket directory (or its control.sock): `stats`, `res` and `metrics` read
+    /// the read-only control socket there instead of the PF's admin queue.
+    #[arg(long, value_name = "DIR", global = true)]
+    control: Option<PathBuf>,
+
+    /// With --control: report again every SECS seconds until interrupted.
+    #[arg(long, value_name = "SECS", global = true)]
+    watch: Option<f64>,
+
+    /// With --watch: stop after N reports.
+    #[arg(long, value_name = "N", global = true)]
+    count: Option<u64>,
 
     #[command(subcommand)]
     command: Command,
@@ -110,6 +127,14 @@ enum Command {
         #[arg(value_parser = stats_of)]
         member: Option<StatsOf>,
     },
+    /// Lists every function's objects of one kind, as `rdma res show` does (--control).
+    Res {
+        /// qp, cq, mr, pd or srq.
+        #[arg(value_parser = ["qp", "cq", "mr", "pd", "srq"])]
+        kind: String,
+    },
+    /// Prints the counters of `stats` in Prometheus' text format (--control).
+    Metrics,
     /// Function-level reset of a VF: destroys everything it holds.
     ResetVf {
         /// The VF.
@@ -312,7 +337,92 @@ fn done(json: bool, what: String) -> rnic_driver::Result<()> {
     print(json, &Done { ok: true, what }, |d| format!("{}\n", d.what))
 }
 
+/// `stats`, `res` and `metrics` through the control socket in `dir`: once, or every
+/// `--watch` seconds.
+fn run_control(args: &Args, dir: &std::path::Path) -> rnic_driver::Result<()> {
+    use rnic_control::{query, query_text, Request, Resource};
+    use rnic_tools::control as report;
+    let socket = rnic_control::socket_in(dir);
+    let failed = |e: rnic_control::QueryError| {
+        Error::Device(format!("control socket {}: {e}", socket.display()))
+    };
+    let json = args.json;
+    let once = || -> rnic_driver::Result<()> {
+        match &args.command {
+            Command::Stats { member } => {
+                let stats: rnic_control::Stats = query(&socket, Request::Stats).map_err(failed)?;
+                let only = match member {
+                    Some(StatsOf::Member(m)) => Some(member_name(*m)),
+                    _ => None,
+                };
+                print(json, &stats, |s| report::stats_text(s, only.as_deref()))
+            }
+            Command::Res { kind } => {
+                let kind = Resource::from_word(kind).unwrap_or(Resource::Qp);
+                let text = query_text(&socket, Request::Res(kind)).map_err(failed)?;
+                let parse =
+                    |e: serde_json::Error| Error::Device(format!("control socket answer: {e}"));
+                if json {
+                    let value: serde_json::Value = serde_json::from_str(&text).map_err(parse)?;
+                    return print(true, &value, |_| String::new());
+                }
+                let lines = match kind {
+                    Resource::Qp => {
+                        report::qp_text(&serde_json::from_str::<Vec<_>>(&text).map_err(parse)?)
+                    }
+                    Resource::Cq => {
+                        report::cq_text(&serde_json::from_str::<Vec<_>>(&text).map_err(parse)?)
+                    }
+                    Resource::Mr => {
+                        report::mr_text(&serde_json::from_str::<Vec<_>>(&text).map_err(parse)?)
+                    }
+                    Resource::Pd => {
+                        report::pd_text(&serde_json::from_str::<Vec<_>>(&text).map_err(parse)?)
+                    }
+                    Resource::Srq => {
+                        report::srq_text(&serde_json::from_str::<Vec<_>>(&text).map_err(parse)?)
+                    }
+                };
+                print!("{lines}");
+                Ok(())
+            }
+            Command::Metrics => {
+                print!("{}", query_text(&socket, Request::Metrics).map_err(failed)?);
+                Ok(())
+            }
+            _ => Err(Error::Device(
+                "--control serves stats, res and metrics; the other commands go through the PF"
+                    .into(),
+            )),
+        }
+    };
+    let Some(every) = args.watch else {
+        return once();
+    };
+    let every = std::time::Duration::from_secs_f64(every.max(0.1));
+    let mut reports = 0;
+    loop {
+        once()?;
+        reports += 1;
+        if args.count.is_some_and(|n| reports >= n) {
+            return Ok(());
+        }
+        println!("--");
+        std::thread::sleep(every);
+    }
+}
+
 fn run(args: &Args) -> rnic_driver::Result<()> {
+    if let Some(dir) = &args.control {
+        return run_control(args, dir);
+    }
+    if matches!(args.command, Command::Res { .. } | Command::Metrics) || args.watch.is_some() {
+        return Err(Error::Device(
+            "res, metrics and --watch read rnicd's control socket: give --control DIR, \
+             rnicd's socket directory"
+                .into(),
+        ));
+    }
     let device = open(args)?;
     let json = args.json;
     match &args.command {
@@ -417,6 +527,9 @@ fn run(args: &Args) -> rnic_driver::Result<()> {
                 members + &a.port.text()
             })
         }
+        Command::Res { .. } | Command::Metrics => Err(Error::Device(
+            "res and metrics read rnicd's control socket: give --control DIR".into(),
+        )),
         Command::ResetVf { member } => {
             device.reset_vf(*member)?;
             done(json, format!("{} reset", member_name(*member)))

@@ -98,6 +98,14 @@ impl MrTable {
         }
     }
 
+    /// Every region with its key, in key order.
+    pub fn regions(&self) -> impl Iterator<Item = (u32, &Mr)> {
+        self.slots.iter().enumerate().filter_map(|(index, slot)| {
+            let key = (index as u32) << 8 | u32::from(slot.tag);
+            slot.mr.as_ref().map(|mr| (key, mr))
+        })
+    }
+
     /// Registers `mr`; returns its key, or `None` when the table is full.
     pub fn insert(&mut self, mr: Mr) -> Option<u32> {
         let key = self.take_slot()?;
