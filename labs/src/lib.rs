@@ -13,6 +13,7 @@ pub mod lab1;
 pub mod lab2;
 pub mod lab3;
 pub mod lab4;
+pub mod lab6;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -20,11 +21,12 @@ pub mod solutions;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 4] = [
+pub const LABS: [(u32, &str); 5] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
+    (6, lab6::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -50,6 +52,8 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
             post: solutions::lab4::post,
             poll: solutions::lab4::poll,
         }),
+        (6, false) => lab6::check(exercises::lab6::parse),
+        (6, true) => lab6::check(solutions::lab6::parse),
         _ => return None,
     })
 }

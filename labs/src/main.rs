@@ -4,6 +4,7 @@
 //! rnic-lab list                 the labs
 //! rnic-lab check N              judge your solution of lab N (labs/src/exercises/labN.rs)
 //! rnic-lab check N --solution   judge the reference solution
+//! rnic-lab capture 6 FILE       write lab 6's traffic to FILE (pcap), for Wireshark
 //! ```
 //!
 //! Exit status 0 when every step passed, 1 when one failed, 2 on a usage error.
@@ -49,11 +50,21 @@ fn main() -> ExitCode {
                 None => usage(),
             }
         }
+        ["capture", "6", file] => match rnic_labs::lab6::capture(std::path::Path::new(file)) {
+            Ok(()) => {
+                println!("wrote lab 6's frames to {file}: wireshark {file} (docs/wireshark.md)");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rnic-lab: {e}");
+                ExitCode::FAILURE
+            }
+        },
         _ => usage(),
     }
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: rnic-lab list | rnic-lab check N [--solution]");
+    eprintln!("usage: rnic-lab list | rnic-lab check N [--solution] | rnic-lab capture 6 FILE");
     ExitCode::from(2)
 }
