@@ -14,6 +14,7 @@ pub mod lab2;
 pub mod lab3;
 pub mod lab4;
 pub mod lab6;
+pub mod lab7;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -21,12 +22,13 @@ pub mod solutions;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 5] = [
+pub const LABS: [(u32, &str); 6] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
     (6, lab6::TITLE),
+    (7, lab7::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -54,6 +56,16 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
         }),
         (6, false) => lab6::check(exercises::lab6::parse),
         (6, true) => lab6::check(solutions::lab6::parse),
+        (7, false) => lab7::check(lab7::Code {
+            connect: exercises::lab7::connect,
+            run: exercises::lab7::run,
+            recover: exercises::lab7::recover,
+        }),
+        (7, true) => lab7::check(lab7::Code {
+            connect: solutions::lab7::connect,
+            run: solutions::lab7::run,
+            recover: solutions::lab7::recover,
+        }),
         _ => return None,
     })
 }
