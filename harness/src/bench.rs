@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rnic_device::engine::Engine;
+use rnic_device::fabric::faults::{FaultCounters, FaultInjector, FaultSpec};
 use rnic_device::fabric::frame::Frame;
 use rnic_device::fabric::uplink::Uplink;
 use rnic_device::function::Function;
@@ -135,5 +136,34 @@ impl Bench {
     /// wait for commands nobody will answer.
     pub fn detach(&self) {
         self.detached.store(true, Ordering::Release);
+    }
+
+    /// [`Bench::new`] whose switch injects `faults` into every frame it forwards, those
+    /// between its functions included (`rnicd --net-faults`, §7.14). Only such a bench
+    /// takes [`Bench::set_faults`] for frames between functions: the engine decides at
+    /// its first pass whether they go through the switch at all.
+    pub fn with_faults(count: usize, net: Net, faults: FaultSpec) -> Self {
+        let bench = Self::new(count, net);
+        {
+            let mut engine = lock(&bench.engine);
+            let idle = Engine::new(Vec::new(), Duration::ZERO, None).expect("create an engine");
+            let built = std::mem::replace(&mut *engine, idle);
+            *engine = built.with_faults(Some(faults));
+        }
+        bench
+    }
+
+    /// From now on every frame the switch forwards goes through a fresh fault injector of
+    /// `spec`; a spec that changes nothing makes the wire perfect again. Frames between
+    /// functions meet it only on a bench made by [`Bench::with_faults`].
+    pub fn set_faults(&self, spec: FaultSpec) {
+        lock(&self.engine)
+            .switch()
+            .set_faults(FaultInjector::new(spec));
+    }
+
+    /// What the fault injector did since [`Bench::set_faults`] last set it.
+    pub fn fault_counters(&self) -> Option<FaultCounters> {
+        lock(&self.engine).switch().fault_counters()
     }
 }

@@ -14,6 +14,8 @@ pub mod lab2;
 pub mod lab3;
 pub mod lab4;
 pub mod lab5;
+pub mod lab6;
+pub mod lab7;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -22,12 +24,15 @@ use nic::Nic;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 5] = [
+
+pub const LABS: [(u32, &str); 7] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
     (5, lab5::TITLE),
+    (6, lab6::TITLE),
+    (7, lab7::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -60,6 +65,18 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
         (5, true) => lab5::check(lab5::Code {
             enable: solutions::lab5::enable,
             write_and_wait: solutions::lab5::write_and_wait,
+        }),
+        (6, false) => lab6::check(exercises::lab6::parse),
+        (6, true) => lab6::check(solutions::lab6::parse),
+        (7, false) => lab7::check(lab7::Code {
+            connect: exercises::lab7::connect,
+            run: exercises::lab7::run,
+            recover: exercises::lab7::recover,
+        }),
+        (7, true) => lab7::check(lab7::Code {
+            connect: solutions::lab7::connect,
+            run: solutions::lab7::run,
+            recover: solutions::lab7::recover,
         }),
         _ => return None,
     })
@@ -116,6 +133,10 @@ pub fn run(lab: u32, solution: bool, nic: &dyn Nic) -> Option<nic::Result<String
                 write_and_wait: solutions::lab5::write_and_wait,
             },
         ),
+        (6.., _) => Err(format!(
+            "lab {lab} runs on the lab device only (it needs a capture, faults or several \
+             functions at once): rnic-lab check {lab}"
+        )),
         _ => return None,
     };
     let _ = nic.reg_write(

@@ -7,6 +7,7 @@
 //! rnic-lab run N [--solution] (--vfio-user SOCKET | --pci BDF)
 //!                               run it on a real function: a socket of a running rnicd
 //!                               on the host, or a PCI function in a VM
+//! rnic-lab capture 6 FILE       write lab 6's traffic to FILE (pcap), for Wireshark
 //! ```
 //!
 //! Exit status 0 when every step passed, 1 when one failed, 2 on a usage error.
@@ -89,6 +90,16 @@ fn main() -> ExitCode {
                 None => usage(),
             }
         }
+        ["capture", "6", file] => match rnic_labs::lab6::capture(std::path::Path::new(file)) {
+            Ok(()) => {
+                println!("wrote lab 6's frames to {file}: wireshark {file} (docs/wireshark.md)");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rnic-lab: {e}");
+                ExitCode::FAILURE
+            }
+        },
         _ => usage(),
     }
 }
@@ -96,7 +107,8 @@ fn main() -> ExitCode {
 fn usage() -> ExitCode {
     eprintln!(
         "usage: rnic-lab list | rnic-lab check N [--solution] | \
-         rnic-lab run N [--solution] (--vfio-user SOCKET | --pci BDF)"
+         rnic-lab run N [--solution] (--vfio-user SOCKET | --pci BDF) | \
+         rnic-lab capture 6 FILE"
     );
     ExitCode::from(2)
 }

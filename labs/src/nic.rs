@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use rnic_abi::pci::cfg;
+use rnic_device::fabric::faults::{FaultCounters, FaultSpec};
 use rnic_driver::transport::{DmaBuffer, Transport};
 use rnic_harness::bench::{Bench, Net};
 use rnic_harness::transport::{lock, InProcess, IOVA_BASE};
@@ -159,8 +160,31 @@ impl LabDevice {
         Self::with(Net::Capture(pcap.to_path_buf()), 1)
     }
 
+    /// A fresh device whose switch injects `faults` (not a spec that changes nothing)
+    /// into every frame, those between the function's own QPs included (as `rnicd
+    /// --net-faults`, §7.14); the driver gets VF 0.
+    pub fn with_faults(faults: FaultSpec) -> Self {
+        Self::on(Bench::with_faults(2, Net::None, faults), 1)
+    }
+
+    /// From now on the switch injects `faults` (a fresh injector: its counts start at 0);
+    /// `FaultSpec::default()` makes the wire perfect. Only on a device made by
+    /// [`LabDevice::with_faults`]: on another one, frames between functions go straight to
+    /// their inboxes and never meet the faults.
+    pub fn set_faults(&self, faults: FaultSpec) {
+        self.bench.set_faults(faults);
+    }
+
+    /// What the switch's fault injector did since it was last set.
+    pub fn fault_counters(&self) -> FaultCounters {
+        self.bench.fault_counters().unwrap_or_default()
+    }
+
     fn with(net: Net, index: usize) -> Self {
-        let bench = Bench::new(2, net);
+        Self::on(Bench::new(2, net), index)
+    }
+
+    fn on(bench: Bench, index: usize) -> Self {
         let t = bench.transport(index);
         Self {
             bench,

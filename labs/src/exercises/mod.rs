@@ -6,3 +6,5 @@ pub mod lab2;
 pub mod lab3;
 pub mod lab4;
 pub mod lab5;
+pub mod lab6;
+pub mod lab7;
