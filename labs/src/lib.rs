@@ -13,6 +13,7 @@ pub mod lab1;
 pub mod lab2;
 pub mod lab3;
 pub mod lab4;
+pub mod lab8;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -20,11 +21,12 @@ pub mod solutions;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 4] = [
+pub const LABS: [(u32, &str); 5] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
+    (8, lab8::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -49,6 +51,16 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
         (4, true) => lab4::check(lab4::Code {
             post: solutions::lab4::post,
             poll: solutions::lab4::poll,
+        }),
+        (8, false) => lab8::check(lab8::Code {
+            migrate: exercises::lab8::migrate,
+            depart: exercises::lab8::depart,
+            adopt: exercises::lab8::adopt,
+        }),
+        (8, true) => lab8::check(lab8::Code {
+            migrate: solutions::lab8::migrate,
+            depart: solutions::lab8::depart,
+            adopt: solutions::lab8::adopt,
         }),
         _ => return None,
     })

@@ -5,3 +5,4 @@ pub mod lab1;
 pub mod lab2;
 pub mod lab3;
 pub mod lab4;
+pub mod lab8;
