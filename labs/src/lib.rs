@@ -14,6 +14,7 @@ pub mod lab2;
 pub mod lab3;
 pub mod lab4;
 pub mod lab8;
+pub mod lab9;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -21,12 +22,13 @@ pub mod solutions;
 use report::Report;
 
 /// The labs, by number: their titles.
-pub const LABS: [(u32, &str); 5] = [
+pub const LABS: [(u32, &str); 6] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
     (4, lab4::TITLE),
     (8, lab8::TITLE),
+    (9, lab9::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -61,6 +63,18 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
             migrate: solutions::lab8::migrate,
             depart: solutions::lab8::depart,
             adopt: solutions::lab8::adopt,
+        }),
+        (9, false) => lab9::check(lab9::Code {
+            open: exercises::lab9::open,
+            send: exercises::lab9::send,
+            reclaim: exercises::lab9::reclaim,
+            recv: exercises::lab9::recv,
+        }),
+        (9, true) => lab9::check(lab9::Code {
+            open: solutions::lab9::open,
+            send: solutions::lab9::send,
+            reclaim: solutions::lab9::reclaim,
+            recv: solutions::lab9::recv,
         }),
         _ => return None,
     })

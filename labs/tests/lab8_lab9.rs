@@ -2,9 +2,12 @@
 //! deliberately broken solutions fail at the step that is wrong, with the cause.
 
 use rnic_abi::cmd::Opcode;
+use rnic_abi::doorbell;
+use rnic_abi::eth::SetEthReq;
 use rnic_abi::migration::{AdoptQpReq, AdoptQpResp, MigrateQpReq, MigrateQpResp};
 use rnic_labs::lab2::{call, Queue};
 use rnic_labs::lab8::{self, Admin, Mover};
+use rnic_labs::lab9::{self, Port};
 use rnic_labs::nic::{Nic, Result};
 use rnic_labs::report::{Report, Verdict};
 use rnic_labs::solutions;
@@ -98,4 +101,112 @@ fn lab8_adopting_without_announcing_the_counts_fails_step_5() {
     }
     let code = lab8::Code { adopt, ..LAB8 };
     fails_at(&lab8::check(code), 5, "the send queue's new slot");
+}
+
+/// The reference solution of lab 9.
+const LAB9: lab9::Code = lab9::Code {
+    open: solutions::lab9::open,
+    send: solutions::lab9::send,
+    reclaim: solutions::lab9::reclaim,
+    recv: solutions::lab9::recv,
+};
+
+#[test]
+fn lab9_reference_passes_every_step() {
+    let r = lab9::check(LAB9);
+    println!("{r}");
+    assert!(r.passed(), "{r}");
+    assert_eq!(r.steps.len(), lab9::STEPS.len());
+}
+
+#[test]
+fn lab9_no_multicast_group_fails_step_2() {
+    /// Lab 2's queue, with the MacEntry taken off SET_ETH.
+    struct NoGroup<'q>(&'q mut dyn Queue);
+    impl Queue for NoGroup<'_> {
+        fn execute(
+            &mut self,
+            nic: &dyn Nic,
+            opcode: Opcode,
+            body: &[u8],
+            resp_len: usize,
+        ) -> Result<Vec<u8>> {
+            if opcode != Opcode::SetEth {
+                return self.0.execute(nic, opcode, body, resp_len);
+            }
+            let (mut req, _) = SetEthReq::read_from_prefix(body).map_err(|_| "body")?;
+            req.mc_count = 0;
+            self.0.execute(nic, opcode, req.as_bytes(), resp_len)
+        }
+    }
+    fn open(nic: &dyn Nic, q: &mut dyn Queue, m: lab9::Memory) -> Result<Port> {
+        solutions::lab9::open(nic, &mut NoGroup(q), m)
+    }
+    let code = lab9::Code { open, ..LAB9 };
+    fails_at(&lab9::check(code), 2, "SET_ETH names 0 multicast addresses");
+}
+
+#[test]
+fn lab9_posted_count_before_the_descriptor_fails_step_4() {
+    /// Stores the new posted count first, then does it right.
+    fn send(nic: &dyn Nic, p: &mut Port, frame: &[u8]) -> Result<()> {
+        let slot = p.tx.queue.doorbell;
+        nic.db_write(doorbell::slot_offset(slot.page, slot.slot), p.tx.posted + 1);
+        solutions::lab9::send(nic, p, frame)
+    }
+    let code = lab9::Code { send, ..LAB9 };
+    fails_at(
+        &lab9::check(code),
+        4,
+        "while send descriptor 0 was still empty: write the descriptor first",
+    );
+}
+
+#[test]
+fn lab9_reclaim_reading_the_flags_for_the_status_fails_step_6() {
+    /// Looks for DESC_DONE in the flags (+0x0C) instead of the status (+0x0E).
+    fn reclaim(p: &mut Port) -> Result<u32> {
+        let q = &mut p.tx;
+        let mut n = 0;
+        while q.done != q.posted {
+            let at = (q.done % lab9::ENTRIES) as usize * 16;
+            if q.ring.load_u16(at + 0x0C) & rnic_abi::eth::DESC_DONE == 0 {
+                break;
+            }
+            q.done += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+    let code = lab9::Code { reclaim, ..LAB9 };
+    fails_at(
+        &lab9::check(code),
+        6,
+        "the first reclaim took back 0 descriptors",
+    );
+}
+
+#[test]
+fn lab9_buffers_never_posted_again_fail_step_8() {
+    /// Takes each frame but leaves its buffer out of the ring.
+    fn recv(nic: &dyn Nic, p: &mut Port) -> Result<Vec<u8>> {
+        let q = &mut p.rx;
+        let at = (q.done % lab9::ENTRIES) as usize * 16;
+        let ring = &q.ring;
+        rnic_labs::nic::wait_for(nic, "a frame", || {
+            Ok(ring.load_u16(at + 0x0E) & rnic_abi::eth::DESC_DONE != 0)
+        })?;
+        let len = q.ring.load_u32(at + 8) as usize;
+        let mut frame = vec![0u8; len];
+        q.buffers
+            .read((q.done % lab9::ENTRIES) as usize * lab9::BUFFER, &mut frame);
+        q.done += 1;
+        Ok(frame)
+    }
+    let code = lab9::Code { recv, ..LAB9 };
+    fails_at(
+        &lab9::check(code),
+        8,
+        "frames found no buffer (rx_no_buffer): post each buffer again",
+    );
 }

@@ -6,3 +6,4 @@ pub mod lab2;
 pub mod lab3;
 pub mod lab4;
 pub mod lab8;
+pub mod lab9;
