@@ -339,7 +339,7 @@ struct World<'a> {
     peer: Peer,
 }
 
-fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+fn failed<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |err| format!("{what}: {err}")
 }
 
@@ -379,13 +379,13 @@ fn peer(bench: &Bench) -> Result<Peer> {
         ctx.device()
             .transport()
             .alloc_dma(PAGE_SIZE as usize)
-            .map_err(e("the peer's memory"))?,
+            .map_err(failed("the peer's memory"))?,
     );
-    let pd = ctx.alloc_pd().map_err(e("the peer's PD"))?;
-    let cq = ctx.create_cq(32).map_err(e("the peer's CQ"))?;
+    let pd = ctx.alloc_pd().map_err(failed("the peer's PD"))?;
+    let cq = ctx.create_cq(32).map_err(failed("the peer's CQ"))?;
     let mr = pd
         .reg_mr(buf, 0, PAGE_SIZE as usize, v::ACCESS_LOCAL_WRITE)
-        .map_err(e("the peer's MR"))?;
+        .map_err(failed("the peer's MR"))?;
     let caps = QpCaps {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -395,9 +395,10 @@ fn peer(bench: &Bench) -> Result<Peer> {
     };
     let qp = pd
         .create_qp(&cq, &cq, caps, false)
-        .map_err(e("the peer's QP"))?;
+        .map_err(failed("the peer's QP"))?;
     let (a, mask) = dv::init_attr(0);
-    qp.modify(&a, mask).map_err(e("the peer's QP to INIT"))?;
+    qp.modify(&a, mask)
+        .map_err(failed("the peer's QP to INIT"))?;
     Ok(Peer {
         qp,
         cq,
@@ -457,11 +458,11 @@ fn set_up<'a>(bench: &Bench, pf: &'a dyn Nic, nics: [&dyn Nic; 2]) -> Result<Wor
     let (a, mask) = dv::rtr_attr(qp.qpn, info.gid, 0, v::mtu::MTU_1024, 1, 12);
     peer.qp
         .modify(&a, mask)
-        .map_err(e("the peer's QP to RTR"))?;
+        .map_err(failed("the peer's QP to RTR"))?;
     let (a, mask) = dv::rts_attr(0, 14, 7, 7, 1);
     peer.qp
         .modify(&a, mask)
-        .map_err(e("the peer's QP to RTS"))?;
+        .map_err(failed("the peer's QP to RTS"))?;
     let mut m = Mover {
         vfs: [0, 1],
         page: DB_PAGE,
@@ -490,7 +491,7 @@ fn set_up<'a>(bench: &Bench, pf: &'a dyn Nic, nics: [&dyn Nic; 2]) -> Result<Wor
                 wr_id: 0x100 + u64::from(i),
                 sges: vec![sge],
             })
-            .map_err(e("the peer's receive"))?;
+            .map_err(failed("the peer's receive"))?;
     }
     for i in 0..8 {
         m.mr_buf.write(SEND_AREA + i * MSG, &message(b'M', i));
@@ -523,7 +524,7 @@ fn peer_send(p: &Peer, i: usize) -> Result<()> {
         signaled: true,
         ..Default::default()
     })
-    .map_err(e("the peer's SEND"))
+    .map_err(failed("the peer's SEND"))
 }
 
 /// Runs `code` against a fresh device and judges it.
@@ -658,7 +659,7 @@ pub fn check(code: Code) -> Report {
     // 6: more traffic both ways on VF 1, then every completion.
     devs[0].clear_trace();
     devs[1].clear_trace();
-    let completed = run_student(|| traffic_after(nics, &mut w));
+    let completed = run_student(|| traffic_after(nics, &devs[1], &mut w));
     let step = completed.and_then(|cqes| judge_completions(&cqes, &w.m));
     if !r.judge(5, step) {
         return r;
@@ -686,8 +687,9 @@ fn traffic_before(bench: &Bench, nics: [&dyn Nic; 2], w: &mut World) -> Result<(
 }
 
 /// After the adoption: two more messages each way, then every outstanding completion of
-/// the mover (sends 1-5, receives 1-3), and a last look that no CQE follows.
-fn traffic_after(nics: [&dyn Nic; 2], w: &mut World) -> Result<Vec<v::Cqe>> {
+/// the mover (sends 1-5, receives 1-3), and a last look, once the device has nothing
+/// left to do (`idle`), that no CQE follows.
+fn traffic_after(nics: [&dyn Nic; 2], idle: &LabDevice, w: &mut World) -> Result<Vec<v::Cqe>> {
     for i in 4..6 {
         post_send(nics, &mut w.m, i)?;
     }
@@ -698,9 +700,7 @@ fn traffic_after(nics: [&dyn Nic; 2], w: &mut World) -> Result<Vec<v::Cqe>> {
     while cqes.len() < 8 {
         cqes.push(poll(nics, &mut w.m)?);
     }
-    for _ in 0..200 {
-        nics[1].pause();
-    }
+    idle.idle();
     if cqe_waiting(&w.m) {
         cqes.push(poll(nics, &mut w.m)?);
     }
@@ -946,13 +946,10 @@ fn judge_completions(cqes: &[v::Cqe], m: &Mover) -> Result<String> {
 fn judge_peer(nics: [&dyn Nic; 2], w: &World) -> Result<String> {
     let p = &w.peer;
     let mut wcs = Vec::new();
-    for _ in 0..2000 {
+    wait_for(nics[1], "the peer's completions", || {
         wcs.extend(p.cq.poll(16));
-        if wcs.len() >= 10 {
-            break;
-        }
-        nics[1].pause();
-    }
+        Ok(wcs.len() >= 10)
+    })?;
     let mut recvs = Vec::new();
     for wc in &wcs {
         if !wc.is_success() {
@@ -986,7 +983,7 @@ fn judge_peer(nics: [&dyn Nic; 2], w: &World) -> Result<String> {
     }
     let state =
         p.qp.query()
-            .map_err(e("QUERY_QP of the peer"))?
+            .map_err(failed("QUERY_QP of the peer"))?
             .attr
             .qp_state;
     if state != QpState::Rts as u8 {

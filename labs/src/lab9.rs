@@ -19,7 +19,7 @@ use rnic_driver::transport::DmaBuffer;
 use zerocopy::FromBytes;
 
 use crate::lab2::{call, Queue};
-use crate::nic::{Access, LabDevice, Nic, Result};
+use crate::nic::{wait_for, Access, LabDevice, Nic, Result};
 use crate::report::{run_student, Report};
 use crate::solutions::lab2 as cmdq;
 
@@ -483,19 +483,18 @@ pub fn check(code: Code) -> Report {
 /// Waits (pausing the device) until the peer has received `n` frames.
 fn peer_frames(dev: &LabDevice, peer: &mut EthPort, n: usize) -> Result<Vec<Vec<u8>>> {
     let mut got = Vec::new();
-    for _ in 0..5000 {
+    let outcome = wait_for(dev, "the peer's frames", || {
         while let Some(f) = peer
             .recv(Duration::ZERO)
             .map_err(|e| format!("the peer: {e}"))?
         {
             got.push(f);
         }
-        if got.len() >= n {
-            return Ok(got);
-        }
-        dev.pause();
-    }
-    Err(format!("the peer received {} of {n} frames", got.len()))
+        Ok(got.len() >= n)
+    });
+    outcome
+        .map(|()| got)
+        .map_err(|e| format!("the peer did not receive {n} frames: {e}"))
 }
 
 /// Step 1: one send and one receive queue created.
