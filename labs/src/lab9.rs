@@ -19,6 +19,7 @@ use rnic_driver::transport::DmaBuffer;
 use zerocopy::FromBytes;
 
 use crate::lab2::{call, Queue};
+use crate::lab8::still_to_write;
 use crate::nic::{wait_for, Access, LabDevice, Nic, Result};
 use crate::report::{run_student, Report};
 use crate::solutions::lab2 as cmdq;
@@ -227,9 +228,7 @@ pub fn check(code: Code) -> Report {
     let step = judge_queues(&log);
     if let Err(e) = &step {
         if let Err(o) = &opened {
-            if o.contains("still to write")
-                && !log.iter().any(|(op, _, _)| *op == Opcode::CreateEthQueue)
-            {
+            if still_to_write(o, 1) {
                 r.stopped(o.clone());
                 return r;
             }
@@ -238,13 +237,28 @@ pub fn check(code: Code) -> Report {
         return r;
     }
     r.judge(0, step);
-    let step =
-        judge_set_eth(&log).and_then(|seen| opened.as_ref().map(|_| seen).map_err(Clone::clone));
-    if !r.judge(1, step) {
+    // Code stopped at a later step's todo!() is judged up to it.
+    let todo = |step: usize| match &opened {
+        Err(o) if still_to_write(o, step) => Some(o.clone()),
+        _ => None,
+    };
+    if let Some(e) = todo(2) {
+        r.judge(1, Err(e));
         return r;
     }
-    let Ok(mut port) = opened else {
+    if !r.judge(1, judge_set_eth(&log)) {
         return r;
+    }
+    if let Some(e) = todo(3) {
+        r.judge(2, Err(e));
+        return r;
+    }
+    let mut port = match opened {
+        Ok(p) => p,
+        Err(e) => {
+            r.judge(2, Err(e));
+            return r;
+        }
     };
     if !r.judge(2, judge_rx_filled(&trace, &port, rx_buffers)) {
         return r;

@@ -210,3 +210,50 @@ fn lab9_buffers_never_posted_again_fail_step_8() {
         "frames found no buffer (rx_no_buffer): post each buffer again",
     );
 }
+
+#[test]
+fn lab8_adopt_written_up_to_step_5_passes_step_4_and_stops_at_5() {
+    /// Step 4 done, step 5 still `todo!()`, as a student's half-written skeleton.
+    fn adopt(nic: &dyn Nic, q: &mut dyn Queue, m: &mut Mover) -> Result<()> {
+        solutions::lab8::next_event(nic, &mut m.eqs[1])?;
+        let req = AdoptQpReq {
+            qpn: m.qpn,
+            reserved: 0,
+        };
+        let _: AdoptQpResp = call(q, nic, Opcode::AdoptQp, req.as_bytes())?;
+        m.at = Some(1);
+        todo!("step 5: the counts on the new doorbells")
+    }
+    let code = lab8::Code { adopt, ..LAB8 };
+    let r = lab8::check(code);
+    fails_at(&r, 5, "still to write");
+    assert!(matches!(r.steps[3].verdict, Verdict::Pass(_)), "{r}");
+}
+
+#[test]
+fn lab9_open_written_up_to_step_3_passes_steps_1_and_2_and_stops_at_3() {
+    /// Lab 2's queue, stopping the code where step 3 starts (after SET_ETH).
+    struct StopAfterSetEth<'q>(&'q mut dyn Queue);
+    impl Queue for StopAfterSetEth<'_> {
+        fn execute(
+            &mut self,
+            nic: &dyn Nic,
+            opcode: Opcode,
+            body: &[u8],
+            resp_len: usize,
+        ) -> Result<Vec<u8>> {
+            let answer = self.0.execute(nic, opcode, body, resp_len);
+            if opcode == Opcode::SetEth {
+                todo!("step 3: the receive ring");
+            }
+            answer
+        }
+    }
+    fn open(nic: &dyn Nic, q: &mut dyn Queue, m: lab9::Memory) -> Result<Port> {
+        solutions::lab9::open(nic, &mut StopAfterSetEth(q), m)
+    }
+    let code = lab9::Code { open, ..LAB9 };
+    let r = lab9::check(code);
+    fails_at(&r, 3, "still to write");
+    assert!(matches!(r.steps[1].verdict, Verdict::Pass(_)), "{r}");
+}
