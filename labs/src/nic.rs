@@ -124,7 +124,8 @@ pub enum Access {
 const IDLE_LIMIT: Duration = Duration::from_secs(3);
 
 /// The checkers' device: a PF and one VF of rnicd's device code in this process; the
-/// driver under test gets the VF (or the PF, [`LabDevice::pf`]). Nothing happens on the
+/// driver under test gets the VF (or the PF, [`LabDevice::pf`]; or several functions of a
+/// larger device, [`LabDevice::group`]). Nothing happens on the
 /// device unless the driver pauses or waits for an interrupt.
 pub struct LabDevice {
     bench: Rc<Bench>,
