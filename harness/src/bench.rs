@@ -166,4 +166,23 @@ impl Bench {
     pub fn fault_counters(&self) -> Option<FaultCounters> {
         lock(&self.engine).switch().fault_counters()
     }
+
+    /// Gives function `second` the guest RAM of function `first`, DMA-mapped at the same
+    /// address from the same memfd, as QEMU maps one guest's memory into each of its
+    /// functions: objects of either can then migrate to the other (`MIGRATE_QP`'s
+    /// `DMA_ERROR` check, docs/hardware-interface.md §12.8 "Host transport"). Call it
+    /// before opening either function.
+    pub fn share_ram(&mut self, first: usize, second: usize) {
+        let f = &self.functions[second];
+        f.dma()
+            .unmap(
+                crate::transport::IOVA_BASE,
+                crate::transport::RAM_SIZE as u64,
+            )
+            .expect("unmap the function's own guest RAM");
+        self.rams[first]
+            .map_into(f)
+            .expect("DMA-map the shared guest RAM");
+        self.rams[second] = self.rams[first].clone();
+    }
 }

@@ -16,6 +16,8 @@ pub mod lab4;
 pub mod lab5;
 pub mod lab6;
 pub mod lab7;
+pub mod lab8;
+pub mod lab9;
 pub mod nic;
 pub mod report;
 pub mod solutions;
@@ -24,8 +26,7 @@ use nic::Nic;
 use report::Report;
 
 /// The labs, by number: their titles.
-
-pub const LABS: [(u32, &str); 7] = [
+pub const LABS: [(u32, &str); 9] = [
     (1, lab1::TITLE),
     (2, lab2::TITLE),
     (3, lab3::TITLE),
@@ -33,6 +34,8 @@ pub const LABS: [(u32, &str); 7] = [
     (5, lab5::TITLE),
     (6, lab6::TITLE),
     (7, lab7::TITLE),
+    (8, lab8::TITLE),
+    (9, lab9::TITLE),
 ];
 
 /// Checks lab `lab`'s exercise (`solution == false`) or its reference solution.
@@ -77,6 +80,28 @@ pub fn check(lab: u32, solution: bool) -> Option<Report> {
             connect: solutions::lab7::connect,
             run: solutions::lab7::run,
             recover: solutions::lab7::recover,
+        }),
+        (8, false) => lab8::check(lab8::Code {
+            migrate: exercises::lab8::migrate,
+            depart: exercises::lab8::depart,
+            adopt: exercises::lab8::adopt,
+        }),
+        (8, true) => lab8::check(lab8::Code {
+            migrate: solutions::lab8::migrate,
+            depart: solutions::lab8::depart,
+            adopt: solutions::lab8::adopt,
+        }),
+        (9, false) => lab9::check(lab9::Code {
+            open: exercises::lab9::open,
+            send: exercises::lab9::send,
+            reclaim: exercises::lab9::reclaim,
+            recv: exercises::lab9::recv,
+        }),
+        (9, true) => lab9::check(lab9::Code {
+            open: solutions::lab9::open,
+            send: solutions::lab9::send,
+            reclaim: solutions::lab9::reclaim,
+            recv: solutions::lab9::recv,
         }),
         _ => return None,
     })

@@ -11,6 +11,7 @@
 //!   running rnicd, or a PCI function in a VM (`rnic-lab run`).
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use rnic_abi::pci::cfg;
@@ -126,17 +127,19 @@ pub enum Access {
 const IDLE_LIMIT: Duration = Duration::from_secs(3);
 
 /// The checkers' device: a PF and one VF of rnicd's device code in this process; the
-/// driver under test gets the VF (or the PF, [`LabDevice::pf`]). Nothing happens on the
+/// driver under test gets the VF (or the PF, [`LabDevice::pf`]; or several functions of a
+/// larger device, [`LabDevice::group`]). Nothing happens on the
 /// device unless the driver pauses or waits for an interrupt.
 pub struct LabDevice {
-    bench: Bench,
+    bench: Rc<Bench>,
     index: usize,
     t: InProcess,
     trace: RefCell<Vec<Access>>,
     watched: RefCell<Vec<(String, u64, usize)>>,
-    last_progress: Cell<Instant>,
-    /// When the device went to sleep (§4.3), if it sleeps.
-    asleep: Cell<Option<Instant>>,
+    last_progress: Rc<Cell<Instant>>,
+    /// When the device went to sleep (§4.3), if it sleeps: one engine for every
+    /// function, so shared by the [`LabDevice::group`] of a device.
+    asleep: Rc<Cell<Option<Instant>>>,
 }
 
 /// How long the sleeping lab device waits for a kick before it wakes by itself, as a
@@ -185,6 +188,7 @@ impl LabDevice {
     }
 
     fn on(bench: Bench, index: usize) -> Self {
+        let bench = Rc::new(bench);
         let t = bench.transport(index);
         Self {
             bench,
@@ -192,8 +196,8 @@ impl LabDevice {
             t,
             trace: RefCell::new(Vec::new()),
             watched: RefCell::new(Vec::new()),
-            last_progress: Cell::new(Instant::now()),
-            asleep: Cell::new(None),
+            last_progress: Rc::new(Cell::new(Instant::now())),
+            asleep: Rc::new(Cell::new(None)),
         }
     }
 
@@ -245,6 +249,13 @@ impl LabDevice {
     /// (or, here, a short nap). Whether the pass did anything.
     fn pass(&self) -> bool {
         let f = &self.bench.functions[self.index];
+        // Like rnicd's engine, in every function's pages (§4.3).
+        let notify = |on: bool| {
+            self.bench
+                .functions
+                .iter()
+                .for_each(|f| f.request_notify(on))
+        };
         if let Some(since) = self.asleep.get() {
             if since.elapsed() < NAP {
                 return false;
@@ -253,10 +264,10 @@ impl LabDevice {
         }
         let mut progress = lock(&self.bench.engine).step().progress;
         if !progress {
-            f.request_notify(true);
+            notify(true);
             progress = lock(&self.bench.engine).step().progress;
             if progress {
-                f.request_notify(false);
+                notify(false);
             } else {
                 self.asleep.set(Some(Instant::now()));
             }
@@ -267,11 +278,42 @@ impl LabDevice {
 
     fn wake(&self) {
         self.asleep.set(None);
-        self.bench.functions[self.index].request_notify(false);
+        for f in &self.bench.functions {
+            f.request_notify(false);
+        }
     }
 
     fn record(&self, access: Access) {
         self.trace.borrow_mut().push(access);
+    }
+
+    /// A device of `count` functions (the PF and `count - 1` VFs) of which the driver under
+    /// test (or the checker, at register level) holds those of `driven` (0 the PF, n VF
+    /// n - 1): one `LabDevice` each, with its own trace, all on one engine that sleeps and
+    /// wakes for all of them (§4.3). The functions of `shared` share one guest RAM, as the
+    /// functions of one guest do (§12.8 "Host transport"). The bench is for the checker's
+    /// own drivers of the other functions ([`Bench::open`]).
+    pub fn group(count: usize, driven: &[usize], shared: &[usize]) -> (Rc<Bench>, Vec<LabDevice>) {
+        let mut bench = Bench::new(count, Net::None);
+        for &i in shared.iter().skip(1) {
+            bench.share_ram(shared[0], i);
+        }
+        let bench = Rc::new(bench);
+        let last_progress = Rc::new(Cell::new(Instant::now()));
+        let asleep = Rc::new(Cell::new(None));
+        let devices = driven
+            .iter()
+            .map(|&index| Self {
+                bench: bench.clone(),
+                index,
+                t: bench.transport(index),
+                trace: RefCell::new(Vec::new()),
+                watched: RefCell::new(Vec::new()),
+                last_progress: last_progress.clone(),
+                asleep: asleep.clone(),
+            })
+            .collect();
+        (bench, devices)
     }
 }
 

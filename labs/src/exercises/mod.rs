@@ -8,3 +8,5 @@ pub mod lab4;
 pub mod lab5;
 pub mod lab6;
 pub mod lab7;
+pub mod lab8;
+pub mod lab9;
