@@ -31,7 +31,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_workdir
 
 # measure BIN KIND ARGS...: one rnic-perf run on fresh rnicd processes; prints
-# "figure cpu_us_per_message" (figure: MB/s for bandwidth, median µs for latency,
+# "figure cpu_us_per_message" (figure: MiB/s for bandwidth, median µs for latency,
 # Mpps for message rate; "fail" if the run failed).
 measure() {
     local bin="$1" kind="$2"; shift 2
@@ -51,7 +51,7 @@ measure() {
         t1=$(( $(cpu_ticks "$pa") + $( [ "$pa" = "$pb" ] && echo 0 || cpu_ticks "$pb") ))
         echo "$json" | jq -r --arg t "$((t1 - t0))" --arg hz "$(getconf CLK_TCK)" '
             .results[0] as $r
-            | (if $r.bandwidth then ($r.bandwidth.avg_mb_s) else $r.latency.median_us end) as $fig
+            | (if $r.bandwidth then ($r.bandwidth.avg_mib_s) else $r.latency.median_us end) as $fig
             | ($r.bandwidth.msg_rate_mpps // null) as $rate
             | (($t | tonumber) / ($hz | tonumber) * 1e6 / $r.iterations) as $cpu
             | "\($fig) \($rate // "-") \($cpu)"'
@@ -93,15 +93,15 @@ row() {
     echo "| measurement | unit | before | after | after/before | rnicd CPU µs/msg before | after | after/before |"
     echo "|---|---|---|---|---|---|---|---|"
 } >>"$out"
-row "WRITE 64 KiB, one rnicd" "MB/s" one write_bw -s 65536 -D 1
-row "READ 64 KiB, one rnicd" "MB/s" one read_bw -s 65536 -D 1
-row "SEND 64 KiB, one rnicd" "MB/s" one send_bw -s 65536 -D 1
+row "WRITE 64 KiB, one rnicd" "MiB/s" one write_bw -s 65536 -D 1
+row "READ 64 KiB, one rnicd" "MiB/s" one read_bw -s 65536 -D 1
+row "SEND 64 KiB, one rnicd" "MiB/s" one send_bw -s 65536 -D 1
 row "WRITE 8 B latency, one rnicd" "µs" one write_lat -s 8 -n 5000
 # With interrupts: each completion's MSI-X goes through the function's vfio-user thread.
 row "SEND 8 B latency, interrupts (-e), one rnicd" "µs" one send_lat -e -s 8 -n 5000
-row "SEND 64 KiB, interrupts (-e), one rnicd" "MB/s" one send_bw -e -s 65536 -D 1
+row "SEND 64 KiB, interrupts (-e), one rnicd" "MiB/s" one send_bw -e -s 65536 -D 1
 for q in 1 16 64 256; do
-    row "WRITE 64 B, $q QPs, one rnicd" "MB/s" one write_bw -s 64 -q "$q" -t 16 -D 1
+    row "WRITE 64 B, $q QPs, one rnicd" "MiB/s" one write_bw -s 64 -q "$q" -t 16 -D 1
 done
-row "WRITE 64 KiB, MTU 4096, two rnicd over UDP" "MB/s" udp write_bw -s 65536 -m 4096 -D 1
+row "WRITE 64 KiB, MTU 4096, two rnicd over UDP" "MiB/s" udp write_bw -s 65536 -m 4096 -D 1
 row "WRITE 8 B latency, two rnicd over UDP" "µs" udp write_lat -s 8 -n 5000

@@ -141,8 +141,8 @@ r = json.load(open(path))
 agg = r["aggregate"][0] if "aggregate" in r else dict(r["results"][0]["bandwidth"], **r["results"][0])
 base = agg.get("baseline") or {}
 print(json.dumps({"pairs": int(n), "size": int(size), "setup": setup,
-                  "mb_s": agg["avg_mb_s"], "mpps": agg["msg_rate_mpps"],
-                  "memcpy_mb_s": base.get("memcpy_mb_s")}))
+                  "mib_s": agg["avg_mib_s"], "mpps": agg["msg_rate_mpps"],
+                  "memcpy_mib_s": base.get("memcpy_mib_s")}))
 PY
         done
     done
@@ -161,9 +161,9 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for n in (1, 2, 4, 8):
     big, bigs, small, smalls = (get(n, 65536, "one"), get(n, 65536, "sep"), get(n, 64, "one"), get(n, 64, "sep"))
     one_big, one_small = get(1, 65536, "one"), get(1, 64, "one")
-    memcpy = big["memcpy_mb_s"]
-    print(f"| {n} | {big['mb_s'] / 1000:.2f} GB/s | {bigs['mb_s'] / 1000:.2f} GB/s | {big['mb_s'] / bigs['mb_s']:.2f} "
-          f"| {big['mb_s'] / one_big['mb_s']:.2f} | {big['mb_s'] / memcpy:.2f} "
+    memcpy = big["memcpy_mib_s"]
+    print(f"| {n} | {big['mib_s'] / 1024:.2f} GiB/s | {bigs['mib_s'] / 1024:.2f} GiB/s | {big['mib_s'] / bigs['mib_s']:.2f} "
+          f"| {big['mib_s'] / one_big['mib_s']:.2f} | {big['mib_s'] / memcpy:.2f} "
           f"| {small['mpps']:.3f} Mpps | {smalls['mpps']:.3f} Mpps | {small['mpps'] / smalls['mpps']:.2f} "
           f"| {small['mpps'] / one_small['mpps']:.2f} |" if memcpy else "")
 print()

@@ -114,15 +114,15 @@ done
     echo "| measurement | perftest on libibverbs | rnic-perf | perftest / rnic-perf |"
     echo "|---|---|---|---|"
     # perftest: #bytes #iterations BW peak BW average MsgRate (MiB/s);
-    # rnic-perf: #bytes #iterations peak average MsgRate (MB/s).
+    # rnic-perf: #bytes #iterations peak average MsgRate (MiB/s too).
     ratio_row "ib_write_bw / write_bw 64 KiB, average" \
-        "$(echo "$pt_bw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_bw" | awk '{printf "%.0f", $4}')" MB/s
+        "$(echo "$pt_bw" | awk '{printf "%.0f", $4}')" "$(echo "$rp_bw" | awk '{printf "%.0f", $4}')" MiB/s
     # perftest: #bytes #iterations t_min t_max t_typical ...; rnic-perf: ... t_min t_median.
     ratio_row "ib_write_lat / write_lat 8 B, typical / median" \
         "$(echo "$pt_lat" | awk '{print $5}')" "$(echo "$rp_lat" | awk '{print $4}')" µs
     if [ ${#iommu[@]} = 1 ]; then
         ratio_row "ib_send_bw / send_bw 64 KiB, events, average" \
-            "$(echo "$pt_sbw" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$rp_sbw" | awk '{printf "%.0f", $4}')" MB/s
+            "$(echo "$pt_sbw" | awk '{printf "%.0f", $4}')" "$(echo "$rp_sbw" | awk '{printf "%.0f", $4}')" MiB/s
         ratio_row "ib_send_lat / send_lat 8 B, events, typical / median" \
             "$(echo "$pt_slat" | awk '{print $5}')" "$(echo "$rp_slat" | awk '{print $4}')" µs
     fi

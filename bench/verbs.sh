@@ -97,9 +97,9 @@ measure() {
     p="$(perftest "$bw" -s 65536 -n "$bw_iters" $mode)"
     r="$(rnic_perf "${bw#ib_}" -s 65536 -n "$bw_iters" $mode)"
     # perftest: #bytes #iterations BW peak BW average MsgRate (MiB/s);
-    # rnic-perf: #bytes #iterations peak average MsgRate (MB/s).
+    # rnic-perf: #bytes #iterations peak average MsgRate (MiB/s too).
     row "$bw / ${bw#ib_} 64 KiB$label, average" \
-        "$(echo "$p" | awk '{printf "%.0f", $4 * 1.048576}')" "$(echo "$r" | awk '{printf "%.0f", $4}')" MB/s
+        "$(echo "$p" | awk '{printf "%.0f", $4}')" "$(echo "$r" | awk '{printf "%.0f", $4}')" MiB/s
     echo "=== [verbs] ${lat#ib_} 8 B$label" >&2
     p="$(perftest "$lat" -s 8 -n "$iters" $mode)"
     r="$(rnic_perf "${lat#ib_}" -s 8 -n "$iters" $mode)"

@@ -56,9 +56,9 @@ fn f(v: &Value, path: &[&str]) -> f64 {
 fn check_bandwidth(report: &Value, test: &str, sizes: &[u64], qps: u64, iters: u64) {
     check_bandwidth_figures(report, test, sizes, qps, iters);
     for r in report["results"].as_array().expect("results") {
-        let avg = f(r, &["bandwidth", "avg_mb_s"]);
-        let memcpy = f(r, &["baseline", "memcpy_mb_s"]);
-        let udp = f(r, &["baseline", "udp_mb_s"]);
+        let avg = f(r, &["bandwidth", "avg_mib_s"]);
+        let memcpy = f(r, &["baseline", "memcpy_mib_s"]);
+        let udp = f(r, &["baseline", "udp_mib_s"]);
         assert!(memcpy > 0.0 && udp > 0.0, "{r}");
         assert!((f(r, &["ratio_memcpy"]) - avg / memcpy).abs() < 1e-9, "{r}");
         assert!((f(r, &["ratio_udp"]) - avg / udp).abs() < 1e-9, "{r}");
@@ -79,12 +79,13 @@ fn check_bandwidth_figures(report: &Value, test: &str, sizes: &[u64], qps: u64, 
             u(r, "bytes_checked") >= size,
             "{test}: nothing checked: {r}"
         );
-        let avg = f(r, &["bandwidth", "avg_mb_s"]);
-        let peak = f(r, &["bandwidth", "peak_mb_s"]);
+        let avg = f(r, &["bandwidth", "avg_mib_s"]);
+        let peak = f(r, &["bandwidth", "peak_mib_s"]);
         let rate = f(r, &["bandwidth", "msg_rate_mpps"]);
         let secs = f(r, &["bandwidth", "seconds"]);
         assert!(avg > 0.0 && peak > 0.0 && secs > 0.0, "{r}");
-        let expect_avg = (qps * iters * size) as f64 / secs / 1e6;
+        // MiB/s, as perftest reports its "MB/sec".
+        let expect_avg = (qps * iters * size) as f64 / secs / (1u64 << 20) as f64;
         assert!((avg - expect_avg).abs() <= expect_avg * 1e-6, "{r}");
         assert!(
             (rate * 1e6 * secs - (qps * iters) as f64).abs() < 1.0,
@@ -284,8 +285,8 @@ fn check_pairs(report: &Value, test: &str, pairs: usize, size: u64, iters: u64) 
     let agg = &report["aggregate"][0];
     assert_eq!(u(agg, "bytes"), size);
     assert_eq!(u(agg, "messages"), pairs as u64 * iters, "{agg}");
-    let (avg, secs) = (f(agg, &["avg_mb_s"]), f(agg, &["seconds"]));
-    let expect = (pairs as u64 * iters * size) as f64 / secs / 1e6;
+    let (avg, secs) = (f(agg, &["avg_mib_s"]), f(agg, &["seconds"]));
+    let expect = (pairs as u64 * iters * size) as f64 / secs / (1u64 << 20) as f64;
     assert!((avg - expect).abs() <= expect * 1e-6, "{agg}");
     // The pairs started together: the span is no shorter than any pair's run.
     for p in each {
@@ -295,7 +296,7 @@ fn check_pairs(report: &Value, test: &str, pairs: usize, size: u64, iters: u64) 
         );
     }
     assert_eq!(u(&agg["baseline"], "threads"), pairs as u64);
-    let memcpy = f(agg, &["baseline", "memcpy_mb_s"]);
+    let memcpy = f(agg, &["baseline", "memcpy_mib_s"]);
     assert!(
         (f(agg, &["ratio_memcpy"]) - avg / memcpy).abs() < 1e-9,
         "{agg}"

@@ -435,3 +435,35 @@ fn json_output_and_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is rnicd running"), "{err}");
 }
+
+/// ibv_rc_pingpong's short flags and its SERVERNAME: `-p PORT -s N -n N -m MTU -e -c`
+/// on both sides, the client naming the server's host alone.
+#[test]
+fn ibv_rc_pingpongs_short_flags_and_servername() {
+    let rnicd = Rnicd::start(2, &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port().to_string())
+        .expect("a free port");
+    let flags = [
+        "-p",
+        port.as_str(),
+        "-s",
+        "3000",
+        "-n",
+        "20",
+        "-m",
+        "2048",
+        "-e",
+        "-c",
+    ];
+    let mut server_args = vec!["--listen"];
+    server_args.extend_from_slice(&flags);
+    let mut server = Side::start("server", &rnicd.socket("vf0"), &server_args);
+    assert_eq!(server.wait_line("listening on port "), port);
+    let mut client_args = flags.to_vec();
+    client_args.push("127.0.0.1");
+    let client = Side::start("client", &rnicd.socket("vf1"), &client_args);
+    check_success(client, 3000, 20);
+    check_success(server, 3000, 20);
+}

@@ -114,7 +114,8 @@ struct Args {
     baseline_time: f64,
 
     /// Run each size (and its baselines) this many times and report the median run.
-    #[arg(long, short = 'r', value_name = "N", default_value_t = 1,
+    /// (No short flag: perftest's `-r` is the receive queue depth.)
+    #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..=100))]
     repeat: u64,
 

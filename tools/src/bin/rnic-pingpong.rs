@@ -50,7 +50,7 @@ use rnic_tools::{ibv_compat, rc};
 /// page as -c does, and either side verifies every message received byte for byte.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about, args_override_self = true)]
-#[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "peer"])))]
+#[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "server", "peer"])))]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -62,8 +62,17 @@ struct Args {
 
     /// Connect to the other side's --listen at HOST[:PORT] (port 18515 by default); this
     /// side sends first.
-    #[arg(long, value_name = "HOST[:PORT]")]
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "server")]
     connect: Option<String>,
+
+    /// The other side's host, as ibv_rc_pingpong's SERVERNAME: --connect HOST.
+    #[arg(value_name = "SERVERNAME")]
+    server: Option<String>,
+
+    /// The TCP port (ibv_rc_pingpong's -p): where --listen listens and where --connect
+    /// or SERVERNAME connect, when they name none.
+    #[arg(long, short = 'p', value_name = "PORT")]
+    port: Option<u16>,
 
     /// Manual mode, no TCP: the peer's QPN:GID:PSN[:RKEY:ADDR] in hex, as its `local:`
     /// line prints them; `-` reads them from standard input.
@@ -99,15 +108,15 @@ struct Args {
     op: Op,
 
     /// Bytes per message.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    #[arg(long, short = 's', value_name = "N", default_value_t = 4096)]
     size: usize,
 
     /// Iterations.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 1000)]
     iters: u64,
 
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024, value_parser = parse_mtu)]
+    #[arg(long, short = 'm', value_name = "BYTES", default_value_t = 1024, value_parser = parse_mtu)]
     mtu: u32,
 
     /// First PSN this side sends (24 bits, decimal or 0x hex); by default random in TCP
@@ -125,8 +134,8 @@ struct Args {
           value_parser = clap::value_parser!(u8).range(0..=7))]
     retry: u8,
 
-    /// Verify every byte transferred (the default).
-    #[arg(long, overrides_with = "no_check")]
+    /// Verify every byte transferred (the default; ibv_rc_pingpong's -c/--chk).
+    #[arg(long, short = 'c', visible_alias = "chk", overrides_with = "no_check")]
     check: bool,
 
     /// Do not fill or verify data (as ibv_rc_pingpong without --chk).
@@ -134,7 +143,7 @@ struct Args {
     no_check: bool,
 
     /// Sleep on completion events instead of polling the completion queue.
-    #[arg(long)]
+    #[arg(long, short = 'e')]
     events: bool,
 
     /// Give up after this many seconds in all (0: never).
@@ -151,7 +160,7 @@ struct Args {
     ibv_compat: bool,
 
     /// With --ibv-compat: receives posted at a time (ibv_rc_pingpong's -r, default 500).
-    #[arg(long, value_name = "N", requires = "ibv_compat",
+    #[arg(long, short = 'r', value_name = "N", requires = "ibv_compat",
           default_value_t = rnic_tools::ibv_compat::DEFAULT_RX_DEPTH)]
     rx_depth: u32,
 }
@@ -191,12 +200,31 @@ fn main() {
     }
 }
 
+/// Where to listen or connect: --listen's port, or --connect's target (SERVERNAME's),
+/// with -p filling in the port they do not name.
+fn listen_or_connect(args: &Args) -> (Option<u16>, Option<String>) {
+    let listen = args.listen.map(|port| match args.port {
+        Some(p) if port == DEFAULT_PORT => p,
+        _ => port,
+    });
+    let connect = args
+        .connect
+        .clone()
+        .or_else(|| args.server.clone())
+        .map(|target| match args.port {
+            Some(p) if !target.contains(':') => format!("{target}:{p}"),
+            _ => target,
+        });
+    (listen, connect)
+}
+
 fn run(args: &Args) -> Result<(), String> {
     if args.ibv_compat {
         return run_ibv_compat(args);
     }
     let manual = args.peer.is_some();
-    let rendezvous = match (&args.listen, &args.connect, &args.peer) {
+    let (listen, connect) = listen_or_connect(args);
+    let rendezvous = match (&listen, &connect, &args.peer) {
         (Some(port), _, _) => Rendezvous::Listen(*port),
         (_, Some(target), _) => Rendezvous::Connect(target.clone()),
         (_, _, Some(peer)) => Rendezvous::Manual {
@@ -207,7 +235,9 @@ fn run(args: &Args) -> Result<(), String> {
             },
             initiator: args.initiator,
         },
-        _ => unreachable!("clap requires one of --listen, --connect, --peer"),
+        _ => {
+            return Err("give --listen [PORT], --connect HOST[:PORT], SERVERNAME or --peer".into())
+        }
     };
     let cfg = Config {
         device: device(args),
@@ -278,9 +308,9 @@ fn print_report(json: bool, report: &impl serde::Serialize, text: &str) -> Resul
 
 /// `--ibv-compat`: ibv_rc_pingpong's exchange and SEND ping-pong.
 fn run_ibv_compat(args: &Args) -> Result<(), String> {
-    let role = match (&args.listen, &args.connect) {
-        (Some(port), _) => ibv_compat::Role::Listen(*port),
-        (_, Some(target)) => ibv_compat::Role::Connect(target.clone()),
+    let role = match listen_or_connect(args) {
+        (Some(port), _) => ibv_compat::Role::Listen(port),
+        (_, Some(target)) => ibv_compat::Role::Connect(target),
         _ => return Err("--ibv-compat needs --listen [PORT] or --connect HOST[:PORT]".into()),
     };
     let cfg = ibv_compat::Config {

@@ -16,19 +16,19 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::stats::{mb_per_s, Latency};
+use super::stats::{mib_per_s, Latency};
 
 /// Baseline figures for one message size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Baseline {
     /// Bytes per copy.
     pub memcpy_bytes: usize,
-    /// Single-thread memcpy bandwidth, MB/s.
-    pub memcpy_mb_s: f64,
+    /// Single-thread memcpy bandwidth, MiB/s.
+    pub memcpy_mib_s: f64,
     /// Bytes per datagram (the message size, at most one MTU, as one RoCE packet carries).
     pub udp_datagram: usize,
-    /// Loopback UDP throughput with datagrams of that size, MB/s of payload received.
-    pub udp_mb_s: f64,
+    /// Loopback UDP throughput with datagrams of that size, MiB/s of payload received.
+    pub udp_mib_s: f64,
     /// Half the round trip of a loopback UDP ping-pong with such datagrams.
     pub udp_half_rtt: Latency,
 }
@@ -58,13 +58,13 @@ impl PageBuffer {
     }
 }
 
-/// Measures single-thread memcpy of `size` bytes, repeated for about `time`; MB/s.
+/// Measures single-thread memcpy of `size` bytes, repeated for about `time`; MiB/s.
 ///
 /// Both buffers are page-aligned, as the guest memories rnicd copies between are: two
 /// heap blocks allocated one after the other sit a few bytes apart modulo 4 KiB, which
 /// makes the CPU's string copy falsely detect overlap and run an order of magnitude
 /// slower than memcpy can.
-pub fn memcpy_mb_s(size: usize, time: Duration) -> f64 {
+pub fn memcpy_mib_s(size: usize, time: Duration) -> f64 {
     let size = size.max(1);
     let src = PageBuffer::new(size, 0x5a);
     let mut dst = PageBuffer::new(size, 0);
@@ -83,7 +83,7 @@ pub fn memcpy_mb_s(size: usize, time: Duration) -> f64 {
             break;
         }
     }
-    mb_per_s(copies * size as u64, start.elapsed())
+    mib_per_s(copies * size as u64, start.elapsed())
 }
 
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
@@ -119,8 +119,8 @@ fn connected_pair() -> io::Result<(UdpSocket, UdpSocket)> {
 }
 
 /// Loopback UDP throughput: one thread sends `datagram`-byte datagrams for `time` as fast
-/// as the socket takes them, another receives; MB/s of payload that arrived.
-pub fn udp_mb_s(datagram: usize, time: Duration) -> io::Result<f64> {
+/// as the socket takes them, another receives; MiB/s of payload that arrived.
+pub fn udp_mib_s(datagram: usize, time: Duration) -> io::Result<f64> {
     let (tx, rx) = connected_pair()?;
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
@@ -167,7 +167,7 @@ pub fn udp_mb_s(datagram: usize, time: Duration) -> io::Result<f64> {
     stop.store(true, Ordering::Relaxed);
     let _ = receiver.join();
     let (t0, b0) = at_start.unwrap_or((start, 0));
-    Ok(mb_per_s(end.1 - b0, end.0 - t0))
+    Ok(mib_per_s(end.1 - b0, end.0 - t0))
 }
 
 /// Loopback UDP ping-pong of `datagram`-byte datagrams, `iters` round trips after a
@@ -236,9 +236,9 @@ pub fn measure(size: usize, mtu: usize, time: Duration, pingpongs: usize) -> io:
     let datagram = size.clamp(1, mtu);
     Ok(Baseline {
         memcpy_bytes: size,
-        memcpy_mb_s: memcpy_mb_s(size, time),
+        memcpy_mib_s: memcpy_mib_s(size, time),
         udp_datagram: datagram,
-        udp_mb_s: udp_mb_s(datagram, time)?,
+        udp_mib_s: udp_mib_s(datagram, time)?,
         udp_half_rtt: udp_half_rtt(datagram, pingpongs)?,
     })
 }
@@ -254,9 +254,9 @@ pub fn median(all: &[Baseline]) -> Baseline {
     half_rtts.sort_by(|x, y| x.median_us.total_cmp(&y.median_us));
     Baseline {
         memcpy_bytes: all[0].memcpy_bytes,
-        memcpy_mb_s: mid(&|b| b.memcpy_mb_s),
+        memcpy_mib_s: mid(&|b| b.memcpy_mib_s),
         udp_datagram: all[0].udp_datagram,
-        udp_mb_s: mid(&|b| b.udp_mb_s),
+        udp_mib_s: mid(&|b| b.udp_mib_s),
         udp_half_rtt: half_rtts[half_rtts.len() / 2],
     }
 }
@@ -268,8 +268,8 @@ mod tests {
     #[test]
     fn baselines_measure_something() {
         let b = measure(4096, 4096, Duration::from_millis(30), 200).unwrap();
-        assert!(b.memcpy_mb_s > 0.0);
-        assert!(b.udp_mb_s > 0.0);
+        assert!(b.memcpy_mib_s > 0.0);
+        assert!(b.udp_mib_s > 0.0);
         assert_eq!(b.udp_datagram, 4096);
         assert_eq!(b.udp_half_rtt.samples, 200);
         assert!(b.udp_half_rtt.min_us > 0.0);

@@ -174,7 +174,7 @@ pub struct Config {
 /// The run with the median figure: average bandwidth, or median latency.
 fn median_run(mut runs: Vec<SizeResult>) -> SizeResult {
     let key = |r: &SizeResult| match (&r.bandwidth, &r.latency) {
-        (Some(bw), _) => bw.avg_mb_s,
+        (Some(bw), _) => bw.avg_mib_s,
         (None, Some(l)) => l.median_us,
         (None, None) => 0.0,
     };
@@ -709,7 +709,7 @@ fn bandwidth(cfg: &Config, size: usize, layout: Layout, a: &End, b: &End) -> Res
             size,
             messages,
             elapsed,
-            stats::peak_mb_per_s(&marks, PEAK_WINDOW),
+            stats::peak_mib_per_s(&marks, PEAK_WINDOW),
             if sends { received_bytes } else { done_bytes },
             checked,
         )

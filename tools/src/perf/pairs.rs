@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::baseline;
 use super::report::{bandwidth_header, bandwidth_row, BandwidthRow, Report, SizeResult, RULE};
-use super::stats::{mb_per_s, ratio};
+use super::stats::{mib_per_s, ratio};
 use super::{run_once, Config, PerfError, Plan, Result, Test};
 
 /// The machine's limits for N pairs: N of each single-thread baseline at once.
@@ -23,12 +23,12 @@ pub struct ParallelBaseline {
     pub threads: usize,
     /// Bytes per copy.
     pub memcpy_bytes: usize,
-    /// N threads copying at once, each between its own two buffers: MB/s in all.
-    pub memcpy_mb_s: f64,
+    /// N threads copying at once, each between its own two buffers: MiB/s in all.
+    pub memcpy_mib_s: f64,
     /// Bytes per datagram.
     pub udp_datagram: usize,
-    /// N loopback UDP socket pairs sending at once: MB/s of payload received in all.
-    pub udp_mb_s: f64,
+    /// N loopback UDP socket pairs sending at once: MiB/s of payload received in all.
+    pub udp_mib_s: f64,
 }
 
 /// All pairs' figures for one message size.
@@ -40,17 +40,17 @@ pub struct Aggregate {
     pub messages: u64,
     /// From the pairs' common start to the end of the last one.
     pub seconds: f64,
-    /// All pairs' bytes over `seconds`, MB/s.
-    pub avg_mb_s: f64,
+    /// All pairs' bytes over `seconds`, MiB/s.
+    pub avg_mib_s: f64,
     /// All pairs' messages over `seconds`, millions per second.
     pub msg_rate_mpps: f64,
-    /// The sum of the pairs' peaks (each over its own best window), MB/s.
-    pub peak_sum_mb_s: f64,
+    /// The sum of the pairs' peaks (each over its own best window), MiB/s.
+    pub peak_sum_mib_s: f64,
     /// The baselines, if measured.
     pub baseline: Option<ParallelBaseline>,
-    /// `avg_mb_s` over N memcpy threads' bandwidth.
+    /// `avg_mib_s` over N memcpy threads' bandwidth.
     pub ratio_memcpy: Option<f64>,
-    /// `avg_mb_s` over N UDP socket pairs' throughput.
+    /// `avg_mib_s` over N UDP socket pairs' throughput.
     pub ratio_udp: Option<f64>,
 }
 
@@ -81,17 +81,17 @@ fn aggregate(bytes: usize, runs: &[&Timed]) -> Aggregate {
         _ => Duration::ZERO,
     };
     let messages: u64 = runs.iter().map(|t| t.result.iterations).sum();
-    let peak_sum_mb_s = runs
+    let peak_sum_mib_s = runs
         .iter()
-        .filter_map(|t| t.result.bandwidth.map(|b| b.peak_mb_s))
+        .filter_map(|t| t.result.bandwidth.map(|b| b.peak_mib_s))
         .sum();
     Aggregate {
         bytes,
         messages,
         seconds: span.as_secs_f64(),
-        avg_mb_s: mb_per_s(messages * bytes as u64, span),
+        avg_mib_s: mib_per_s(messages * bytes as u64, span),
         msg_rate_mpps: messages as f64 / span.as_secs_f64().max(1e-9) / 1e6,
-        peak_sum_mb_s,
+        peak_sum_mib_s,
         ..Aggregate::default()
     }
 }
@@ -104,15 +104,15 @@ fn parallel_baseline(
     time: Duration,
 ) -> std::io::Result<ParallelBaseline> {
     let datagram = size.clamp(1, mtu);
-    let memcpy_mb_s = std::thread::scope(|s| {
+    let memcpy_mib_s = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| s.spawn(move || baseline::memcpy_mb_s(size, time)))
+            .map(|_| s.spawn(move || baseline::memcpy_mib_s(size, time)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
     });
     let udp: std::io::Result<Vec<f64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| s.spawn(move || baseline::udp_mb_s(datagram, time)))
+            .map(|_| s.spawn(move || baseline::udp_mib_s(datagram, time)))
             .collect();
         handles
             .into_iter()
@@ -125,9 +125,9 @@ fn parallel_baseline(
     Ok(ParallelBaseline {
         threads,
         memcpy_bytes: size,
-        memcpy_mb_s,
+        memcpy_mib_s,
         udp_datagram: datagram,
-        udp_mb_s: udp?.into_iter().sum(),
+        udp_mib_s: udp?.into_iter().sum(),
     })
 }
 
@@ -225,7 +225,7 @@ pub fn run(cfgs: &[Config], progress: &(dyn Fn(&str) + Sync)) -> Result<PairsRep
                 (aggregate(size, &timed), r)
             })
             .collect();
-        by_repeat.sort_by(|x, y| x.0.avg_mb_s.total_cmp(&y.0.avg_mb_s));
+        by_repeat.sort_by(|x, y| x.0.avg_mib_s.total_cmp(&y.0.avg_mib_s));
         let (mut agg, r) = by_repeat.swap_remove(repeat / 2);
         for (pair, results) in runs.iter().zip(&mut per_pair) {
             results.push(pair[k][r].result.clone());
@@ -235,8 +235,8 @@ pub fn run(cfgs: &[Config], progress: &(dyn Fn(&str) + Sync)) -> Result<PairsRep
                 "baselines: {n} memcpy threads and {n} UDP pairs at once"
             ));
             let b = parallel_baseline(n, size, first.mtu as usize, first.baseline_time)?;
-            agg.ratio_memcpy = ratio(agg.avg_mb_s, Some(b.memcpy_mb_s));
-            agg.ratio_udp = ratio(agg.avg_mb_s, Some(b.udp_mb_s));
+            agg.ratio_memcpy = ratio(agg.avg_mib_s, Some(b.memcpy_mib_s));
+            agg.ratio_udp = ratio(agg.avg_mib_s, Some(b.udp_mib_s));
             agg.baseline = Some(b);
         }
         aggregates.push(agg);
@@ -305,8 +305,8 @@ impl PairsReport {
             let row = BandwidthRow {
                 bytes: agg.bytes,
                 iterations: agg.messages,
-                peak_mb_s: agg.peak_sum_mb_s,
-                avg_mb_s: agg.avg_mb_s,
+                peak_mib_s: agg.peak_sum_mib_s,
+                avg_mib_s: agg.avg_mib_s,
                 msg_rate_mpps: agg.msg_rate_mpps,
                 ratio_memcpy: agg.ratio_memcpy,
                 ratio_udp: agg.ratio_udp,
@@ -319,13 +319,13 @@ impl PairsReport {
             let _ = writeln!(
                 s,
                 " baselines, same run, N at once: {:>8} {:>3} {:>14} {:>13} {:>14}",
-                "#bytes", "N", "memcpy[MB/sec]", "UDP datagram", "UDP[MB/sec]"
+                "#bytes", "N", "memcpy[MiB/sec]", "UDP datagram", "UDP[MiB/sec]"
             );
             for b in baselines {
                 let _ = writeln!(
                     s,
                     "                                 {:>8} {:>3} {:>14.2} {:>13} {:>14.2}",
-                    b.memcpy_bytes, b.threads, b.memcpy_mb_s, b.udp_datagram, b.udp_mb_s
+                    b.memcpy_bytes, b.threads, b.memcpy_mib_s, b.udp_datagram, b.udp_mib_s
                 );
             }
             let _ = writeln!(s, "{RULE}");
@@ -363,16 +363,17 @@ mod tests {
         assert_eq!(agg.messages, 4000);
         assert!((agg.seconds - 2.0).abs() < 1e-9);
         // 4 MB in 2 s.
-        assert!((agg.avg_mb_s - 2.0).abs() < 1e-9, "{agg:?}");
+        let mib = super::super::stats::MIB;
+        assert!((agg.avg_mib_s - 2e6 / mib).abs() < 1e-9, "{agg:?}");
         assert!((agg.msg_rate_mpps - 0.002).abs() < 1e-12, "{agg:?}");
         // Each run's peak is its average here: 1 + 2 MB/s.
-        assert!((agg.peak_sum_mb_s - 3.0).abs() < 1e-9, "{agg:?}");
+        assert!((agg.peak_sum_mib_s - 3e6 / mib).abs() < 1e-9, "{agg:?}");
     }
 
     #[test]
     fn parallel_baselines_add_up() {
         let b = parallel_baseline(2, 4096, 1024, Duration::from_millis(20)).unwrap();
         assert_eq!((b.threads, b.udp_datagram, b.memcpy_bytes), (2, 1024, 4096));
-        assert!(b.memcpy_mb_s > 0.0 && b.udp_mb_s > 0.0, "{b:?}");
+        assert!(b.memcpy_mib_s > 0.0 && b.udp_mib_s > 0.0, "{b:?}");
     }
 }

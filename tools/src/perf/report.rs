@@ -7,16 +7,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::baseline::Baseline;
-use super::stats::{mb_per_s, ratio, Latency};
+use super::stats::{mib_per_s, ratio, Latency};
 use super::Test;
 
 /// Bandwidth figures of one message size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Bandwidth {
-    /// Peak over the best window, MB/s.
-    pub peak_mb_s: f64,
-    /// Average over the run, MB/s.
-    pub avg_mb_s: f64,
+    /// Peak over the best window, MiB/s.
+    pub peak_mib_s: f64,
+    /// Average over the run, MiB/s.
+    pub avg_mib_s: f64,
     /// Messages per second, in millions.
     pub msg_rate_mpps: f64,
     /// Seconds the run took.
@@ -62,11 +62,11 @@ impl SizeResult {
         bytes: usize,
         messages: u64,
         elapsed: Duration,
-        peak_mb_s: f64,
+        peak_mib_s: f64,
         bytes_completed: u64,
         bytes_checked: u64,
     ) -> SizeResult {
-        let avg = mb_per_s(messages * bytes as u64, elapsed);
+        let avg = mib_per_s(messages * bytes as u64, elapsed);
         SizeResult {
             bytes,
             iterations: messages,
@@ -74,8 +74,8 @@ impl SizeResult {
             bytes_checked,
             bandwidth: Some(Bandwidth {
                 // A run shorter than one peak window has only its average.
-                peak_mb_s: if peak_mb_s > 0.0 { peak_mb_s } else { avg },
-                avg_mb_s: avg,
+                peak_mib_s: if peak_mib_s > 0.0 { peak_mib_s } else { avg },
+                avg_mib_s: avg,
                 msg_rate_mpps: messages as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
                 seconds: elapsed.as_secs_f64(),
             }),
@@ -98,8 +98,8 @@ impl SizeResult {
     /// Adds the baselines and the ratios to them.
     pub fn set_baseline(&mut self, b: Baseline) {
         if let Some(bw) = &self.bandwidth {
-            self.ratio_memcpy = ratio(bw.avg_mb_s, Some(b.memcpy_mb_s));
-            self.ratio_udp = ratio(bw.avg_mb_s, Some(b.udp_mb_s));
+            self.ratio_memcpy = ratio(bw.avg_mib_s, Some(b.memcpy_mib_s));
+            self.ratio_udp = ratio(bw.avg_mib_s, Some(b.udp_mib_s));
         }
         if let Some(l) = &self.latency {
             self.ratio_udp_latency = ratio(l.median_us, Some(b.udp_half_rtt.median_us));
@@ -148,8 +148,8 @@ pub(super) const RULE: &str =
 pub(super) struct BandwidthRow {
     pub bytes: usize,
     pub iterations: u64,
-    pub peak_mb_s: f64,
-    pub avg_mb_s: f64,
+    pub peak_mib_s: f64,
+    pub avg_mib_s: f64,
     pub msg_rate_mpps: f64,
     pub ratio_memcpy: Option<f64>,
     pub ratio_udp: Option<f64>,
@@ -162,8 +162,8 @@ impl BandwidthRow {
         Self {
             bytes: r.bytes,
             iterations: r.iterations,
-            peak_mb_s: bw.peak_mb_s,
-            avg_mb_s: bw.avg_mb_s,
+            peak_mib_s: bw.peak_mib_s,
+            avg_mib_s: bw.avg_mib_s,
             msg_rate_mpps: bw.msg_rate_mpps,
             ratio_memcpy: r.ratio_memcpy,
             ratio_udp: r.ratio_udp,
@@ -180,8 +180,8 @@ pub(super) fn bandwidth_header(s: &mut String, label: Option<&str>) {
         "#bytes",
         label.map_or(String::new(), |l| format!(" {l:>5}")),
         "#iterations",
-        "BW peak[MB/sec]",
-        "BW average[MB/sec]",
+        "BW peak[MiB/sec]",
+        "BW average[MiB/sec]",
         "MsgRate[Mpps]",
         "vs memcpy",
         "vs UDP"
@@ -196,8 +196,8 @@ pub(super) fn bandwidth_row(s: &mut String, label: Option<&str>, r: &BandwidthRo
         r.bytes,
         label.map_or(String::new(), |l| format!(" {l:>5}")),
         r.iterations,
-        r.peak_mb_s,
-        r.avg_mb_s,
+        r.peak_mib_s,
+        r.avg_mib_s,
         r.msg_rate_mpps,
         opt(r.ratio_memcpy),
         opt(r.ratio_udp)
@@ -277,16 +277,16 @@ impl Report {
             let _ = writeln!(
                 s,
                 " baselines, same run: {:>8} {:>14} {:>13} {:>14} {:>16}",
-                "#bytes", "memcpy[MB/sec]", "UDP datagram", "UDP[MB/sec]", "UDP half-RTT[us]"
+                "#bytes", "memcpy[MiB/sec]", "UDP datagram", "UDP[MiB/sec]", "UDP half-RTT[us]"
             );
             for b in baselines {
                 let _ = writeln!(
                     s,
                     "                      {:>8} {:>14.2} {:>13} {:>14.2} {:>16.2}",
                     b.memcpy_bytes,
-                    b.memcpy_mb_s,
+                    b.memcpy_mib_s,
                     b.udp_datagram,
-                    b.udp_mb_s,
+                    b.udp_mib_s,
                     b.udp_half_rtt.median_us
                 );
             }
@@ -302,15 +302,16 @@ mod tests {
 
     #[test]
     fn ratios_follow_the_baseline() {
+        // 1000 messages of 64 KiB in a second: 62.5 MiB/s.
         let mut r = SizeResult::bandwidth(65536, 1000, Duration::from_secs(1), 0.0, 65_536_000, 0);
         let bw = r.bandwidth.unwrap();
-        assert!((bw.avg_mb_s - 65.536).abs() < 1e-9);
-        assert_eq!(bw.peak_mb_s, bw.avg_mb_s);
+        assert!((bw.avg_mib_s - 62.5).abs() < 1e-9);
+        assert_eq!(bw.peak_mib_s, bw.avg_mib_s);
         r.set_baseline(Baseline {
             memcpy_bytes: 65536,
-            memcpy_mb_s: 131.072,
+            memcpy_mib_s: 125.0,
             udp_datagram: 4096,
-            udp_mb_s: 65.536,
+            udp_mib_s: 62.5,
             udp_half_rtt: Latency::default(),
         });
         assert_eq!(r.ratio_memcpy, Some(0.5));

@@ -47,20 +47,24 @@ impl Latency {
     }
 }
 
-/// Bytes per second of `bytes` moved in `elapsed`, in MB/s (10^6 bytes, as perftest).
-pub fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+/// Bytes in a MiB: the unit of every bandwidth rnic-perf reports.
+pub const MIB: f64 = (1u64 << 20) as f64;
+
+/// Bytes per second of `bytes` moved in `elapsed`, in MiB/s (2^20 bytes, as perftest's
+/// "MiB/sec").
+pub fn mib_per_s(bytes: u64, elapsed: Duration) -> f64 {
     let s = elapsed.as_secs_f64();
     if s <= 0.0 {
         0.0
     } else {
-        bytes as f64 / s / 1e6
+        bytes as f64 / s / MIB
     }
 }
 
-/// The best bandwidth, in MB/s, over windows of consecutive progress marks `(time since
+/// The best bandwidth, in MiB/s, over windows of consecutive progress marks `(time since
 /// start, bytes done by then)`: at least `min_window` long each, so that one burst of
 /// completions read at once does not look like an infinitely fast moment.
-pub fn peak_mb_per_s(marks: &[(Duration, u64)], min_window: Duration) -> f64 {
+pub fn peak_mib_per_s(marks: &[(Duration, u64)], min_window: Duration) -> f64 {
     let mut best = 0.0f64;
     let mut start = 0;
     for end in 1..marks.len() {
@@ -69,7 +73,7 @@ pub fn peak_mb_per_s(marks: &[(Duration, u64)], min_window: Duration) -> f64 {
         }
         let dt = marks[end].0 - marks[start].0;
         if dt >= min_window {
-            best = best.max(mb_per_s(marks[end].1 - marks[start].1, dt));
+            best = best.max(mib_per_s(marks[end].1 - marks[start].1, dt));
         }
     }
     best
@@ -102,14 +106,15 @@ mod tests {
     #[test]
     fn peak_needs_a_whole_window() {
         let ms = Duration::from_millis;
-        // 1 MB per ms for 10 ms, then one burst of 5 MB at once.
-        let mut marks: Vec<_> = (0..=10).map(|i| (ms(i), i * 1_000_000)).collect();
-        marks.push((ms(10) + Duration::from_nanos(1), 15_000_000));
-        let peak = peak_mb_per_s(&marks, ms(2));
-        // A 2 ms window that includes the burst: 7 MB in 2 ms.
+        // 1 MiB per ms for 10 ms, then one burst of 5 MiB at once.
+        let mib = 1u64 << 20;
+        let mut marks: Vec<_> = (0..=10).map(|i| (ms(i), i * mib)).collect();
+        marks.push((ms(10) + Duration::from_nanos(1), 15 * mib));
+        let peak = peak_mib_per_s(&marks, ms(2));
+        // A 2 ms window that includes the burst: 7 MiB in 2 ms.
         assert!((peak - 3_500.0).abs() < 1.0, "{peak}");
-        assert_eq!(peak_mb_per_s(&marks[..1], ms(2)), 0.0);
-        assert_eq!(mb_per_s(2_000_000, Duration::from_secs(2)), 1.0);
+        assert_eq!(peak_mib_per_s(&marks[..1], ms(2)), 0.0);
+        assert_eq!(mib_per_s(2 << 20, Duration::from_secs(2)), 1.0);
     }
 
     #[test]

@@ -625,7 +625,7 @@ fn run_client(
     let mib = (1u64 << 20) as f64;
     let bytes = (cfg.iters * cfg.size as u64) as f64;
     let avg = bytes / secs / mib;
-    let peak = super::stats::peak_mb_per_s(&marks, super::PEAK_WINDOW) * 1e6 / mib;
+    let peak = super::stats::peak_mib_per_s(&marks, super::PEAK_WINDOW);
     Ok(BwReport {
         size: cfg.size as u64,
         iters: cfg.iters,
