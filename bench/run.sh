@@ -7,7 +7,9 @@
 #
 # --quick runs fewer iterations (a smoke run); --repeat N (default 3) runs every
 # measurement N times and reports the median run; the report goes to FILE (default
-# target/bench/report.md), the raw JSON beside it. --only runs some of the sections, a
+# target/bench/report.md), the raw JSON beside it, and its figures (bench/plot.py: SVG
+# charts of bandwidth and message rate by size, rate by QPs, scaling by pairs) beside
+# that. --only runs some of the sections, a
 # comma-separated list of: one (two functions of one rnicd), udp (two rnicd over UDP),
 # scaling (N pairs at once), idle.
 set -euo pipefail
@@ -48,7 +50,7 @@ if [ "$quick" = 1 ]; then bw_iters=500; lat_iters=500; rate_total=40000; else bw
 perf() {
     local title="$1" local_sock="$2" remote_sock="$3"; shift 3
     local tag
-    tag="$(echo "$title" | tr -c 'A-Za-z0-9' '_')"
+    tag="$(printf %s "$title" | tr -c 'A-Za-z0-9' '_')"
     echo "=== [bench] $title" >&2
     {
         echo "### $title"
@@ -222,6 +224,18 @@ sleep 1
     echo
 } >>"$out"
 
+fi
+
+# The figures, beside the report, from the raw results.
+figures="$(dirname "$out")"
+if python3 bench/plot.py "$raw" "$figures" >&2; then
+    {
+        echo "## Figures"
+        echo
+        for svg in bandwidth-by-size message-rate-by-size rate-by-qps scaling-by-pairs; do
+            [ -f "$figures/$svg.svg" ] && echo "![$svg]($svg.svg)" && echo
+        done
+    } >>"$out"
 fi
 
 echo "=== [bench] report: $out" >&2

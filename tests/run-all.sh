@@ -40,6 +40,9 @@ python3 tests/check-module-cycles.py device/src device/src/rdma
 step "the datasheet's figures: drawn from the ABI crate by docs/figures/render.py, none stale"
 python3 docs/figures/render.py --check
 
+step "the benchmark figures: redrawn by bench/plot.py from the saved run, none stale"
+python3 bench/plot.py --check bench/results/2026-11-28-quick docs/figures/perf
+
 step "build the binaries the integration tests start"
 cargo build --workspace --bins
 

@@ -1,5 +1,6 @@
 //! What every tool's command line has: `--wait SECS` (README "On the host, without a
-//! VM": a socket another client holds is waited for that long).
+//! VM": a socket another client holds is waited for that long), and the man page and
+//! shell completions its clap definition gives ([`generate_if_asked`]).
 
 use std::time::Duration;
 
@@ -20,6 +21,40 @@ impl WaitOption {
     pub fn apply(&self) {
         set_default_wait(Duration::from_secs_f64(self.wait));
     }
+}
+
+/// With `RNIC_GENERATE` set in the environment, prints what it names for the program whose
+/// command line `A` is, and exits: `man` (its man page, roff), `bash`, `zsh` or `fish`
+/// (its completion script). `tools/install-docs.sh` installs them this way. Call it first
+/// thing in `main`; without the variable it does nothing.
+pub fn generate_if_asked<A: clap::CommandFactory>() {
+    let Ok(what) = std::env::var("RNIC_GENERATE") else {
+        return;
+    };
+    let mut cmd = A::command();
+    let name = cmd.get_name().to_string();
+    let mut out = std::io::stdout();
+    let shell = match what.as_str() {
+        "man" => {
+            let code = match clap_mangen::Man::new(cmd).render(&mut out) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{name}: cannot write the man page: {e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+        "bash" => clap_complete::Shell::Bash,
+        "zsh" => clap_complete::Shell::Zsh,
+        "fish" => clap_complete::Shell::Fish,
+        other => {
+            eprintln!("{name}: RNIC_GENERATE={other:?}: give man, bash, zsh or fish");
+            std::process::exit(2);
+        }
+    };
+    clap_complete::generate(shell, &mut cmd, name, &mut out);
+    std::process::exit(0);
 }
 
 /// Parses `--wait`: seconds, zero or more.

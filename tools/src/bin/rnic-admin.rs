@@ -29,7 +29,7 @@ use serde::Serialize;
 ///
 /// Members are named `pf`, `vf0`, `vf1`, ... or by member id (0 = PF, n = VF n-1).
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(name = "rnic-admin", version)]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -266,6 +266,7 @@ fn number(s: &str) -> Result<u32, String> {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     if let Err(e) = run(&args) {

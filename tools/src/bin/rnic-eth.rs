@@ -21,7 +21,7 @@ const REPLY: u8 = 2;
 /// them; `recv` prints what arrives (any EtherType: ARP, IPv4, ...); `send` sends frames
 /// and `stats` prints the function's Ethernet counters. Opening a function resets it.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(name = "rnic-eth", version)]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -94,6 +94,7 @@ enum Command {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     if let Err(e) = run(&args) {

@@ -27,7 +27,7 @@ use rnic_tools::features::{self, Functions, Scenario};
 /// Ends with `rnic-features: all N checks passed` (exit 0), or `rnic-features: FAILED: ...`
 /// naming what failed (exit 1, on standard error).
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(name = "rnic-features", version)]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -63,6 +63,7 @@ enum Which {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     if let Which::HoldSecret = args.scenario {

@@ -15,7 +15,7 @@ use rnic_tools::info::Report;
 /// host it connects to a vfio-user socket of rnicd (--vfio-user). The report says which
 /// transport and whether interrupts work. Opening a function resets it.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(name = "rnic-info", version)]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -40,6 +40,7 @@ struct Args {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     if let Err(e) = run(&args) {

@@ -27,7 +27,7 @@ use rnic_tools::perf::{self, Config, Test};
 /// exchange, so that the other end can be perftest (e.g. on Soft-RoCE); see
 /// `rnic-perf --perftest write_bw --help`.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(name = "rnic-perf", version)]
 struct Args {
     #[command(flatten)]
     wait: rnic_tools::cli::WaitOption,
@@ -246,6 +246,7 @@ fn main() {
     if perf::perftest::wanted(&argv) {
         std::process::exit(perf::perftest::main_with(argv));
     }
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     let cfgs = match pairs(&args).and_then(|pairs| {

@@ -49,7 +49,7 @@ use rnic_tools::{ibv_compat, rc};
 /// ibv_rc_pingpong's -c/--chk: as client this side zeroes the first byte of every 4 KiB
 /// page as -c does, and either side verifies every message received byte for byte.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about, args_override_self = true)]
+#[command(name = "rnic-pingpong", version, args_override_self = true)]
 #[command(group(ArgGroup::new("mode").required(true).args(["listen", "connect", "server", "peer"])))]
 struct Args {
     #[command(flatten)]
@@ -188,6 +188,7 @@ fn parse_psn(s: &str) -> Result<u32, String> {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_tools::cli::generate_if_asked::<Args>();
     let args = Args::parse();
     args.wait.apply();
     debug_assert_eq!(DEFAULT_PORT_STR, DEFAULT_PORT.to_string());
