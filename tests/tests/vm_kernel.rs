@@ -861,6 +861,57 @@ fn run_pair(
     })
 }
 
+/// `rnic-admin --control DIR ARGS` on `rnicd`'s control socket: what it printed.
+fn control_admin(rnicd: &Rnicd, args: &[&str]) -> String {
+    let out = std::process::Command::new(rnic_tests::bin("rnic-admin"))
+        .arg("--control")
+        .arg(rnicd.socket_dir())
+        .args(args)
+        .output()
+        .expect("run rnic-admin");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The two `res qp` samples taken while VF1 wrote to VF0 without end: VF1's writer and
+/// VF0's responder, connected to each other, in RTS, their PSNs advancing between the
+/// samples; `listing` is `rnic-admin --control DIR res qp`'s text of the same moment.
+fn assert_psns_advanced(samples: &[Vec<rnic_control::QpEntry>], listing: &str) {
+    assert_eq!(samples.len(), 2, "two samples of the control socket");
+    let writer = |s: &[rnic_control::QpEntry]| {
+        s.iter()
+            .find(|q| q.function == "vf1" && q.state == "RTS" && q.r#type == "RC" && q.rqpn != 0)
+            .cloned()
+            .unwrap_or_else(|| panic!("no RC QP of VF1 in RTS: {s:?}"))
+    };
+    let (w0, w1) = (writer(&samples[0]), writer(&samples[1]));
+    assert_eq!(w0.lqpn, w1.lqpn, "the same writer in both samples");
+    let responder = |s: &[rnic_control::QpEntry]| {
+        s.iter()
+            .find(|q| q.function == "vf0" && q.lqpn == w0.rqpn)
+            .cloned()
+            .unwrap_or_else(|| panic!("VF0's QP {:#x} is not listed: {s:?}", w0.rqpn))
+    };
+    let (r0, r1) = (responder(&samples[0]), responder(&samples[1]));
+    assert_eq!((r0.state.as_str(), r0.rqpn), ("RTS", w0.lqpn), "{r0:?}");
+    let moved = |a: u32, b: u32| b.wrapping_sub(a) & 0xFF_FFFF;
+    assert!(
+        moved(w0.sq_psn, w1.sq_psn) > 0,
+        "the writer's PSN advanced: {w0:?} {w1:?}"
+    );
+    assert!(
+        moved(r0.rq_psn, r1.rq_psn) > 0,
+        "the responder's PSN advanced: {r0:?} {r1:?}"
+    );
+    assert!(
+        listing.contains(&format!("function vf1 lqpn {} rqpn {}", w0.lqpn, w0.rqpn)),
+        "rnic-admin res qp lists the writer: {listing}"
+    );
+    eprintln!(
+        "control socket: VF1's QP {:#x} sq-psn {:#x} -> {:#x}, VF0's QP {:#x} rq-psn {:#x} -> {:#x}",
+        w0.lqpn, w0.sq_psn, w1.sq_psn, r0.lqpn, r0.rq_psn, r1.rq_psn
+    );
+}
+
 /// Fails unless both guests ran their whole scripts.
 fn assert_both_succeeded(results: &[(String, Option<i32>); 2], names: [&str; 2]) {
     for ((console, status), name) in results.iter().zip(names) {
@@ -1683,6 +1734,9 @@ while :; do
     i=$((i + 1)); [ $i -lt 10 ] || { cat /tmp/bw-inf.txt; echo "=== FAILED: no traffic to A"; exit 1; }
 done
 echo "=== flr-traffic running"
+# The host reads rnicd's control socket now (res qp twice, a second apart) and finds this
+# QP and A's, their PSNs advancing.
+echo "=== flr-traffic sample"; sleep 4
 pci=$(basename "$(readlink /sys/class/net/eth0/device)")
 timeout 120 sh -c "echo 1 > /sys/bus/pci/devices/$pci/reset" || { echo "=== FAILED: FLR under traffic"; exit 1; }
 echo "=== flr-traffic reset done"
@@ -1743,7 +1797,22 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
         1,
         format!("{}{FLR_UNDER_TRAFFIC_B}", phase.connect(KERNEL_RNIC0, A_IP)),
     );
-    let results = run_pair(("guest A (VF0)", a), ("guest B (VF1)", b), |_| {}, |_| {});
+    // While B's ib_write_bw writes to A without end, the host looks at both functions
+    // through rnicd's read-only control socket (§12.9), twice, without touching them.
+    let control = rnicd.socket_dir().join(rnic_control::SOCKET_NAME);
+    let mut samples: Vec<Vec<rnic_control::QpEntry>> = Vec::new();
+    let mut listing = String::new();
+    let on_b = |line: &str| {
+        if line.ends_with("=== flr-traffic sample") {
+            for _ in 0..2 {
+                let res = rnic_control::Request::Res(rnic_control::Resource::Qp);
+                samples.push(rnic_control::query(&control, res).unwrap_or_default());
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            listing = control_admin(&rnicd, &["res", "qp"]);
+        }
+    };
+    let results = run_pair(("guest A (VF0)", a), ("guest B (VF1)", b), |_| {}, on_b);
     assert_both_succeeded(&results, ["guest A (VF0)", "guest B (VF1)"]);
     for (name, (console, _)) in ["A", "B"].iter().zip(&results) {
         assert!(
@@ -1751,6 +1820,7 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
             "{name}: ib_write_bw after B's reset under traffic"
         );
     }
+    assert_psns_advanced(&samples, &listing);
     assert!(
         results[1].0.contains("=== flr-traffic running")
             && results[1].0.contains("=== flr-traffic reset done"),
