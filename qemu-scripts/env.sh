@@ -125,3 +125,75 @@ qemu_path() {
     fi
     echo "$p"
 }
+
+# Whether a guest kernel runs under KVM here: boots KERNEL (a path as QEMU sees it) with
+# -accel kvm and no root file system, and succeeds once the kernel gets as far as looking
+# for its root (it then panics), fails as soon as QEMU reports a KVM error. A real run,
+# not a look at /dev/kvm: nested KVM may open and create VMs fine, yet fail on the first
+# instructions the kernel's decompressor runs ("KVM internal error ... emulation
+# failure", QEMU then hangs). The answer is kept in /run (until the host reboots).
+kvm_probe() { # KERNEL
+    local kernel=$1 key cache=/run/rnic-kvm-probe out pid i verdict=""
+    key="$(uname -r) $(cat "$GUEST_KIT/kernel-version" 2>/dev/null) $(qemu_cmd -version 2>/dev/null | head -n1)"
+    if [ -f "$cache" ] && [ "$(head -n1 "$cache")" = "$key" ]; then
+        verdict=$(sed -n 2p "$cache")
+    else
+        out=$(mktemp)
+        local argv
+        mapfile -t argv < <(qemu_argv)
+        "${argv[@]}" -accel kvm -machine q35 -m 256 -display none -nodefaults -no-reboot \
+            -serial stdio -kernel "$kernel" -append "console=ttyS0 panic=-1" \
+            </dev/null >"$out" 2>&1 &
+        pid=$!
+        for i in $(seq 150); do
+            if grep -qE 'Kernel panic|VFS: Unable to mount root|Run /init' "$out"; then
+                verdict=ok
+            elif grep -qE 'KVM internal error|emulation failure|failed to initialize kvm|Could not access KVM' "$out"; then
+                verdict="a guest kernel fails under KVM here: $(grep -m1 -oE 'KVM internal error[^.]*|emulation failure|failed to initialize kvm[^.]*|Could not access KVM[^.]*' "$out")"
+            elif ! kill -0 "$pid" 2>/dev/null; then
+                verdict="QEMU with -accel kvm exited: $(grep -v '^$' "$out" | tail -n1)"
+            fi
+            [ -z "$verdict" ] || break
+            [ "$i" -lt 150 ] || verdict="a guest kernel did not start under KVM within 30 s"
+            sleep 0.2
+        done
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        rm -f "$out"
+        printf '%s\n%s\n' "$key" "$verdict" >"$cache" 2>/dev/null || true
+    fi
+    [ "$verdict" = ok ] || { echo "$verdict"; return 1; }
+}
+
+# Prints the accelerator for a guest: "kvm", or "tcg (REASON)". KVM when the device
+# (RNIC_KVM_DEV, default /dev/kvm) is a character device this process can open read-write
+# and a guest kernel really runs under it (kvm_probe KERNEL, or the command in
+# RNIC_KVM_PROBE when set: tests give true or false). RNIC_KVM=0 forces TCG, RNIC_KVM=1
+# KVM without any check; a first argument --tcg forces TCG.
+choose_accel() { # [--tcg] KERNEL
+    local dev=${RNIC_KVM_DEV:-/dev/kvm} why
+    if [ "${1:-}" = --tcg ]; then
+        echo "tcg (--tcg)"
+        return
+    fi
+    case ${RNIC_KVM:-auto} in
+    0) echo "tcg (RNIC_KVM=0)"; return ;;
+    1) echo kvm; return ;;
+    auto) ;;
+    *) echo "tcg (RNIC_KVM=$RNIC_KVM is none of 0, 1, auto)"; return ;;
+    esac
+    [ -e "$dev" ] || { echo "tcg ($dev does not exist)"; return; }
+    [ -c "$dev" ] || { echo "tcg ($dev is not a character device)"; return; }
+    # shellcheck disable=SC2188 # opening is the test
+    if ! { <>"$dev"; } 2>/dev/null; then
+        echo "tcg (cannot open $dev read-write)"
+        return
+    fi
+    if [ -n "${RNIC_KVM_PROBE:-}" ]; then
+        $RNIC_KVM_PROBE || { echo "tcg (the probe $RNIC_KVM_PROBE failed)"; return; }
+    elif ! why=$(kvm_probe "$1"); then
+        echo "tcg ($why)"
+        return
+    fi
+    echo kvm
+}

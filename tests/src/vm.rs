@@ -209,22 +209,20 @@ pub fn start_rnicd(name: &str, vfs: u32, extra: &[&str]) -> (PathBuf, Child) {
     let dir = vm_run_base().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket dir");
     let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
-    let mut rnicd = Command::new(crate::bin("rnicd"))
+    let mut command = Command::new(crate::bin("rnicd"));
+    command
         .args(["--socket-dir"])
         .arg(&dir)
         .args(["--vfs", &vfs.to_string()])
         .args(extra)
         .env("RUST_LOG", "info")
-        .stderr(log)
-        .spawn()
-        .expect("start rnicd");
-    crate::wait_for(Duration::from_secs(10), "rnicd to serve", || {
+        .stderr(log);
+    let ready = crate::ReadyPipe::give(&mut command);
+    let rnicd = command.spawn().expect("start rnicd");
+    if let Err(e) = ready.wait(Duration::from_secs(10)) {
         let log = std::fs::read_to_string(dir.join("rnicd.log")).unwrap_or_default();
-        if let Ok(Some(status)) = rnicd.try_wait() {
-            panic!("rnicd {extra:?} exited ({status}) before serving:\n{log}");
-        }
-        log.contains("serving the PF")
-    });
+        panic!("rnicd {extra:?} did not report ready ({e}):\n{log}");
+    }
     (dir, rnicd)
 }
 
