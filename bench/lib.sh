@@ -97,7 +97,7 @@ vm_bench_start() {
     cargo build --release -p rnic-device --bin rnicd >&2
     rnicd="$(target_dir)/release/rnicd"
     # QEMU may run inside the trixie root: the sockets must be where it reaches them.
-    if qemu_in_root; then base=$TRIXIE_ROOT/run/rnic-vm; else base=$RNIC_CACHE/run/rnic-vm; fi
+    base=$RNIC_VM_RUNS
     mkdir -p "$base"
     bench_workdir "$base"
     start_rnicd "$(dirname "$rnicd")" sock --vfs "$1"

@@ -52,7 +52,8 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
                     Default: a fresh directory inside this run's directory. When QEMU runs
-                    inside the trixie root, DIR must be under $RNIC_CACHE/trixie-root.
+                    inside the trixie root, DIR must be under $RNIC_VM_RUNS
+                    (/var/tmp/rnic/rnic-vm).
   --rnicd-args 'ARGS'
                     more options for the rnicd this run starts (split on whitespace, after
                     --socket-dir and --vfs), e.g. --rnicd-args '--pcap /tmp/a.pcap
@@ -264,11 +265,8 @@ pyverbs_layer=""
 [ $pyverbs = 0 ] || pyverbs_layer=$(bash "$here/pyverbs-layer.sh") || die "building the pyverbs layer failed (see above)"
 busybox=$GUEST_KIT/busybox
 
-if qemu_in_root; then
-    run_base=$TRIXIE_ROOT/run/rnic-vm
-else
-    run_base=$RNIC_CACHE/run/rnic-vm
-fi
+# Outside the cache, which may be read-only (see env.sh).
+run_base=$RNIC_VM_RUNS
 mkdir -p "$run_base"
 run_dir=$run_base/$(date +%Y%m%d-%H%M%S)-$$
 mkdir "$run_dir"
@@ -332,7 +330,7 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
         socket_dir=$run_dir
     fi
     socket_dir=$(realpath -m -- "$socket_dir")
-    qemu_path "$socket_dir" >/dev/null || die "--socket-dir $socket_dir is not reachable by QEMU, which runs inside $TRIXIE_ROOT: use a directory under $TRIXIE_ROOT, or omit --socket-dir"
+    qemu_path "$socket_dir" >/dev/null || die "--socket-dir $socket_dir is not reachable by QEMU, which runs inside $TRIXIE_ROOT: use a directory under $RNIC_VM_RUNS, or omit --socket-dir"
     [[ $socket_dir != *[\"\\]* ]] || die "--socket-dir must not contain quotes or backslashes"
     mkdir -p "$socket_dir"
     if [ $want_pf = 1 ]; then

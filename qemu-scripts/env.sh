@@ -5,6 +5,12 @@ RNIC_CACHE=${RNIC_CACHE:-/var/cache/rnic}
 TRIXIE_ROOT=$RNIC_CACHE/trixie-root
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_KIT=$RNIC_CACHE/guest-kit
+# What each boot writes lives outside the cache, so that the cache may be read-only (or
+# shared) once set up: the run directories (logs, sockets, the run's guest image) under
+# RNIC_VM_RUNS, and the busybox guest's image, rebuilt at every boot from the checkout.
+RNIC_RUN=${RNIC_RUN:-/var/tmp/rnic}
+# shellcheck disable=SC2034
+RNIC_VM_RUNS=$RNIC_RUN/rnic-vm
 # The Debian guests (build-debian-guest.sh): their debootstrapped root (named after the
 # first of them), the Soft-RoCE (rdma_rxe) guest's packed image, and the verbs guest's
 # (rnic's libibverbs in place of Debian's).
@@ -88,15 +94,17 @@ qemu_in_root() {
 
 # Prints the argv prefix that runs QEMU, one word a line (read it with mapfile). Inside the
 # trixie root, QEMU runs in a private mount namespace where /dev and /proc are bind-mounted
-# into the root: the mounts vanish with QEMU, so nothing is left mounted on the host (an
-# `rm -rf` of the cache can never reach the host's /dev) and concurrent runs do not interfere.
+# into the root, and $RNIC_VM_RUNS onto the root's /run (so QEMU reaches the run
+# directories, which live outside the cache): the mounts vanish with QEMU, so nothing is
+# left mounted on the host (an `rm -rf` of the cache can never reach the host's /dev),
+# concurrent runs do not interfere, and the root itself may be read-only.
 # The pid of the process started from this prefix is QEMU's own pid (every step execs).
 qemu_argv() {
     if qemu_in_root; then
         # shellcheck disable=SC2016 # expanded by the inner sh
         printf '%s\n' unshare --mount --propagation private -- sh -c \
-            'mount --rbind /dev "$0/dev" && mount --bind /proc "$0/proc" && exec chroot "$0" qemu-system-x86_64 "$@"' \
-            "$TRIXIE_ROOT"
+            'mkdir -p "$1" && mount --rbind /dev "$0/dev" && mount --bind /proc "$0/proc" && mount --bind "$1" "$0/run" && shift && exec chroot "$0" qemu-system-x86_64 "$@"' \
+            "$TRIXIE_ROOT" "$RNIC_VM_RUNS"
     else
         printf '%s\n' qemu-system-x86_64
     fi
@@ -107,18 +115,25 @@ qemu_cmd() {
     "${argv[@]}" "$@"
 }
 
-# Prints PATH (absolute, on the host) as QEMU sees it: inside the trixie root that strips the
-# $TRIXIE_ROOT prefix, and fails for a path outside the root.
+# Prints PATH (absolute, on the host) as QEMU sees it: inside the trixie root a path under
+# $RNIC_VM_RUNS is under /run there, one elsewhere in the root loses the $TRIXIE_ROOT
+# prefix, and any other path fails.
 qemu_path() {
     local p
     p=$(realpath -m -- "$1")
     if qemu_in_root; then
-        local root
+        local root runs
         root=$(realpath -m -- "$TRIXIE_ROOT")
+        runs=$(realpath -m -- "$RNIC_VM_RUNS")
         case $p in
+        "$runs"/*) p=/run/${p#"$runs"/} ;;
+        "$root"/run/*)
+            echo "qemu_path: $p is hidden from QEMU, which sees $RNIC_VM_RUNS at the root's /run; put it under $RNIC_VM_RUNS" >&2
+            return 1
+            ;;
         "$root"/*) p=${p#"$root"} ;;
         *)
-            echo "qemu_path: $p is outside $TRIXIE_ROOT, where QEMU runs; put it under $TRIXIE_ROOT" >&2
+            echo "qemu_path: $p is out of reach of QEMU, which runs inside $TRIXIE_ROOT; put it under $RNIC_VM_RUNS" >&2
             return 1
             ;;
         esac

@@ -105,7 +105,19 @@ for dev in /sys/bus/pci/devices/*; do
     if [ "$(cat $dev/vendor)" = 0xf1c0 ]; then echo "CLASS $(cat $dev/class)"; fi
 done
 "#;
-    let (console, status) = boot(&["--pf"], script);
+    // This boot also shows that a cache set up once boots guests read-only: each run
+    // writes only outside it (qemu-scripts/env.sh, RNIC_RUN).
+    let out = Boot::rnic()
+        .arg("--pf")
+        .read_only_cache()
+        .command(script)
+        .output()
+        .expect("run qemu-scripts/boot.sh");
+    let (console, status) = finished("guest", &out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is read-only for this boot"),
+        "the cache was made read-only"
+    );
     assert_eq!(status, Some(0));
     assert!(console.contains("function:     PF with "), "{console}");
     assert!(console.contains("CLASS 0x020000"), "network/Ethernet class");
