@@ -38,9 +38,17 @@ FIO_KIT=$RNIC_CACHE/fio-layer
 IBVERBS_REF=$RNIC_CACHE/ibverbs-ref
 
 # The Debian mirror the host's own apt already uses, so no host name lives in the repo
-# (empty when none is found: debootstrap then picks Debian's default).
+# (empty when none is found: debootstrap then picks Debian's default). Only a Debian host's
+# mirror carries Debian: on any other host (Ubuntu) it is Debian's own,
+# http://deb.debian.org/debian.
 host_mirror() {
-    local uri=""
+    local uri="" id
+    # RNIC_OS_RELEASE: another os-release file, for tests.
+    id=$(sed -n 's/^ID=//p' "${RNIC_OS_RELEASE:-/etc/os-release}" 2>/dev/null | tr -d "\"'")
+    if [ "$id" != debian ]; then
+        echo http://deb.debian.org/debian
+        return
+    fi
     if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
         uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
             /etc/apt/sources.list.d/*.sources)
@@ -61,7 +69,37 @@ apt_install_host() {
     [ ${#missing[@]} -eq 0 ] && return 0
     log "installing host packages: ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o APT::Status-Fd=3 "${missing[@]}" 3> >(apt_progress >&2) >/dev/null
+}
+
+# Turns apt's status lines (APT::Status-Fd) into a line at every 10% of the download and
+# of the installation: "[apt] downloading 40%", "[apt] installing 70%".
+apt_progress() {
+    awk -F: '
+        $1 == "dlstatus" && int($3 / 10) > dl { dl = int($3 / 10); printf "[apt] downloading %d%%\n", dl * 10; fflush() }
+        $1 == "pmstatus" && int($3 / 10) > pm { pm = int($3 / 10); printf "[apt] installing %d%%\n", pm * 10; fflush() }
+    ' dl=-1 pm=-1
+}
+
+# debootstrap, with progress: its whole output goes where the caller sends it (a log, as a
+# rule), and a line per phase and per 25 packages fetched to the stderr that setup.sh
+# started with (RNIC_PROGRESS_FD, which it opens; without it, no progress).
+debootstrap() {
+    if [ -z "${RNIC_PROGRESS_FD:-}" ] || [ ! -e "/proc/self/fd/$RNIC_PROGRESS_FD" ]; then
+        command debootstrap "$@"
+        return
+    fi
+    command debootstrap "$@" 2>&1 | tee >(awk '
+        /^I: Retrieving / && $3 != "InRelease" && $3 != "Packages" { n++; if (n % 25 == 0) { printf "[debootstrap] %d packages fetched\n", n; fflush() } }
+        /^I: Extracting / && !x { x = 1; printf "[debootstrap] %d packages fetched; extracting\n", n; fflush() }
+        /^I: Installing core packages/ { print "[debootstrap] installing the core packages"; fflush() }
+        /^I: Unpacking required packages/ { print "[debootstrap] unpacking"; fflush() }
+        /^I: Configuring required packages/ { print "[debootstrap] configuring"; fflush() }
+        /^I: Base system installed successfully/ { print "[debootstrap] done"; fflush() }
+        /^E: / { print "[debootstrap] " $0; fflush() }
+    ' >&"$RNIC_PROGRESS_FD")
+    return "${PIPESTATUS[0]}"
 }
 
 # Installs PKG... into the chroot ROOT with apt (from RELEASE with --release RELEASE), then
@@ -74,8 +112,10 @@ chroot_install() { # ROOT [--release RELEASE] PKG...
         shift 2
     fi
     # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
+    # 3>: apt's status lines, shown as progress (apt_progress).
     chroot "$root" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${release[@]}" "$@" 2>&1 >/dev/null |
+        apt-get install -y -qq --no-install-recommends -o APT::Status-Fd=3 "${release[@]}" "$@" \
+        3> >(apt_progress >&2) 2>&1 >/dev/null |
         { grep -v posix_openpt >&2 || true; }
     for p in "$@"; do
         chroot "$root" dpkg -s "$p" >/dev/null 2>&1 || {

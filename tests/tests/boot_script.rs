@@ -114,3 +114,79 @@ fn rnicd_args_that_boot_sh_sets_itself_are_refused() {
         assert!(usage.contains(word), "usage lacks {word}");
     }
 }
+
+/// `setup.sh --plan` with the host described by `os_release` and an empty cache: its
+/// exit status and messages. Nothing is installed.
+fn setup_plan(os_release: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("os-release");
+    std::fs::write(&file, os_release).unwrap();
+    let cache = dir.path().join("cache");
+    let out = Command::new("bash")
+        .arg(repo().join("qemu-scripts/setup.sh"))
+        .arg("--plan")
+        .env("RNIC_OS_RELEASE", &file)
+        .env("RNIC_CACHE", &cache)
+        .output()
+        .expect("run setup.sh");
+    assert!(!cache.exists(), "--plan made the cache");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn setup_says_what_it_installs_and_refuses_hosts_it_does_not_support() {
+    let (status, said) = setup_plan("ID=debian\nVERSION_ID=\"12\"\nPRETTY_NAME=\"Debian 12\"\n");
+    assert_eq!(status, Some(0), "{said}");
+    assert!(said.contains("host: Debian 12 (supported)"), "{said}");
+    for part in [
+        "trixie-backports' QEMU",
+        "guest kernel",
+        "rdma-core",
+        "GB",
+        "free there now",
+    ] {
+        assert!(said.contains(part), "the plan lacks {part}: {said}");
+    }
+    let (status, said) = setup_plan("ID=ubuntu\nVERSION_ID=\"24.04\"\n");
+    assert_eq!(status, Some(0), "{said}");
+    assert!(said.contains("(supported)"), "{said}");
+    for (os, name) in [
+        (
+            "ID=fedora\nVERSION_ID=40\nPRETTY_NAME=\"Fedora Linux 40\"\n",
+            "Fedora Linux 40",
+        ),
+        (
+            "ID=debian\nVERSION_ID=\"11\"\nPRETTY_NAME=\"Debian 11\"\n",
+            "Debian 11",
+        ),
+        ("ID=ubuntu\nVERSION_ID=\"20.04\"\n", "ubuntu"),
+    ] {
+        let (status, said) = setup_plan(os);
+        assert_eq!(status, Some(1), "{said}");
+        assert!(
+            said.contains(&format!("this host is {name}: setup.sh supports Debian 12")),
+            "{said}"
+        );
+    }
+}
+
+#[test]
+fn the_trixie_roots_come_from_debians_mirror_on_other_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("os-release");
+    std::fs::write(&file, "ID=ubuntu\nVERSION_ID=\"24.04\"\n").unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("source qemu-scripts/env.sh; host_mirror")
+        .current_dir(repo())
+        .env("RNIC_OS_RELEASE", &file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "http://deb.debian.org/debian"
+    );
+}
