@@ -152,7 +152,8 @@ ensure_trixie_root() {
     }
     local m=${mirror:-http://deb.debian.org/debian}
     echo "deb $m trixie-backports main" >"$TRIXIE_ROOT/etc/apt/sources.list.d/bpo.list"
-    chroot "$TRIXIE_ROOT" apt-get update -qq
+    log "fetching trixie's package lists"
+    chroot "$TRIXIE_ROOT" apt-get update -qq -o APT::Status-Fd=3 3> >(apt_progress >&2)
     touch "$TRIXIE_ROOT/.rnic-debootstrap-done"
 }
 
@@ -179,7 +180,9 @@ fetch_deb() {
     local dir="$TRIXIE_ROOT/var/tmp/rnic-debs"
     mkdir -p "$dir" "$dest"
     rm -f "$dir"/*.deb
-    chroot "$TRIXIE_ROOT" sh -c "cd /var/tmp/rnic-debs && apt-get download -qq -o APT::Sandbox::User=root $pkg" >/dev/null
+    # 3>: apt's status lines, shown as progress (env.sh's apt_progress).
+    chroot "$TRIXIE_ROOT" sh -c "cd /var/tmp/rnic-debs && apt-get download -qq -o APT::Sandbox::User=root -o APT::Status-Fd=3 $pkg" \
+        3> >(apt_progress >&2) >/dev/null
     dpkg-deb -x "$dir"/*.deb "$dest"
 }
 
