@@ -46,14 +46,20 @@ bench_workdir() {
 
 start_rnicd() {
     local bin="$1" name="$2"; shift 2
-    rm -rf "${work:?}/$name"
-    RUST_LOG=warn "$bin/rnicd" --socket-dir "$work/$name" "$@" 2>"$work/$name.log" &
+    rm -rf "${work:?}/$name" "$work/$name.ready"
+    # rnicd writes a line on --ready-fd once every socket listens; end of file first means
+    # that it failed.
+    mkfifo "$work/$name.ready"
+    RUST_LOG=warn "$bin/rnicd" --socket-dir "$work/$name" --ready-fd 3 "$@" \
+        2>"$work/$name.log" 3>"$work/$name.ready" &
     started=$!
     pids+=("$started")
-    for _ in $(seq 100); do
-        [ -S "$work/$name/pf.sock" ] && return 0
-        sleep 0.1
-    done
+    local ready="" fd
+    exec {fd}<"$work/$name.ready"
+    read -r -t 10 -u "$fd" ready || true
+    exec {fd}<&-
+    rm -f "$work/$name.ready"
+    [ "$ready" = ready ] && return 0
     echo "rnicd $name did not start; its log:" >&2
     cat "$work/$name.log" >&2
     exit 1
@@ -97,7 +103,7 @@ vm_bench_start() {
     cargo build --release -p rnic-device --bin rnicd >&2
     rnicd="$(target_dir)/release/rnicd"
     # QEMU may run inside the trixie root: the sockets must be where it reaches them.
-    if qemu_in_root; then base=$TRIXIE_ROOT/run/rnic-vm; else base=$RNIC_CACHE/run/rnic-vm; fi
+    base=$RNIC_VM_RUNS
     mkdir -p "$base"
     bench_workdir "$base"
     start_rnicd "$(dirname "$rnicd")" sock --vfs "$1"

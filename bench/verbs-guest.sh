@@ -41,9 +41,9 @@ source bench/lib.sh
 echo "=== [verbs-guest] building release binaries" >&2
 bin="$(release_bin)"
 # QEMU may run inside the trixie root: rnicd's sockets go where it reaches them.
-root=/var/cache/rnic/trixie-root
-base="$root/run/rnic-bench"
-[ -d "$root/run" ] || base=/var/cache/rnic/run/rnic-bench
+# shellcheck source=qemu-scripts/env.sh
+source qemu-scripts/env.sh
+base="$RNIC_VM_RUNS/rnic-bench"
 mkdir -p "$base"
 work="$(mktemp -d "$base/verbs-guest.XXXXXX")"
 pids=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Boots a TCG guest with rnic functions attached over vfio-user and runs a command in it.
+# Boots a guest (KVM where it works, else TCG) with rnic functions attached over vfio-user and runs a command in it.
 # See usage() below and qemu-scripts/README.md.
 set -euo pipefail
 
@@ -18,10 +18,10 @@ die() {
 usage() {
     cat <<'EOF'
 Usage: boot.sh [--rxe | --verbs | --kernel] [--pyverbs] [--layer FILE]... [--socket-dir DIR] [--pf] [--vf N]... [--iommu]
-               [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE] [--file HOST[:GUEST]]...
-               [--mem MB] [--smp N] [--timeout S] [--] CMD...
+               [--rnicd-args 'ARGS']... [--nic SPEC [--ip A/P] [--mtu N]]... [--nic-dump FILE]
+               [--file HOST[:GUEST]]... [--mem MB] [--smp N] [--tcg] [--timeout S] [--] CMD...
 
-Boots a Linux guest under QEMU (TCG) with the busybox initramfs from build-initramfs.sh,
+Boots a Linux guest under QEMU (KVM when /dev/kvm works here, else TCG) with the busybox initramfs from build-initramfs.sh,
 attaches each requested rnic function as a vfio-user-pci device, runs CMD... in the guest
 (its words joined by spaces, run by the guest's sh, like ssh), and exits with its status.
 With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x quits QEMU).
@@ -52,7 +52,13 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
                     serves DIR yet, one is started for this run and stopped at its end.
                     Default: a fresh directory inside this run's directory. When QEMU runs
-                    inside the trixie root, DIR must be under $RNIC_CACHE/trixie-root.
+                    inside the trixie root, DIR must be under $RNIC_VM_RUNS
+                    (/var/tmp/rnic/rnic-vm).
+  --rnicd-args 'ARGS'
+                    more options for the rnicd this run starts (split on whitespace, after
+                    --socket-dir and --vfs), e.g. --rnicd-args '--pcap /tmp/a.pcap
+                    --net-faults loss=0.01,seed=1'; repeatable. Not with an rnicd that
+                    already serves --socket-dir
   --pf              attach the physical function (DIR/pf.sock)
   --vf N            attach virtual function N (DIR/vfN.sock); repeatable
   --iommu           give the guest a virtual IOMMU (QEMU's intel-iommu, kernel intel_iommu=on):
@@ -82,6 +88,10 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
   --mem MB          guest memory in MiB (default 512; 1024 with --rxe, --verbs or --kernel)
   --smp N           virtual CPUs (default 1; under TCG each is a host thread, so more than
                     the host's cores minus rnicd's only slows everything)
+  --tcg             run the guest under TCG even where KVM works. Without it boot.sh uses
+                    KVM when /dev/kvm opens read-write and a guest kernel really runs under
+                    it (checked once per host boot), and says which: "[boot] accelerator:
+                    kvm" or "tcg (why)"
   --timeout S       kill QEMU after S seconds (default 300; 0 = never)
 
 Environment:
@@ -91,6 +101,7 @@ Environment:
                              target/debug/rnicd and target/release/rnicd, in
                              $CARGO_TARGET_DIR if set; built if neither)
   RUST_LOG                   passed to a started rnicd (default: info)
+  RNIC_KVM                   0: TCG always; 1: KVM without checking; auto (default)
 
 Exit status: the guest command's; 124 if the timeout killed QEMU; 125 if QEMU or rnicd failed
 or the guest never reported a status. The console log and rnicd's log are kept in the run
@@ -115,12 +126,17 @@ nic_dump=""
 mem=""
 smp=1
 timeout_s=300
+force_tcg=0
+rnicd_args=()
 cmd=()
 while [ $# -gt 0 ]; do
     case $1 in
     --socket-dir) [ $# -ge 2 ] || die "--socket-dir needs a directory"; socket_dir=$2; shift 2 ;;
     --socket-dir=*) socket_dir=${1#*=}; shift ;;
     --pf) want_pf=1; shift ;;
+    --tcg) force_tcg=1; shift ;;
+    --rnicd-args) [ $# -ge 2 ] || die "--rnicd-args needs rnicd's options in one word"; read -ra more <<<"$2"; rnicd_args+=(${more[@]+"${more[@]}"}); shift 2 ;;
+    --rnicd-args=*) read -ra more <<<"${1#*=}"; rnicd_args+=(${more[@]+"${more[@]}"}); shift ;;
     --vf) [ $# -ge 2 ] || die "--vf needs a VF index"; vfs+=("$2"); shift 2 ;;
     --vf=*) vfs+=("${1#*=}"); shift ;;
     --verbs) verbs=1; shift ;;
@@ -223,6 +239,15 @@ if [ ${#cmd[@]} -eq 0 ]; then
     [ ${#mtus[@]} -eq 0 ] || die "--mtu is set before a guest command; in a shell run: ip link set eth0 mtu N"
     interactive=1
 fi
+for a in ${rnicd_args[@]+"${rnicd_args[@]}"}; do
+    case $a in
+    --socket-dir | --socket-dir=* | --vfs | --vfs=* | --ready-fd | --ready-fd=*)
+        die "--rnicd-args $a: boot.sh sets ${a%%=*} itself (use boot.sh's --socket-dir and --vf)" ;;
+    esac
+done
+if [ ${#rnicd_args[@]} -gt 0 ] && [ $want_pf = 0 ] && [ ${#vfs[@]} -eq 0 ]; then
+    die "--rnicd-args is for the rnicd boot.sh starts: attach a function (--pf or --vf N)"
+fi
 [ "$(id -u)" = 0 ] || die "must run as root (chroot and mounts); re-run with sudo"
 
 # --- set-up (both idempotent) --------------------------------------------------------------
@@ -240,11 +265,8 @@ pyverbs_layer=""
 [ $pyverbs = 0 ] || pyverbs_layer=$(bash "$here/pyverbs-layer.sh") || die "building the pyverbs layer failed (see above)"
 busybox=$GUEST_KIT/busybox
 
-if qemu_in_root; then
-    run_base=$TRIXIE_ROOT/run/rnic-vm
-else
-    run_base=$RNIC_CACHE/run/rnic-vm
-fi
+# Outside the cache, which may be read-only (see env.sh).
+run_base=$RNIC_VM_RUNS
 mkdir -p "$run_base"
 run_dir=$run_base/$(date +%Y%m%d-%H%M%S)-$$
 mkdir "$run_dir"
@@ -308,7 +330,7 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
         socket_dir=$run_dir
     fi
     socket_dir=$(realpath -m -- "$socket_dir")
-    qemu_path "$socket_dir" >/dev/null || die "--socket-dir $socket_dir is not reachable by QEMU, which runs inside $TRIXIE_ROOT: use a directory under $TRIXIE_ROOT, or omit --socket-dir"
+    qemu_path "$socket_dir" >/dev/null || die "--socket-dir $socket_dir is not reachable by QEMU, which runs inside $TRIXIE_ROOT: use a directory under $RNIC_VM_RUNS, or omit --socket-dir"
     [[ $socket_dir != *[\"\\]* ]] || die "--socket-dir must not contain quotes or backslashes"
     mkdir -p "$socket_dir"
     if [ $want_pf = 1 ]; then
@@ -324,6 +346,8 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
     done
 
     if listening "$socket_dir/pf.sock"; then
+        [ ${#rnicd_args[@]} -eq 0 ] ||
+            die "--rnicd-args ${rnicd_args[*]}: an rnicd already serves $socket_dir and keeps its options; stop it, or use another --socket-dir"
         log "using the rnicd already serving $socket_dir"
         for s in "${socks[@]}"; do
             listening "$s" || die "the rnicd serving $socket_dir has no $(basename "$s") (started with too few --vfs?); stop it, or use another --socket-dir"
@@ -353,24 +377,31 @@ if [ ${#vfs[@]} -gt 0 ] || [ $want_pf = 1 ]; then
         for s in "$socket_dir"/pf.sock "$socket_dir"/vf*.sock; do
             if [ -S "$s" ] && ! listening "$s"; then rm -f "$s"; fi
         done
-        log "starting $rnicd --socket-dir $socket_dir --vfs $nvfs (log: $run_dir/rnicd.log)"
-        RUST_LOG=${RUST_LOG:-info} "$rnicd" --socket-dir "$socket_dir" --vfs "$nvfs" \
-            </dev/null >"$run_dir/rnicd.log" 2>&1 &
+        log "starting $rnicd --socket-dir $socket_dir --vfs $nvfs${rnicd_args[*]:+ ${rnicd_args[*]}} (log: $run_dir/rnicd.log)"
+        # rnicd writes a line on --ready-fd once every socket listens. A FIFO carries it:
+        # opening its read end waits for rnicd's shell to open the write end, and end of
+        # file without a line means that rnicd exited first.
+        ready_fifo=$run_dir/rnicd.ready
+        rm -f "$ready_fifo"
+        mkfifo "$ready_fifo"
+        RUST_LOG=${RUST_LOG:-info} "$rnicd" --socket-dir "$socket_dir" --vfs "$nvfs" --ready-fd 3 \
+            ${rnicd_args[@]+"${rnicd_args[@]}"} </dev/null >"$run_dir/rnicd.log" 2>&1 3>"$ready_fifo" &
         rnicd_pid=$!
-        for i in $(seq 200); do
-            ready=1
-            for s in "${socks[@]}"; do listening "$s" || ready=0; done
-            [ $ready = 0 ] || break
-            if ! kill -0 "$rnicd_pid" 2>/dev/null; then
-                rc=0
-                wait "$rnicd_pid" || rc=$?
-                rnicd_pid=""
-                tail -n 20 "$run_dir/rnicd.log" | sed 's/^/[boot] rnicd: /' >&2
-                die "rnicd exited with status $rc before serving ${socks[*]} (log: $run_dir/rnicd.log)"
+        exec {ready_fd}<"$ready_fifo"
+        ready_line=""
+        read -r -t 20 -u "$ready_fd" ready_line || true
+        exec {ready_fd}<&-
+        rm -f "$ready_fifo"
+        if [ "$ready_line" != ready ]; then
+            if kill -0 "$rnicd_pid" 2>/dev/null; then
+                die "rnicd did not report ready within 20 s (log: $run_dir/rnicd.log)"
             fi
-            [ "$i" -lt 200 ] || die "rnicd did not serve ${socks[*]} within 20 s (log: $run_dir/rnicd.log)"
-            sleep 0.1
-        done
+            rc=0
+            wait "$rnicd_pid" || rc=$?
+            rnicd_pid=""
+            tail -n 20 "$run_dir/rnicd.log" | sed 's/^/[boot] rnicd: /' >&2
+            die "rnicd exited with status $rc before serving ${socks[*]} (log: $run_dir/rnicd.log)"
+        fi
     fi
 fi
 
@@ -414,15 +445,21 @@ if [ ${#files[@]} -gt 0 ]; then
 fi
 
 # --- QEMU ----------------------------------------------------------------------------------
+tcg_flag=()
+[ $force_tcg = 0 ] || tcg_flag=(--tcg)
+accel_choice=$(choose_accel ${tcg_flag[@]+"${tcg_flag[@]}"} "$(qemu_path "$run_dir/vmlinuz")")
+log "accelerator: $accel_choice"
+accel=${accel_choice%% *}
 # shellcheck disable=SC2054 # the commas are QEMU's
 qemu_args=(
-    -machine q35,accel=tcg -m "$mem" -smp "$smp"
+    -machine "q35,accel=$accel" -m "$mem" -smp "$smp"
     -object "memory-backend-memfd,id=mem,size=${mem}M,share=on" -numa node,memdev=mem
     -display none -vga none -no-reboot -nic none
     -chardev "stdio,id=con,mux=on,logfile=$(qemu_path "$console_log")"
     -serial chardev:con -monitor chardev:con
     -kernel "$(qemu_path "$run_dir/vmlinuz")" -initrd "$(qemu_path "$run_dir/initrd.gz")"
 )
+[ "$accel" = tcg ] || qemu_args+=(-cpu host)
 append="console=ttyS0 quiet panic=-1"
 for i in "${!nics[@]}"; do
     # shellcheck disable=SC2054 # the commas are QEMU's
@@ -458,7 +495,7 @@ read -ra extra <<<"${RNIC_BOOT_EXTRA_QEMU_ARGS:-}"
 qemu_args+=(${extra[@]+"${extra[@]}"})
 mapfile -t qemu_prefix < <(qemu_argv)
 
-log "booting (TCG; $([ $rxe = 1 ] && echo "rxe guest" || echo "functions: ${names[*]:-none}")$([ $iommu = 1 ] && echo "; virtual IOMMU"); NICs: ${nics[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
+log "booting (${accel^^}; $([ $rxe = 1 ] && echo "rxe guest" || echo "functions: ${names[*]:-none}")$([ $iommu = 1 ] && echo "; virtual IOMMU"); NICs: ${nics[*]:-none}; ${mem} MiB; timeout ${timeout_s} s)"
 start=$SECONDS
 if [ $interactive = 1 ]; then
     # --foreground keeps QEMU in our process group so it may use the terminal; <&0 keeps

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the guest initramfs: $GUEST_KIT/initramfs-<checkout>.gz (default
-# /var/cache/rnic/guest-kit), one per checkout of the repository (named after its path), so
-# worktrees never boot each other's tools.
+# Builds the guest initramfs: $RNIC_RUN/initramfs-<checkout>.gz (default /var/tmp/rnic,
+# outside the cache, which may be read-only: see env.sh), one per checkout of the
+# repository (named after its path), so worktrees never boot each other's tools.
 #   - busybox (static, from setup.sh) with a /bin symlink for each applet,
 #   - every bin of the rnic-tools package, the first-driver example
 #     (examples/first-driver, rnic-first-driver) and the labs' rnic-lab (labs/), built
@@ -29,7 +29,9 @@ die() { log "error: $*"; exit 1; }
 
 target=x86_64-unknown-linux-gnu
 busybox="$GUEST_KIT/busybox"
-out="$GUEST_KIT/initramfs-$(echo "$repo" | sha256sum | cut -c1-12).gz"
+# Rebuilt at every boot: outside the cache, which may be read-only (see env.sh).
+out="$RNIC_RUN/initramfs-$(echo "$repo" | sha256sum | cut -c1-12).gz"
+mkdir -p "$RNIC_RUN"
 
 [ -x "$busybox" ] || die "$busybox is missing; run qemu-scripts/setup.sh first"
 command -v cargo >/dev/null || die "cargo is not on PATH; install Rust (rustup) first"
@@ -47,11 +49,10 @@ mapfile -t bins < <(printf '%s\n' "$artifacts" |
 [ ${#bins[@]} -gt 0 ] || die "cargo built no executable for rnic-tools (does it declare any [[bin]]?)"
 
 # Other checkouts' images nobody booted for a day go, and the old shared one.
-find "$GUEST_KIT" -maxdepth 1 -name 'initramfs-*.gz' -mtime +0 ! -path "$out" -delete
-rm -f "$GUEST_KIT/initramfs.gz"
+find "$RNIC_RUN" -maxdepth 1 -name 'initramfs-*.gz' -mtime +0 ! -path "$out" -delete
 
-stage=$(mktemp -d "$GUEST_KIT/.initramfs-stage.XXXXXX")
-tmp_out=$(mktemp "$GUEST_KIT/.initramfs.gz.XXXXXX")
+stage=$(mktemp -d "$RNIC_RUN/.initramfs-stage.XXXXXX")
+tmp_out=$(mktemp "$RNIC_RUN/.initramfs.gz.XXXXXX")
 trap 'rm -rf "$stage" "$tmp_out"' EXIT
 
 mkdir -p "$stage"/{bin,usr/bin,dev,proc,sys,tmp,run,root,etc,var}

@@ -5,6 +5,12 @@ RNIC_CACHE=${RNIC_CACHE:-/var/cache/rnic}
 TRIXIE_ROOT=$RNIC_CACHE/trixie-root
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GUEST_KIT=$RNIC_CACHE/guest-kit
+# What each boot writes lives outside the cache, so that the cache may be read-only (or
+# shared) once set up: the run directories (logs, sockets, the run's guest image) under
+# RNIC_VM_RUNS, and the busybox guest's image, rebuilt at every boot from the checkout.
+RNIC_RUN=${RNIC_RUN:-/var/tmp/rnic}
+# shellcheck disable=SC2034
+RNIC_VM_RUNS=$RNIC_RUN/rnic-vm
 # The Debian guests (build-debian-guest.sh): their debootstrapped root (named after the
 # first of them), the Soft-RoCE (rdma_rxe) guest's packed image, and the verbs guest's
 # (rnic's libibverbs in place of Debian's).
@@ -32,9 +38,17 @@ FIO_KIT=$RNIC_CACHE/fio-layer
 IBVERBS_REF=$RNIC_CACHE/ibverbs-ref
 
 # The Debian mirror the host's own apt already uses, so no host name lives in the repo
-# (empty when none is found: debootstrap then picks Debian's default).
+# (empty when none is found: debootstrap then picks Debian's default). Only a Debian host's
+# mirror carries Debian: on any other host (Ubuntu) it is Debian's own,
+# http://deb.debian.org/debian.
 host_mirror() {
-    local uri=""
+    local uri="" id
+    # RNIC_OS_RELEASE: another os-release file, for tests.
+    id=$(sed -n 's/^ID=//p' "${RNIC_OS_RELEASE:-/etc/os-release}" 2>/dev/null | tr -d "\"'")
+    if [ "$id" != debian ]; then
+        echo http://deb.debian.org/debian
+        return
+    fi
     if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
         uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
             /etc/apt/sources.list.d/*.sources)
@@ -55,7 +69,37 @@ apt_install_host() {
     [ ${#missing[@]} -eq 0 ] && return 0
     log "installing host packages: ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o APT::Status-Fd=3 "${missing[@]}" 3> >(apt_progress >&2) >/dev/null
+}
+
+# Turns apt's status lines (APT::Status-Fd) into a line at every 10% of the download and
+# of the installation: "[apt] downloading 40%", "[apt] installing 70%".
+apt_progress() {
+    awk -F: '
+        $1 == "dlstatus" && int($3 / 10) > dl { dl = int($3 / 10); printf "[apt] downloading %d%%\n", dl * 10; fflush() }
+        $1 == "pmstatus" && int($3 / 10) > pm { pm = int($3 / 10); printf "[apt] installing %d%%\n", pm * 10; fflush() }
+    ' dl=-1 pm=-1
+}
+
+# debootstrap, with progress: its whole output goes where the caller sends it (a log, as a
+# rule), and a line per phase and per 25 packages fetched to the stderr that setup.sh
+# started with (RNIC_PROGRESS_FD, which it opens; without it, no progress).
+debootstrap() {
+    if [ -z "${RNIC_PROGRESS_FD:-}" ] || [ ! -e "/proc/self/fd/$RNIC_PROGRESS_FD" ]; then
+        command debootstrap "$@"
+        return
+    fi
+    command debootstrap "$@" 2>&1 | tee >(awk '
+        /^I: Retrieving / && $3 != "InRelease" && $3 != "Packages" { n++; if (n % 25 == 0) { printf "[debootstrap] %d packages fetched\n", n; fflush() } }
+        /^I: Extracting / && !x { x = 1; printf "[debootstrap] %d packages fetched; extracting\n", n; fflush() }
+        /^I: Installing core packages/ { print "[debootstrap] installing the core packages"; fflush() }
+        /^I: Unpacking required packages/ { print "[debootstrap] unpacking"; fflush() }
+        /^I: Configuring required packages/ { print "[debootstrap] configuring"; fflush() }
+        /^I: Base system installed successfully/ { print "[debootstrap] done"; fflush() }
+        /^E: / { print "[debootstrap] " $0; fflush() }
+    ' >&"$RNIC_PROGRESS_FD")
+    return "${PIPESTATUS[0]}"
 }
 
 # Installs PKG... into the chroot ROOT with apt (from RELEASE with --release RELEASE), then
@@ -68,8 +112,10 @@ chroot_install() { # ROOT [--release RELEASE] PKG...
         shift 2
     fi
     # apt in a chroot without /dev/pts warns that it cannot log; that is harmless.
+    # 3>: apt's status lines, shown as progress (apt_progress).
     chroot "$root" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${release[@]}" "$@" 2>&1 >/dev/null |
+        apt-get install -y -qq --no-install-recommends -o APT::Status-Fd=3 "${release[@]}" "$@" \
+        3> >(apt_progress >&2) 2>&1 >/dev/null |
         { grep -v posix_openpt >&2 || true; }
     for p in "$@"; do
         chroot "$root" dpkg -s "$p" >/dev/null 2>&1 || {
@@ -88,15 +134,17 @@ qemu_in_root() {
 
 # Prints the argv prefix that runs QEMU, one word a line (read it with mapfile). Inside the
 # trixie root, QEMU runs in a private mount namespace where /dev and /proc are bind-mounted
-# into the root: the mounts vanish with QEMU, so nothing is left mounted on the host (an
-# `rm -rf` of the cache can never reach the host's /dev) and concurrent runs do not interfere.
+# into the root, and $RNIC_VM_RUNS onto the root's /run (so QEMU reaches the run
+# directories, which live outside the cache): the mounts vanish with QEMU, so nothing is
+# left mounted on the host (an `rm -rf` of the cache can never reach the host's /dev),
+# concurrent runs do not interfere, and the root itself may be read-only.
 # The pid of the process started from this prefix is QEMU's own pid (every step execs).
 qemu_argv() {
     if qemu_in_root; then
         # shellcheck disable=SC2016 # expanded by the inner sh
         printf '%s\n' unshare --mount --propagation private -- sh -c \
-            'mount --rbind /dev "$0/dev" && mount --bind /proc "$0/proc" && exec chroot "$0" qemu-system-x86_64 "$@"' \
-            "$TRIXIE_ROOT"
+            'mkdir -p "$1" && mount --rbind /dev "$0/dev" && mount --bind /proc "$0/proc" && mount --bind "$1" "$0/run" && shift && exec chroot "$0" qemu-system-x86_64 "$@"' \
+            "$TRIXIE_ROOT" "$RNIC_VM_RUNS"
     else
         printf '%s\n' qemu-system-x86_64
     fi
@@ -107,21 +155,100 @@ qemu_cmd() {
     "${argv[@]}" "$@"
 }
 
-# Prints PATH (absolute, on the host) as QEMU sees it: inside the trixie root that strips the
-# $TRIXIE_ROOT prefix, and fails for a path outside the root.
+# Prints PATH (absolute, on the host) as QEMU sees it: inside the trixie root a path under
+# $RNIC_VM_RUNS is under /run there, one elsewhere in the root loses the $TRIXIE_ROOT
+# prefix, and any other path fails.
 qemu_path() {
     local p
     p=$(realpath -m -- "$1")
     if qemu_in_root; then
-        local root
+        local root runs
         root=$(realpath -m -- "$TRIXIE_ROOT")
+        runs=$(realpath -m -- "$RNIC_VM_RUNS")
         case $p in
+        "$runs"/*) p=/run/${p#"$runs"/} ;;
+        "$root"/run/*)
+            echo "qemu_path: $p is hidden from QEMU, which sees $RNIC_VM_RUNS at the root's /run; put it under $RNIC_VM_RUNS" >&2
+            return 1
+            ;;
         "$root"/*) p=${p#"$root"} ;;
         *)
-            echo "qemu_path: $p is outside $TRIXIE_ROOT, where QEMU runs; put it under $TRIXIE_ROOT" >&2
+            echo "qemu_path: $p is out of reach of QEMU, which runs inside $TRIXIE_ROOT; put it under $RNIC_VM_RUNS" >&2
             return 1
             ;;
         esac
     fi
     echo "$p"
+}
+
+# Whether a guest kernel runs under KVM here: boots KERNEL (a path as QEMU sees it) with
+# -accel kvm and no root file system, and succeeds once the kernel gets as far as looking
+# for its root (it then panics), fails as soon as QEMU reports a KVM error. A real run,
+# not a look at /dev/kvm: nested KVM may open and create VMs fine, yet fail on the first
+# instructions the kernel's decompressor runs ("KVM internal error ... emulation
+# failure", QEMU then hangs). The answer is kept in /run (until the host reboots).
+kvm_probe() { # KERNEL
+    local kernel=$1 key cache=/run/rnic-kvm-probe out pid i verdict=""
+    key="$(uname -r) $(cat "$GUEST_KIT/kernel-version" 2>/dev/null) $(qemu_cmd -version 2>/dev/null | head -n1)"
+    if [ -f "$cache" ] && [ "$(head -n1 "$cache")" = "$key" ]; then
+        verdict=$(sed -n 2p "$cache")
+    else
+        out=$(mktemp)
+        local argv
+        mapfile -t argv < <(qemu_argv)
+        "${argv[@]}" -accel kvm -machine q35 -m 256 -display none -nodefaults -no-reboot \
+            -serial stdio -kernel "$kernel" -append "console=ttyS0 panic=-1" \
+            </dev/null >"$out" 2>&1 &
+        pid=$!
+        for i in $(seq 150); do
+            if grep -qE 'Kernel panic|VFS: Unable to mount root|Run /init' "$out"; then
+                verdict=ok
+            elif grep -qE 'KVM internal error|emulation failure|failed to initialize kvm|Could not access KVM' "$out"; then
+                verdict="a guest kernel fails under KVM here: $(grep -m1 -oE 'KVM internal error[^.]*|emulation failure|failed to initialize kvm[^.]*|Could not access KVM[^.]*' "$out")"
+            elif ! kill -0 "$pid" 2>/dev/null; then
+                verdict="QEMU with -accel kvm exited: $(grep -v '^$' "$out" | tail -n1)"
+            fi
+            [ -z "$verdict" ] || break
+            [ "$i" -lt 150 ] || verdict="a guest kernel did not start under KVM within 30 s"
+            sleep 0.2
+        done
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        rm -f "$out"
+        printf '%s\n%s\n' "$key" "$verdict" >"$cache" 2>/dev/null || true
+    fi
+    [ "$verdict" = ok ] || { echo "$verdict"; return 1; }
+}
+
+# Prints the accelerator for a guest: "kvm", or "tcg (REASON)". KVM when the device
+# (RNIC_KVM_DEV, default /dev/kvm) is a character device this process can open read-write
+# and a guest kernel really runs under it (kvm_probe KERNEL, or the command in
+# RNIC_KVM_PROBE when set: tests give true or false). RNIC_KVM=0 forces TCG, RNIC_KVM=1
+# KVM without any check; a first argument --tcg forces TCG.
+choose_accel() { # [--tcg] KERNEL
+    local dev=${RNIC_KVM_DEV:-/dev/kvm} why
+    if [ "${1:-}" = --tcg ]; then
+        echo "tcg (--tcg)"
+        return
+    fi
+    case ${RNIC_KVM:-auto} in
+    0) echo "tcg (RNIC_KVM=0)"; return ;;
+    1) echo kvm; return ;;
+    auto) ;;
+    *) echo "tcg (RNIC_KVM=$RNIC_KVM is none of 0, 1, auto)"; return ;;
+    esac
+    [ -e "$dev" ] || { echo "tcg ($dev does not exist)"; return; }
+    [ -c "$dev" ] || { echo "tcg ($dev is not a character device)"; return; }
+    # shellcheck disable=SC2188 # opening is the test
+    if ! { <>"$dev"; } 2>/dev/null; then
+        echo "tcg (cannot open $dev read-write)"
+        return
+    fi
+    if [ -n "${RNIC_KVM_PROBE:-}" ]; then
+        $RNIC_KVM_PROBE || { echo "tcg (the probe $RNIC_KVM_PROBE failed)"; return; }
+    elif ! why=$(kvm_probe "$1"); then
+        echo "tcg ($why)"
+        return
+    fi
+    echo kvm
 }

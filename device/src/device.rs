@@ -78,6 +78,8 @@ pub struct Device {
     /// Held (flock) for the life of the device: one rnicd per socket directory.
     _lock: std::fs::File,
     lock_path: PathBuf,
+    /// The capture file (`--pcap`), reopened by [`Device::reopen_capture`].
+    pcap: Option<PathBuf>,
 }
 
 /// Takes the socket directory's lock, so that no two rnicd serve one directory, even when
@@ -206,6 +208,7 @@ impl Device {
             engine: std::sync::Mutex::new(engine),
             _lock: lock,
             lock_path,
+            pcap: config.pcap.clone(),
         })
     }
 
@@ -224,6 +227,33 @@ impl Device {
         &self.sockets
     }
 
+    /// Logs the counters so far, without stopping anything (rnicd's SIGUSR1): what the
+    /// switch saw (fault and network counters), then each function's, as at shutdown.
+    pub fn log_counters(&self) {
+        self.engine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .log_switch_counters();
+        self.log_function_counters();
+    }
+
+    /// Reopens the capture file (rnicd's SIGHUP, for log rotation): the file at the
+    /// `--pcap` path is created anew (truncated if it exists) and every frame from now on
+    /// goes there; the frames before stay in the old file, under whatever name it was
+    /// moved to. Returns the path, or `None` without `--pcap`. On error the capture
+    /// continues into the old file.
+    pub fn reopen_capture(&self) -> Result<Option<&Path>, StartError> {
+        let Some(path) = &self.pcap else {
+            return Ok(None);
+        };
+        let writer = PcapWriter::create(path).map_err(|e| StartError::Pcap(path.clone(), e))?;
+        self.engine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace_capture(writer);
+        Ok(Some(path))
+    }
+
     /// Stops the engine and removes the sockets, and logs each function's transport
     /// counters (since its last reset, and since start). Server threads blocked in the kernel end with the process.
     pub fn shutdown(&self) {
@@ -233,6 +263,15 @@ impl Device {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop_and_join();
+        self.log_function_counters();
+        self.sockets.iter().for_each(|p| remove_socket(p));
+        remove_socket(&self.control);
+        remove_socket(&self.lock_path);
+    }
+
+    /// Logs each function's transport counters (since its last reset, and since start)
+    /// and its drops by reason.
+    fn log_function_counters(&self) {
         for f in &self.functions {
             let c = f.rdma_counters();
             log::info!(
@@ -269,9 +308,6 @@ impl Device {
                 s.tx_link_down
             );
         }
-        self.sockets.iter().for_each(|p| remove_socket(p));
-        remove_socket(&self.control);
-        remove_socket(&self.lock_path);
     }
 }
 

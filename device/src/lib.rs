@@ -16,7 +16,8 @@
 //! - [`fabric`]: frames between the functions, the switch, and where a frame goes;
 //! - [`roce`]: the RoCEv2 wire format;
 //! - [`identity`], [`resources`], [`pcap`]: what a function is, the pools it draws from,
-//!   packet captures.
+//!   packet captures;
+//! - [`notify`]: rnicd's readiness signal (systemd's `NOTIFY_SOCKET`, `--ready-fd`).
 
 pub mod admin;
 pub mod cmdq;
@@ -34,6 +35,7 @@ pub mod identity;
 pub mod migrate;
 pub mod msix;
 pub mod net;
+pub mod notify;
 pub mod pcap;
 pub mod pci;
 pub mod rdma;

@@ -12,17 +12,29 @@ use rnic_device::device::{Device, DeviceConfig};
 use rnic_device::engine::Placement;
 use rnic_device::fabric::faults::FaultSpec;
 use rnic_device::net::NetSpec;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use rnic_device::notify::{sd_notify, ReadyFd};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 
 /// The rnic device process: a software RDMA NIC that QEMU (`-device vfio-user-pci`) or a
 /// host-side vfio-user client attaches to.
 ///
 /// The physical function is served on DIR/pf.sock and virtual function i on DIR/vf<i>.sock.
-/// Each socket takes one client at a time; when it leaves, the next may attach. SIGINT or
-/// SIGTERM removes the sockets and exits. Logging follows RUST_LOG (default: info).
+/// Each socket takes one client at a time; when it leaves, the next may attach. Logging
+/// follows RUST_LOG (default: info) and goes to standard error.
+///
+/// Once every socket listens, rnicd says it is ready: READY=1 to $NOTIFY_SOCKET when set
+/// (systemd's Type=notify), and a line on --ready-fd. Signals: SIGINT or SIGTERM removes
+/// the sockets and exits; SIGUSR1 logs the counters (the switch's, then every function's,
+/// with its drops by reason) and carries on; SIGHUP reopens the --pcap file, so that the
+/// capture continues into a new file after the old one was moved away (log rotation).
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(
+    name = "rnicd",
+    version,
+    about = "The emulated RDMA NIC, served to VMMs over vfio-user",
+    long_about
+)]
 struct Args {
     /// Directory for the vfio-user sockets (created if missing).
     #[arg(long, value_name = "DIR")]
@@ -53,7 +65,8 @@ struct Args {
     #[arg(long, value_name = "SPEC")]
     net_faults: Option<FaultSpec>,
 
-    /// Make the functions reachable over a real network. Two kinds:
+    /// Make the functions reachable over a real network: udp:ADDR[:PORT] (this host's UDP
+    /// sockets) or eth:MODE:... (an Ethernet port on a QEMU network segment).
     ///
     /// udp:ADDR[:PORT] — RoCEv2 over this host's UDP sockets, to the functions of other
     /// rnicd processes (other hosts, network namespaces, or loopback addresses). Function
@@ -98,6 +111,12 @@ struct Args {
     /// traffic across threads).
     #[arg(long, value_name = "auto|spread", default_value_t = Placement::Auto)]
     placement: Placement,
+
+    /// Once every socket listens, write a line ("ready") to descriptor N, inherited from
+    /// the parent (a pipe's write end), and close it: a script reads one line from the
+    /// pipe to wait for rnicd (end of file without a line: rnicd failed to start).
+    #[arg(long, value_name = "N")]
+    ready_fd: Option<i32>,
 }
 
 /// Descriptors rnicd may hold for each function's client at most: the files behind its
@@ -131,12 +150,47 @@ fn raise_descriptor_limit(functions: u64) {
     }
 }
 
+/// With `RNIC_GENERATE=man|bash|zsh|fish` in the environment, prints rnicd's man page or
+/// a shell's completion script, from the command line above, and exits
+/// (`tools/install-docs.sh`; the tools do the same).
+fn generate_if_asked() {
+    use clap::CommandFactory;
+    let Ok(what) = std::env::var("RNIC_GENERATE") else {
+        return;
+    };
+    let mut cmd = Args::command();
+    let mut out = std::io::stdout();
+    let shell = match what.as_str() {
+        "man" => {
+            let written = clap_mangen::Man::new(cmd).render(&mut out);
+            std::process::exit(i32::from(written.is_err()));
+        }
+        "bash" => clap_complete::Shell::Bash,
+        "zsh" => clap_complete::Shell::Zsh,
+        "fish" => clap_complete::Shell::Fish,
+        other => {
+            eprintln!("rnicd: RNIC_GENERATE={other:?}: give man, bash, zsh or fish");
+            std::process::exit(2);
+        }
+    };
+    clap_complete::generate(shell, &mut cmd, "rnicd", &mut out);
+    std::process::exit(0);
+}
+
 fn main() {
+    generate_if_asked();
     // Milliseconds: transport timers and retransmissions are milliseconds apart.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
     let args = Args::parse();
+    // Taken before anything else opens descriptors, so a wrong N fails at once.
+    let ready_fd = args.ready_fd.map(|fd| {
+        ReadyFd::take(fd).unwrap_or_else(|e| {
+            eprintln!("rnicd: --ready-fd {fd}: {e}");
+            std::process::exit(1);
+        })
+    });
     raise_descriptor_limit(u64::from(args.vfs) + 1);
     let config = DeviceConfig {
         socket_dir: args.socket_dir,
@@ -150,7 +204,7 @@ fn main() {
         placement: args.placement,
     };
     // Catch the signals before the sockets exist, so none is left behind.
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rnicd: cannot install signal handlers: {e}");
@@ -174,8 +228,38 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    if let Some(signal) = signals.forever().next() {
-        log::info!("signal {signal}: removing the sockets and exiting");
+    // Every socket listens (bound and listening in Device::start): say so.
+    if let Some(fd) = ready_fd {
+        if let Err(e) = fd.signal() {
+            log::warn!("--ready-fd: cannot write the ready line: {e}");
+        }
     }
+    let status = format!("STATUS=serving the PF and {} VFs", config.vfs);
+    match sd_notify(&format!(
+        "READY=1\n{status}\nMAINPID={}",
+        std::process::id()
+    )) {
+        Ok(true) => log::info!("ready: notified systemd"),
+        Ok(false) => {}
+        Err(e) => log::warn!("cannot notify NOTIFY_SOCKET: {e}"),
+    }
+    for signal in signals.forever() {
+        match signal {
+            SIGUSR1 => {
+                log::info!("SIGUSR1: the counters so far");
+                device.log_counters();
+            }
+            SIGHUP => match device.reopen_capture() {
+                Ok(Some(path)) => log::info!("SIGHUP: capture reopened: {}", path.display()),
+                Ok(None) => log::info!("SIGHUP: no capture to reopen (no --pcap)"),
+                Err(e) => log::warn!("SIGHUP: {e}; the capture continues in the old file"),
+            },
+            _ => {
+                log::info!("signal {signal}: removing the sockets and exiting");
+                break;
+            }
+        }
+    }
+    let _ = sd_notify("STOPPING=1");
     device.shutdown();
 }

@@ -53,6 +53,98 @@ pub fn listening(path: &Path) -> bool {
     })
 }
 
+/// The descriptor number a child gets the write end of a [`ReadyPipe`] as.
+pub const READY_FD: i32 = 3;
+
+/// A pipe whose write end a child process gets as descriptor [`READY_FD`] (with
+/// `--ready-fd 3` added to its arguments), and whose read end waits for its line.
+pub struct ReadyPipe {
+    read: std::fs::File,
+    /// This process's copy of the write end, closed once the child is spawned.
+    write: std::os::fd::OwnedFd,
+}
+
+impl ReadyPipe {
+    /// Adds `--ready-fd 3` to `command` and hands it the write end of a new pipe as
+    /// descriptor 3. Both ends are close-on-exec here, so that no other child started
+    /// meanwhile (tests run in parallel) holds the write end: end of file then means
+    /// that this child is gone.
+    pub fn give(command: &mut Command) -> Self {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 into an array of two descriptors, owned from here on.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors were just made and are owned by nothing else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let write_fd = {
+            use std::os::fd::AsRawFd;
+            write.as_raw_fd()
+        };
+        command.arg("--ready-fd").arg(READY_FD.to_string());
+        // SAFETY: between fork and exec the closure calls only async-signal-safe
+        // functions (dup2, fcntl) on descriptors that exist in the child.
+        unsafe {
+            command.pre_exec(move || {
+                if write_fd == READY_FD {
+                    // dup2 onto itself keeps close-on-exec: clear it.
+                    if libc::fcntl(READY_FD, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(write_fd, READY_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        // The closure holds the write end's number only: it stays open until the spawn.
+        Self {
+            read: std::fs::File::from(read),
+            write,
+        }
+    }
+
+    /// Waits up to `timeout` for the child's line (call it after the spawn); an error
+    /// says what came instead.
+    pub fn wait(self, timeout: Duration) -> Result<String, String> {
+        drop(self.write);
+        read_line_within(self.read, timeout)
+    }
+}
+
+/// Reads from `file` until a newline, end of file or `timeout`.
+fn read_line_within(mut file: std::fs::File, timeout: Duration) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one pollfd we own.
+        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(60_000) as i32) };
+        if r == 0 {
+            return Err(format!("no line within {timeout:?} (got {got:?})"));
+        }
+        let mut buf = [0u8; 64];
+        let n = file.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err(format!(
+                "end of file: the process exited (got {:?})",
+                String::from_utf8_lossy(&got)
+            ));
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.contains(&b'\n') {
+            return Ok(String::from_utf8_lossy(&got).into_owned());
+        }
+    }
+}
+
 /// A running rnicd with its own socket directory; stopped (SIGTERM) on drop.
 pub struct Rnicd {
     child: Option<Child>,
@@ -74,14 +166,23 @@ impl Rnicd {
     /// whose programs must reach the sockets wants them inside the root.
     ///
     /// `RNICD_BIN` in the environment names another rnicd binary to start (an older
-    /// build, to show what a test catches there).
+    /// build, to show what a test catches there); as an older build may not know
+    /// `--ready-fd`, the tests then wait for its sockets in the kernel's table instead.
     pub fn start_in(parent: &Path, vfs: u16, extra: &[&str]) -> Self {
-        let binary = std::env::var_os("RNICD_BIN").map_or_else(|| bin("rnicd"), PathBuf::from);
-        Self::start_binary_in(&binary, parent, vfs, extra)
+        match std::env::var_os("RNICD_BIN") {
+            Some(binary) => Self::start_with(Path::new(&binary), parent, vfs, extra, false),
+            None => Self::start_binary_in(&bin("rnicd"), parent, vfs, extra),
+        }
     }
 
     /// [`Rnicd::start_in`] with the rnicd binary `binary` (a release build, say).
     pub fn start_binary_in(binary: &Path, parent: &Path, vfs: u16, extra: &[&str]) -> Self {
+        Self::start_with(binary, parent, vfs, extra, true)
+    }
+
+    /// Starts `binary`; waits until it says it is ready on `--ready-fd` if `ready_fd`,
+    /// else until its sockets listen.
+    fn start_with(binary: &Path, parent: &Path, vfs: u16, extra: &[&str], ready_fd: bool) -> Self {
         let from_env = std::env::var("RNICD_ARGS").unwrap_or_default();
         let mut args: Vec<&str> = extra.to_vec();
         let given = |opt: &str| extra.iter().any(|a| a.split('=').next() == Some(opt));
@@ -101,7 +202,8 @@ impl Rnicd {
             .expect("tempdir");
         let log = dir.path().join("rnicd.log");
         let sockets = dir.path().join("sock");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("--socket-dir")
             .arg(&sockets)
             .arg("--vfs")
@@ -112,17 +214,24 @@ impl Rnicd {
                 std::env::var("RNICD_LOG").unwrap_or_else(|_| "info".into()),
             )
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn rnicd");
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let ready = ready_fd.then(|| ReadyPipe::give(&mut command));
+        let child = command.spawn().expect("spawn rnicd");
         let me = Self {
             child: Some(child),
             dir,
             log,
         };
+        if let Some(ready) = ready {
+            // rnicd writes its line once every socket listens.
+            if let Err(e) = ready.wait(Duration::from_secs(10)) {
+                panic!("rnicd did not report ready: {e}\n{}", me.log());
+            }
+            return me;
+        }
         // A socket file exists from `bind`, a moment before `listen`: a client that
-        // connected as soon as the file appeared could be refused. So wait, as
-        // qemu-scripts/boot.sh does, until every socket listens.
+        // connected as soon as the file appeared could be refused. So wait until every
+        // socket listens.
         let sockets: Vec<PathBuf> = std::iter::once("pf".to_string())
             .chain((0..vfs).map(|v| format!("vf{v}")))
             .map(|name| me.socket(&name))

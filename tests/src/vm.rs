@@ -20,12 +20,12 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Where VM runs keep their files, as the qemu-scripts see it (inside the trixie root when
-/// QEMU runs there, so that QEMU reaches the sockets).
+/// Where VM runs keep their files, as the qemu-scripts see it (`$RNIC_VM_RUNS`, which QEMU
+/// reaches also when it runs inside the trixie root, so that it reaches the sockets).
 pub fn vm_run_base() -> PathBuf {
     let out = Command::new("bash")
         .arg("-c")
-        .arg("source qemu-scripts/env.sh; if qemu_in_root; then echo $TRIXIE_ROOT/run/rnic-vm; else echo $RNIC_CACHE/run/rnic-vm; fi")
+        .arg("source qemu-scripts/env.sh; echo $RNIC_VM_RUNS")
         .current_dir(repo())
         .output()
         .expect("source qemu-scripts/env.sh");
@@ -82,6 +82,7 @@ impl Default for DgramLink {
 pub struct Boot {
     args: Vec<String>,
     timeout_s: u32,
+    read_only_cache: bool,
 }
 
 impl Boot {
@@ -90,6 +91,7 @@ impl Boot {
         Self {
             args: Vec::new(),
             timeout_s: 300,
+            read_only_cache: false,
         }
     }
 
@@ -140,9 +142,33 @@ impl Boot {
         self
     }
 
+    /// Boots with the VM cache (`$RNIC_CACHE`, set up) read-only: boot.sh runs in a mount
+    /// namespace of its own where the cache is a read-only bind mount of itself, so the
+    /// run fails if boot.sh or anything it calls writes into the cache (other processes
+    /// still see it writable).
+    pub fn read_only_cache(mut self) -> Self {
+        self.read_only_cache = true;
+        self
+    }
+
     /// The boot.sh command running `guest_cmd` in the guest.
     pub fn command(&self, guest_cmd: &str) -> Command {
-        let mut cmd = Command::new("bash");
+        let mut cmd = if self.read_only_cache {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--", "bash", "-c"])
+                .arg(
+                    "set -e; c=$1; shift; mount --bind \"$c\" \"$c\"; \
+                     mount -o remount,bind,ro \"$c\"; \
+                     if touch \"$c/.rnic-rw-check\" 2>/dev/null; then \
+                     echo \"$c is still writable\" >&2; exit 125; fi; \
+                     echo \"[test] $c is read-only for this boot\" >&2; exec bash \"$@\"",
+                )
+                .arg("read-only-cache")
+                .arg(crate::debian::env_sh("RNIC_CACHE"));
+            c
+        } else {
+            Command::new("bash")
+        };
         cmd.arg(repo().join("qemu-scripts/boot.sh"))
             .args(&self.args)
             .args(["--timeout", &self.timeout_s.to_string(), "--"])
@@ -209,22 +235,20 @@ pub fn start_rnicd(name: &str, vfs: u32, extra: &[&str]) -> (PathBuf, Child) {
     let dir = vm_run_base().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket dir");
     let log = std::fs::File::create(dir.join("rnicd.log")).expect("log");
-    let mut rnicd = Command::new(crate::bin("rnicd"))
+    let mut command = Command::new(crate::bin("rnicd"));
+    command
         .args(["--socket-dir"])
         .arg(&dir)
         .args(["--vfs", &vfs.to_string()])
         .args(extra)
         .env("RUST_LOG", "info")
-        .stderr(log)
-        .spawn()
-        .expect("start rnicd");
-    crate::wait_for(Duration::from_secs(10), "rnicd to serve", || {
+        .stderr(log);
+    let ready = crate::ReadyPipe::give(&mut command);
+    let rnicd = command.spawn().expect("start rnicd");
+    if let Err(e) = ready.wait(Duration::from_secs(10)) {
         let log = std::fs::read_to_string(dir.join("rnicd.log")).unwrap_or_default();
-        if let Ok(Some(status)) = rnicd.try_wait() {
-            panic!("rnicd {extra:?} exited ({status}) before serving:\n{log}");
-        }
-        log.contains("serving the PF")
-    });
+        panic!("rnicd {extra:?} did not report ready ({e}):\n{log}");
+    }
     (dir, rnicd)
 }
 

@@ -105,7 +105,19 @@ for dev in /sys/bus/pci/devices/*; do
     if [ "$(cat $dev/vendor)" = 0xf1c0 ]; then echo "CLASS $(cat $dev/class)"; fi
 done
 "#;
-    let (console, status) = boot(&["--pf"], script);
+    // This boot also shows that a cache set up once boots guests read-only: each run
+    // writes only outside it (qemu-scripts/env.sh, RNIC_RUN).
+    let out = Boot::rnic()
+        .arg("--pf")
+        .read_only_cache()
+        .command(script)
+        .output()
+        .expect("run qemu-scripts/boot.sh");
+    let (console, status) = finished("guest", &out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is read-only for this boot"),
+        "the cache was made read-only"
+    );
     assert_eq!(status, Some(0));
     assert!(console.contains("function:     PF with "), "{console}");
     assert!(console.contains("CLASS 0x020000"), "network/Ethernet class");
@@ -638,10 +650,45 @@ fn a_guest_with_vf0_and_vf1_runs_rnic_features_dc_indirect_keys_and_ethernet() {
     // the DC targets and the keyed regions on the second, all in guest memory; then on
     // the same two functions, frames through their Ethernet queues beside RDMA WRITEs
     // (datasheet §15: IP and RoCE on one function at once, each to its own side).
+    //
+    // The rnicd boot.sh starts gets a capture and injected faults through --rnicd-args
+    // (the one-command flow): every frame held 1 ms, which the checks do not notice.
     let script = "set -e\nrnic-features dc\nrnic-features indirect-keys\nrnic-features ethernet\n";
-    let (console, status) = boot(&["--vf", "0", "--vf", "1"], script);
-    eprintln!("{console}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pcap = dir.path().join("features.pcap");
+    let rnicd_args = format!("--pcap {} --net-faults delay=1,seed=5", pcap.display());
+    let out = Boot::rnic()
+        .vf(0)
+        .vf(1)
+        .arg("--rnicd-args")
+        .arg(rnicd_args)
+        .command(script)
+        .output()
+        .expect("run qemu-scripts/boot.sh");
+    let (console, status) = finished("guest", &out);
     assert_eq!(status, Some(0), "rnic-features failed in the guest");
+    let messages = String::from_utf8_lossy(&out.stderr);
+    // boot.sh says which accelerator it chose, and why when it is TCG.
+    let accel = messages
+        .lines()
+        .find(|l| l.starts_with("[boot] accelerator: "))
+        .expect("boot.sh names the accelerator");
+    assert!(
+        accel == "[boot] accelerator: kvm" || accel.starts_with("[boot] accelerator: tcg ("),
+        "{accel}"
+    );
+    // The capture has the two VFs' frames, and rnicd applied the faults.
+    let frames = rnic_tests::wire::pcap_frames(&std::fs::read(&pcap).expect("the capture"));
+    assert!(frames.len() > 50, "{} frames captured", frames.len());
+    let run_dir = messages
+        .lines()
+        .find_map(|l| l.strip_prefix("[boot] run dir "))
+        .expect("boot.sh names its run directory");
+    let log = std::fs::read_to_string(std::path::Path::new(run_dir).join("rnicd.log"))
+        .expect("rnicd's log");
+    assert!(log.contains("injecting network faults: "), "{log}");
+    let delayed = rnic_tests::logged_count(&log, "network faults: ", "delayed");
+    assert!(delayed > 50, "{delayed} frames delayed:\n{log}");
     for (line, checks) in [
         (
             "ok: dc: a WR with a wrong DC key completes REM_ACCESS_ERR",

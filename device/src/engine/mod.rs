@@ -232,6 +232,13 @@ impl RunningEngine {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.log_switch_counters();
+        log::debug!("engine stopped");
+    }
+
+    /// Logs what the switch saw so far: the fault injector's and the network port's
+    /// counters (at stop, and on rnicd's SIGUSR1).
+    pub fn log_switch_counters(&self) {
         let switch = lock(&self.shared.switch);
         if let Some(c) = switch.fault_counters() {
             log::info!("network faults: {c}");
@@ -243,7 +250,12 @@ impl RunningEngine {
             let counters: Vec<String> = p.named().iter().map(|(n, v)| format!("{n} {v}")).collect();
             log::info!("port ({}): {}", p.kind_name(), counters.join(" "));
         }
-        log::debug!("engine stopped");
+    }
+
+    /// Makes the capture continue into `pcap` (see [`Switch::replace_capture`]); false
+    /// if the engine has no capture.
+    pub fn replace_capture(&self, pcap: PcapWriter<std::io::BufWriter<std::fs::File>>) -> bool {
+        lock(&self.shared.switch).replace_capture(pcap)
     }
 
     /// A read-only view of the switch, for the control socket.

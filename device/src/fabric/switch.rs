@@ -45,6 +45,8 @@ pub struct Switch {
     /// The ports' inboxes, shared with the engine's threads ([`Switch::inboxes`]).
     inboxes: Arc<Inboxes>,
     pcap: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
+    /// Whether the switch was made with a capture (which may have stopped since).
+    captures: bool,
     /// Frames with no port to go to.
     pub unroutable: u64,
     /// Faults to inject into every frame sent (`--net-faults`).
@@ -94,6 +96,7 @@ impl Switch {
             route,
             by_ip,
             inboxes,
+            captures: pcap.is_some(),
             pcap,
             unroutable: 0,
             faults: None,
@@ -288,6 +291,19 @@ impl Switch {
         if let Some(u) = &mut self.uplink {
             u.set_os_receives(port, on);
         }
+    }
+
+    /// Writes the capture to `pcap` from now on (SIGHUP's reopening of `--pcap`, for log
+    /// rotation): every frame written before went to the old writer, every frame after
+    /// goes to this one, and the old one is closed. A capture that had stopped on a write
+    /// error starts again. Without a capture from the start, nothing changes: the switch
+    /// was not watching frames, and threads that forward past it do not look again.
+    pub fn replace_capture(&mut self, pcap: PcapWriter<std::io::BufWriter<std::fs::File>>) -> bool {
+        if !self.captures {
+            return false;
+        }
+        self.pcap = Some(pcap);
+        true
     }
 
     /// Makes every frame sent from now on go through `faults` first.
