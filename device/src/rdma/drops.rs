@@ -471,27 +471,7 @@ mod tests {
 
     #[test]
     fn every_reason_has_its_own_counter() {
-        let all = [
-            Drop::Length,
-            Drop::Header,
-            Drop::Checksum,
-            Drop::Version,
-            Drop::Opcode,
-            Drop::Pad,
-            Drop::Icrc,
-            Drop::Address,
-            Drop::UnknownQp,
-            Drop::Transport,
-            Drop::Pkey,
-            Drop::State,
-            Drop::Source,
-            Drop::TooLong,
-            Drop::Psn,
-            Drop::Qkey,
-            Drop::NoReceive,
-            Drop::DcKey,
-            Drop::Refused,
-        ];
+        let all = Drop::ALL;
         let mut c = DropCounters::default();
         for (i, why) in all.iter().enumerate() {
             for _ in 0..=i {

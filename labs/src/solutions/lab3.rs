@@ -84,6 +84,18 @@ pub fn create_with_eq_vector(
 /// §7.8's "Required" column; one `QpAttr` serves all three, as MODIFY_QP reads only the
 /// fields its mask names.
 pub fn connect(nic: &dyn Nic, q: &mut dyn Queue, qpn: u32, peer: u32, gid: [u8; 16]) -> Result<()> {
+    connect_with_timeout(nic, q, qpn, peer, gid, 14)
+}
+
+/// [`connect`] with the ACK timeout code `timeout` (4.096 µs × 2^timeout; lab 7).
+pub fn connect_with_timeout(
+    nic: &dyn Nic,
+    q: &mut dyn Queue,
+    qpn: u32,
+    peer: u32,
+    gid: [u8; 16],
+    timeout: u8,
+) -> Result<()> {
     let mut attr = v::QpAttr {
         port_num: 1,
         qp_access_flags: v::ACCESS_REMOTE_WRITE,
@@ -93,7 +105,7 @@ pub fn connect(nic: &dyn Nic, q: &mut dyn Queue, qpn: u32, peer: u32, gid: [u8; 
         dest_qp_num: peer,
         max_dest_rd_atomic: 1,
         min_rnr_timer: 12,
-        timeout: 14,
+        timeout,
         retry_cnt: 7,
         rnr_retry: 7,
         max_rd_atomic: 1,

@@ -15,55 +15,7 @@ use crate::solutions::lab4::{poll, post};
 /// Step 1 (§7.8, §7.9 "Retransmission"): lab 3's RESET -> INIT -> RTR -> RTS, with an ACK
 /// timeout of 4.096 µs × 2^10 ≈ 4.2 ms and 7 retries.
 pub fn connect(nic: &dyn Nic, q: &mut dyn Queue, qpn: u32, peer: u32, gid: [u8; 16]) -> Result<()> {
-    let mut a = v::QpAttr {
-        port_num: 1,
-        qp_access_flags: v::ACCESS_REMOTE_WRITE,
-        dgid: gid,
-        hop_limit: 64,
-        path_mtu: v::mtu::MTU_1024,
-        dest_qp_num: peer,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    for (state, attr_mask) in [
-        (
-            QpState::Init,
-            attr::STATE | attr::PKEY_INDEX | attr::PORT | attr::ACCESS_FLAGS,
-        ),
-        (
-            QpState::Rtr,
-            attr::STATE
-                | attr::AV
-                | attr::PATH_MTU
-                | attr::DEST_QPN
-                | attr::RQ_PSN
-                | attr::MAX_DEST_RD_ATOMIC
-                | attr::MIN_RNR_TIMER,
-        ),
-        (
-            QpState::Rts,
-            attr::STATE
-                | attr::SQ_PSN
-                | attr::TIMEOUT
-                | attr::RETRY_CNT
-                | attr::RNR_RETRY
-                | attr::MAX_QP_RD_ATOMIC,
-        ),
-    ] {
-        a.qp_state = state as u8;
-        let req = v::ModifyQpReq {
-            qpn,
-            attr_mask,
-            attr: a,
-        };
-        call::<()>(q, nic, Opcode::ModifyQp, req.as_bytes())?;
-    }
-    Ok(())
+    crate::solutions::lab3::connect_with_timeout(nic, q, qpn, peer, gid, 10)
 }
 
 /// Steps 2-4 (§7.5, §7.9, §7.10).
