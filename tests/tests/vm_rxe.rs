@@ -329,9 +329,10 @@ fn read_answer_latency(frames: &[(f64, Vec<u8>)], requester: [u8; 4]) -> f64 {
 /// Against Soft-RoCE in a TCG guest, a transfer in which the guest sends the data (rnic
 /// READs from it, or it WRITEs to rnic) runs at the rate of the guest's transmit path,
 /// about a third of what the guest receives: rnic answers a READ request in a fraction of
-/// a millisecond, the guest in about 30 ms. So rnic's 64 KiB READs from the guest are
-/// held to the rate of the guest's 64 KiB WRITEs to rnic (the same data, the same way),
-/// and the two READ directions' rates and answer times are printed.
+/// a millisecond, the guest in about 30 ms. So rnic's 64 KiB READs from the guest must not
+/// fall below half the rate of the guest's 64 KiB WRITEs to rnic (the same data, the same
+/// way; they were once many times slower), and the two READ directions' rates and answer
+/// times are printed.
 #[test]
 #[ignore = "boots a QEMU guest with Soft-RoCE; run as root with --ignored --test-threads=1"]
 fn large_reads_against_soft_roce_complete_in_both_roles() {
@@ -385,11 +386,11 @@ fn large_reads_against_soft_roce_complete_in_both_roles() {
         rnic_answers < 0.005,
         "rnic answers READs in {rnic_answers} s"
     );
-    // The data the guest sends, at the rate it sends it: READ by rnic as fast as the guest
-    // WRITEs it (single TCG runs vary by a third).
-    let (low, high) = (rnic_reads.min(guest_writes), rnic_reads.max(guest_writes));
+    // The data the guest sends, at the rate it sends it: rnic READs it at least about as
+    // fast as the guest WRITEs it. Only a slow side is a fault; rnic's READs often run at
+    // twice the guest's WRITEs, and single TCG runs vary by a third.
     assert!(
-        high <= 2.0 * low,
+        2.0 * rnic_reads >= guest_writes,
         "rnic READs 64 KiB from the guest at {rnic_reads} MiB/s, the guest WRITEs them to \
          rnic at {guest_writes} MiB/s"
     );
