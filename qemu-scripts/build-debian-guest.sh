@@ -16,7 +16,7 @@
 #          system libibverbs in place of Debian's, so Debian's unmodified ibverbs-utils and
 #          perftest drive the rnic functions attached to the guest (through PCI sysfs), and
 #          UCX too (/init makes the /dev/infiniband/rnic_N stand-ins it looks for). No
-#          rdma_rxe and no provider plug-ins. Image: $VERBS_KIT/initramfs-<hash>.img, a cached base
+#          rdma_rxe and no provider plug-ins. Image: $VERBS_IMAGES/initramfs-<hash>.img, a cached base
 #          image ($VERBS_KIT/base.zst) followed by a small cpio holding the library (the
 #          kernel unpacks concatenated archives), so a library change repacks only that.
 #          Before packing, Debian's ibv_devices runs on the library in the root (chroot), which
@@ -32,7 +32,7 @@
 #          but rpcrdma, and rdma_ucm); ib_uverbs and rdma_ucm are loaded at boot, and Debian's libibverbs finds rnic's provider
 #          plug-in (provider/, librnic-rdmav34.so, /etc/libibverbs.d/rnic.driver), so
 #          Debian's verbs and rdma_cm programs run on rnic0. `roce-gid-index rnic0` prints
-#          the GID index of the IPv4 address. Image: $KERNEL_KIT/initramfs-<hash>.img, a cached
+#          the GID index of the IPv4 address. Image: $KERNEL_IMAGES/initramfs-<hash>.img, a cached
 #          base image ($KERNEL_KIT/base.zst) followed by a small cpio with rnic.ko (depmod
 #          runs at boot) and the provider, so a driver change repacks only that.
 #
@@ -42,14 +42,17 @@
 # appends it as a further cpio) under sh with stdin from /dev/null, print
 # `RNIC-GUEST-EXIT=<status>` (125 when the set-up failed) and power off.
 #
-# It also leaves the virtio_net modules (decompressed, with their load order) in
-# $GUEST_KIT/net-modules for build-initramfs.sh, so the busybox rnic guest gets a NIC too.
+# It also leaves the virtio_net and vfio modules (decompressed, with their load order) in
+# $GUEST_KIT/net-modules and vfio-modules for build-initramfs.sh, so the busybox rnic guest
+# gets a NIC too, and VFIO behind a virtual IOMMU.
 #
 # Cached: the root is debootstrapped once; a base image is rebuilt only when missing or when
-# its inputs changed (this script, guest-lib.sh, the kernel version); the verbs image's
-# library cpio only when the library changed. Needs root and the guest kit from setup.sh
-# (which builds the rxe image). Prints the image path on stdout.
-# Usage: build-debian-guest.sh rxe|verbs|kernel
+# its inputs changed (this script, guest-lib.sh, the kernel version); the verbs and kernel
+# images are repacked only when what they append changed. Set-up (setup.sh) builds every
+# base image; from then on the cache may be read-only: the appended parts are built and
+# checked outside it (the root sees them at its /mnt). Needs root and the guest kit from
+# setup.sh. Prints the image path on stdout.
+# Usage: build-debian-guest.sh rxe|verbs|kernel [--base]   (--base: the base image only)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,8 +64,10 @@ log() { echo "[build-debian-guest] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 flavour=${1:-}
-[ $# = 1 ] && { [ "$flavour" = rxe ] || [ "$flavour" = verbs ] || [ "$flavour" = kernel ]; } ||
-    die "usage: build-debian-guest.sh rxe|verbs|kernel (the Soft-RoCE guest, the guest with rnic's libibverbs, or the guest with rnic.ko)"
+base_only=0
+[ "${2:-}" != --base ] || base_only=1
+[ $# = $((1 + base_only)) ] && { [ "$flavour" = rxe ] || [ "$flavour" = verbs ] || [ "$flavour" = kernel ]; } ||
+    die "usage: build-debian-guest.sh rxe|verbs|kernel [--base] (the Soft-RoCE guest, the guest with rnic's libibverbs, or the guest with rnic.ko; --base: only its base image, which set-up builds)"
 
 # What the guests run: rdma-core's verbs tools and providers (librxe; perftest also links
 # libmlx5, libefa and libhns), perftest, UCX's tools, iproute2 (ip, rdma), kmod (modprobe),
@@ -70,8 +75,10 @@ flavour=${1:-}
 # network interfaces; nvme-cli for NVMe over Fabrics on RDMA; rdmacm-utils (rping,
 # ucmatose) for rdma_cm.
 packages=(ibverbs-utils ibverbs-providers perftest iproute2 kmod busybox ucx-utils iputils-ping ethtool iperf3 nvme-cli rdmacm-utils)
-# The busybox rnic guest's NIC: virtio_net and what it depends on.
+# The busybox rnic guest's NIC: virtio_net and what it depends on; and its vfio modules
+# (boot.sh --iommu).
 net_modules=(virtio_net)
+vfio_modules=(vfio_pci vfio_iommu_type1)
 libdir=usr/lib/x86_64-linux-gnu
 if [ "$flavour" = rxe ]; then
     kit=$RXE_KIT
@@ -127,7 +134,8 @@ stamp=$(cat "${BASH_SOURCE[0]}" "$here/guest-lib.sh" "$GUEST_KIT/kernel-version"
 stamp="$flavour-$stamp"
 fresh() {
     [ -f "$base" ] && [ "$(cat "$kit/stamp" 2>/dev/null)" = "$stamp" ] &&
-        [ -f "$GUEST_KIT/net-modules/load-order" ]
+        [ "$(cat "$GUEST_KIT/net-modules/kernel-version" 2>/dev/null)" = "$kver" ] &&
+        [ "$(cat "$GUEST_KIT/vfio-modules/kernel-version" 2>/dev/null)" = "$kver" ]
 }
 
 # Builds the base image of $flavour (the caller holds the lock).
@@ -166,7 +174,7 @@ build_base() {
         cp -a "$kernel_pkg/usr/lib/modules/$kver" "$RXE_ROOT/usr/lib/modules/"
         chroot "$RXE_ROOT" depmod "$kver"
     fi
-    local guest_files net_files f m name rel
+    local guest_files f m rel
     mapfile -t guest_files < <(module_files "${modules[@]}" ${iommu_modules[@]+"${iommu_modules[@]}"} \
         ${shelf_modules[@]+"${shelf_modules[@]}"})
     [ ${#guest_files[@]} -gt 0 ] || die "modprobe found none of ${modules[*]} for kernel $kver"
@@ -175,17 +183,9 @@ build_base() {
             die "module $m is not in kernel $kver's tree"
     done
 
-    # The busybox guest's NIC modules, decompressed (busybox insmod then needs no xz).
-    mapfile -t net_files < <(module_files "${net_modules[@]}")
-    rm -rf "$GUEST_KIT/net-modules.tmp"
-    mkdir -p "$GUEST_KIT/net-modules.tmp"
-    for f in "${net_files[@]}"; do
-        name=$(basename "$f" .xz)
-        xz -dc "$RXE_ROOT$f" >"$GUEST_KIT/net-modules.tmp/$name"
-        echo "$name" >>"$GUEST_KIT/net-modules.tmp/load-order"
-    done
-    rm -rf "$GUEST_KIT/net-modules"
-    mv "$GUEST_KIT/net-modules.tmp" "$GUEST_KIT/net-modules"
+    # The busybox guest's NIC and vfio modules.
+    guest_kit_modules net-modules "${net_modules[@]}"
+    guest_kit_modules vfio-modules "${vfio_modules[@]}"
 
     # --- the image -------------------------------------------------------------------------
     stage=$(mktemp -d "$kit/.stage.XXXXXX")
@@ -253,6 +253,27 @@ build_base() {
     mv -f "$tmp_out" "$base"
     echo "$stamp" >"$kit/stamp"
     log "wrote $base ($(du -h "$base" | cut -f1), ${#guest_files[@]} modules) in $((SECONDS - started)) s"
+}
+
+# Writes $GUEST_KIT/DIR for the busybox guest (build-initramfs.sh): the files MODULE...
+# need, dependencies first, decompressed (busybox insmod then needs no xz), their
+# load-order and the kernel-version they are for.
+guest_kit_modules() { # DIR MODULE...
+    local dir=$GUEST_KIT/$1 f name
+    shift
+    rm -rf "$dir.tmp"
+    mkdir -p "$dir.tmp"
+    for f in $(module_files "$@"); do
+        name=$(basename "$f" .xz)
+        xz -dc "$RXE_ROOT$f" >"$dir.tmp/$name"
+        echo "$name" >>"$dir.tmp/load-order"
+    done
+    for f in "$@"; do
+        grep -qx "${f//_/[_-]}\.ko" "$dir.tmp/load-order" || die "module $f is not in kernel $kver's tree"
+    done
+    echo "$kver" >"$dir.tmp/kernel-version"
+    rm -rf "$dir"
+    mv -T "$dir.tmp" "$dir"
 }
 
 # Prints the module files (paths inside the root) MODULE... need, dependencies first.
@@ -432,18 +453,18 @@ build_provider() { # FILE
     strip --strip-debug -o "$1" "$so" || die "strip $so failed (binutils: qemu-scripts/setup.sh installs it)"
 }
 
-# Runs Debian's ibv_devices in the root on the library FILE (a path inside the root) with
-# every symbol bound at once: proves that trixie's glibc (and whatever else the library
-# needs) satisfies its imports, and that the program finds rnic's library. A socket that
-# does not exist is a device to list (listing opens nothing).
-check_library() { # FILE
+# Runs Debian's ibv_devices in the root on the library NAME in DIR (outside the root; it
+# is seen at the root's /mnt) with every symbol bound at once: proves that trixie's glibc
+# (and whatever else the library needs) satisfies its imports, and that the program finds
+# rnic's library. A socket that does not exist is a device to list (listing opens nothing).
+check_library() { # DIR NAME
     local out
-    if ! out=$(chroot "$RXE_ROOT" env LD_BIND_NOW=1 LD_LIBRARY_PATH="$(dirname "$1")" \
+    if ! out=$(chroot_with_mnt "$RXE_ROOT" "$1" env LD_BIND_NOW=1 LD_LIBRARY_PATH=/mnt \
         RNIC_VFIO_USER=/nonexistent/rnic-check.sock RNIC_LOG=off ibv_devices 2>&1) ||
         ! grep -q '^ *rnic_0 ' <<<"$out"; then
         die "rnic's libibverbs.so.1 does not work in Debian trixie's userspace: Debian's ibv_devices on it said:
 $out
-Its needs: $(objdump -p "$RXE_ROOT$1" | awk '$1 == "NEEDED" { printf "%s ", $2 }')$(objdump -T "$RXE_ROOT$1" |
+Its needs: $(objdump -p "$1/$2" | awk '$1 == "NEEDED" { printf "%s ", $2 }')$(objdump -T "$1/$2" |
             grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -n1) (trixie has glibc $(chroot "$RXE_ROOT" dpkg-query -W -f '${Version}' libc6))"
     fi
 }
@@ -465,48 +486,51 @@ if ! fresh; then
     fresh || build_base
     exec 9>&-
 fi
-if [ "$flavour" = rxe ]; then
+if [ "$flavour" = rxe ] || [ $base_only = 1 ]; then
     echo "$base"
     exit 0
 fi
 
-# The kernel and verbs guests' images are named after what they carry (rnic.ko and the
-# provider, or rnic's libibverbs), so checkouts with different sources (worktrees) never
-# boot each other's drivers. Reusing an image refreshes its time; images nobody asked for
-# in two hours go (the old unnamed initramfs.img with them).
-image_path() { # KIT STAMP
+# The kernel and verbs guests' images are built from the checkout, outside the cache
+# ($KERNEL_IMAGES, $VERBS_IMAGES under $RNIC_RUN), which may be read-only once set up.
+# They are named after what they carry (rnic.ko and the provider, or rnic's libibverbs), so
+# checkouts with different sources (worktrees) never boot each other's drivers. Reusing an
+# image refreshes its time; images nobody asked for in two hours go.
+image_path() { # DIR STAMP
     echo "$1/initramfs-$(echo "$2" | sha256sum | cut -c1-16).img"
 }
 image_fresh() { [ -f "$1" ] && touch "$1"; }
-prune_images() { # KIT
+prune_images() { # DIR KIT
     find "$1" -maxdepth 1 -name 'initramfs-*.img' -mmin +120 -delete
-    rm -f "$1/initramfs.img" "$1/image-stamp"
+    # Where images lived before, inside the cache (while it is writable).
+    [ ! -w "$2" ] || rm -f "$2"/initramfs-*.img "$2/initramfs.img" "$2/image-stamp"
 }
 
 # --- the kernel-driver guest's module ---------------------------------------------------------
 if [ "$flavour" = kernel ]; then
     need_root
     ko=$(bash "$here/kernel-module.sh") || die "building rnic.ko failed (see above)"
-    check_dir=$(mktemp -d "$KERNEL_KIT/.module.XXXXXX")
+    mkdir -p "$KERNEL_IMAGES"
+    check_dir=$(mktemp -d "$KERNEL_IMAGES/.module.XXXXXX")
     provider=$check_dir/$libdir/libibverbs/librnic-rdmav34.so
     mkdir -p "$(dirname "$provider")" "$check_dir/etc/libibverbs.d"
     build_provider "$provider"
     ko_stamp="$stamp $(sha256sum <"$ko" | cut -d' ' -f1) $(sha256sum <"$provider" | cut -d' ' -f1)"
-    out=$(image_path "$KERNEL_KIT" "$ko_stamp")
+    out=$(image_path "$KERNEL_IMAGES" "$ko_stamp")
     if image_fresh "$out"; then
         echo "$out"
         exit 0
     fi
-    exec 9>"$RNIC_CACHE/.debian-guest.lock"
+    exec 9>"$KERNEL_IMAGES/.lock"
     flock 9
-    prune_images "$KERNEL_KIT"
+    prune_images "$KERNEL_IMAGES" "$KERNEL_KIT"
     moddir=usr/lib/modules/$kver/extra
     mkdir -p "$check_dir/$moddir"
     strip --strip-debug -o "$check_dir/$moddir/rnic.ko" "$ko" || die "strip $ko failed"
     # The provider plug-in beside Debian's (its directory and /etc/libibverbs.d are in the
     # base image), found by Debian's libibverbs through the driver file.
     echo "driver rnic" >"$check_dir/etc/libibverbs.d/rnic.driver"
-    tmp_out=$(mktemp "$KERNEL_KIT/.initramfs.XXXXXX")
+    tmp_out=$(mktemp "$KERNEL_IMAGES/.initramfs.XXXXXX")
     {
         cat "$base"
         (cd "$check_dir" && printf '%s\n' "$moddir" "$moddir/rnic.ko" "etc/libibverbs.d/rnic.driver" \
@@ -521,23 +545,24 @@ fi
 
 # --- the verbs guest's library --------------------------------------------------------------
 need_root
-check_dir=$(mktemp -d "$RXE_ROOT/var/tmp/rnic-libibverbs.XXXXXX")
+mkdir -p "$VERBS_IMAGES"
+check_dir=$(mktemp -d "$VERBS_IMAGES/.library.XXXXXX")
 lib=$check_dir/libibverbs.so.1
 build_library "$lib"
 lib_stamp="$stamp $(sha256sum <"$lib" | cut -d' ' -f1)"
-out=$(image_path "$VERBS_KIT" "$lib_stamp")
+out=$(image_path "$VERBS_IMAGES" "$lib_stamp")
 if image_fresh "$out"; then
     echo "$out"
     exit 0
 fi
-check_library "${lib#"$RXE_ROOT"}"
-exec 9>"$RNIC_CACHE/.debian-guest.lock"
+check_library "$check_dir" libibverbs.so.1
+exec 9>"$VERBS_IMAGES/.lock"
 flock 9
-prune_images "$VERBS_KIT"
+prune_images "$VERBS_IMAGES" "$VERBS_KIT"
 # The library replaces Debian's under its own name (Debian's is not in the base image).
 mkdir -p "$check_dir/cpio/$libdir"
 cp "$lib" "$check_dir/cpio/$libdir/libibverbs.so.1"
-tmp_out=$(mktemp "$VERBS_KIT/.initramfs.XXXXXX")
+tmp_out=$(mktemp "$VERBS_IMAGES/.initramfs.XXXXXX")
 {
     cat "$base"
     # The file alone: its directories are in the base image.

@@ -86,28 +86,11 @@ else
     log "warning: no virtio_net modules in $GUEST_KIT/net-modules (run qemu-scripts/setup.sh): guests get no NIC"
 fi
 # The vfio modules (boot.sh --iommu: the driver then reaches the functions through VFIO),
-# resolved once per kernel by the Soft-RoCE root's modprobe (it holds the kernel's module
-# tree and modules.dep) and kept decompressed, so busybox insmod needs no xz.
+# decompressed with their load order by set-up (build-debian-guest.sh), so busybox insmod
+# needs no xz.
 vfio_dir=$GUEST_KIT/vfio-modules
-kver=$(cat "$GUEST_KIT/kernel-version")
-if [ "$(cat "$vfio_dir/kernel-version" 2>/dev/null)" != "$kver" ]; then
-    [ -f "$RXE_ROOT/usr/lib/modules/$kver/modules.dep" ] ||
-        die "no module tree for kernel $kver in $RXE_ROOT: run qemu-scripts/setup.sh first"
-    mapfile -t vfio_files < <(chroot "$RXE_ROOT" modprobe -S "$kver" --show-depends -a vfio_pci vfio_iommu_type1 |
-        awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++')
-    printf '%s\n' "${vfio_files[@]}" | grep -q '/vfio-pci\.ko' ||
-        die "modprobe found no vfio-pci module for kernel $kver (CONFIG_VFIO_PCI=m expected)"
-    vfio_tmp=$(mktemp -d "$GUEST_KIT/.vfio-modules.XXXXXX")
-    for f in "${vfio_files[@]}"; do
-        name=$(basename "$f" .xz)
-        xz -dc "$RXE_ROOT$f" >"$vfio_tmp/$name"
-        echo "$name" >>"$vfio_tmp/load-order"
-    done
-    echo "$kver" >"$vfio_tmp/kernel-version"
-    rm -rf "$vfio_dir"
-    mv -T "$vfio_tmp" "$vfio_dir"
-    log "vfio modules for kernel $kver: $(xargs <"$vfio_dir/load-order")"
-fi
+[ "$(cat "$vfio_dir/kernel-version" 2>/dev/null)" = "$(cat "$GUEST_KIT/kernel-version")" ] ||
+    die "no vfio modules for the guest kernel in $vfio_dir: run qemu-scripts/setup.sh"
 mkdir -p "$stage/lib/modules/rnic-vfio"
 cp "$vfio_dir"/*.ko "$vfio_dir/load-order" "$stage/lib/modules/rnic-vfio/"
 echo 'root:x:0:0:root:/root:/bin/sh' >"$stage/etc/passwd"

@@ -11,6 +11,17 @@ GUEST_KIT=$RNIC_CACHE/guest-kit
 RNIC_RUN=${RNIC_RUN:-/var/tmp/rnic}
 # shellcheck disable=SC2034
 RNIC_VM_RUNS=$RNIC_RUN/rnic-vm
+# What is built from the checkout at boot time, outside the cache as well (under
+# RNIC_BUILDS, by default RNIC_RUN): rnic.ko (kernel-module.sh) and the kernel and verbs
+# guests' images, a cached base image with rnic.ko and the provider, or rnic's libibverbs,
+# appended (build-debian-guest.sh).
+RNIC_BUILDS=${RNIC_BUILDS:-$RNIC_RUN}
+# shellcheck disable=SC2034
+MODULE_BUILDS=$RNIC_BUILDS/kernel-module
+# shellcheck disable=SC2034
+KERNEL_IMAGES=$RNIC_BUILDS/kernel-guest
+# shellcheck disable=SC2034
+VERBS_IMAGES=$RNIC_BUILDS/verbs-guest
 # The Debian guests (build-debian-guest.sh): their debootstrapped root (named after the
 # first of them), the Soft-RoCE (rdma_rxe) guest's packed image, and the verbs guest's
 # (rnic's libibverbs in place of Debian's).
@@ -100,6 +111,16 @@ debootstrap() {
         /^E: / { print "[debootstrap] " $0; fflush() }
     ' >&"$RNIC_PROGRESS_FD")
     return "${PIPESTATUS[0]}"
+}
+
+# Runs CMD... chrooted into ROOT with DIR (a writable directory outside the root) at the
+# root's /mnt, in a mount namespace of its own: the root itself may be read-only, and
+# nothing stays mounted.
+chroot_with_mnt() { # ROOT DIR CMD...
+    local root=$1 dir=$2
+    shift 2
+    unshare --mount --propagation private -- \
+        sh -c 'mount --bind "$2" "$1/mnt" && shift 2 && exec chroot "$@"' sh "$root" "$dir" "$root" "$@"
 }
 
 # Installs PKG... into the chroot ROOT with apt (from RELEASE with --release RELEASE), then

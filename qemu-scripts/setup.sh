@@ -5,17 +5,20 @@
 #   - a Debian guest kernel (vmlinuz) and busybox-static for the initramfs,
 #   - tshark on the host, which the capture test decodes rnicd's pcap with, and man
 #     (man-db), with which the test of tools/install-docs.sh reads `man rnicd`,
-#   - the Soft-RoCE (rdma_rxe) guest image and the virtio_net modules of the busybox guest
-#     (build-debian-guest.sh rxe; its first build takes about two minutes),
+#   - the Soft-RoCE (rdma_rxe) guest image, the base images of the verbs and kernel
+#     guests, and the virtio_net and vfio modules of the busybox guest
+#     (build-debian-guest.sh; its first build takes about two minutes),
 #   - Debian's libibverbs headers and rdma-core/perftest binaries, unpacked as the
 #     reference of rnic's libibverbs, with ibverbs-utils, perftest, python3-pyverbs and
 #     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh);
 #   - Python, python3-pyverbs and rdma-core's own test suite for the Debian guests
 #     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time);
-#   - Debian's linux-headers for the guest kernel in the trixie root, and rnic.ko built
-#     there from kernel/ (kernel-module.sh; rebuilt when kernel/ changes).
+#   - Debian's linux-headers for the guest kernel, make and perl in the trixie root, with
+#     which boots build rnic.ko (kernel-module.sh --toolchain).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists
-# (and then says nothing). Before it installs anything it says what and about how much
+# (and then says nothing). Once it has run, the cache may be read-only: boots build what
+# comes from the checkout (the busybox guest's tools, rnic.ko, the provider, rnic's
+# libibverbs) outside it, under $RNIC_RUN (env.sh). Before it installs anything it says what and about how much
 # space and download it takes, and refuses hosts it does not support: Debian 12 or later,
 # Ubuntu 22.04 or later (the Debian trixie roots come from Debian's mirror there, with
 # Debian's archive keyring). Prints nothing on stdout; progress (downloads, debootstrap)
@@ -93,7 +96,9 @@ missing_parts() {
     [ -f "$RXE_ROOT/.rnic-rxe-root" ] || echo "the Debian guests' root in $RXE_ROOT (debootstrap, rdma-core, perftest)"
     [ -f "$PYVERBS_KIT/stamp" ] || echo "Python and pyverbs for the Debian guests ($PYVERBS_KIT)"
     [ -f "$IBVERBS_REF/.stamp" ] || echo "Debian's rdma-core and perftest in the trixie root and $IBVERBS_REF"
-    compgen -G "$RNIC_CACHE/kernel-module/rnic-*.ko" >/dev/null ||
+    [ -f "$VERBS_KIT/base.zst" ] && [ -f "$KERNEL_KIT/base.zst" ] ||
+        echo "the verbs and kernel guests' base images in $VERBS_KIT and $KERNEL_KIT"
+    compgen -G "$TRIXIE_ROOT/usr/src/linux-headers-*/Makefile" >/dev/null ||
         echo "linux-headers and a compiler in the trixie root, for rnic.ko"
 }
 
@@ -242,10 +247,14 @@ main() {
     ensure_qemu
     ensure_guest_kit
     bash "$here/build-debian-guest.sh" rxe >/dev/null
+    # The other guests' base images: a boot then only appends what it builds from the
+    # checkout (outside the cache), so the cache may be read-only from here on.
+    bash "$here/build-debian-guest.sh" verbs --base >/dev/null
+    bash "$here/build-debian-guest.sh" kernel --base >/dev/null
     bash "$here/pyverbs-layer.sh" >/dev/null
     ensure_trixie_root
     bash "$here/ibverbs-ref.sh" >/dev/null
-    bash "$here/kernel-module.sh" >/dev/null
+    bash "$here/kernel-module.sh" --toolchain
     clean_apt_cache
     log "ready: qemu $(qemu_cmd -version | head -n1), kernel $(cat "$GUEST_KIT/kernel-version")"
 }

@@ -83,6 +83,7 @@ pub struct Boot {
     args: Vec<String>,
     timeout_s: u32,
     read_only_cache: bool,
+    builds: Option<PathBuf>,
 }
 
 impl Boot {
@@ -92,6 +93,7 @@ impl Boot {
             args: Vec::new(),
             timeout_s: 300,
             read_only_cache: false,
+            builds: None,
         }
     }
 
@@ -151,6 +153,15 @@ impl Boot {
         self
     }
 
+    /// Builds what the boot builds from the checkout (rnic.ko and the kernel guest's
+    /// image, or the verbs guest's image with rnic's libibverbs) in `dir`, boot.sh's
+    /// `$RNIC_BUILDS`, instead of beside the runs: with an empty directory, nothing built
+    /// before is reused. With [`Self::read_only_cache`], a boot right after set-up.
+    pub fn builds_in(mut self, dir: &Path) -> Self {
+        self.builds = Some(dir.to_path_buf());
+        self
+    }
+
     /// The boot.sh command running `guest_cmd` in the guest.
     pub fn command(&self, guest_cmd: &str) -> Command {
         let mut cmd = if self.read_only_cache {
@@ -174,6 +185,9 @@ impl Boot {
             .args(["--timeout", &self.timeout_s.to_string(), "--"])
             .arg(guest_cmd)
             .env("RNIC_RNICD", crate::bin("rnicd"));
+        if let Some(dir) = &self.builds {
+            cmd.env("RNIC_BUILDS", dir);
+        }
         cmd
     }
 
@@ -206,6 +220,19 @@ pub fn finished(name: &str, out: &Output) -> (String, Option<i32>) {
         String::from_utf8_lossy(&out.stderr)
     );
     (console, out.status.code())
+}
+
+/// Asserts that a boot.sh run (of [`Boot::read_only_cache`]) had the cache read-only and
+/// that its messages name each of `built`, what the boot built outside the cache.
+pub fn assert_built_read_only(out: &Output, built: &[&str]) {
+    let messages = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        messages.contains("is read-only for this boot"),
+        "the cache was not made read-only:\n{messages}"
+    );
+    for what in built {
+        assert!(messages.contains(what), "no {what:?} in:\n{messages}");
+    }
 }
 
 /// rnicd's release build (target/release/rnicd, or under `$CARGO_TARGET_DIR`), with a
