@@ -78,7 +78,10 @@
 //! ones with `-q 4`, and `ib_write_bw`, `ib_read_bw`, `ib_send_lat` with `-R` (rdma_cm);
 //! each run's result row, QPs and GIDs checked as there. Then B resets its function
 //! (FLR) while its `ib_write_bw` writes to A without end; rnic0 comes back, the next
-//! `ib_write_bw` between them runs, and B's kernel log shows no oops.
+//! `ib_write_bw` between them runs, and B's kernel log shows no oops. A third guest holds
+//! the PF all along and reads VF1's counters through the admin queue every second; under
+//! the endless `ib_write_bw` they advance there, and the host finds both QPs with their
+//! PSNs advancing through rnicd's control socket.
 //!
 //! They boot VMs, so they are ignored by default: `cargo build --workspace --bins &&
 //! cargo build --release -p rnic-device --bin rnicd && cargo test -p rnic-tests --test
@@ -1628,7 +1631,10 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
     let programs = tempfile::tempdir().expect("a directory for uverbs_smoke");
     let smoke = uverbs_smoke_program(programs.path());
     let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 1, &[]);
-    let (console, status) = Boot::rnic()
+    // This boot also shows that the kernel guest boots right after set-up with the cache
+    // read-only: rnic.ko, the provider and the image are built outside it, afresh.
+    let builds = tempfile::tempdir().expect("a directory for the boot's builds");
+    let out = Boot::rnic()
         .arg("--kernel")
         .socket_dir(&rnicd.socket_dir())
         .vf(0)
@@ -1638,7 +1644,16 @@ fn a_process_uses_rnic0_through_ib_uverbs_rings_doorbells_mrs_events_and_unload(
             smoke.to_str().expect("UTF-8 path")
         ))
         .timeout(600)
-        .run(&format!("{}\necho '=== script done'\n", uverbs_script()));
+        .read_only_cache()
+        .builds_in(builds.path())
+        .command(&format!("{}\necho '=== script done'\n", uverbs_script()))
+        .output()
+        .expect("run qemu-scripts/boot.sh");
+    let (console, status) = rnic_tests::vm::finished("guest", &out);
+    rnic_tests::vm::assert_built_read_only(
+        &out,
+        &["[kernel-module] built ", "[build-debian-guest] wrote "],
+    );
     assert!(succeeded(&console, status), "the guest failed ({status:?})");
     assert_eq!(
         console.matches("UVERBS-SMOKE OK").count(),
@@ -1739,8 +1754,8 @@ while :; do
 done
 echo "=== flr-traffic running"
 # The host reads rnicd's control socket now (res qp twice, a second apart) and finds this
-# QP and A's, their PSNs advancing.
-echo "=== flr-traffic sample"; sleep 4
+# QP and A's, their PSNs advancing; the PF guest's admin queue reads VF1's counters twice.
+echo "=== flr-traffic sample"; sleep 12
 pci=$(basename "$(readlink /sys/class/net/eth0/device)")
 timeout 120 sh -c "echo 1 > /sys/bus/pci/devices/$pci/reset" || { echo "=== FAILED: FLR under traffic"; exit 1; }
 echo "=== flr-traffic reset done"
@@ -1758,10 +1773,37 @@ if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace'; then echo "=== FAILED: the k
 echo "=== flr-traffic after ok"
 "#;
 
+/// The third guest's script: a busybox guest holding the PF, its VMM the PF's one
+/// vfio-user client, reads VF1's counters through the admin queue (§12) every second
+/// until the test stops it.
+const PF_GUEST: &str = r#"
+rnic-admin vfs || { echo "=== FAILED: rnic-admin vfs"; exit 1; }
+echo "=== pf-guest up"
+i=0
+while [ $i -lt 2400 ]; do
+    rnic-admin stats vf1 2>&1 | sed 's/^/pf-admin: /'
+    i=$((i + 1))
+    sleep 1
+done
+"#;
+
+/// VF1's `tx_packets` in a line of [`PF_GUEST`]'s (`pf-admin: vf1: tx_packets N ...`).
+fn pf_admin_tx_packets(line: &str) -> Option<u64> {
+    let counters = line.strip_prefix("pf-admin: vf1:")?;
+    let mut words = counters.split_whitespace();
+    while let Some(name) = words.next() {
+        if name == "tx_packets" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 #[test]
-#[ignore = "boots two QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
+#[ignore = "boots three QEMU guests; run by tests/run-all.sh after qemu-scripts/setup.sh"]
 fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provider() {
     // What the verbs guests run (vm_verbs.rs' debian_pingpongs_and_perftest_run_between_two_verbs_guests),
+    // with a third guest holding the PF,
     // here through Debian's libibverbs, rnic's provider and rnic.ko: guest A (VF0,
     // 10.82.0.2) serves, guest B (VF1, 10.82.0.3) connects, TCP over their rnic
     // interfaces; then perftest over rdma_cm.
@@ -1792,6 +1834,23 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
             .timeout(1800)
             .spawn(&script(&format!("{WAIT_GID}{body}")))
     };
+    // A third guest holds the PF the whole time: the device as three VMs use it, one
+    // administering, two running traffic (issue 32's first proof).
+    let mut pf = Boot::rnic()
+        .socket_dir(&rnicd.socket_dir())
+        .arg("--pf")
+        .timeout(2400)
+        .spawn(PF_GUEST);
+    let (pf_lines, pf_console) = rnic_tests::vm::console_lines(&mut pf);
+    let pf_messages = pf.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = e.read_to_string(&mut text);
+            text
+        })
+    });
+    let pf = Guest::new(pf);
+    let _stop_pf = StopOnPanic(vec![pf.clone()]);
     // Then a reset of B's function while it writes to A (ib_write_bw without end).
     let a = guest(
         0,
@@ -1804,20 +1863,49 @@ fn debian_pingpongs_and_perftest_run_between_two_kernel_guests_through_the_provi
     // While B's ib_write_bw writes to A without end, the host looks at both functions
     // through rnicd's read-only control socket (§12.9), twice, without touching them.
     let control = rnicd.socket_dir().join(rnic_control::SOCKET_NAME);
+    // The PF guest's admin queue sees the same traffic: VF1's packets, read twice.
     let mut samples: Vec<Vec<rnic_control::QpEntry>> = Vec::new();
     let mut listing = String::new();
+    let mut pf_samples: Vec<u64> = Vec::new();
     let on_b = |line: &str| {
         if line.ends_with("=== flr-traffic sample") {
+            // What the PF guest printed before this moment is not under traffic.
+            while pf_lines.try_recv().is_ok() {}
             for _ in 0..2 {
                 let res = rnic_control::Request::Res(rnic_control::Resource::Qp);
                 samples.push(rnic_control::query(&control, res).unwrap_or_default());
                 std::thread::sleep(Duration::from_secs(1));
             }
             listing = control_admin(&rnicd, &["res", "qp"]);
+            let until = Instant::now() + Duration::from_secs(8);
+            while pf_samples.len() < 2 {
+                let left = until.saturating_duration_since(Instant::now());
+                match pf_lines.recv_timeout(left) {
+                    Ok(line) => pf_samples.extend(pf_admin_tx_packets(&line)),
+                    Err(_) => break,
+                }
+            }
         }
     };
     let results = run_pair(("guest A (VF0)", a), ("guest B (VF1)", b), |_| {}, on_b);
+    // The PF guest ran through all of it; it is stopped now.
+    let pf_alive = matches!(pf.child().try_wait(), Ok(None));
+    pf.stop();
+    let pf_console = pf_console.join().unwrap_or_default();
+    let pf_messages = pf_messages
+        .map(|m| m.join().unwrap_or_default())
+        .unwrap_or_default();
+    let _ = pf.child().wait();
+    eprintln!("--- the PF guest ---\n{pf_console}\n{pf_messages}");
     assert_both_succeeded(&results, ["guest A (VF0)", "guest B (VF1)"]);
+    assert!(
+        pf_alive && pf_console.contains("=== pf-guest up"),
+        "the PF guest held the PF to the end"
+    );
+    assert!(
+        pf_samples.len() == 2 && pf_samples[1] > pf_samples[0],
+        "the PF guest's admin queue saw VF1 send under traffic: {pf_samples:?}"
+    );
     for (name, (console, _)) in ["A", "B"].iter().zip(&results) {
         assert!(
             console.contains("=== flr-traffic after ok"),
