@@ -8,7 +8,7 @@
 # both (nvme connect -t rdma, -t tcp) and runs fio against each, alternating rnic and
 # virtio-net, ROUNDS times: 4 KiB randread, libaio, direct, time-based, at iodepth 16
 # (IOPS) and at iodepth 1 (latency). Prints each run's IOPS, mean and p99 latency, the
-# medians and the ratios rnic / virtio-net. fio comes from qemu-scripts/fio-layer.sh (with
+# medians and the ratios rnic / virtio-net. fio comes from qemu-scripts/layer.sh fio (with
 # the NVMe/TCP modules). Not a test: it asserts nothing. As root, after
 # qemu-scripts/setup.sh.
 #
@@ -24,7 +24,7 @@ rounds=1
 iodepth=16
 bench_args "bash bench/kernel-nvme.sh [--time SECONDS] [--rounds N] [--iodepth N]" time rounds iodepth -- "$@"
 vm_bench_start 2
-layer="$(bash qemu-scripts/fio-layer.sh)"
+layer="$(bash qemu-scripts/layer.sh fio)"
 
 nqn=nqn.2024-01.io.rnic:bench
 # B (VF1, rnic 10.82.0.3; virtio-net 10.83.0.1) serves; A (VF0; 10.83.0.2) runs fio and,

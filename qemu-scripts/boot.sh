@@ -46,7 +46,7 @@ With no CMD and a terminal on stdin, gives an interactive guest shell (Ctrl-A x 
                     release Debian ships) to the guest, one more archive built by
                     pyverbs-layer.sh (some seconds more boot time under TCG)
   --layer FILE      append FILE, an initramfs archive (a cpio, compressed or not), to the
-                    guest's image as it is: a package layer such as fio-layer.sh's (fio for
+                    guest's image as it is: a package layer of layer.sh's (fio, or NFS, for
                     the kernel guest); repeatable
 
   --socket-dir DIR  where rnicd's sockets are (DIR/pf.sock, DIR/vf<i>.sock); if no rnicd
@@ -219,7 +219,7 @@ for m in ${mtus[@]+"${mtus[@]}"}; do
 done
 [ -z "$nic_dump" ] || [ ${#nics[@]} -gt 0 ] || die "--nic-dump needs a --nic to dump"
 for l in ${layers[@]+"${layers[@]}"}; do
-    [ -f "$l" ] || die "--layer $l: not a file (an initramfs archive, e.g. the path qemu-scripts/fio-layer.sh prints)"
+    [ -f "$l" ] || die "--layer $l: not a file (an initramfs archive, e.g. the path qemu-scripts/layer.sh fio prints)"
 done
 file_srcs=()
 file_dests=()

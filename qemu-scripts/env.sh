@@ -39,10 +39,8 @@ KERNEL_KIT=$RNIC_CACHE/kernel-guest
 # boot.sh --pyverbs).
 # shellcheck disable=SC2034
 PYVERBS_KIT=$RNIC_CACHE/pyverbs-layer
-# fio and the NVMe/TCP modules for the kernel guest (fio-layer.sh; boot.sh --layer), what
-# bench/kernel-nvme.sh runs.
-# shellcheck disable=SC2034
-FIO_KIT=$RNIC_CACHE/fio-layer
+# The kernel guest's package layers (layer.sh fio|nfs; boot.sh --layer) are in
+# $RNIC_CACHE/fio-layer and $RNIC_CACHE/nfs-layer.
 # Debian trixie's rdma-core and perftest packages unpacked, the reference of rnic's
 # libibverbs (ibverbs-ref.sh; ibverbs/ reads it).
 # shellcheck disable=SC2034
@@ -121,6 +119,33 @@ chroot_with_mnt() { # ROOT DIR CMD...
     shift 2
     unshare --mount --propagation private -- \
         sh -c 'mount --bind "$2" "$1/mnt" && shift 2 && exec chroot "$@"' sh "$root" "$dir" "$root" "$@"
+}
+
+# Downloads PKG... with apt in the guests' root ($RXE_ROOT) into DIR/debs (DIR inside the
+# root) and unpacks each into DEST: not installed, no maintainer script runs.
+download_unpack() { # DIR DEST PKG...
+    local dir=$1 dest=$2 deb
+    shift 2
+    mkdir -p "$dir/debs" "$dest"
+    chroot "$RXE_ROOT" sh -c 'cd "$0" && apt-get download -qq -o APT::Sandbox::User=root "$@"' \
+        "${dir#"$RXE_ROOT"}/debs" "$@" >/dev/null || return 1
+    for deb in "$dir"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$dest"
+    done
+}
+
+# Packs the directory STAGE as a zstd-compressed newc cpio (everything owned by root, in
+# name order: the same bytes for the same files) into FILE, which it replaces at once.
+pack_layer() { # STAGE FILE
+    local tmp
+    tmp=$(mktemp "$(dirname "$2")/.layer.XXXXXX") || return 1
+    if (cd "$1" && find . -mindepth 1 | LC_ALL=C sort | "$GUEST_KIT/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
+        zstd -q -T0 -12 >"$tmp"; then
+        chmod 644 "$tmp" && mv -f "$tmp" "$2"
+    else
+        rm -f "$tmp"
+        return 1
+    fi
 }
 
 # Installs PKG... into the chroot ROOT with apt (from RELEASE with --release RELEASE), then

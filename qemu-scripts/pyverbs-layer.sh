@@ -85,17 +85,11 @@ grep -q '^python3\.[0-9]*-minimal$' <<<"$packages" ||
     die "python3-pyverbs=$version brings no python3.X-minimal: $(tr '\n' ' ' <<<"$packages")"
 
 work=$(mktemp -d "$RXE_ROOT/var/tmp/rnic-pyverbs.XXXXXX")
-tmp_out=""
-trap 'rm -rf --one-file-system "$work" ${tmp_out:+"$tmp_out"}' EXIT
-mkdir "$work/debs" "$work/stage"
+trap 'rm -rf --one-file-system "$work"' EXIT
 log "downloading $(tr '\n' ' ' <<<"$packages")"
-# shellcheck disable=SC2086 # one word per package
-chroot "$RXE_ROOT" sh -c 'cd "$0" && apt-get download -qq -o APT::Sandbox::User=root "$@"' \
-    "${work#"$RXE_ROOT"}/debs" $packages >/dev/null || die "apt-get download in $RXE_ROOT failed"
-for deb in "$work"/debs/*.deb; do
-    dpkg-deb -x "$deb" "$work/stage"
-done
 stage=$work/stage
+# shellcheck disable=SC2086 # one word per package
+download_unpack "$work" "$stage" $packages || die "apt-get download in $RXE_ROOT failed"
 
 # rdma-core's tests, out of the package's documentation.
 tests=$stage/opt/rdma-core/tests
@@ -152,11 +146,7 @@ import tests" ||
     die "pyverbs or rdma-core's tests do not import in the layer"
 
 log "packing $layer"
-tmp_out=$(mktemp "$PYVERBS_KIT/.layer.XXXXXX")
-(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | "$GUEST_KIT/busybox" cpio -o -H newc -R 0:0 2>/dev/null) |
-    zstd -q -T0 -12 >"$tmp_out"
-chmod 644 "$tmp_out"
-mv -f "$tmp_out" "$layer"
+pack_layer "$stage" "$layer" || die "packing $layer failed"
 echo "$stamp" >"$PYVERBS_KIT/stamp"
 log "wrote $layer ($(du -h "$layer" | cut -f1), python3-pyverbs $version) in $((SECONDS - started)) s"
 echo "$layer"

@@ -12,7 +12,8 @@
 #     reference of rnic's libibverbs, with ibverbs-utils, perftest, python3-pyverbs and
 #     ucx-utils installed in the trixie root to run against it (ibverbs-ref.sh);
 #   - Python, python3-pyverbs and rdma-core's own test suite for the Debian guests
-#     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time);
+#     (pyverbs-layer.sh, boot.sh --pyverbs; about 40 s the first time), and the NFS
+#     server and client for the kernel guest (layer.sh nfs, boot.sh --layer);
 #   - Debian's linux-headers for the guest kernel, make and perl in the trixie root, with
 #     which boots build rnic.ko (kernel-module.sh --toolchain).
 # Everything lands under $RNIC_CACHE (default /var/cache/rnic). Re-running skips what exists
@@ -95,6 +96,7 @@ missing_parts() {
         echo "the Debian guest kernel and busybox-static in $GUEST_KIT"
     [ -f "$RXE_ROOT/.rnic-rxe-root" ] || echo "the Debian guests' root in $RXE_ROOT (debootstrap, rdma-core, perftest)"
     [ -f "$PYVERBS_KIT/stamp" ] || echo "Python and pyverbs for the Debian guests ($PYVERBS_KIT)"
+    [ -f "$RNIC_CACHE/nfs-layer/stamp" ] || echo "the NFS server and client for the kernel guest ($RNIC_CACHE/nfs-layer)"
     [ -f "$IBVERBS_REF/.stamp" ] || echo "Debian's rdma-core and perftest in the trixie root and $IBVERBS_REF"
     [ -f "$VERBS_KIT/base.zst" ] && [ -f "$KERNEL_KIT/base.zst" ] ||
         echo "the verbs and kernel guests' base images in $VERBS_KIT and $KERNEL_KIT"
@@ -252,6 +254,7 @@ main() {
     bash "$here/build-debian-guest.sh" verbs --base >/dev/null
     bash "$here/build-debian-guest.sh" kernel --base >/dev/null
     bash "$here/pyverbs-layer.sh" >/dev/null
+    bash "$here/layer.sh" nfs >/dev/null
     ensure_trixie_root
     bash "$here/ibverbs-ref.sh" >/dev/null
     bash "$here/kernel-module.sh" --toolchain

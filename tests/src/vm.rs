@@ -222,6 +222,22 @@ pub fn finished(name: &str, out: &Output) -> (String, Option<i32>) {
     (console, out.status.code())
 }
 
+/// The kernel guest's package layer `name` (`fio` or `nfs`): its archive, built by
+/// qemu-scripts/layer.sh when missing, for [`Boot::arg`]`("--layer")`.
+pub fn layer(name: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("qemu-scripts/layer.sh"))
+        .arg(name)
+        .output()
+        .expect("run qemu-scripts/layer.sh");
+    assert!(
+        out.status.success(),
+        "qemu-scripts/layer.sh {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 /// Asserts that a boot.sh run (of [`Boot::read_only_cache`]) had the cache read-only and
 /// that its messages name each of `built`, what the boot built outside the cache.
 pub fn assert_built_read_only(out: &Output, built: &[&str]) {

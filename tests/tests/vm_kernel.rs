@@ -30,7 +30,10 @@
 //! process) and the next process works. Each guest then adds a second address to eth0
 //! (ABI 1.10's GID table, datasheet §6.13): `rping` and `ibv_ud_pingpong` run from it.
 //! Then B's `mckey` joins a RoCE multicast group and receives the 20 datagrams A's
-//! `mckey` sends to it (ABI 1.11, §14.15).
+//! `mckey` sends to it (ABI 1.11, §14.15). And NFS over RDMA (Debian's nfs-kernel-server
+//! and nfs-common from `qemu-scripts/layer.sh nfs`): B's nfsd serves a tmpfs on RDMA
+//! port 20049, A mounts it with `proto=rdma` (rpcrdma), reads B's file and writes one of
+//! its own, read back past the page cache; each side's MD5 matches the other's.
 //!
 //! Two more topologies, one boot per guest each:
 //!
@@ -249,6 +252,26 @@ gid_of() {
     done
     return 1
 }
+# nfs_serve: NFSv4 over RDMA (port 20049) and TCP from a tmpfs at /export, with a
+# grace period of 10 s (no rpcbind: NFSv4 only); an 8 MiB file of random data in it.
+nfs_serve() {
+    modprobe nfsd || die "modprobe nfsd"
+    modprobe rpcrdma || die "modprobe rpcrdma"
+    mkdir -p /export /var/lib/nfs/v4recovery
+    mount -t tmpfs tmpfs /export || die "tmpfs at /export"
+    mount -t nfsd nfsd /proc/fs/nfsd || die "the nfsd filesystem"
+    echo 10 > /proc/fs/nfsd/nfsv4leasetime
+    echo 10 > /proc/fs/nfsd/nfsv4gracetime
+    touch /var/lib/nfs/etab /var/lib/nfs/rmtab
+    echo '/export *(rw,no_root_squash,insecure,fsid=0,no_subtree_check)' > /etc/exports
+    exportfs -ra || die "exportfs"
+    rpc.mountd -N 2 -N 3 --no-udp || die "rpc.mountd"
+    rpc.nfsd -N 3 --no-udp 4 || die "rpc.nfsd"
+    echo 'rdma 20049' > /proc/fs/nfsd/portlist || die "nfsd on RDMA port 20049"
+    grep -q '^rdma 20049$' /proc/fs/nfsd/portlist || die "nfsd does not list rdma 20049"
+    dd if=/dev/urandom of=/export/from-b bs=1M count=8 2>/dev/null
+    echo "=== nfs served $(md5sum < /export/from-b | cut -c1-32)"
+}
 check_dmesg() {
     # Device messages read `rnic 0000:00:01.0: ...` (not the module loader's `rnic: ...`).
     if dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace|rnic [0-9a-f]{4}:.*(timed out|failed)'; then
@@ -285,6 +308,24 @@ step nvme
 nvme_roundtrip first {B_IP} {NQN}
 rdma res show | sed 's/^/=== rdma-res after /'
 rdma statistic show link rnic0/1 | sed 's/^/=== rdma-stat /'
+step nfs
+# NFSv4 over RDMA (rpcrdma's client on rnic0, the kernel's CM) from B's nfsd: B's file
+# read, 16 MiB written and read back past the page cache.
+modprobe nfsv4 || die "modprobe nfsv4"
+modprobe rpcrdma || die "modprobe rpcrdma"
+mkdir -p /mnt/nfs
+retry 90 "mount B's export over RDMA" mount -t nfs4 -o proto=rdma,port=20049 {B_IP}:/ /mnt/nfs
+awk '/ mounted on \/mnt\/nfs / {{ m = 1 }} m && $1 == "xprt:" {{ print "=== nfs transport " $2; exit }}' /proc/self/mountstats
+rdma res show qp | sed 's/^/=== rdma-res nfs /'
+echo "=== nfs read $(md5sum < /mnt/nfs/from-b | cut -c1-32)"
+dd if=/dev/urandom of=/tmp/pat bs=1M count=16 2>/dev/null
+cp /tmp/pat /mnt/nfs/from-a && sync || die "write over NFS"
+echo 3 > /proc/sys/vm/drop_caches
+cmp /tmp/pat /mnt/nfs/from-a || die "NFS gave back other data"
+echo "=== nfs wrote $(md5sum < /tmp/pat | cut -c1-32)"
+umount /mnt/nfs || die "umount /mnt/nfs"
+rm -f /tmp/pat
+echo "=== nfs ok"
 step uverbs
 # Debian's libibverbs and librdmacm on rnic's provider, the clients of B's servers.
 ibv_devices | sed 's/^/=== ibv_devices /'
@@ -400,6 +441,8 @@ ip -br addr show eth0 | grep -q "{B_IP}/16" || die "eth0 lacks {B_IP}/16"
 step nvmet
 rdma_link boot
 nvmet_serve {NQN} {B_IP}
+step nfsd
+nfs_serve
 wait_ping {A_IP} || die "A never answered"
 step uverbs
 # The servers of A's verbs and rdma_cm clients, through Debian's libibverbs and librdmacm.
@@ -507,6 +550,10 @@ while [ "$(cat /sys/class/net/eth0/address)" = "$old" ]; do
     sleep 0.1
 done
 echo "=== mac now $(cat /sys/class/net/eth0/address)"
+step nfs-check
+[ -f /export/from-a ] || die "A's file never came over NFS"
+echo "=== nfs received $(md5sum < /export/from-a | cut -c1-32)"
+rpc.nfsd 0 || die "rpc.nfsd 0"
 step unload
 rdma res show | sed 's/^/=== rdma-res before-unload /'
 # nvmet-rdma still listens on rnic0: the core takes it off the device being removed.
@@ -625,9 +672,12 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
     let base = vm_run_base();
     std::fs::create_dir_all(&base).expect("the VM run directory");
     let rnicd = Rnicd::start_binary_in(&release_rnicd(), &base, 2, &[]);
+    let nfs = rnic_tests::vm::layer("nfs");
     let guest = |vf: u32, script: String| {
         Boot::rnic()
             .arg("--kernel")
+            .arg("--layer")
+            .arg(nfs.to_str().expect("UTF-8 path"))
             .socket_dir(&rnicd.socket_dir())
             .vf(vf)
             .timeout(900)
@@ -744,6 +794,25 @@ fn two_kernel_guests_ping_iperf_jumbo_reload_reset_link_and_mac_over_their_vfs()
         "rdma res show while connected"
     );
     assert!(b.contains("=== nvmet listening") && b.contains("=== unload ok"));
+    // NFSv4 over RDMA: B's file read by A, A's written to B, both the same bytes.
+    let md5 = |console: &str, tag: &str| -> String {
+        let line = console.lines().find_map(|l| l.split(tag).nth(1));
+        line.unwrap_or_default().trim().to_string()
+    };
+    assert!(
+        a.contains("=== nfs transport rdma") && a.contains("=== nfs ok"),
+        "A: NFS mounted over RDMA"
+    );
+    let (served, read) = (md5(&b, "=== nfs served "), md5(&a, "=== nfs read "));
+    assert!(
+        served.len() == 32 && served == read,
+        "B served {served:?}, A read {read:?}"
+    );
+    let (wrote, received) = (md5(&a, "=== nfs wrote "), md5(&b, "=== nfs received "));
+    assert!(
+        wrote.len() == 32 && wrote == received,
+        "A wrote {wrote:?}, B received {received:?}"
+    );
     assert!(
         a.contains("=== unload-connected ok"),
         "A: rmmod under an NVMe controller"
