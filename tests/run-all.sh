@@ -71,7 +71,7 @@ step "VM tests: Debian's verbs programs on rnic's libibverbs (the verbs guest), 
 cargo build --release -p rnic-device --bin rnicd
 cargo test -p rnic-tests --test vm_verbs -- --ignored --test-threads=1
 
-step "VM test: the Linux driver (kernel/rnic.ko, built warning-free by setup.sh) in two kernel-driver guests: ping, iperf3, MTU 9000, reload, FLR, link and MAC changes"
+step "VM test: the Linux driver (kernel/rnic.ko, built warning-free at the first boot) in two kernel-driver guests: ping, iperf3, MTU 9000, reload, FLR, link and MAC changes, NVMe and NFS over RDMA, a third guest on the PF"
 cargo test -p rnic-tests --test vm_kernel -- --ignored --test-threads=1
 
 step "all tests passed"
